@@ -1,0 +1,150 @@
+"""The exceptions boxmaker raises: one root, one subtree per kind of failure.
+
+Tree::
+
+    BoxmakerError                 every error boxmaker raises on purpose
+    ├── ConfigError               a config file or value that cannot be used
+    ├── InferError                an inference request failed (HTTP status and body kept)
+    │   └── StreamCut             the stream ended before finish_reason / [DONE]
+    ├── SessionError              a session log that cannot be created, read or appended
+    ├── ServerError               the embedded llama.cpp server could not start or answer
+    ├── CassetteError             a cassette that cannot be recorded or replayed
+    └── TurnError                 a turn that ended without an answer
+        ├── SessionFull           llama.cpp answered 400 exceed_context_size_error
+        ├── TurnLimit             a loop limit fired (kind, value, limit)
+        ├── TurnCancelled         the runtime's cancel event was set
+        └── TurnInferError        the completion failed for another reason (wraps InferError)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "BoxmakerError",
+    "CassetteError",
+    "ConfigError",
+    "InferError",
+    "ServerError",
+    "SessionError",
+    "SessionFull",
+    "StreamCut",
+    "TurnCancelled",
+    "TurnError",
+    "TurnInferError",
+    "TurnLimit",
+]
+
+
+class BoxmakerError(Exception):
+    """Root of every exception boxmaker raises on purpose."""
+
+
+class ConfigError(BoxmakerError):
+    """A configuration file or value that cannot be used (unknown key, wrong type, bad range)."""
+
+
+class InferError(BoxmakerError):
+    """An inference request to llama-server failed.
+
+    Attributes:
+        status: HTTP status code, or ``None`` when no response arrived (connection refused,
+            idle timeout) or the error came inside a 200 stream (then ``status`` is the
+            ``error.code`` the server put in the stream, if any).
+        body: the response body as text (for an error inside a stream: the error event's
+            JSON text), ``""`` when there was none.
+        error: the parsed ``error`` object of llama.cpp's error body
+            (``{"code", "message", "type", ...}``), or ``None`` when the body is not such JSON.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        body: str = "",
+        error: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+        self.error = error
+
+    @property
+    def error_type(self) -> str | None:
+        """llama.cpp's ``error.type`` (e.g. ``"exceed_context_size_error"``), or ``None``."""
+        value = self.error.get("type") if self.error else None
+        return value if isinstance(value, str) else None
+
+
+class StreamCut(InferError):
+    """The SSE stream ended (or broke) before ``finish_reason`` or ``data: [DONE]``."""
+
+
+class SessionError(BoxmakerError):
+    """A session log that cannot be created, read or appended (names the file and line)."""
+
+
+class ServerError(BoxmakerError):
+    """The embedded llama.cpp server could not start, or did not become healthy in time."""
+
+
+class CassetteError(BoxmakerError):
+    """A cassette that cannot be recorded or replayed (no match, unplayed interactions)."""
+
+
+class TurnError(BoxmakerError):
+    """A turn ended without an answer; the session log is left well formed."""
+
+
+class SessionFull(TurnError):
+    """llama.cpp answered HTTP 400 ``exceed_context_size_error``: the session no longer fits.
+
+    Attributes:
+        n_prompt_tokens: tokens the request would have needed, when the server said.
+        n_ctx: the server's context size in tokens, when the server said.
+        cause: the :class:`InferError` that carried the server's answer.
+    """
+
+    def __init__(self, message: str, *, cause: InferError) -> None:
+        super().__init__(message)
+        self.cause = cause
+        error = cause.error or {}
+        n_prompt = error.get("n_prompt_tokens")
+        n_ctx = error.get("n_ctx")
+        self.n_prompt_tokens: int | None = n_prompt if isinstance(n_prompt, int) else None
+        self.n_ctx: int | None = n_ctx if isinstance(n_ctx, int) else None
+
+
+class TurnLimit(TurnError):
+    """A loop limit ended the turn.
+
+    Attributes:
+        kind: which limit: ``"tool_iterations"`` or ``"repeated_call"`` (the limits that end
+            a turn; the others cap without ending it).
+        value: the count that crossed the bound (iterations, or times the call was seen).
+        limit: the bound in force (``config.loop.tool_iterations``, or 2 for repeats).
+    """
+
+    def __init__(self, kind: str, value: int, limit: int, detail: str) -> None:
+        super().__init__(f"{kind}: {detail} (value {value}, limit {limit})")
+        self.kind = kind
+        self.value = value
+        self.limit = limit
+        self.detail = detail
+
+
+class TurnCancelled(TurnError):
+    """The runtime's ``cancel`` event was set; the turn stopped between events."""
+
+
+class TurnInferError(TurnError):
+    """The completion failed for a reason other than a full context.
+
+    Attributes:
+        cause: the :class:`InferError` (HTTP status and body kept).
+    """
+
+    def __init__(self, message: str, *, cause: InferError) -> None:
+        super().__init__(message)
+        self.cause = cause
