@@ -1,0 +1,188 @@
+"""Every knob of boxmaker in one typed object, loadable from a TOML file.
+
+A config file names sections and keys exactly as the dataclasses below do::
+
+    [server]
+    url = "http://127.0.0.1:8080"
+
+    [loop]
+    tool_iterations = 6
+    tool_result_cap = 4000
+
+    [thinking]
+    turn_tokens = 256
+
+Unknown sections or keys, and values of the wrong type, raise :class:`ConfigError`
+naming the file and the key. Every dataclass is frozen and keyword-only; use
+:func:`dataclasses.replace` to derive a variant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+__all__ = [
+    "ClientConfig",
+    "Config",
+    "LoopLimits",
+    "SamplingConfig",
+    "SlotsConfig",
+    "ThinkingConfig",
+    "load_config",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientConfig:
+    """How to reach llama-server and how hard to try."""
+
+    url: str = "http://127.0.0.1:8080"
+    """Base URL of llama-server (no trailing ``/v1``)."""
+    api_key: str | None = None
+    """Sent as ``Authorization: Bearer ...``; ``None`` sends no header. Never in cassettes."""
+    connect_timeout_s: float = 10.0
+    """Seconds to wait for a TCP connection."""
+    idle_timeout_s: float = 300.0
+    """Seconds without a single byte from the server before the request fails (not a total
+    timeout: a long stream that keeps sending never times out). Prompt processing of a long
+    prompt with ``return_progress`` sends progress events, so this can stay moderate."""
+    retry_attempts: int = 4
+    """Retries after the first attempt on connection refused and HTTP 503 (0: no retry)."""
+    retry_base_delay_s: float = 0.5
+    """Delay before the first retry in seconds; doubles each retry."""
+    retry_max_delay_s: float = 8.0
+    """Upper bound of one retry delay in seconds."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlotsConfig:
+    """llama.cpp slots (``id_slot``) the loop uses."""
+
+    main: int = 0
+    """Slot of the main conversation; keeping one slot per session keeps its prompt cache."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopLimits:
+    """The limits of one turn (see the spec's limits table)."""
+
+    tool_iterations: int = 8
+    """Completions with tool calls allowed in one turn; one more ends the turn (``TurnLimit``)."""
+    repeat_detection: bool = True
+    """Detect identical (name, arguments) calls in one turn: the first repeat is answered
+    without running, the second ends the turn."""
+    tool_result_cap: int | None = 16_000
+    """Longest tool result in characters sent to the model; longer ones are cut and marked
+    ``truncated``. ``None``: no cap."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ThinkingConfig:
+    """Reasoning ("thinking") settings."""
+
+    enabled: bool = True
+    """Ask for reasoning (``chat_template_kwargs.enable_thinking``)."""
+    turn_tokens: int | None = None
+    """Reasoning tokens allowed per turn (all completions of the turn together); when reached,
+    reasoning is ended through llama.cpp's reasoning control. ``None``: no cap."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SamplingConfig:
+    """Sampling parameters sent with every request."""
+
+    temperature: float = 0.0
+    """Sampling temperature; 0 is greedy (reproducible)."""
+    max_tokens: int | None = 1024
+    """Tokens one completion may generate (``max_tokens``); ``None``: the server's default."""
+    seed: int | None = 0
+    """Sampler seed sent to the server; ``None`` sends none."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    """Every knob in one object. ``Config()`` gives working defaults."""
+
+    client: ClientConfig = field(default_factory=ClientConfig)
+    slots: SlotsConfig = field(default_factory=SlotsConfig)
+    loop: LoopLimits = field(default_factory=LoopLimits)
+    thinking: ThinkingConfig = field(default_factory=ThinkingConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike[str]) -> Config:
+        """Load a config from a TOML file; missing keys keep their defaults.
+
+        Raises:
+            ConfigError: the file cannot be read or parsed, or names an unknown section or
+                key, or a value has the wrong type.
+        """
+        return load_config(path)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "<dict>") -> Config:
+        """Build a config from nested mappings shaped like the TOML file.
+
+        Raises:
+            ConfigError: unknown section or key, or a value of the wrong type.
+        """
+        sections: dict[str, Any] = {}
+        hints = typing.get_type_hints(cls)
+        for name, value in data.items():
+            if name not in hints:
+                raise ConfigError(f"{source}: unknown section [{name}]")
+            if not isinstance(value, dict):
+                raise ConfigError(f"{source}: [{name}] must be a table")
+            sections[name] = _build(hints[name], value, f"{source}: [{name}]")
+        return cls(**sections)
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Load a :class:`Config` from a TOML file (see the module docstring for the layout).
+
+    Raises:
+        ConfigError: unreadable or invalid file, unknown key, or wrong type.
+    """
+    p = Path(path)
+    try:
+        with p.open("rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read config: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{p}: invalid TOML: {exc}") from exc
+    return Config.from_dict(data, source=str(p))
+
+
+def _build(cls: Any, values: dict[str, Any], where: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in known:
+            raise ConfigError(f"{where}: unknown key {key!r}")
+        if not _fits(hints[key], value):
+            raise ConfigError(f"{where}: {key} = {value!r} is not of type {hints[key]}")
+        kwargs[key] = float(value) if hints[key] is float and isinstance(value, int) else value
+    return cls(**kwargs)
+
+
+def _fits(hint: Any, value: Any) -> bool:
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return any(_fits(arg, value) for arg in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)

@@ -1,0 +1,136 @@
+"""The events a turn emits to its ``on_event`` hook, as plain frozen dataclasses.
+
+Client events (from one streamed ``/v1/chat/completions`` request, llama.cpp terms):
+
+========================  ==========================================================
+``Queued``                the server accepted the request (HTTP 200), no chunk yet
+``Progress``              ``prompt_progress``: prompt tokens ``processed`` of ``total``
+                          (``cache`` of them reused from the slot), ``time_ms`` so far
+``Waiting``               prompt processed, no token yet (sent once per request)
+``Reasoning``             a ``delta.reasoning_content`` fragment
+``Content``               a ``delta.content`` fragment
+``ToolCallDelta``         a ``delta.tool_calls[i]`` fragment (arguments arrive in pieces)
+``ThinkingCapped``        the reasoning budget was reached; ``reasoning_end`` was sent
+``Retrying``              the request failed in a retryable way; next attempt after a delay
+========================  ==========================================================
+
+Turn events add ``ToolCallStarted`` and the records the turn appends to the session log
+(:mod:`boxmaker.records`: ``User``, ``Assistant``, ``Usage``, ``CacheLoss``, ``ToolResult``,
+``LimitHit``), passed to the hook as they are written. ``ToolCallDelta`` is not passed on by the
+turn (``ToolCallStarted`` comes once the call is complete).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from .records import Record
+
+__all__ = [
+    "ClientEvent",
+    "Content",
+    "Progress",
+    "Queued",
+    "Reasoning",
+    "Retrying",
+    "ThinkingCapped",
+    "ToolCallDelta",
+    "ToolCallStarted",
+    "TurnEvent",
+    "Waiting",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """The server answered HTTP 200; no stream chunk has arrived yet."""
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """llama.cpp's ``prompt_progress``: tokens of the prompt processed so far.
+
+    ``total`` prompt tokens, ``cache`` of them reused from the slot's cache, ``processed``
+    done so far (including the cached ones), ``time_ms`` milliseconds spent so far.
+    """
+
+    total: int
+    cache: int
+    processed: int
+    time_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """The prompt is processed; the first generated token has not arrived yet."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reasoning:
+    """A fragment of ``delta.reasoning_content`` (about one token)."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Content:
+    """A fragment of ``delta.content`` (about one token)."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A fragment of ``delta.tool_calls[index]``; ``id`` and ``name`` only where sent."""
+
+    index: int
+    id: str | None
+    name: str | None
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingCapped:
+    """The reasoning budget was reached after ``reasoning_tokens`` tokens this turn;
+    ``reasoning_end`` was sent through llama.cpp's reasoning control."""
+
+    reasoning_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Retrying:
+    """Attempt ``attempt`` (1 = the first retry) follows after ``delay_s`` seconds."""
+
+    attempt: int
+    delay_s: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStarted:
+    """A complete tool call is about to be handled; ``call`` is its session number."""
+
+    name: str
+    call: int
+    arguments: str
+
+
+ClientEvent: TypeAlias = (
+    Queued | Progress | Waiting | Reasoning | Content | ToolCallDelta | ThinkingCapped | Retrying
+)
+"""Any event of one streamed request."""
+
+TurnEvent: TypeAlias = (
+    Queued
+    | Progress
+    | Waiting
+    | Reasoning
+    | Content
+    | ThinkingCapped
+    | Retrying
+    | ToolCallStarted
+    | Record
+)
+"""Any event a turn passes to its hook: client events (but ``ToolCallDelta``),
+``ToolCallStarted``, and each record as it is appended."""

@@ -1,0 +1,295 @@
+"""The record types of a session log, and their JSON form.
+
+A session log (see :mod:`boxmaker.session`) is one JSON object per line. The first line is the
+session's :class:`Baseline` (with ``"schema"``, the log format version, and ``"session_id"``);
+every later line is one of the records below, tagged by ``"type"``::
+
+    {"type": "user", "time": "2026-11-30T07:01:02.123456Z", "content": "What is the weather?"}
+
+Every record carries ``time``: when it was made, UTC, written as ISO 8601 with a ``Z``. Time is
+kept in the log only; it never goes into a message sent to the model.
+
+Records are frozen: a record, once written, never changes. Field names follow the OpenAI
+chat-completions API (``tool_calls``, ``tool_call_id``) and llama.cpp's server (``timings``
+with ``cache_n``, ``prompt_n``, ``predicted_n``, ``prompt_ms``, ``predicted_ms``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal, TypeAlias
+
+__all__ = [
+    "LIMIT_KINDS",
+    "SCHEMA_VERSION",
+    "Assistant",
+    "Baseline",
+    "CacheLoss",
+    "LimitHit",
+    "LimitKind",
+    "Record",
+    "ToolCall",
+    "ToolResult",
+    "Unknown",
+    "Usage",
+    "User",
+    "format_time",
+    "parse_time",
+    "record_from_json",
+    "record_to_json",
+    "utc_now",
+]
+
+SCHEMA_VERSION = 1
+"""Version of the log format, written in each log's first line (the baseline)."""
+
+LimitKind: TypeAlias = Literal[
+    "tool_iterations", "repeated_call", "thinking_cap", "context_full", "tool_result_cap"
+]
+LIMIT_KINDS: tuple[LimitKind, ...] = (
+    "tool_iterations",
+    "repeated_call",
+    "thinking_cap",
+    "context_full",
+    "tool_result_cap",
+)
+"""The five kinds of limit (the spec's limits table), in that order."""
+
+
+def utc_now() -> datetime:
+    """The current time as an aware UTC datetime."""
+    return datetime.now(UTC)
+
+
+def format_time(t: datetime) -> str:
+    """ISO 8601 in UTC with microseconds and a ``Z``, e.g. ``2026-11-30T07:01:02.000001Z``."""
+    return t.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def parse_time(text: str) -> datetime:
+    """Parse :func:`format_time`'s output (any ISO 8601 with an offset) to an aware datetime.
+
+    Raises:
+        ValueError: not ISO 8601, or no UTC offset.
+    """
+    t = datetime.fromisoformat(text)
+    if t.tzinfo is None:
+        raise ValueError(f"time without UTC offset: {text!r}")
+    return t.astimezone(UTC)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCall:
+    """One tool call as the model made it (OpenAI ``tool_calls[i]``).
+
+    ``arguments`` is the model's exact text (a JSON object when the model behaved); it is kept
+    raw even when it is not valid JSON.
+    """
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Baseline:
+    """What every request of a session starts with: the system prompt and the offered tools.
+
+    ``tools`` holds OpenAI tool definitions (``{"type": "function", "function": {"name",
+    "description", "parameters"}}``), sent as the request's ``tools``.
+    """
+
+    system: str = ""
+    tools: tuple[Mapping[str, Any], ...] = ()
+    time: datetime = field(default_factory=utc_now)
+
+
+@dataclass(frozen=True, kw_only=True)
+class User:
+    """A user message."""
+
+    content: str
+    time: datetime = field(default_factory=utc_now)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Assistant:
+    """One completion's message: the three fields of the streamed delta, joined.
+
+    ``content`` from ``delta.content``, ``reasoning`` from ``delta.reasoning_content``,
+    ``tool_calls`` from ``delta.tool_calls``; ``None`` where the model sent nothing.
+    """
+
+    content: str | None
+    reasoning: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    time: datetime = field(default_factory=utc_now)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Usage:
+    """What one completion cost, from llama.cpp's final stream event.
+
+    ``timings`` is llama.cpp's object as sent (``cache_n``, ``prompt_n``, ``predicted_n`` in
+    tokens; ``prompt_ms``, ``predicted_ms`` in milliseconds; per-token and per-second rates),
+    empty when the server sent none (older builds). ``reasoning_tokens`` counts the streamed
+    reasoning deltas (llama.cpp sends about one token per delta). ``prompt_tokens`` and
+    ``completion_tokens`` are the OpenAI ``usage`` fields, ``None`` when absent.
+    """
+
+    timings: Mapping[str, float] = field(default_factory=dict)
+    reasoning_tokens: int = 0
+    thinking_capped: bool = False
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    time: datetime = field(default_factory=utc_now)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheLoss:
+    """llama.cpp reused fewer prompt tokens than the previous request made cacheable.
+
+    ``expected`` = previous ``cache_n + prompt_n`` (tokens), ``reused`` = new ``cache_n``.
+    """
+
+    expected: int
+    reused: int
+    time: datetime = field(default_factory=utc_now)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolResult:
+    """The result of one tool call, sent back as a ``tool`` message.
+
+    ``call`` is the session's tool-call number (1, 2, ...); ``tool_call_id`` the model's id of
+    the call; ``content`` the text sent to the model (capped, at most the configured number of
+    characters); ``data_class`` a label for the data (``"public"`` for local tools);
+    ``untrusted`` marks content from outside (e.g. the web); ``truncated`` says the content
+    was cut by ``cap_result``.
+    """
+
+    call: int
+    tool_call_id: str
+    name: str
+    content: str
+    data_class: str = "public"
+    untrusted: bool = False
+    truncated: bool = False
+    time: datetime = field(default_factory=utc_now)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LimitHit:
+    """A limit fired (``kind`` is one of :data:`LIMIT_KINDS`); ``detail`` says what and where."""
+
+    kind: LimitKind
+    detail: str
+    time: datetime = field(default_factory=utc_now)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Unknown:
+    """A record of a type this version does not know, kept as read so nothing is lost."""
+
+    type: str
+    data: Mapping[str, Any]
+    time: datetime = field(default_factory=utc_now)
+
+
+Record: TypeAlias = User | Assistant | Usage | CacheLoss | ToolResult | LimitHit | Unknown
+"""Any record that can follow the baseline in a session log."""
+
+_TYPES: dict[str, type[Any]] = {
+    "user": User,
+    "assistant": Assistant,
+    "usage": Usage,
+    "cache_loss": CacheLoss,
+    "tool_result": ToolResult,
+    "limit_hit": LimitHit,
+}
+_NAMES: dict[type[Any], str] = {cls: name for name, cls in _TYPES.items()}
+
+
+def record_to_json(record: Record | Baseline) -> dict[str, Any]:
+    """The JSON object of one log line: ``{"type": ..., "time": ..., <fields>}``.
+
+    A :class:`Baseline` gives ``{"type": "baseline", ...}`` without ``schema`` and
+    ``session_id`` (the session adds those). An :class:`Unknown` gives back what was read.
+    """
+    if isinstance(record, Unknown):
+        return dict(record.data)
+    out: dict[str, Any] = {
+        "type": "baseline" if isinstance(record, Baseline) else _NAMES[type(record)]
+    }
+    for f in dataclasses.fields(record):
+        value = getattr(record, f.name)
+        if f.name == "time":
+            out["time"] = format_time(value)
+        elif f.name == "tool_calls":
+            out["tool_calls"] = [
+                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in value
+            ]
+        elif f.name in ("tools", "timings"):
+            out[f.name] = [dict(t) for t in value] if f.name == "tools" else dict(value)
+        else:
+            out[f.name] = value
+    return out
+
+
+def record_from_json(data: Mapping[str, Any]) -> Record:
+    """Build a record from one log line's JSON object.
+
+    A ``type`` this version does not know gives an :class:`Unknown` record holding the data.
+
+    Raises:
+        ValueError: a known type with missing or malformed fields (the message says which).
+    """
+    name = data.get("type")
+    time_text = data.get("time")
+    time = parse_time(time_text) if isinstance(time_text, str) else utc_now()
+    cls = _TYPES.get(name) if isinstance(name, str) else None
+    if cls is None:
+        return Unknown(type=str(name), data=dict(data), time=time)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name == "time":
+            continue
+        if f.name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ValueError(f"{name} record without {f.name!r}")
+            continue
+        value = data[f.name]
+        if f.name == "tool_calls":
+            try:
+                value = tuple(
+                    ToolCall(id=str(c["id"]), name=str(c["name"]), arguments=str(c["arguments"]))
+                    for c in value
+                )
+            except (KeyError, TypeError) as exc:
+                raise ValueError(f"malformed tool_calls in {name} record: {exc}") from exc
+        kwargs[f.name] = value
+    try:
+        record: Record = cls(time=time, **kwargs)
+    except TypeError as exc:
+        raise ValueError(f"malformed {name} record: {exc}") from exc
+    return record
+
+
+def baseline_from_json(data: Mapping[str, Any]) -> Baseline:
+    """Build the :class:`Baseline` from a log's first line.
+
+    Raises:
+        ValueError: the line is not a baseline, or its fields are malformed.
+    """
+    if data.get("type") != "baseline":
+        raise ValueError(f"first record is {data.get('type')!r}, not 'baseline'")
+    system = data.get("system", "")
+    tools = data.get("tools", [])
+    if not isinstance(system, str) or not isinstance(tools, list):
+        raise ValueError("baseline needs 'system' (string) and 'tools' (list)")
+    time_text = data.get("time")
+    time = parse_time(time_text) if isinstance(time_text, str) else utc_now()
+    return Baseline(system=system, tools=tuple(dict(t) for t in tools), time=time)
