@@ -5,7 +5,8 @@ Tree::
     BoxmakerError                 every error boxmaker raises on purpose
     ├── ConfigError               a config file or value that cannot be used
     ├── InferError                an inference request failed (HTTP status and body kept)
-    │   └── StreamCut             the stream ended before finish_reason / [DONE]
+    │   ├── StreamCut             the stream ended before finish_reason / [DONE]
+    │   └── RequestCancelled      the cancel event was set; the stream was closed
     ├── SessionError              a session log that cannot be created, read or appended
     ├── ServerError               the embedded llama.cpp server could not start or answer
     ├── CassetteError             a cassette that cannot be recorded or replayed
@@ -25,6 +26,7 @@ __all__ = [
     "CassetteError",
     "ConfigError",
     "InferError",
+    "RequestCancelled",
     "ServerError",
     "SessionError",
     "SessionFull",
@@ -79,6 +81,11 @@ class InferError(BoxmakerError):
 
 class StreamCut(InferError):
     """The SSE stream ended (or broke) before ``finish_reason`` or ``data: [DONE]``."""
+
+
+class RequestCancelled(InferError):
+    """The caller's cancel event was set during the request; the stream was closed, which
+    makes llama.cpp stop generating for it."""
 
 
 class SessionError(BoxmakerError):
