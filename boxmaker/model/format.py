@@ -1,0 +1,342 @@
+"""The tiny agent model's format: char-level vocab, chat-template rendering, GGUF writer.
+
+Everything here must agree with what llama.cpp does with the written file, because the
+training text is rendered and tokenised here and the served model sees llama.cpp's rendering
+and tokenisation of the same conversation (``tests/test_model.py`` checks both against the
+server's ``POST /apply-template`` and ``POST /tokenize``).
+
+Vocab (tokenizer model ``llama``, i.e. SentencePiece-style, one token per character):
+
+====== =============================================== ==============
+ids    tokens                                          GGUF type
+====== =============================================== ==============
+0      ``<unk>``                                       UNKNOWN
+1-4    ``<s>`` ``</s>`` ``<|im_start|>`` ``<|im_end|>``  CONTROL
+5-10   ``<think>`` ``</think>`` ``<tool_call>``          USER_DEFINED
+       ``</tool_call>`` ``<tool_response>``
+       ``</tool_response>``
+11-266 ``<0x00>`` ... ``<0xFF>`` (UTF-8 byte fallback)  BYTE
+267    ``\\n``                                          NORMAL
+268-   printable ASCII 32..126, space written as ``▁``  NORMAL
+====== =============================================== ==============
+
+``add_bos`` and ``add_eos`` are false, ``add_space_prefix`` is false, eos is ``<|im_end|>``.
+
+Weights: llama architecture, F32, rope NORMAL (rotation of adjacent pairs ``x[2i], x[2i+1]``,
+base 10000), so q/k are written as trained with no permutation; a torch ``Linear`` weight of
+shape (out, in) is written as it is. ``output.weight`` is omitted: llama.cpp then ties the
+output to ``token_embd.weight``.
+
+Needs the ``dev`` or ``train`` extra (``gguf``, ``numpy``, ``jinja2``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import gguf
+import jinja2
+import numpy as np
+import numpy.typing as npt
+
+from boxmaker.model import template_path
+
+__all__ = [
+    "ARCH",
+    "BYTE_OFFSET",
+    "CONTROL_TOKENS",
+    "EOS_TOKEN",
+    "USER_DEFINED_TOKENS",
+    "ModelConfig",
+    "decode",
+    "encode",
+    "random_weights",
+    "read_template",
+    "render",
+    "tensor_shapes",
+    "vocab",
+    "write_gguf",
+]
+
+ARCH = "llama"
+"""GGUF architecture name written to ``general.architecture``."""
+
+UNK_TOKEN = "<unk>"
+CONTROL_TOKENS: tuple[str, ...] = ("<s>", "</s>", "<|im_start|>", "<|im_end|>")
+"""Control tokens (ids 1-4); parsed from text only when special parsing is on."""
+
+USER_DEFINED_TOKENS: tuple[str, ...] = (
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+)
+"""User-defined tokens (ids 5-10); always parsed from text as one token."""
+
+EOS_TOKEN = "<|im_end|>"
+"""End-of-generation token: the server stops a completion when the model emits it."""
+
+SPACE = "\u2581"
+"""The SentencePiece space mark ``▁`` that stands for a space in the vocab."""
+
+BYTE_OFFSET = 1 + len(CONTROL_TOKENS) + len(USER_DEFINED_TOKENS)
+"""Id of ``<0x00>``; byte ``b`` is token ``BYTE_OFFSET + b``."""
+
+_SPECIALS: tuple[str, ...] = CONTROL_TOKENS + USER_DEFINED_TOKENS
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Hyper-parameters of the llama model (sizes in elements, context in tokens).
+
+    Attributes:
+        dim: embedding width.
+        n_layers: transformer blocks.
+        n_heads: attention heads (and KV heads: no grouped-query attention).
+        ffn: hidden width of the SwiGLU feed-forward.
+        context_length: the longest context the model was trained for, written as
+            ``llama.context_length`` (the server's ``n_ctx`` may not exceed it usefully).
+        rope_base: rope frequency base.
+        norm_eps: RMSNorm epsilon.
+    """
+
+    dim: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    ffn: int = 384
+    context_length: int = 4096
+    rope_base: float = 10000.0
+    norm_eps: float = 1e-5
+
+    @property
+    def head_dim(self) -> int:
+        """Width of one attention head (``dim // n_heads``)."""
+        return self.dim // self.n_heads
+
+
+@lru_cache(maxsize=1)
+def vocab() -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The vocab as (token texts, GGUF token types), in id order (see the module table)."""
+    tokens: list[str] = [UNK_TOKEN]
+    types: list[int] = [int(gguf.TokenType.UNKNOWN)]
+    for tok in CONTROL_TOKENS:
+        tokens.append(tok)
+        types.append(int(gguf.TokenType.CONTROL))
+    for tok in USER_DEFINED_TOKENS:
+        tokens.append(tok)
+        types.append(int(gguf.TokenType.USER_DEFINED))
+    for b in range(256):
+        tokens.append(f"<0x{b:02X}>")
+        types.append(int(gguf.TokenType.BYTE))
+    tokens.append("\n")
+    types.append(int(gguf.TokenType.NORMAL))
+    for c in range(32, 127):
+        tokens.append(SPACE if c == 32 else chr(c))
+        types.append(int(gguf.TokenType.NORMAL))
+    return tuple(tokens), tuple(types)
+
+
+@lru_cache(maxsize=1)
+def _char_ids() -> dict[str, int]:
+    tokens, types = vocab()
+    ids: dict[str, int] = {}
+    for i, (tok, typ) in enumerate(zip(tokens, types, strict=True)):
+        if typ == int(gguf.TokenType.NORMAL):
+            ids[" " if tok == SPACE else tok] = i
+    return ids
+
+
+def encode(text: str) -> list[int]:
+    """Token ids of ``text`` as llama.cpp tokenises it with special-token parsing on.
+
+    Control and user-defined token texts become their one token; every other character is
+    its own token, or its UTF-8 bytes as byte tokens when it is not in the vocab. No BOS is
+    added and no space prefix.
+    """
+    chars = _char_ids()
+    tokens, _ = vocab()
+    special_ids = {tok: tokens.index(tok) for tok in _SPECIALS}
+    out: list[int] = []
+    i = 0
+    n = len(text)
+    while i < n:
+        if text[i] == "<":
+            for tok in _SPECIALS:
+                if text.startswith(tok, i):
+                    out.append(special_ids[tok])
+                    i += len(tok)
+                    break
+            else:
+                out.append(chars["<"])
+                i += 1
+            continue
+        c = text[i]
+        cid = chars.get(c)
+        if cid is not None:
+            out.append(cid)
+        else:
+            out.extend(BYTE_OFFSET + b for b in c.encode("utf-8"))
+        i += 1
+    return out
+
+
+def decode(ids: Iterable[int]) -> str:
+    """Text of token ids (inverse of :func:`encode`; byte tokens are joined as UTF-8)."""
+    tokens, types = vocab()
+    parts: list[str] = []
+    pending = bytearray()
+    for i in ids:
+        if types[i] == int(gguf.TokenType.BYTE):
+            pending.append(i - BYTE_OFFSET)
+            continue
+        if pending:
+            parts.append(pending.decode("utf-8", errors="replace"))
+            pending.clear()
+        tok = tokens[i]
+        parts.append(" " if tok == SPACE else tok)
+    if pending:
+        parts.append(pending.decode("utf-8", errors="replace"))
+    return "".join(parts)
+
+
+def read_template() -> str:
+    """The chat template's Jinja source (``boxmaker/model/chat_template.jinja``)."""
+    return template_path().read_text(encoding="utf-8")
+
+
+@lru_cache(maxsize=1)
+def _jinja_template() -> jinja2.Template:
+    env = jinja2.Environment(undefined=jinja2.Undefined, autoescape=False)
+    # llama.cpp's tojson keeps key order; jinja2 sorts keys unless told not to.
+    env.policies["json.dumps_kwargs"] = {"sort_keys": False}
+    return env.from_string(read_template())
+
+
+def render(
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    *,
+    add_generation_prompt: bool = False,
+) -> str:
+    """Render a conversation with the model's chat template, as llama.cpp's jinja does.
+
+    Args:
+        messages: OpenAI-style messages (``role``, ``content``, and for assistants
+            ``reasoning_content`` and ``tool_calls`` whose ``function.arguments`` may be a
+            JSON text or an object).
+        tools: OpenAI-style tool definitions, or ``None``/empty for no tools prefix.
+        add_generation_prompt: end with ``<|im_start|>assistant\\n``.
+    """
+    return _jinja_template().render(
+        messages=list(messages),
+        tools=list(tools) if tools else None,
+        add_generation_prompt=add_generation_prompt,
+    )
+
+
+def tensor_shapes(config: ModelConfig, n_vocab: int) -> dict[str, tuple[int, ...]]:
+    """GGUF tensor names and numpy shapes (rows, cols) = torch ``Linear`` (out, in)."""
+    d, f = config.dim, config.ffn
+    shapes: dict[str, tuple[int, ...]] = {
+        "token_embd.weight": (n_vocab, d),
+        "output_norm.weight": (d,),
+    }
+    for i in range(config.n_layers):
+        p = f"blk.{i}."
+        shapes[p + "attn_norm.weight"] = (d,)
+        shapes[p + "attn_q.weight"] = (d, d)
+        shapes[p + "attn_k.weight"] = (d, d)
+        shapes[p + "attn_v.weight"] = (d, d)
+        shapes[p + "attn_output.weight"] = (d, d)
+        shapes[p + "ffn_norm.weight"] = (d,)
+        shapes[p + "ffn_gate.weight"] = (f, d)
+        shapes[p + "ffn_up.weight"] = (f, d)
+        shapes[p + "ffn_down.weight"] = (d, f)
+    return shapes
+
+
+def random_weights(config: ModelConfig, seed: int = 0) -> dict[str, npt.NDArray[np.float32]]:
+    """Seeded random weights (normal, std 0.02; norms 1) for every tensor of the model."""
+    rng = np.random.default_rng(seed)
+    n_vocab = len(vocab()[0])
+    out: dict[str, npt.NDArray[np.float32]] = {}
+    for name, shape in tensor_shapes(config, n_vocab).items():
+        if len(shape) == 1:
+            out[name] = np.ones(shape, dtype=np.float32)
+        else:
+            out[name] = (rng.standard_normal(shape) * 0.02).astype(np.float32)
+    return out
+
+
+def write_gguf(
+    path: str | Path,
+    config: ModelConfig,
+    weights: Mapping[str, npt.NDArray[np.float32]],
+    *,
+    name: str = "boxmaker-tiny-agent",
+    description: str = "",
+) -> Path:
+    """Write a llama-architecture GGUF with the char vocab and the chat template.
+
+    Args:
+        path: output file (overwritten).
+        config: the model's hyper-parameters.
+        weights: every tensor of :func:`tensor_shapes`, as float32 arrays of those shapes.
+        name: ``general.name``.
+        description: ``general.description`` (e.g. how it was trained), omitted when empty.
+
+    Returns:
+        The path written.
+
+    Raises:
+        ValueError: a tensor is missing or has the wrong shape.
+    """
+    tokens, types = vocab()
+    shapes = tensor_shapes(config, len(tokens))
+    for tname, shape in shapes.items():
+        if tname not in weights:
+            raise ValueError(f"missing tensor {tname}")
+        if tuple(weights[tname].shape) != shape:
+            raise ValueError(f"tensor {tname} has shape {weights[tname].shape}, want {shape}")
+    out = Path(path)
+    writer = gguf.GGUFWriter(str(out), ARCH)
+    writer.add_name(name)
+    if description:
+        writer.add_description(description)
+    writer.add_context_length(config.context_length)
+    writer.add_embedding_length(config.dim)
+    writer.add_block_count(config.n_layers)
+    writer.add_feed_forward_length(config.ffn)
+    writer.add_head_count(config.n_heads)
+    writer.add_head_count_kv(config.n_heads)
+    writer.add_rope_dimension_count(config.head_dim)
+    writer.add_rope_freq_base(config.rope_base)
+    writer.add_layer_norm_rms_eps(config.norm_eps)
+    writer.add_vocab_size(len(tokens))
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(list(tokens))
+    writer.add_token_scores([0.0] * len(tokens))
+    writer.add_token_types(list(types))
+    writer.add_unk_token_id(0)
+    writer.add_bos_token_id(tokens.index("<s>"))
+    writer.add_eos_token_id(tokens.index(EOS_TOKEN))
+    writer.add_add_bos_token(False)
+    writer.add_add_eos_token(False)
+    writer.add_add_space_prefix(False)
+    writer.add_chat_template(read_template())
+    writer.add_string("boxmaker.model_config", json.dumps(asdict(config)))
+    for tname in shapes:
+        writer.add_tensor(tname, np.ascontiguousarray(weights[tname], dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out

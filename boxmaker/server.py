@@ -1,0 +1,226 @@
+"""An embedded llama.cpp HTTP server for offline use, on loopback only.
+
+llama.cpp's own server (the code of ``llama-server``) runs inside this Python process through
+the PyPI package ``xllamacpp``: it loads a GGUF model and answers the OpenAI-compatible
+``/v1/chat/completions`` and llama.cpp's own endpoints (``/health``, ``/slots``, ``/props``,
+``/apply-template``, ``/tokenize``...) on ``http://127.0.0.1:PORT``. The chat template comes
+from the model file (``tokenizer.chat_template``) and is run with llama.cpp's jinja engine.
+
+Example::
+
+    from boxmaker.server import EmbeddedServer
+
+    with EmbeddedServer(n_ctx=4096) as server:      # the shipped tiny model
+        print(server.url)                            # http://127.0.0.1:40123
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from boxmaker.errors import ServerError
+
+__all__ = ["EmbeddedServer", "serve_forever"]
+
+_HOST = "127.0.0.1"
+_QUIET_VERBOSITY = -1
+_VERBOSE_VERBOSITY = 3
+
+# Serialises model loading: two servers loading at once in one process share llama.cpp's
+# global backend state.
+_import_lock = threading.Lock()
+
+
+def _resolve_model(model_path: str | os.PathLike[str] | None) -> Path:
+    if model_path is None:
+        from boxmaker.model import default_model_path
+
+        return default_model_path()
+    return Path(model_path)
+
+
+class EmbeddedServer:
+    """llama.cpp's HTTP server running in this process (``xllamacpp``), on 127.0.0.1.
+
+    Args:
+        model_path: GGUF file to serve; ``None`` serves the shipped tiny model
+            (:func:`boxmaker.model.default_model_path`).
+        n_ctx: context size in tokens, shared by all slots.
+        n_parallel: number of slots (concurrent sequences); each gets ``n_ctx / n_parallel``.
+        n_threads: CPU threads for generation and prompt processing; ``None`` lets llama.cpp
+            choose (all cores).
+        port: TCP port on 127.0.0.1; ``0`` picks a free one (read it from :attr:`url`).
+        startup_timeout_s: seconds :meth:`start` waits for ``GET /health`` to answer
+            ``{"status": "ok"}``.
+        verbose: keep llama.cpp's log on stderr; when ``False`` only errors are logged.
+
+    Attributes:
+        url: ``"http://127.0.0.1:PORT"``, set by :meth:`start` (``""`` before and after).
+        model_path: the resolved model path.
+
+    The server stops when :meth:`stop` is called or the object leaves its ``with`` block.
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str] | None = None,
+        *,
+        n_ctx: int = 4096,
+        n_parallel: int = 1,
+        n_threads: int | None = None,
+        port: int = 0,
+        startup_timeout_s: float = 60.0,
+        verbose: bool = False,
+    ) -> None:
+        self.model_path: Path = _resolve_model(model_path)
+        self.n_ctx = n_ctx
+        self.n_parallel = n_parallel
+        self.n_threads = n_threads
+        self.port = port
+        self.startup_timeout_s = startup_timeout_s
+        self.verbose = verbose
+        self.url: str = ""
+        self._server: Any = None
+
+    @property
+    def running(self) -> bool:
+        """Whether the server has been started and not stopped."""
+        return self._server is not None
+
+    def _params(self) -> Any:
+        import xllamacpp
+
+        params = xllamacpp.CommonParams()
+        params.model.path = str(self.model_path)
+        params.n_ctx = self.n_ctx
+        params.n_parallel = self.n_parallel
+        params.use_jinja = True
+        params.hostnames = [_HOST]
+        params.port = self.port
+        params.verbosity = _VERBOSE_VERBOSITY if self.verbose else _QUIET_VERBOSITY
+        if self.n_threads is not None:
+            params.cpuparams.n_threads = self.n_threads
+            params.cpuparams_batch.n_threads = self.n_threads
+        return params
+
+    def start(self) -> EmbeddedServer:
+        """Load the model, start serving, and wait until ``GET /health`` answers ok.
+
+        Returns:
+            ``self``, with :attr:`url` set.
+
+        Raises:
+            ServerError: the model file is missing (checked before loading; the message names
+                the path), llama.cpp could not load it or bind the port, or ``/health`` did not
+                answer ``{"status": "ok"}`` within ``startup_timeout_s``.
+        """
+        if self._server is not None:
+            return self
+        if not self.model_path.is_file():
+            raise ServerError(f"model file not found: {self.model_path}")
+        with _import_lock:
+            try:
+                import xllamacpp
+
+                server = xllamacpp.Server(self._params())
+            except Exception as exc:  # xllamacpp raises plain RuntimeError/ValueError
+                raise ServerError(
+                    f"llama.cpp server failed to start with {self.model_path}: {exc}"
+                ) from exc
+        address = str(server.listening_address).rstrip("/")
+        if not address.startswith("http"):
+            address = f"http://{address}"
+        self._server = server
+        self.url = address
+        try:
+            self._wait_healthy()
+        except ServerError:
+            self.stop()
+            raise
+        return self
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        last = "no answer"
+        with httpx.Client(timeout=5.0) as client:
+            while True:
+                try:
+                    response = client.get(f"{self.url}/health")
+                    if response.status_code == 200 and response.json().get("status") == "ok":
+                        return
+                    last = f"HTTP {response.status_code}: {response.text[:200]}"
+                except (httpx.HTTPError, ValueError) as exc:
+                    last = repr(exc)
+                if time.monotonic() >= deadline:
+                    raise ServerError(
+                        f"llama.cpp server at {self.url} not healthy after "
+                        f"{self.startup_timeout_s} s (last: {last})"
+                    )
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        """Stop serving and free the model; idempotent.
+
+        Afterwards the port refuses connections and :attr:`url` is ``""``. xllamacpp stops
+        the server when its last reference is dropped, which this does.
+        """
+        server, self._server = self._server, None
+        self.url = ""
+        if server is not None:
+            del server
+
+    def __enter__(self) -> EmbeddedServer:
+        """Start the server (see :meth:`start`) and return it."""
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Stop the server (see :meth:`stop`)."""
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = self.url or "stopped"
+        return f"EmbeddedServer({str(self.model_path)!r}, {state})"
+
+
+def serve_forever(
+    model_path: str | os.PathLike[str] | None = None,
+    *,
+    port: int = 8080,
+    n_ctx: int = 4096,
+    n_threads: int | None = None,
+) -> None:
+    """Serve a model on 127.0.0.1 until Ctrl-C (used by ``boxmaker serve``).
+
+    Prints the URL once the server is healthy, then blocks; Ctrl-C stops the server and
+    returns.
+
+    Args:
+        model_path: GGUF to serve; ``None`` serves the shipped tiny model.
+        port: TCP port on 127.0.0.1 (``0`` picks a free one).
+        n_ctx: context size in tokens.
+        n_threads: CPU threads; ``None`` lets llama.cpp choose.
+
+    Raises:
+        ServerError: as :meth:`EmbeddedServer.start`.
+    """
+    server = EmbeddedServer(model_path, n_ctx=n_ctx, n_threads=n_threads, port=port)
+    with server:
+        print(f"serving {server.model_path} at {server.url} (Ctrl-C stops)", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            print("stopping", file=sys.stderr, flush=True)
