@@ -1,0 +1,420 @@
+"""Tool registry, ``dispatch``, the tool port protocol, and ``cap_result``.
+
+Two kinds of tool live in a :class:`Registry`:
+
+- a *local* tool is a Python function; its JSON schema is derived from its type hints and
+  docstring (or given), it runs in-process and its result is public, trusted text;
+- a *port* tool is only a name and a schema; calls go to a :class:`ToolPort` as a
+  :class:`ToolRequest` and come back as :data:`ToolAnswer` (``Result``, ``Failed``,
+  ``Denied`` or ``PendingApproval``). :class:`InProcessPort` is a port made of Python handlers.
+
+:func:`dispatch` never raises for what the model sent: an unknown tool, arguments that are not
+JSON or do not fit the schema (checked with ``jsonschema``), and exceptions inside a tool all
+become result texts the model can read. Tool definitions use the OpenAI chat-completions
+``tools`` format (``{"type": "function", "function": {"name", "description", "parameters"}}``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
+
+import jsonschema
+
+__all__ = [
+    "Denied",
+    "Dispatched",
+    "Failed",
+    "InProcessPort",
+    "PendingApproval",
+    "Registry",
+    "Result",
+    "Tool",
+    "ToolAnswer",
+    "ToolPort",
+    "ToolRequest",
+    "cap_result",
+    "dispatch",
+    "schema_from_function",
+]
+
+
+# -- the tool port protocol -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolRequest:
+    """A call sent to a tool port: ``call`` is the session's tool-call number (1, 2, ...),
+    ``arguments`` the parsed, schema-checked JSON object."""
+
+    session_id: str
+    call: int
+    tool: str
+    arguments: Mapping[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Result:
+    """The port ran the call: ``content`` goes to the model; ``data_class`` labels the data
+    (e.g. ``"public"``, ``"internal"``); ``untrusted`` marks content from outside."""
+
+    content: str
+    data_class: str = "public"
+    untrusted: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failed:
+    """The port tried the call and it failed; ``message`` says why."""
+
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Denied:
+    """The port refused the call; ``reason`` says why."""
+
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PendingApproval:
+    """The call needs a person's approval first; the loop cannot wait for it."""
+
+    reason: str = ""
+
+
+ToolAnswer: TypeAlias = Result | Failed | Denied | PendingApproval
+"""What a tool port answers to a :class:`ToolRequest`."""
+
+
+@runtime_checkable
+class ToolPort(Protocol):
+    """Where port tools are executed (another process, a sandbox, a person)."""
+
+    def request(self, request: ToolRequest) -> ToolAnswer:
+        """Run (or refuse) one call and answer it. May raise; dispatch turns that into text."""
+        ...
+
+
+class InProcessPort:
+    """A tool port made of Python handlers, one per tool name; for tests and notebooks.
+
+    ``handlers`` maps a tool name to ``handler(request) -> ToolAnswer``. ``requests`` keeps
+    every request received, in order.
+    """
+
+    def __init__(self, handlers: Mapping[str, Callable[[ToolRequest], ToolAnswer]]) -> None:
+        self.handlers = dict(handlers)
+        self.requests: list[ToolRequest] = []
+
+    def request(self, request: ToolRequest) -> ToolAnswer:
+        """Answer with the tool's handler; ``Failed`` when the port has none for it."""
+        self.requests.append(request)
+        handler = self.handlers.get(request.tool)
+        if handler is None:
+            return Failed(message=f"this port has no handler for {request.tool!r}")
+        return handler(request)
+
+
+# -- the registry -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tool:
+    """One registered tool: ``function`` is set for a local tool, ``None`` for a port tool.
+    ``parameters`` is the JSON schema (an ``object`` schema) of its arguments."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    function: Callable[..., Any] | None = None
+    validator: Any = field(default=None, repr=False, compare=False)
+
+    def definition(self) -> dict[str, Any]:
+        """The OpenAI ``tools`` entry for this tool."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": dict(self.parameters),
+            },
+        }
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+
+
+class Registry:
+    """The tools offered to the model, by name, in registration order."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, Tool] = {}
+
+    def add(
+        self,
+        function: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        parameters: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Register a local tool; usable as ``@registry.add`` or ``@registry.add(name=...)``.
+
+        The schema is derived from the function's type hints and docstring (see
+        :func:`schema_from_function`) unless ``parameters`` is given. Returns the function.
+
+        Raises:
+            ValueError: the name is taken or not a valid tool name, or the schema is invalid.
+        """
+
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            derived_desc, derived_params = schema_from_function(fn)
+            self._put(
+                Tool(
+                    name=name or fn.__name__,
+                    description=description if description is not None else derived_desc,
+                    parameters=parameters if parameters is not None else derived_params,
+                    function=fn,
+                )
+            )
+            return fn
+
+        return register(function) if function is not None else register
+
+    def add_port_tool(self, name: str, description: str, parameters: Mapping[str, Any]) -> None:
+        """Register a tool that a :class:`ToolPort` executes.
+
+        Raises:
+            ValueError: the name is taken or invalid, or the schema is invalid.
+        """
+        self._put(Tool(name=name, description=description, parameters=parameters))
+
+    def _put(self, tool: Tool) -> None:
+        if not _NAME.fullmatch(tool.name):
+            raise ValueError(f"invalid tool name {tool.name!r}")
+        if tool.name in self._tools:
+            raise ValueError(f"a tool named {tool.name!r} is registered already")
+        try:
+            jsonschema.Draft202012Validator.check_schema(dict(tool.parameters))
+        except jsonschema.SchemaError as exc:
+            raise ValueError(f"invalid parameters schema for {tool.name!r}: {exc.message}") from exc
+        validator = jsonschema.Draft202012Validator(dict(tool.parameters))
+        self._tools[tool.name] = Tool(
+            name=tool.name,
+            description=tool.description,
+            parameters=tool.parameters,
+            function=tool.function,
+            validator=validator,
+        )
+
+    def get(self, name: str) -> Tool | None:
+        """The tool of that name, or ``None``."""
+        return self._tools.get(name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Registered tool names in registration order."""
+        return tuple(self._tools)
+
+    def definitions(self) -> tuple[dict[str, Any], ...]:
+        """OpenAI ``tools`` entries for every tool, in registration order (for a Baseline)."""
+        return tuple(t.definition() for t in self._tools.values())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+
+_JSON_TYPES: dict[Any, str] = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    dict: "object",
+    list: "array",
+}
+
+
+def schema_from_function(fn: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
+    """Description and JSON schema of a function's parameters, from hints and docstring.
+
+    The description is the docstring's first paragraph; a parameter's description comes from
+    an ``Args:`` section (``name: text``). ``str``/``int``/``float``/``bool``/``list[X]``/
+    ``dict``/``Literal[...]`` map to JSON schema types; a parameter with a default is optional;
+    ``X | None`` allows ``null``.
+
+    Raises:
+        ValueError: a parameter without a type hint or of a type with no JSON form.
+    """
+    hints = typing.get_type_hints(fn)
+    doc = inspect.getdoc(fn) or ""
+    description = doc.split("\n\n", 1)[0].replace("\n", " ").strip()
+    arg_docs = dict(re.findall(r"^\s+(\w+)(?:\s*\([^)]*\))?:\s*(.+)$", _args_section(doc), re.M))
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for pname, param in inspect.signature(fn).parameters.items():
+        if pname not in hints:
+            raise ValueError(f"{fn.__name__}: parameter {pname!r} has no type hint")
+        prop = _json_type(hints[pname], f"{fn.__name__}.{pname}")
+        if pname in arg_docs:
+            prop["description"] = arg_docs[pname].strip()
+        properties[pname] = prop
+        if param.default is inspect.Parameter.empty:
+            required.append(pname)
+    schema: dict[str, Any] = {"type": "object", "properties": properties, "required": required}
+    return description, schema
+
+
+def _args_section(doc: str) -> str:
+    match = re.search(r"^(?:Args|Arguments|Parameters):\s*\n((?:[ \t]+.*\n?)+)", doc, re.M)
+    return match.group(1) if match else ""
+
+
+def _json_type(hint: Any, where: str) -> dict[str, Any]:
+    origin = typing.get_origin(hint)
+    if hint in _JSON_TYPES:
+        return {"type": _JSON_TYPES[hint]}
+    if origin is Literal:
+        return {"enum": list(typing.get_args(hint))}
+    if origin in (list, tuple):
+        args = typing.get_args(hint)
+        return {"type": "array", "items": _json_type(args[0], where)} if args else {"type": "array"}
+    if origin is dict:
+        return {"type": "object"}
+    if origin in (types.UnionType, typing.Union):
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(options) == 1:
+            inner = _json_type(options[0], where)
+            if "type" in inner:
+                inner["type"] = [inner["type"], "null"]
+            return inner
+        return {"anyOf": [_json_type(a, where) for a in typing.get_args(hint)]}
+    if hint is type(None):
+        return {"type": "null"}
+    raise ValueError(f"{where}: type {hint!r} has no JSON schema form")
+
+
+# -- dispatch ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dispatched:
+    """The text a call produced (before capping) and its labels."""
+
+    content: str
+    data_class: str = "public"
+    untrusted: bool = False
+
+
+def dispatch(
+    registry: Registry,
+    name: str,
+    arguments: str,
+    *,
+    port: ToolPort | None = None,
+    session_id: str = "",
+    call: int = 0,
+) -> Dispatched:
+    """Run one tool call and return its result text; never raises for what the model sent.
+
+    Args:
+        registry: the offered tools.
+        name: the tool name the model called.
+        arguments: the model's arguments text (should be a JSON object).
+        port: where port tools go; a port tool with no port gives a failure text.
+        session_id, call: passed on in the :class:`ToolRequest` (call = session tool-call number).
+
+    Returns:
+        A local tool's result (``str`` as is, anything else as JSON), public and trusted; a port
+        ``Result`` with its labels; or a text saying why the call was not run or failed:
+        unknown tool, arguments not JSON or not fitting the schema, ``Failed`` -> "The tool
+        failed: ...", ``Denied`` -> "The call was denied: ...", ``PendingApproval``, or an
+        exception inside the tool or port.
+    """
+    tool = registry.get(name)
+    if tool is None:
+        offered = ", ".join(registry.names) or "none"
+        return Dispatched(content=f"Unknown tool {name!r}. The tools offered are: {offered}.")
+    try:
+        args = json.loads(arguments) if arguments.strip() else {}
+    except ValueError as exc:
+        return Dispatched(
+            content=f"The arguments for {name} are not valid JSON ({exc}); the call was not run."
+        )
+    if not isinstance(args, dict):
+        return Dispatched(
+            content=f"The arguments for {name} must be a JSON object, not {type(args).__name__}; "
+            "the call was not run."
+        )
+    error = next(iter(tool.validator.iter_errors(args)), None) if tool.validator else None
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
+        return Dispatched(
+            content=f"The arguments for {name} do not fit its schema at {where}: "
+            f"{error.message}; the call was not run."
+        )
+    if tool.function is not None:
+        try:
+            value = tool.function(**args)
+        except Exception as exc:  # a tool's bug must not crash the turn
+            return Dispatched(content=f"The tool failed: {type(exc).__name__}: {exc}")
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        return Dispatched(content=text)
+    if port is None:
+        return Dispatched(content=f"The tool failed: no tool port is connected to run {name}.")
+    request = ToolRequest(session_id=session_id, call=call, tool=name, arguments=args)
+    try:
+        answer = port.request(request)
+    except Exception as exc:  # the port's failure is the model's to read
+        return Dispatched(content=f"The tool failed: {type(exc).__name__}: {exc}")
+    if isinstance(answer, Result):
+        return Dispatched(
+            content=answer.content, data_class=answer.data_class, untrusted=answer.untrusted
+        )
+    if isinstance(answer, Failed):
+        return Dispatched(content=f"The tool failed: {answer.message}")
+    if isinstance(answer, Denied):
+        return Dispatched(content=f"The call was denied: {answer.reason}")
+    if isinstance(answer, PendingApproval):
+        why = f" ({answer.reason})" if answer.reason else ""
+        return Dispatched(
+            content=f"The call needs approval{why}, and this loop cannot wait for approval: "
+            "it was not run."
+        )
+    return Dispatched(content=f"The tool failed: the port answered {answer!r}.")
+
+
+def cap_result(text: str, cap: int | None) -> tuple[str, bool]:
+    """Cap a tool result at ``cap`` characters; returns ``(text, truncated)``.
+
+    A longer text keeps its head and ends with a note saying how much was shown, all within
+    ``cap`` characters (a cap too small for the note cuts the text bare). ``None``: no cap.
+
+    Raises:
+        ValueError: a negative cap.
+    """
+    if cap is None or len(text) <= cap:
+        return text, False
+    if cap < 0:
+        raise ValueError(f"tool_result_cap must be >= 0, got {cap}")
+    total = len(text)
+
+    def note(shown: int) -> str:
+        return f"\n[truncated: the first {shown} of {total} characters are shown]"
+
+    keep = cap
+    for _ in range(4):  # the note's length depends on the digits of `keep`: find the fixpoint
+        keep = cap - len(note(keep))
+    if keep <= 0 or keep + len(note(keep)) > cap:
+        return text[:cap], True
+    return text[:keep] + note(keep), True

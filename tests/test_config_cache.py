@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from boxmaker.cache import cache_outcome
+from boxmaker.config import Config, load_config
+from boxmaker.errors import ConfigError
+
+
+def test_defaults_work() -> None:
+    c = Config()
+    assert c.loop.tool_iterations == 8 and c.loop.repeat_detection is True
+    assert c.thinking.turn_tokens is None
+    assert c.slots.main == 0
+
+
+def test_toml_round(tmp_path: Path) -> None:
+    p = tmp_path / "b.toml"
+    p.write_text(
+        '[client]\nurl = "http://127.0.0.1:9"\nretry_base_delay_s = 1\n'
+        "[loop]\ntool_iterations = 3\nrepeat_detection = false\n"
+        "[thinking]\nturn_tokens = 64\n"
+    )
+    c = load_config(p)
+    assert c.client.url == "http://127.0.0.1:9"
+    assert c.client.retry_base_delay_s == 1.0 and isinstance(c.client.retry_base_delay_s, float)
+    assert (c.loop.tool_iterations, c.loop.repeat_detection) == (3, False)
+    assert c.thinking.turn_tokens == 64
+    assert c.loop.tool_result_cap == Config().loop.tool_result_cap
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[loop]\ntool_iteration = 3\n", "unknown key 'tool_iteration'"),
+        ("[lop]\n", r"unknown section \[lop\]"),
+        ("[loop]\ntool_iterations = '3'\n", "tool_iterations = '3' is not of type"),
+        ("[loop]\nrepeat_detection = 1\n", "repeat_detection = 1 is not of type"),
+        ("[loop\n", "invalid TOML"),
+    ],
+)
+def test_bad_config_names_file_and_key(tmp_path: Path, text: str, message: str) -> None:
+    p = tmp_path / "bad.toml"
+    p.write_text(text)
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config(p)
+    assert "bad.toml" in str(info.value)
+
+
+def test_cache_hit_and_loss() -> None:
+    hit = cache_outcome({"cache_n": 10, "prompt_n": 90}, {"cache_n": 120, "prompt_n": 5})
+    assert hit is not None and hit.hit and hit.lost == 0 and hit.expected == 100
+    loss = cache_outcome({"cache_n": 10, "prompt_n": 90}, {"cache_n": 40, "prompt_n": 80})
+    assert loss is not None and not loss.hit and loss.lost == 60 and loss.reused == 40
+    exact = cache_outcome({"cache_n": 0, "prompt_n": 50}, {"cache_n": 50, "prompt_n": 1})
+    assert exact is not None and exact.hit
+
+
+def test_cache_outcome_without_timings_is_none() -> None:
+    assert cache_outcome({}, {"cache_n": 3}) is None
+    assert cache_outcome({"cache_n": 1, "prompt_n": 2}, {}) is None
