@@ -113,7 +113,9 @@ def test_port_result_keeps_labels_and_request(registry: Registry) -> None:
     port = _port(Result(content="page", data_class="web", untrusted=True))
     out = dispatch(registry, "search", '{"q": "x"}', port=port, session_id="s1", call=7)
     assert (out.content, out.data_class, out.untrusted) == ("page", "web", True)
-    assert port.requests == [ToolRequest(session_id="s1", call=7, tool="search", arguments={"q": "x"})]
+    assert port.requests == [
+        ToolRequest(session_id="s1", call=7, tool="search", arguments={"q": "x"})
+    ]
 
 
 def test_port_failed(registry: Registry) -> None:

@@ -1,0 +1,164 @@
+"""``boxmaker ...`` commands.
+
+- ``boxmaker demo [--dir DIR]``: starts the embedded llama.cpp server on the shipped model,
+  runs a short session with the demo tools, streams it to the terminal, then prints one row
+  per request (``prompt_n``, ``cache_n``, ``predicted_n``, reasoning tokens, ``prompt_ms``,
+  ``predicted_ms``) and the session log's path. No network.
+- ``boxmaker chat --url URL``: the same loop, interactive, against any llama-server.
+- ``boxmaker serve [MODEL.gguf] [--port N]``: serve a model (default: the shipped one) on
+  127.0.0.1 until Ctrl-C.
+
+Exit codes: 0 done, 1 a boxmaker error (message on stderr), 2 bad usage, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from .client import Client
+from .config import ClientConfig, Config, load_config
+from .demo import DEMO_PROMPTS, DEMO_SYSTEM, ConsoleView, demo_registry, format_usage_table
+from .errors import BoxmakerError, TurnError
+from .records import Baseline
+from .session import Session
+from .turn import Runtime, run_turn
+
+__all__ = ["main"]
+
+
+def _turn(session: Session, runtime: Runtime, text: str, view: ConsoleView) -> None:
+    """Run one turn in a worker thread so Ctrl-C can cancel it and leave the log well formed."""
+    failure: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            run_turn(session, runtime, text, view)
+        except BaseException as exc:  # reported on the main thread
+            failure.append(exc)
+
+    worker = threading.Thread(target=work, name="boxmaker-turn", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.1)
+    except KeyboardInterrupt:
+        runtime.cancel.set()
+        worker.join()
+    view.end()
+    if failure:
+        exc = failure[0]
+        if isinstance(exc, TurnError):
+            print(f"  [turn ended: {type(exc).__name__}: {exc}]", flush=True)
+        else:
+            raise exc
+
+
+def _run_session(
+    runtime: Runtime, directory: Path, prompts: Sequence[str] | None, system: str
+) -> Session:
+    baseline = Baseline(system=system, tools=runtime.registry.definitions())
+    session = Session.create(directory, baseline)
+    view = ConsoleView()
+    try:
+        if prompts is not None:
+            for text in prompts:
+                print(f"\nyou> {text}", flush=True)
+                _turn(session, runtime, text, view)
+        else:
+            while True:
+                try:
+                    text = input("\nyou> ").strip()
+                except EOFError:
+                    break
+                if text in ("/quit", "/exit"):
+                    break
+                if text:
+                    _turn(session, runtime, text, view)
+    finally:
+        session.close()
+    print("\n" + format_usage_table(session.records))
+    print(f"\nsession log: {session.path}")
+    return session
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .server import EmbeddedServer
+
+    server = EmbeddedServer(args.model, n_ctx=args.ctx, n_threads=args.threads)
+    print(f"starting the embedded llama.cpp server on {server.model_path.name} ...", flush=True)
+    with server:
+        print(f"server at {server.url}", flush=True)
+        config = Config(client=ClientConfig(url=server.url))
+        with Client(config.client) as client:
+            runtime = Runtime(config=config, client=client, registry=demo_registry())
+            _run_session(runtime, Path(args.dir), DEMO_PROMPTS, DEMO_SYSTEM)
+    return 0
+
+
+def _chat(args: argparse.Namespace) -> int:
+    config = load_config(args.config) if args.config else Config()
+    client_cfg = dataclasses.replace(config.client, url=args.url or config.client.url)
+    config = dataclasses.replace(config, client=client_cfg)
+    with Client(config.client) as client:
+        runtime = Runtime(config=config, client=client, registry=demo_registry())
+        print(f"chatting with {client_cfg.url} (tools: get_weather, get_time; Ctrl-D ends)")
+        _run_session(runtime, Path(args.dir), None, args.system)
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from .server import serve_forever
+
+    serve_forever(args.model, port=args.port, n_ctx=args.ctx, n_threads=args.threads)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="boxmaker", description="Agent turn loops on llama.cpp's server, for research."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="run a short session on the embedded server, offline")
+    demo.add_argument("--dir", default="sessions", help="where session logs go (./sessions)")
+    demo.add_argument("--model", default=None, help="GGUF to serve (default: shipped model)")
+    demo.add_argument("--ctx", type=int, default=4096, help="context size in tokens")
+    demo.add_argument("--threads", type=int, default=None, help="CPU threads for llama.cpp")
+    demo.set_defaults(run=_demo)
+
+    chat = sub.add_parser("chat", help="chat interactively with any llama-server")
+    chat.add_argument("--url", default=None, help="llama-server base URL")
+    chat.add_argument("--config", default=None, help="TOML config file")
+    chat.add_argument("--dir", default="sessions", help="where session logs go (./sessions)")
+    chat.add_argument("--system", default="", help="system prompt")
+    chat.set_defaults(run=_chat)
+
+    serve = sub.add_parser("serve", help="serve a GGUF model on 127.0.0.1 until Ctrl-C")
+    serve.add_argument("model", nargs="?", default=None, help="GGUF (default: shipped model)")
+    serve.add_argument("--port", type=int, default=8080, help="TCP port (0 picks a free one)")
+    serve.add_argument("--ctx", type=int, default=4096, help="context size in tokens")
+    serve.add_argument("--threads", type=int, default=None, help="CPU threads for llama.cpp")
+    serve.set_defaults(run=_serve)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``boxmaker`` console script; returns the exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        code: int = args.run(args)
+    except BoxmakerError as exc:
+        print(f"boxmaker: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

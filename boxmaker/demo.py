@@ -1,0 +1,173 @@
+"""The demo's tools, prompts and console view, shared by ``boxmaker demo``, the notebooks and
+the tests.
+
+The two tools are the ones the shipped tiny model was trained with (``get_weather`` and
+``get_time``, one ``city`` string argument each). Their answers are made-up but stable: derived
+from the city name, so a recorded conversation replays with the same tool results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+from .events import (
+    Content,
+    Progress,
+    Queued,
+    Reasoning,
+    Retrying,
+    ThinkingCapped,
+    ToolCallStarted,
+    TurnEvent,
+    Waiting,
+)
+from .records import CacheLoss, LimitHit, Record, ToolResult, Usage
+from .tools import Registry
+
+__all__ = ["DEMO_PROMPTS", "DEMO_SYSTEM", "ConsoleView", "demo_registry", "usage_rows"]
+
+DEMO_SYSTEM = ""
+"""The demo's system prompt (empty: the tiny model was trained without one)."""
+
+DEMO_PROMPTS: tuple[str, ...] = (
+    "What is the weather in Lisbon?",
+    "What time is it in Tokyo?",
+    "Tell me the weather in Oslo.",
+)
+"""The user messages ``boxmaker demo`` sends, one turn each."""
+
+_SKIES = ("sunny", "cloudy", "rainy", "windy", "foggy", "snowy", "clear")
+
+
+def _digest(city: str) -> bytes:
+    return hashlib.sha256(city.strip().lower().encode("utf-8")).digest()
+
+
+def get_weather(city: str) -> str:
+    """Get the current weather in a city.
+
+    Args:
+        city: The city name.
+    """
+    d = _digest(city)
+    return json.dumps({"city": city, "temperature": d[0] % 46 - 10, "sky": _SKIES[d[1] % 7]})
+
+
+def get_time(city: str) -> str:
+    """Get the current local time in a city.
+
+    Args:
+        city: The city name.
+    """
+    d = _digest(city)
+    return json.dumps({"city": city, "time": f"{d[2] % 24:02d}:{d[3] % 60:02d}"})
+
+
+def demo_registry() -> Registry:
+    """A registry with the demo tools ``get_weather(city)`` and ``get_time(city)``.
+
+    Their OpenAI definitions equal the ones the shipped model was trained on.
+    """
+    registry = Registry()
+    registry.add(get_weather)
+    registry.add(get_time)
+    return registry
+
+
+class ConsoleView:
+    """An ``on_event`` hook that prints a turn live to a text stream.
+
+    Reasoning is printed dim (when the stream is a terminal), content as it streams, tool
+    calls and results on their own lines, limits and cache losses flagged.
+    """
+
+    def __init__(self, out: TextIO | None = None) -> None:
+        self.out = out or sys.stdout
+        tty = hasattr(self.out, "isatty") and self.out.isatty()
+        self._dim, self._reset = ("\x1b[2m", "\x1b[0m") if tty else ("", "")
+        self._mode = ""
+
+    def _switch(self, mode: str, header: str) -> None:
+        if self._mode != mode:
+            self.out.write(f"\n{header}" if header else "\n")
+            self._mode = mode
+
+    def __call__(self, event: TurnEvent | Record) -> None:
+        """Print one event."""
+        w = self.out.write
+        if isinstance(event, Queued):
+            self._switch("status", "  [queued]")
+        elif isinstance(event, Progress) and event.processed >= event.total:
+            self._switch("status", f"  [prompt {event.total} tokens, {event.cache} cached]")
+        elif isinstance(event, Reasoning):
+            self._switch("reasoning", f"{self._dim}think> ")
+            w(event.text)
+        elif isinstance(event, Content):
+            self._switch("content", f"{self._reset}model> ")
+            w(event.text)
+        elif isinstance(event, ToolCallStarted):
+            self._switch("tool", f"{self._reset}  call #{event.call} {event.name}{event.arguments}")
+        elif isinstance(event, ToolResult):
+            flag = " (truncated)" if event.truncated else ""
+            self._switch("result", f"  result{flag}: {event.content[:200]}")
+            self._mode = ""
+        elif isinstance(event, ThinkingCapped):
+            self._switch("limit", f"{self._reset}  [thinking cap: {event.reasoning_tokens} tokens]")
+        elif isinstance(event, LimitHit):
+            self._switch("limit", f"{self._reset}  [limit {event.kind}: {event.detail}]")
+            self._mode = ""
+        elif isinstance(event, CacheLoss):
+            lost = event.expected - event.reused
+            self._switch("cache", f"  [cache loss: {lost} tokens re-processed]")
+            self._mode = ""
+        elif isinstance(event, Retrying):
+            self._switch(
+                "status", f"  [retry {event.attempt} in {event.delay_s:.1f} s: {event.reason}]"
+            )
+            self._mode = ""
+        elif isinstance(event, Usage | Waiting):
+            pass
+        self.out.flush()
+
+    def end(self) -> None:
+        """Finish the current line (call after a turn)."""
+        self.out.write(self._reset + "\n")
+        self._mode = ""
+        self.out.flush()
+
+
+USAGE_COLUMNS = ("prompt_n", "cache_n", "predicted_n", "reasoning", "prompt_ms", "predicted_ms")
+
+
+def usage_rows(records: Sequence[Record]) -> list[tuple[int | float, ...]]:
+    """One row per completion: ``prompt_n``, ``cache_n``, ``predicted_n`` (tokens), reasoning
+    tokens, ``prompt_ms``, ``predicted_ms`` (milliseconds), from the ``Usage`` records."""
+    rows: list[tuple[int | float, ...]] = []
+    for r in records:
+        if isinstance(r, Usage):
+            t = r.timings
+            rows.append(
+                (
+                    int(t.get("prompt_n", 0)),
+                    int(t.get("cache_n", 0)),
+                    int(t.get("predicted_n", 0)),
+                    r.reasoning_tokens,
+                    round(float(t.get("prompt_ms", 0.0)), 1),
+                    round(float(t.get("predicted_ms", 0.0)), 1),
+                )
+            )
+    return rows
+
+
+def format_usage_table(records: Sequence[Record]) -> str:
+    """:func:`usage_rows` as a fixed-width text table with a header and a request number."""
+    header = ("request", *USAGE_COLUMNS)
+    lines = [header] + [(str(i), *map(str, row)) for i, row in enumerate(usage_rows(records), 1)]
+    widths = [max(len(line[c]) for line in lines) for c in range(len(header))]
+    return "\n".join(
+        "  ".join(v.rjust(w) for v, w in zip(line, widths, strict=True)) for line in lines
+    )
