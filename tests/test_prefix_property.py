@@ -8,6 +8,7 @@ fixed with ``pytest --hypothesis-seed=N``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -110,14 +111,12 @@ def test_every_request_extends_the_previous(
         session = Session.create(tmp, Baseline(system="sys", tools=registry.definitions()))
         runtime = Runtime(config=config, client=client, registry=registry)
         for text, _ in plan:
-            try:
+            with contextlib.suppress(TurnError):
                 run_turn(session, runtime, text)
-            except TurnError:
-                pass
         reopened = Session.open(session.path).messages()
         session.close()
     serialised = [[json.dumps(m, ensure_ascii=False) for m in b["messages"]] for b in client.bodies]
-    for earlier, later in zip(serialised, serialised[1:], strict=False):
+    for earlier, later in itertools.pairwise(serialised):
         assert later[: len(earlier)] == earlier
         assert len(later) > len(earlier)
     # the log on disk gives the same messages as the requests saw

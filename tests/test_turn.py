@@ -244,7 +244,7 @@ def test_cancel_between_tool_calls_answers_the_rest(tmp_path: Path) -> None:
     with pytest.raises(TurnCancelled):
         run_turn(session, runtime, "go")
     results = [r for r in session.records if isinstance(r, ToolResult)]
-    assert [r.content for r in results][0] == "stopped"
+    assert results[0].content == "stopped"
     assert results[1].content.startswith("This call was not run: the turn ended (the turn was")
     assert not any(isinstance(r, LimitHit) for r in session.records)
     assert_well_formed(session)
