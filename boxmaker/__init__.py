@@ -1,1 +1,138 @@
-"""boxmaker: a research toolkit for LLM agent turn loops served by llama.cpp's HTTP server."""
+"""boxmaker: a Jupyter-first research toolkit for LLM agent turn loops on llama.cpp's server.
+
+The public API, in one place (implementation lives in one module per role; see the README)::
+
+    from boxmaker import Client, Config, Runtime, Session, Baseline, Registry, run_turn
+
+    registry = Registry()
+    registry.add(get_weather)                      # a typed, documented Python function
+    session = Session.create("sessions", Baseline(tools=registry.definitions()))
+    with Client(Config().client) as client:
+        runtime = Runtime(config=Config(), client=client, registry=registry)
+        outcome = run_turn(session, runtime, "What is the weather in Oslo?", print)
+"""
+
+from .cache import CacheOutcome, cache_outcome
+from .client import Client, Completion, is_context_full
+from .config import (
+    ClientConfig,
+    Config,
+    LoopLimits,
+    SamplingConfig,
+    SlotsConfig,
+    ThinkingConfig,
+    load_config,
+)
+from .errors import (
+    BoxmakerError,
+    CassetteError,
+    ConfigError,
+    InferError,
+    RequestCancelled,
+    ServerError,
+    SessionError,
+    SessionFull,
+    StreamCut,
+    TurnCancelled,
+    TurnError,
+    TurnInferError,
+    TurnLimit,
+)
+from .events import (
+    Content,
+    Progress,
+    Queued,
+    Reasoning,
+    Retrying,
+    ThinkingCapped,
+    ToolCallDelta,
+    ToolCallStarted,
+    Waiting,
+)
+from .records import (
+    Assistant,
+    Baseline,
+    CacheLoss,
+    LimitHit,
+    ToolCall,
+    ToolResult,
+    Usage,
+    User,
+)
+from .session import Session, messages
+from .tools import (
+    Denied,
+    Failed,
+    InProcessPort,
+    PendingApproval,
+    Registry,
+    Result,
+    ToolPort,
+    ToolRequest,
+    cap_result,
+    dispatch,
+)
+from .turn import Runtime, TurnOutcome, run_turn
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Assistant",
+    "Baseline",
+    "BoxmakerError",
+    "CacheLoss",
+    "CacheOutcome",
+    "CassetteError",
+    "Client",
+    "ClientConfig",
+    "Completion",
+    "Config",
+    "ConfigError",
+    "Content",
+    "Denied",
+    "Failed",
+    "InProcessPort",
+    "InferError",
+    "LimitHit",
+    "LoopLimits",
+    "PendingApproval",
+    "Progress",
+    "Queued",
+    "Reasoning",
+    "Registry",
+    "RequestCancelled",
+    "Result",
+    "Retrying",
+    "Runtime",
+    "SamplingConfig",
+    "ServerError",
+    "Session",
+    "SessionError",
+    "SessionFull",
+    "SlotsConfig",
+    "StreamCut",
+    "ThinkingCapped",
+    "ThinkingConfig",
+    "ToolCall",
+    "ToolCallDelta",
+    "ToolCallStarted",
+    "ToolPort",
+    "ToolRequest",
+    "ToolResult",
+    "TurnCancelled",
+    "TurnError",
+    "TurnInferError",
+    "TurnLimit",
+    "TurnOutcome",
+    "Usage",
+    "User",
+    "Waiting",
+    "__version__",
+    "cache_outcome",
+    "cap_result",
+    "dispatch",
+    "is_context_full",
+    "load_config",
+    "messages",
+    "run_turn",
+]

@@ -1,0 +1,63 @@
+"""The public face: exported names, environment.yml in step with pyproject, CI runs the README."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import yaml
+
+import boxmaker
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_exported_names_are_exactly_all() -> None:
+    public = {n for n in dir(boxmaker) if not n.startswith("_")}
+    modules = {n for n in public if inspect.ismodule(getattr(boxmaker, n))}
+    assert public - modules == set(boxmaker.__all__) - {"__version__"}
+    for name in boxmaker.__all__:
+        obj = getattr(boxmaker, name)
+        if name != "__version__":
+            assert obj.__doc__, f"{name} has no docstring"
+
+
+def test_exports_come_from_their_modules() -> None:
+    assert boxmaker.run_turn.__module__ == "boxmaker.turn"
+    assert boxmaker.Session.__module__ == "boxmaker.session"
+    assert boxmaker.InferError.__module__ == "boxmaker.errors"
+
+
+def test_import_is_light() -> None:
+    code = "import sys, boxmaker; print(sorted(m for m in ('torch','xllamacpp','vcr','pandas') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def _names(requirements: list[str]) -> set[str]:
+    return {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].lower() for r in requirements}
+
+
+def test_environment_yml_names_the_same_dependencies_as_pyproject() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = _names(project["dependencies"]) | _names(project["optional-dependencies"]["dev"])
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    conda = [d for d in env["dependencies"] if isinstance(d, str)]
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    assert any(d.startswith("python") for d in conda)
+    assert "-e .[dev]" in pip or "-e .[dev]" in [p.replace('"', "") for p in pip]
+    listed = _names([d for d in conda if not d.startswith(("python", "pip"))])
+    listed |= _names([p for p in pip if not p.startswith("-e")])
+    assert listed == wanted
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    match = re.search(r"^TEST_COMMAND='(.+)'$", ci, re.M)
+    assert match, ".ci/run must define TEST_COMMAND"
+    assert f"\n{match.group(1)}\n" in readme
