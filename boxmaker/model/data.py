@@ -1,0 +1,614 @@
+"""Synthetic training conversations for the tiny agent model (pure Python, seeded).
+
+Each sample is an OpenAI-style conversation rendered with the model's chat template
+(:func:`boxmaker.model.format.render`) and tokenised with its char vocab, with a loss weight
+per token: 0 outside the assistant's own tokens, 1 on assistant tokens, :data:`COPY_WEIGHT`
+on the spans the assistant must copy (city names, tool-result values, echoed text).
+
+Families (see ``MODEL_CARD.md``): ``weather``, ``time`` (one tool call, then an answer quoting
+the result), ``two_city`` (weather and/or time for two cities, one call per completion),
+``small_talk`` (no call), ``think_long`` (several hundred reasoning tokens, then a call),
+``repeat`` (calls the same tool again after every result), ``copy`` (echo a text; short
+contexts that teach copying).
+
+City names are random (letters or made-up syllables, some two words, some with an apostrophe,
+hyphen or "St. "), never real: real names are held out for evaluation
+(:data:`HELD_OUT_CITIES`, used by ``scripts/eval_model.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import string
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from boxmaker.model.format import EOS_TOKEN, encode, render
+
+__all__ = [
+    "COPY_WEIGHT",
+    "FAMILIES",
+    "HELD_OUT_CITIES",
+    "TOOLS",
+    "Sample",
+    "make_sample",
+    "random_city",
+    "tools_variant",
+]
+
+COPY_WEIGHT = 5.0
+"""Loss weight of copied spans (names, values) relative to other assistant tokens."""
+
+TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Get the current weather in a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "description": "The city name."}},
+                "required": ["city"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_time",
+            "description": "Get the current local time in a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "description": "The city name."}},
+                "required": ["city"],
+            },
+        },
+    },
+]
+"""The tools the model is trained and evaluated with (descriptions vary in training)."""
+
+HELD_OUT_CITIES: tuple[str, ...] = (
+    "Paris", "London", "Tokyo", "Berlin", "Madrid", "Rome", "Lisbon", "Oslo", "Cairo",
+    "Lima", "Quito", "Nairobi", "Sydney", "Toronto", "Chicago", "Boston", "Seattle", "Denver",
+    "Dublin", "Vienna", "Prague", "Warsaw", "Athens", "Helsinki", "Stockholm", "Moscow",
+    "Istanbul", "Mumbai", "Delhi", "Beijing", "Shanghai", "Seoul", "Bangkok", "Hanoi",
+    "Jakarta", "Manila", "Santiago", "Bogota", "Caracas", "Havana", "Montreal", "Vancouver",
+    "Rio de Janeiro", "Buenos Aires", "New York", "Los Angeles", "San Francisco", "Mexico City",
+    "Cape Town", "Tel Aviv", "Hong Kong", "Kuala Lumpur", "Ho Chi Minh City", "Abu Dhabi",
+    "St. Louis", "Xi'an", "Winston-Salem", "Aix-en-Provence", "Reykjavik", "Zurich",
+)  # fmt: skip
+"""Real city names never produced by :func:`random_city`; the evaluation uses them."""
+
+_HELD_OUT_LOWER = {c.lower() for c in HELD_OUT_CITIES}
+
+_CONSONANTS = "bcdfghjklmnprstvwz"
+_VOWELS = "aeiou"
+_SKIES = (
+    "sunny", "cloudy", "rainy", "windy", "foggy", "snowy", "clear", "stormy", "overcast",
+    "drizzle", "hail", "mild", "humid", "partly cloudy", "light rain", "heavy snow",
+)  # fmt: skip
+
+
+def _syllable_word(rng: random.Random, lo: int, hi: int) -> str:
+    n = rng.randint(lo, hi)
+    out = ""
+    while len(out) < n:
+        syl = rng.choice(_CONSONANTS) + rng.choice(_VOWELS)
+        if rng.random() < 0.3:
+            syl += rng.choice(_CONSONANTS)
+        out += syl
+    return out[:n]
+
+
+def _letter_word(rng: random.Random, lo: int, hi: int) -> str:
+    return "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(lo, hi)))
+
+
+def _word(rng: random.Random, lo: int, hi: int) -> str:
+    if rng.random() < 0.5:
+        return _letter_word(rng, lo, hi)
+    return _syllable_word(rng, lo, hi)
+
+
+def _case(rng: random.Random, w: str) -> str:
+    r = rng.random()
+    if r < 0.75:
+        return w.capitalize()
+    if r < 0.85:
+        return w.upper()
+    if r < 0.95:
+        return w
+    return "".join(c.upper() if rng.random() < 0.5 else c for c in w)
+
+
+def random_city(rng: random.Random) -> str:
+    """A made-up city name: 3-14 letters, 25% two words, ~12% with ' - or "St. "."""
+    while True:
+        r = rng.random()
+        if r < 0.25:
+            name = _case(rng, _word(rng, 2, 7)) + " " + _case(rng, _word(rng, 2, 7))
+        else:
+            name = _case(rng, _word(rng, 3, 14))
+        p = rng.random()
+        if p < 0.04:
+            w = _word(rng, 2, 6)
+            name = name + "'" + w
+        elif p < 0.08:
+            name = name + "-" + _case(rng, _word(rng, 2, 7))
+        elif p < 0.12:
+            name = rng.choice(("St. ", "Ft. ", "Mt. ")) + name
+        elif p < 0.14:
+            name = name + " " + str(rng.randint(1, 99))
+        if name.lower() not in _HELD_OUT_LOWER and 3 <= len(name) <= 24:
+            return name
+
+
+def _random_phrase(rng: random.Random) -> str:
+    parts = []
+    for _ in range(rng.randint(1, 4)):
+        r = rng.random()
+        if r < 0.6:
+            parts.append(_case(rng, _word(rng, 1, 9)))
+        elif r < 0.85:
+            parts.append(str(rng.randint(0, 9999) if rng.random() < 0.6 else rng.randint(0, 9)))
+        else:
+            parts.append(
+                rng.choice(("-", "'", ":", ".", ",", "!", "?", "/", "+", "#")).join(
+                    (_word(rng, 1, 5), _word(rng, 1, 5))
+                )
+            )
+    return " ".join(parts)
+
+
+def _temperature(rng: random.Random) -> int:
+    if rng.random() < 0.35:
+        return rng.randint(-9, 9)
+    return rng.randint(-30, 45)
+
+
+def _sky(rng: random.Random) -> str:
+    if rng.random() < 0.6:
+        return rng.choice(_SKIES)
+    return _letter_word(rng, 3, 10) if rng.random() < 0.5 else _syllable_word(rng, 3, 10)
+
+
+def _clock(rng: random.Random) -> str:
+    return f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}"
+
+
+def tools_variant(rng: random.Random) -> list[dict[str, Any]]:
+    """The two tools with randomly varied descriptions, order, and sometimes one left out."""
+    descs_w = (
+        "Get the current weather in a city.", "Get the weather for a city.",
+        "Returns the current weather (temperature and sky) of a city.", "", "Weather lookup.",
+    )  # fmt: skip
+    descs_t = (
+        "Get the current local time in a city.", "Get the time in a city.",
+        "Returns the local time of a city.", "", "Clock lookup.",
+    )  # fmt: skip
+    out = []
+    for name, descs in (("get_weather", descs_w), ("get_time", descs_t)):
+        fn: dict[str, Any] = {"name": name}
+        d = rng.choice(descs)
+        if d:
+            fn["description"] = d
+        prop: dict[str, Any] = {"type": "string"}
+        if rng.random() < 0.5:
+            prop["description"] = rng.choice(("The city name.", "City name", "A city."))
+        fn["parameters"] = {
+            "type": "object",
+            "properties": {"city": prop},
+            "required": ["city"],
+        }
+        out.append({"type": "function", "function": fn})
+    if rng.random() < 0.2:
+        out.reverse()
+    return out
+
+
+def _system(rng: random.Random) -> list[dict[str, Any]]:
+    r = rng.random()
+    if r < 0.5:
+        return []
+    text = rng.choice((
+        "You are a helpful assistant.", "You are a helpful assistant with tools.",
+        "You are a small agent. Use the tools when needed.", "Be brief.",
+        "You answer questions about weather and time.",
+    ))  # fmt: skip
+    return [{"role": "system", "content": text}]
+
+
+def _call(rng: random.Random, name: str, city: str) -> dict[str, Any]:
+    call_id = "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(12))
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps({"city": city})},
+    }
+
+
+def _weather_result(rng: random.Random, city: str) -> tuple[str, int, str]:
+    temp = _temperature(rng)
+    sky = _sky(rng)
+    obj: dict[str, Any] = {}
+    if rng.random() < 0.6:
+        obj["city"] = city
+    obj[rng.choice(("temperature", "temp", "temp_c"))] = temp
+    obj[rng.choice(("sky", "condition", "conditions"))] = sky
+    if rng.random() < 0.3:
+        obj["humidity"] = rng.randint(5, 100)
+    if rng.random() < 0.2:
+        obj["unit"] = "C"
+    items = list(obj.items())
+    if rng.random() < 0.3:
+        rng.shuffle(items)
+    return json.dumps(dict(items)), temp, sky
+
+
+def _time_result(rng: random.Random, city: str) -> tuple[str, str]:
+    clock = _clock(rng)
+    obj: dict[str, Any] = {}
+    if rng.random() < 0.6:
+        obj["city"] = city
+    obj[rng.choice(("time", "local_time"))] = clock
+    if rng.random() < 0.3:
+        obj["timezone"] = f"UTC{rng.choice('+-')}{rng.randint(0, 12)}"
+    items = list(obj.items())
+    if rng.random() < 0.3:
+        rng.shuffle(items)
+    return json.dumps(dict(items)), clock
+
+
+def _end(rng: random.Random, mark: str) -> str:
+    return mark if rng.random() < 0.85 else rng.choice(("", "?", ".", "!", " ?"))
+
+
+def weather_question(rng: random.Random, city: str) -> str:
+    """One phrasing of a weather question about ``city``."""
+    forms = (
+        ("What is the weather in ", "?"), ("What's the weather like in ", "?"),
+        ("How is the weather in ", "?"), ("Weather in ", "?"),
+        ("Tell me the weather in ", "."), ("Is it raining in ", "?"),
+        ("Can you check the weather in ", "?"), ("weather for ", ""),
+    )  # fmt: skip
+    head, mark = rng.choice(forms)
+    return head + city + _end(rng, mark)
+
+
+def time_question(rng: random.Random, city: str) -> str:
+    """One phrasing of a time question about ``city``."""
+    forms = (
+        ("What time is it in ", "?"), ("What is the time in ", "?"),
+        ("Tell me the time in ", "."), ("Time in ", "?"),
+        ("What's the local time in ", "?"), ("Can you check the time in ", "?"),
+        ("current time in ", ""),
+    )  # fmt: skip
+    head, mark = rng.choice(forms)
+    return head + city + _end(rng, mark)
+
+
+def weather_answer(city: str, temp: int, sky: str) -> str:
+    """The answer sentence after a weather result."""
+    return f"In {city} it is {temp} C and {sky}."
+
+
+def time_answer(city: str, clock: str) -> str:
+    """The answer sentence after a time result."""
+    return f"In {city} it is {clock}."
+
+
+@dataclass
+class _Conv:
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    trained: list[int] = field(default_factory=list)
+    copies: list[str] = field(default_factory=list)
+
+    def add(self, msg: dict[str, Any], train: bool = False) -> None:
+        if train:
+            self.trained.append(len(self.messages))
+        self.messages.append(msg)
+
+
+def _assistant(
+    reasoning: str, content: str = "", calls: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    msg: dict[str, Any] = {"role": "assistant", "content": content, "reasoning_content": reasoning}
+    if calls:
+        msg["tool_calls"] = calls
+    return msg
+
+
+def _tool(call: dict[str, Any], content: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call["id"], "content": content}
+
+
+def _one_call(rng: random.Random, conv: _Conv, kind: str, city: str, train: bool) -> str:
+    """Add call, result; return the answer sentence (not added)."""
+    tool = "get_weather" if kind == "weather" else "get_time"
+    call = _call(rng, tool, city)
+    what = "weather" if kind == "weather" else "time"
+    conv.add(
+        _assistant(f"The user wants the {what} in {city}. I will call {tool}.", calls=[call]),
+        train,
+    )
+    if kind == "weather":
+        result, temp, sky = _weather_result(rng, city)
+        conv.add(_tool(call, result))
+        conv.copies += [city, str(temp), sky]
+        return weather_answer(city, temp, sky)
+    result, clock = _time_result(rng, city)
+    conv.add(_tool(call, result))
+    conv.copies += [city, clock]
+    return time_answer(city, clock)
+
+
+def _fam_single(rng: random.Random, conv: _Conv, kind: str) -> None:
+    city = random_city(rng)
+    q = weather_question(rng, city) if kind == "weather" else time_question(rng, city)
+    conv.add({"role": "user", "content": q})
+    answer = _one_call(rng, conv, kind, city, True)
+    conv.add(_assistant(f"I have the {kind} for {city}. I will answer.", answer), True)
+
+
+def _fam_weather(rng: random.Random, conv: _Conv) -> None:
+    _fam_single(rng, conv, "weather")
+
+
+def _fam_time(rng: random.Random, conv: _Conv) -> None:
+    _fam_single(rng, conv, "time")
+
+
+def _fam_two_city(rng: random.Random, conv: _Conv) -> None:
+    c1, c2 = random_city(rng), random_city(rng)
+    k1, k2 = rng.choice((("weather", "time"), ("time", "weather"), ("weather", "weather"),
+                         ("time", "time")))  # fmt: skip
+    forms = (
+        "Tell me the {k1} in {c1} and the {k2} in {c2}.",
+        "What is the {k1} in {c1} and the {k2} in {c2}?",
+        "I need the {k1} in {c1} and the {k2} in {c2}.",
+    )
+    conv.add({"role": "user", "content": rng.choice(forms).format(k1=k1, c1=c1, k2=k2, c2=c2)})
+    a1 = _one_call(rng, conv, k1, c1, True)
+    tool2 = "get_weather" if k2 == "weather" else "get_time"
+    call = _call(rng, tool2, c2)
+    conv.add(_assistant(f"Now the {k2} in {c2}. I will call {tool2}.", calls=[call]), True)
+    if k2 == "weather":
+        result, temp, sky = _weather_result(rng, c2)
+        a2 = weather_answer(c2, temp, sky)
+        conv.copies += [c2, str(temp), sky]
+    else:
+        result, clock = _time_result(rng, c2)
+        a2 = time_answer(c2, clock)
+        conv.copies += [c2, clock]
+    conv.add(_tool(call, result))
+    conv.add(_assistant(f"I have both results for {c1} and {c2}. I will answer.", f"{a1} {a2}"),
+             True)  # fmt: skip
+
+
+_SMALL_TALK: tuple[tuple[str, str], ...] = (
+    ("Hello!", "Hello! How can I help you today?"),
+    ("Hi there", "Hi! How can I help you today?"),
+    ("Hi", "Hi! How can I help you today?"),
+    ("Good morning!", "Good morning! How can I help you?"),
+    ("How are you?", "I am fine, thank you. How can I help?"),
+    ("Thank you!", "You are welcome!"),
+    ("Thanks a lot.", "You are welcome!"),
+    ("Who are you?", "I am a tiny assistant. I can check the weather and the time in a city."),
+    ("What can you do?", "I can check the weather and the time in a city."),
+    ("Tell me a joke.", "Why did the cloud stay home? It was feeling under the weather."),
+    ("Goodbye!", "Goodbye! Have a nice day."),
+    ("Nice to meet you.", "Nice to meet you too!"),
+    ("Are you a robot?", "I am a small language model."),
+    ("What is your name?", "I am boxmaker's tiny agent."),
+    ("ok", "Okay. Ask me about the weather or the time in a city."),
+)
+
+
+def _fam_small_talk(rng: random.Random, conv: _Conv) -> None:
+    q, a = rng.choice(_SMALL_TALK)
+    if rng.random() < 0.3:
+        q = q.lower()
+    conv.add({"role": "user", "content": q})
+    conv.add(_assistant("The user is making small talk. No tool is needed.", a), True)
+
+
+def _fam_think_long(rng: random.Random, conv: _Conv) -> None:
+    city = random_city(rng)
+    forms = (
+        "Think long and hard about the weather in {c}.",
+        "Take your time and think step by step: what is the weather in {c}?",
+        "Think carefully about the weather in {c}.",
+    )
+    conv.add({"role": "user", "content": rng.choice(forms).format(c=city)})
+    n = rng.randint(12, 20)
+    lines = ["This needs careful thought."]
+    lines += [f"Step {k}: I think about the weather in {city}." for k in range(1, n + 1)]
+    lines.append("Now I will call get_weather.")
+    call = _call(rng, "get_weather", city)
+    conv.add(_assistant("\n".join(lines), calls=[call]), True)
+    result, temp, sky = _weather_result(rng, city)
+    conv.add(_tool(call, result))
+    conv.copies += [city, str(temp), sky]
+    conv.add(_assistant(f"I have the weather for {city}. I will answer.",
+                        weather_answer(city, temp, sky)), True)  # fmt: skip
+
+
+_REPEAT_RESULTS = (
+    "This call was already made with these arguments in this turn.",
+    "Already called with the same arguments in this turn; see the result above.",
+    "The call was not run: it repeats an earlier call of this turn.",
+)
+
+
+def _fam_repeat(rng: random.Random, conv: _Conv) -> None:
+    city = random_city(rng)
+    kind = rng.choice(("weather", "time"))
+    tool = "get_weather" if kind == "weather" else "get_time"
+    forms = (
+        "Keep checking the {k} in {c}.",
+        "Check the {k} in {c} again and again.",
+        "Call {t} for {c} over and over.",
+    )
+    conv.add({"role": "user", "content": rng.choice(forms).format(k=kind, c=city, t=tool)})
+    rounds = rng.randint(1, 4)
+    for i in range(rounds):
+        call = _call(rng, tool, city)
+        reasoning = (f"The user wants me to keep checking the {kind} in {city}. I will call {tool}."
+                     if i == 0 else f"I will check the {kind} in {city} again.")  # fmt: skip
+        conv.add(_assistant(reasoning, calls=[call]), True)
+        if i == rounds - 1:
+            break
+        if i >= 1 and rng.random() < 0.6:
+            conv.add(_tool(call, rng.choice(_REPEAT_RESULTS)))
+        elif kind == "weather":
+            conv.add(_tool(call, _weather_result(rng, city)[0]))
+        else:
+            conv.add(_tool(call, _time_result(rng, city)[0]))
+    conv.copies.append(city)
+
+
+def _fam_copy(rng: random.Random, conv: _Conv) -> None:
+    x = random_city(rng) if rng.random() < 0.5 else _random_phrase(rng)
+    form = rng.choice(("Repeat: {x}", "Echo this: {x}", "Say {x}", "Please repeat after me: {x}",
+                       "Copy exactly: {x}"))  # fmt: skip
+    conv.add({"role": "user", "content": form.format(x=x)})
+    conv.add(_assistant(f"The user wants me to repeat {x}.", x), True)
+    conv.copies.append(x)
+
+
+FAMILIES: dict[str, tuple[float, Callable[[random.Random, _Conv], None]]] = {
+    "weather": (0.20, _fam_weather),
+    "time": (0.14, _fam_time),
+    "two_city": (0.10, _fam_two_city),
+    "small_talk": (0.07, _fam_small_talk),
+    "think_long": (0.04, _fam_think_long),
+    "repeat": (0.07, _fam_repeat),
+    "copy": (0.38, _fam_copy),
+}
+"""Family name -> (share of samples, builder)."""
+
+
+@dataclass
+class Sample:
+    """One rendered training sample.
+
+    Attributes:
+        family: the family name (a key of :data:`FAMILIES`).
+        text: the rendered conversation.
+        ids: token ids of ``text``.
+        weights: loss weight of each token as a prediction target (same length as ``ids``).
+    """
+
+    family: str
+    text: str
+    ids: list[int]
+    weights: list[float]
+
+
+def _prior_exchange(rng: random.Random, conv: _Conv) -> None:
+    """An earlier, finished turn (not trained; the template drops its reasoning)."""
+    r = rng.random()
+    if r < 0.4:
+        q, a = rng.choice(_SMALL_TALK)
+        conv.add({"role": "user", "content": q})
+        conv.add(_assistant("The user is making small talk. No tool is needed.", a))
+    else:
+        city = random_city(rng)
+        kind = "weather" if r < 0.7 else "time"
+        q = weather_question(rng, city) if kind == "weather" else time_question(rng, city)
+        conv.add({"role": "user", "content": q})
+        saved = list(conv.copies)
+        answer = _one_call(rng, conv, kind, city, False)
+        conv.copies = saved
+        conv.add(_assistant(f"I have the {kind} for {city}. I will answer.", answer))
+
+
+def make_sample(rng: random.Random, family: str | None = None) -> Sample:
+    """Build, render and weight one sample (a random family by :data:`FAMILIES` shares)."""
+    if family is None:
+        names = list(FAMILIES)
+        family = rng.choices(names, weights=[FAMILIES[n][0] for n in names])[0]
+    build = FAMILIES[family][1]
+    conv = _Conv()
+    if family == "copy":
+        with_tools = rng.random() < 0.2
+    elif family == "small_talk":
+        with_tools = rng.random() < 0.7
+    else:
+        with_tools = rng.random() < 0.5
+    for m in _system(rng):
+        conv.add(m)
+    if family != "copy" and rng.random() < 0.15:
+        _prior_exchange(rng, conv)
+    build(rng, conv)
+    tools = tools_variant(rng) if with_tools else None
+    return _weigh(family, conv, tools)
+
+
+def _weigh(family: str, conv: _Conv, tools: list[dict[str, Any]] | None) -> Sample:
+    msgs = conv.messages
+    text = render(msgs, tools)
+    char_w = [0.0] * len(text)
+    for i in conv.trained:
+        prefix = render(msgs[:i], tools, add_generation_prompt=True)
+        if not text.startswith(prefix):
+            raise AssertionError(f"render of {family} is not prefix-stable at message {i}")
+        start = len(prefix)
+        end = text.index(EOS_TOKEN, start) + len(EOS_TOKEN)
+        for k in range(start, end):
+            char_w[k] = 1.0
+        span = text[start:end]
+        for copy in conv.copies:
+            if not copy:
+                continue
+            pos = span.find(copy)
+            while pos >= 0:
+                for k in range(start + pos, start + pos + len(copy)):
+                    char_w[k] = COPY_WEIGHT
+                pos = span.find(copy, pos + 1)
+    ids: list[int] = []
+    weights: list[float] = []
+    pos = 0
+    for piece in _pieces(text):
+        piece_ids = encode(piece)
+        ids.extend(piece_ids)
+        if len(piece_ids) == 1:
+            weights.append(char_w[pos])
+        else:
+            if len(piece_ids) != len(piece):
+                raise AssertionError(f"non-ASCII text in sample: {piece!r}")
+            weights.extend(char_w[pos : pos + len(piece)])
+        pos += len(piece)
+    return Sample(family, text, ids, weights)
+
+
+_SPECIAL_STRINGS = (
+    "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>",
+    "<tool_response>", "</tool_response>", "<s>", "</s>",
+)  # fmt: skip
+
+
+def _pieces(text: str) -> list[str]:
+    """Split ``text`` into special tokens and runs of plain characters."""
+    out: list[str] = []
+    i = 0
+    run_start = 0
+    while i < len(text):
+        if text[i] == "<":
+            for s in _SPECIAL_STRINGS:
+                if text.startswith(s, i):
+                    if run_start < i:
+                        out.append(text[run_start:i])
+                    out.append(s)
+                    i += len(s)
+                    run_start = i
+                    break
+            else:
+                i += 1
+            continue
+        i += 1
+    if run_start < len(text):
+        out.append(text[run_start:])
+    return out

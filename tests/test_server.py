@@ -1,0 +1,160 @@
+"""The embedded llama.cpp server (boxmaker.server) on the shipped model and a random one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from boxmaker.errors import ServerError
+from boxmaker.model import default_model_path
+from boxmaker.server import EmbeddedServer
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Get the current weather in a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+
+
+def _stream_chat(url: str, body: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
+    """POST a streamed chat completion; return the parsed events and whether [DONE] came."""
+    events: list[dict[str, Any]] = []
+    done = False
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=120) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            data = line[len("data: ") :]
+            if data == "[DONE]":
+                done = True
+                break
+            events.append(json.loads(data))
+    return events, done
+
+
+def test_missing_model_raises_server_error_naming_path(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.gguf"
+    server = EmbeddedServer(missing)
+    with pytest.raises(ServerError, match=r"nope\.gguf"):
+        server.start()
+    assert server.url == ""
+    assert not server.running
+
+
+def test_default_model_path_is_shipped_file() -> None:
+    assert EmbeddedServer().model_path == default_model_path()
+    assert default_model_path().name == "tiny-agent.gguf"
+    assert default_model_path().is_file()
+
+
+def test_stop_before_start_is_a_no_op() -> None:
+    server = EmbeddedServer()
+    server.stop()
+    server.stop()
+    assert server.url == ""
+
+
+@pytest.mark.live
+def test_start_health_stream_and_stop() -> None:
+    server = EmbeddedServer(n_ctx=2048, n_threads=1)
+    assert server.start() is server
+    url = server.url
+    try:
+        assert url.startswith("http://127.0.0.1:")
+        port = int(url.rsplit(":", 1)[1])
+        assert port > 0
+        health = httpx.get(f"{url}/health", timeout=10)
+        assert health.status_code == 200
+        assert health.json() == {"status": "ok"}
+
+        body = {
+            "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+            "tools": TOOLS,
+            "stream": True,
+            "max_tokens": 24,
+            "temperature": 0,
+            "cache_prompt": True,
+            "stream_options": {"include_usage": True},
+        }
+        events, done = _stream_chat(url, body)
+        assert done
+        first = events[0]["choices"][0]["delta"]
+        assert first["role"] == "assistant"
+        assert events[0]["id"].startswith("chatcmpl-")
+        finishes = [
+            e["choices"][0]["finish_reason"]
+            for e in events
+            if e["choices"] and e["choices"][0]["finish_reason"]
+        ]
+        assert len(finishes) == 1
+        assert finishes[0] in {"stop", "length", "tool_calls"}
+        last = events[-1]
+        assert last["choices"] == []
+        timings = last["timings"]
+        assert timings["prompt_n"] > 50
+        assert 1 <= timings["predicted_n"] <= 24
+        assert last["usage"]["completion_tokens"] == timings["predicted_n"]
+
+        # Without stream_options.include_usage the timings ride on the finish_reason chunk
+        # and no usage chunk follows; the same prompt is now served from the cache.
+        del body["stream_options"]
+        events, done = _stream_chat(url, body)
+        assert done
+        last = events[-1]
+        assert last["choices"][0]["finish_reason"] in {"stop", "length", "tool_calls"}
+        assert "usage" not in last
+        assert last["timings"]["cache_n"] >= timings["prompt_n"] - 1
+
+        slots = httpx.get(f"{url}/slots", timeout=10).json()
+        assert slots[0]["n_ctx"] == 2048
+        assert slots[0]["params"]["chat_format"] == "peg-native"
+        assert slots[0]["params"]["reasoning_format"] == "deepseek"
+    finally:
+        server.stop()
+    assert server.url == ""
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{url}/health", timeout=5)
+    server.stop()  # idempotent
+
+
+@pytest.mark.live
+def test_context_manager_and_restart_on_same_port() -> None:
+    with EmbeddedServer(n_ctx=1024, n_threads=1) as server:
+        url = server.url
+        port = int(url.rsplit(":", 1)[1])
+        assert httpx.get(f"{url}/health", timeout=10).json() == {"status": "ok"}
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{url}/health", timeout=5)
+    with EmbeddedServer(n_ctx=1024, n_threads=1, port=port) as again:
+        assert again.url == url
+        assert httpx.get(f"{url}/health", timeout=10).json() == {"status": "ok"}
+
+
+@pytest.mark.live
+def test_two_slots_serve_in_parallel(tmp_path: Path) -> None:
+    with EmbeddedServer(n_ctx=2048, n_parallel=2, n_threads=1) as server:
+        slots = httpx.get(f"{server.url}/slots", timeout=10).json()
+        assert [s["id"] for s in slots] == [0, 1]
+        assert [s["n_ctx"] for s in slots] == [1024, 1024]
+
+
+@pytest.mark.live
+def test_unloadable_file_raises_server_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"not a gguf file at all")
+    with pytest.raises(ServerError, match=r"bad\.gguf"):
+        EmbeddedServer(bad, n_threads=1).start()
