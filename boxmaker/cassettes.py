@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 import vcr
 import yaml
+from vcr.errors import CannotOverwriteExistingCassetteException
 from vcr.request import Request as VcrRequest
 
 from .errors import CassetteError
@@ -46,8 +47,9 @@ SECRET_HEADERS = (
 )
 """Request and response headers that are never written to a cassette (lower case)."""
 
-_VOLATILE = ("date", "server", "keep-alive", "connection", "access-control-allow-origin")
-_KEEP_RESPONSE = ("content-type",)
+_KEEP_HEADERS = ("content-type", "accept")
+"""The only headers kept in a cassette; the rest (host, user-agent, content-length, date,
+server...) are volatile noise or secrets."""
 
 
 class _Dumper(yaml.SafeDumper):
@@ -138,16 +140,27 @@ def _first_difference(a: Any, b: Any, where: str = "body") -> str:
     return where
 
 
+def _why_no_match(cassette: Any, request: VcrRequest) -> str:
+    """Where the request differs from the next unplayed recorded one."""
+    for index, (recorded, _) in enumerate(cassette.data):
+        if cassette.play_counts[index] == 0:
+            if recorded.path != request.path:
+                return f"the next recorded request is {recorded.method} {recorded.path}"
+            a, b = _parse(recorded.body), _parse(request.body)
+            return f"bodies differ at {_first_difference(a, b)}"
+    return "every recorded interaction was played already"
+
+
 def _scrub_request(request: VcrRequest) -> VcrRequest:
     for name in list(request.headers):
-        if name.lower() in SECRET_HEADERS:
+        if name.lower() not in _KEEP_HEADERS:
             del request.headers[name]
     return request
 
 
 def _scrub_response(response: dict[str, Any]) -> dict[str, Any]:
     headers = response.get("headers", {})
-    response["headers"] = {k: v for k, v in headers.items() if k.lower() in _KEEP_RESPONSE}
+    response["headers"] = {k: v for k, v in headers.items() if k.lower() in _KEEP_HEADERS}
     return response
 
 
@@ -166,7 +179,6 @@ def make_vcr(record_mode: RecordMode = "none") -> vcr.VCR:
         before_record_request=_scrub_request,
         before_record_response=_scrub_response,
         decode_compressed_response=True,
-        allow_playback_repeats=False,
     )
     v.register_serializer("boxmaker", serializer)
     v.register_matcher("json_body", _json_body)
@@ -187,14 +199,23 @@ def use_cassette(
         strict: in ``none`` mode, fail when the block leaves interactions unplayed.
 
     Raises:
-        CassetteError: ``none`` mode and the file does not exist, or (``strict``) some recorded
-            interactions were not played.
+        CassetteError: ``none`` mode and the file does not exist; a request matched no
+            recorded interaction (the message names the cassette, the request's number and the
+            first place where its body differs, e.g. ``body.messages[3].content``); or
+            (``strict``) some recorded interactions were not played.
     """
     p = Path(path)
     if record_mode == "none" and not p.exists():
         raise CassetteError(f"{p}: no such cassette (record it with record_mode='once')")
     with make_vcr(record_mode).use_cassette(str(p)) as cassette:
-        yield cassette
+        try:
+            yield cassette
+        except CannotOverwriteExistingCassetteException as exc:
+            request = exc.failed_request
+            raise CassetteError(
+                f"{p}: no recorded interaction matches request {cassette.play_count + 1} "
+                f"({request.method} {request.path}): {_why_no_match(cassette, request)}"
+            ) from None
     if strict and record_mode == "none" and not cassette.all_played:
         unplayed = len(cassette.data) - cassette.play_count
         raise CassetteError(f"{p}: {unplayed} recorded interaction(s) were not played")

@@ -100,6 +100,7 @@ class EmbeddedServer:
 
         params = xllamacpp.CommonParams()
         params.model.path = str(self.model_path)
+        params.model_alias = {self.model_path.stem}  # responses name the model, not its path
         params.n_ctx = self.n_ctx
         params.n_parallel = self.n_parallel
         params.use_jinja = True
