@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from boxmaker.client import Client, is_context_full
 from boxmaker.config import ClientConfig
-from boxmaker.errors import InferError
-from boxmaker.events import ClientEvent, Progress, Queued, Retrying, Waiting
+from boxmaker.errors import InferError, RequestCancelled
+from boxmaker.events import ClientEvent, Content, Progress, Queued, Retrying, Waiting
 from boxmaker.server import EmbeddedServer
 
 pytestmark = pytest.mark.live
@@ -97,3 +100,30 @@ def test_connection_refused_is_retried_then_fails_clearly() -> None:
         (1, 0.01),
         (2, 0.02),
     ]
+
+
+def test_cancel_closes_the_stream_and_the_server_stops(server: EmbeddedServer) -> None:
+    cancel = threading.Event()
+    contents: list[Content] = []
+
+    def on_event(event: ClientEvent) -> None:
+        if isinstance(event, Content):
+            contents.append(event)
+            if len(contents) == 5:
+                cancel.set()
+
+    with Client(ClientConfig(url=server.url)) as client, pytest.raises(RequestCancelled):
+        # 3000 tokens would take seconds; the slot must be free long before
+        client.chat(request(user("hi"), max_tokens=3000), on_event, cancel=cancel)
+    assert len(contents) == 5
+    deadline = time.monotonic() + 2.0
+    while True:
+        slots = httpx.get(f"{server.url}/slots").json()
+        if not any(slot["is_processing"] for slot in slots):
+            break
+        assert time.monotonic() < deadline, f"llama.cpp still generating: {slots}"
+        time.sleep(0.02)
+
+
+def test_reasoning_end_for_unknown_completion_is_false(client: Client) -> None:
+    assert client.reasoning_end("chatcmpl-no-such-completion") is False
