@@ -3,6 +3,7 @@ client and loop, offline (record mode ``none``), and never holds a secret."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from pathlib import Path
@@ -42,10 +43,8 @@ def _replay(name: str, tmp_path: Path, events: list[Any] | None = None) -> tuple
     with use_cassette(CASSETTES / f"{name}.yaml", "none"), Client(config.client) as client:
         runtime = Runtime(config=config, client=client, registry=demo_registry())
         for text in prompts:
-            try:
+            with contextlib.suppress(TurnError):
                 run_turn(session, runtime, text, events.append if events is not None else None)
-            except TurnError:
-                pass
     return recorded, session
 
 
@@ -68,22 +67,25 @@ def test_recorded_baseline_uses_the_demo_tools() -> None:
 def test_unrecorded_request_fails_without_network(tmp_path: Path) -> None:
     config = Config(client=ClientConfig(url=UNREACHABLE, retry_attempts=0))
     session = Session.create(tmp_path, Baseline(tools=demo_registry().definitions()))
-    with pytest.raises(CassetteError, match=r"request 1 .*differ at body\.messages\[0\]\.content"):
-        with use_cassette(CASSETTES / "demo-turns.yaml", "none", strict=False):
-            with Client(config.client) as client:
-                runtime = Runtime(config=config, client=client, registry=demo_registry())
-                run_turn(session, runtime, "A question nobody recorded")
+    where = r"request 1 .*differ at body\.messages\[0\]\.content"
+    with (
+        pytest.raises(CassetteError, match=where),
+        use_cassette(CASSETTES / "demo-turns.yaml", "none", strict=False),
+        Client(config.client) as client,
+    ):
+        runtime = Runtime(config=config, client=client, registry=demo_registry())
+        run_turn(session, runtime, "A question nobody recorded")
     assert [type(r).__name__ for r in session.records] == ["User"]
 
 
 def test_missing_cassette_in_none_mode(tmp_path: Path) -> None:
-    with pytest.raises(CassetteError, match="no such cassette"):
+    with pytest.raises(CassetteError, match="no such cassette"):  # noqa: SIM117
         with use_cassette(tmp_path / "absent.yaml", "none"):
             pass
 
 
 def test_unplayed_interactions_fail_a_strict_replay() -> None:
-    with pytest.raises(CassetteError, match=r"interaction\(s\) were not played"):
+    with pytest.raises(CassetteError, match=r"interaction\(s\) were not played"):  # noqa: SIM117
         with use_cassette(CASSETTES / "demo-turns.yaml", "none"):
             pass
 
