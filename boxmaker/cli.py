@@ -24,7 +24,7 @@ from .client import Client
 from .config import ClientConfig, Config, load_config
 from .demo import DEMO_PROMPTS, DEMO_SYSTEM, ConsoleView, demo_registry, format_usage_table
 from .errors import BoxmakerError, TurnError
-from .records import Baseline
+from .records import Baseline, CacheLoss
 from .session import Session
 from .turn import Runtime, run_turn
 
@@ -82,6 +82,12 @@ def _run_session(
     finally:
         session.close()
     print("\n" + format_usage_table(session.records))
+    if any(isinstance(r, CacheLoss) for r in session.records):
+        print(
+            "\nCache losses at the start of a turn are expected with Qwen3-style templates: "
+            "they drop the\nreasoning of earlier turns once a new user message comes, so the "
+            "prompt re-renders from there."
+        )
     print(f"\nsession log: {session.path}")
     return session
 
@@ -128,7 +134,9 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--dir", default="sessions", help="where session logs go (./sessions)")
     demo.add_argument("--model", default=None, help="GGUF to serve (default: shipped model)")
     demo.add_argument("--ctx", type=int, default=4096, help="context size in tokens")
-    demo.add_argument("--threads", type=int, default=None, help="CPU threads for llama.cpp")
+    demo.add_argument(
+        "--threads", type=int, default=1, help="CPU threads for llama.cpp (1: the tiny model)"
+    )
     demo.set_defaults(run=_demo)
 
     chat = sub.add_parser("chat", help="chat interactively with any llama-server")

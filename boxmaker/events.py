@@ -92,8 +92,8 @@ class ToolCallDelta:
 
 @dataclass(frozen=True, slots=True)
 class ThinkingCapped:
-    """The reasoning budget was reached after ``reasoning_tokens`` tokens this turn;
-    ``reasoning_end`` was sent through llama.cpp's reasoning control."""
+    """The reasoning budget was reached after ``reasoning_tokens`` reasoning tokens of this
+    completion; ``reasoning_end`` was sent through llama.cpp's reasoning control."""
 
     reasoning_tokens: int
 

@@ -1,0 +1,158 @@
+"""The turn loop live against llama.cpp's own server code (embedded, xllamacpp), on the
+shipped model. BOXMAKER_TEST_MODEL=path.gguf runs them on another model."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from boxmaker.client import Client
+from boxmaker.config import ClientConfig, Config, LoopLimits, SamplingConfig, ThinkingConfig
+from boxmaker.demo import demo_registry
+from boxmaker.errors import SessionFull, TurnCancelled, TurnLimit
+from boxmaker.events import Content, Progress, Reasoning, ThinkingCapped
+from boxmaker.records import Assistant, Baseline, CacheLoss, LimitHit, Usage
+from boxmaker.server import EmbeddedServer
+from boxmaker.session import Session
+from boxmaker.turn import Runtime, run_turn
+
+pytestmark = pytest.mark.live
+
+MODEL = os.environ.get("BOXMAKER_TEST_MODEL") or None
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[EmbeddedServer]:
+    with EmbeddedServer(MODEL, n_ctx=4096, n_threads=1) as running:
+        yield running
+
+
+def _runtime(url: str, **thinking: Any) -> tuple[Runtime, Client]:
+    config = Config(
+        client=ClientConfig(url=url, retry_attempts=0),
+        loop=LoopLimits(tool_iterations=2),
+        sampling=SamplingConfig(max_tokens=200),  # bounded even if the model rambles
+        thinking=ThinkingConfig(**thinking),
+    )
+    client = Client(config.client)
+    return Runtime(config=config, client=client, registry=demo_registry()), client
+
+
+def _session(tmp_path: Path) -> Session:
+    return Session.create(tmp_path, Baseline(tools=demo_registry().definitions()))
+
+
+def test_prompt_progress_and_cache_reuse_live(server: EmbeddedServer, tmp_path: Path) -> None:
+    runtime, client = _runtime(server.url)
+    session = _session(tmp_path)
+    events: list[Any] = []
+    with client:
+        for text in ("What is the weather in Paris?", "What time is it in Lima?"):
+            with contextlib.suppress(TurnLimit):
+                run_turn(session, runtime, text, events.append)
+    progress = [e for e in events if isinstance(e, Progress)]
+    assert progress and progress[-1].processed == progress[-1].total > 0
+    usages = [r for r in session.records if isinstance(r, Usage)]
+    assert len(usages) >= 2
+    first = usages[0].timings
+    assert first["prompt_n"] > 500  # the tools prefix, one token per character
+    # every later request extends the earlier ones: llama.cpp reuses the shared prefix
+    assert all(u.timings["cache_n"] > 0 for u in usages[1:])
+    assert usages[1].timings["cache_n"] >= first["prompt_n"] // 2
+
+
+def test_follow_up_inside_a_turn_keeps_the_cache_live(
+    server: EmbeddedServer, tmp_path: Path
+) -> None:
+    runtime, client = _runtime(server.url)
+    session = _session(tmp_path)
+    with client, contextlib.suppress(TurnLimit):
+        run_turn(session, runtime, "What is the weather in Paris?")
+    assistants = [r for r in session.records if isinstance(r, Assistant)]
+    if not assistants[0].tool_calls:
+        pytest.skip("this model answered without a tool call: no follow-up request to check")
+    # the follow-up request re-sends reasoning_content, so the template renders the same
+    # prefix and llama.cpp reuses all of it: no CacheLoss inside the turn
+    assert not any(isinstance(r, CacheLoss) for r in session.records)
+    usages = [r for r in session.records if isinstance(r, Usage)]
+    expected = usages[0].timings["cache_n"] + usages[0].timings["prompt_n"]
+    assert usages[1].timings["cache_n"] >= expected
+
+
+def test_thinking_cap_live_through_reasoning_control(
+    server: EmbeddedServer, tmp_path: Path
+) -> None:
+    runtime, client = _runtime(server.url, turn_tokens=3)
+    session = _session(tmp_path)
+    events: list[Any] = []
+    with client, contextlib.suppress(TurnLimit):
+        run_turn(session, runtime, "What is the weather in Paris?", events.append)
+    capped = [e for e in events if isinstance(e, ThinkingCapped)]
+    assert len(capped) == 1 and capped[0].reasoning_tokens == 3
+    first = next(r for r in session.records if isinstance(r, Usage))
+    assert first.thinking_capped
+    # the server ended reasoning: only the tokens already in flight arrived after the cap
+    assert 3 <= first.reasoning_tokens <= 6
+    reasoning = [e for e in events if isinstance(e, Reasoning)]
+    assert len(reasoning) == sum(
+        u.reasoning_tokens for u in session.records if isinstance(u, Usage)
+    )
+    hits = [r for r in session.records if isinstance(r, LimitHit)]
+    assert hits and hits[0].kind == "thinking_cap"
+    # and the model went on after reasoning was ended: an answer or a tool call
+    assistant = next(r for r in session.records if isinstance(r, Assistant))
+    assert assistant.content or assistant.tool_calls
+
+
+def test_context_full_live_small_n_ctx(tmp_path: Path) -> None:
+    with EmbeddedServer(MODEL, n_ctx=256, n_threads=1) as small:
+        runtime, client = _runtime(small.url)
+        session = _session(tmp_path)  # the tools prefix alone is ~700 tokens
+        with client, pytest.raises(SessionFull) as info:
+            run_turn(session, runtime, "What is the weather in Paris?")
+    assert info.value.n_ctx == 256
+    assert info.value.n_prompt_tokens is not None and info.value.n_prompt_tokens > 256
+    assert info.value.cause.status == 400
+    assert [type(r).__name__ for r in session.records] == ["User", "LimitHit"]
+    assert session.records[-1].kind == "context_full"  # type: ignore[union-attr]
+
+
+def test_cancel_live_stops_the_stream_and_the_server_serves_on(
+    server: EmbeddedServer, tmp_path: Path
+) -> None:
+    runtime, client = _runtime(server.url)
+    session = _session(tmp_path)
+
+    def stop_at_first_token(event: object) -> None:
+        if isinstance(event, Reasoning | Content):
+            runtime.cancel.set()
+
+    with client:
+        with pytest.raises(TurnCancelled):
+            run_turn(session, runtime, "What is the weather in Paris?", stop_at_first_token)
+        assert [type(r).__name__ for r in session.records] == ["User"]
+        with contextlib.suppress(TurnLimit):
+            run_turn(session, runtime, "Hello!")
+    assert isinstance(session.records[-1], Usage | LimitHit)
+    assert any(isinstance(r, Assistant) for r in session.records)
+
+
+def test_demo_command_live(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from boxmaker.cli import main
+
+    args = ["demo", "--dir", str(tmp_path / "sessions")]
+    if MODEL:
+        args += ["--model", MODEL]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "request  prompt_n  cache_n  predicted_n  reasoning  prompt_ms  predicted_ms" in out
+    logs = list((tmp_path / "sessions").glob("*.jsonl"))
+    assert len(logs) == 1 and f"session log: {logs[0]}" in out
+    session = Session.open(logs[0])
+    users = [r for r in session.records if type(r).__name__ == "User"]
+    assert len(users) >= 2
