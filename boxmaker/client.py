@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -56,9 +56,16 @@ from .events import (
     ToolCallDelta,
     Waiting,
 )
-from .records import ToolCall
+from .records import ToolCall, Usage
 
-__all__ = ["ChunkDecoder", "Client", "Completion", "SSEDecoder", "is_context_full"]
+__all__ = [
+    "ChatClient",
+    "ChunkDecoder",
+    "Client",
+    "Completion",
+    "SSEDecoder",
+    "is_context_full",
+]
 
 CONTEXT_FULL = "exceed_context_size_error"
 """llama.cpp's ``error.type`` when the prompt does not fit in the slot's context."""
@@ -104,6 +111,22 @@ class Completion:
     usage: dict[str, Any] = field(default_factory=dict)
     reasoning_tokens: int = 0
     thinking_capped: bool = False
+
+    def usage_record(self) -> Usage:
+        """The session log's :class:`~boxmaker.records.Usage` record of this completion:
+        ``timings`` as sent, reasoning tokens, the thinking-cap flag, and the OpenAI
+        ``usage.prompt_tokens`` / ``completion_tokens`` (``None`` when absent)."""
+        return Usage(
+            timings=dict(self.timings),
+            reasoning_tokens=self.reasoning_tokens,
+            thinking_capped=self.thinking_capped,
+            prompt_tokens=_int_or_none(self.usage.get("prompt_tokens")),
+            completion_tokens=_int_or_none(self.usage.get("completion_tokens")),
+        )
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def is_context_full(error: BaseException) -> bool:
@@ -481,6 +504,21 @@ class _Retryable(Exception):
         super().__init__(reason)
         self.error = error
         self.reason = reason
+
+
+class ChatClient(Protocol):
+    """What the turn loop needs of a client: :class:`Client` is one; tests use fakes."""
+
+    def chat_with_retry(
+        self,
+        body: dict[str, Any],
+        on_event: Callable[[ClientEvent], None],
+        *,
+        reasoning_budget: int | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Completion:
+        """Stream one chat completion, retrying what can be retried."""
+        ...
 
 
 class Client:

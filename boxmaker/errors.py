@@ -19,7 +19,10 @@ Tree::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .records import LimitKind
 
 __all__ = [
     "BoxmakerError",
@@ -133,7 +136,7 @@ class TurnLimit(TurnError):
         limit: the bound in force (``config.loop.tool_iterations``, or 2 for repeats).
     """
 
-    def __init__(self, kind: str, value: int, limit: int, detail: str) -> None:
+    def __init__(self, kind: LimitKind, value: int, limit: int, detail: str) -> None:
         super().__init__(f"{kind}: {detail} (value {value}, limit {limit})")
         self.kind = kind
         self.value = value

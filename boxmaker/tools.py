@@ -39,6 +39,7 @@ __all__ = [
     "ToolAnswer",
     "ToolPort",
     "ToolRequest",
+    "canonical_arguments",
     "cap_result",
     "dispatch",
     "schema_from_function",
@@ -392,6 +393,15 @@ def dispatch(
             "it was not run."
         )
     return Dispatched(content=f"The tool failed: the port answered {answer!r}.")
+
+
+def canonical_arguments(arguments: str) -> str:
+    """Arguments text as canonical JSON (sorted keys, no spaces), to compare two calls;
+    text that is not JSON is returned as it is."""
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True, separators=(",", ":"))
+    except ValueError:
+        return arguments
 
 
 def cap_result(text: str, cap: int | None) -> tuple[str, bool]:

@@ -8,12 +8,11 @@ record is also passed to ``on_event``. The loop knows nothing of widgets, casset
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from .cache import cache_outcome
 from .client import is_context_full
@@ -32,7 +31,6 @@ from .records import (
     Assistant,
     CacheLoss,
     LimitHit,
-    LimitKind,
     Record,
     ToolCall,
     ToolResult,
@@ -40,12 +38,12 @@ from .records import (
     User,
 )
 from .session import Session
-from .tools import Registry, ToolPort, cap_result, dispatch
+from .tools import Registry, ToolPort, canonical_arguments, cap_result, dispatch
 
 if TYPE_CHECKING:
-    from .client import Completion
+    from .client import ChatClient, Completion
 
-__all__ = ["ChatClient", "Runtime", "TurnOutcome", "run_turn"]
+__all__ = ["Runtime", "TurnOutcome", "run_turn"]
 
 log = logging.getLogger("boxmaker.turn")
 
@@ -55,21 +53,6 @@ ALREADY_MADE = (
     "This call was already made with these arguments in this turn, so it was not run again. "
     "Use the earlier result."
 )
-
-
-class ChatClient(Protocol):
-    """What the loop needs of a client (:class:`boxmaker.client.Client` is one)."""
-
-    def chat_with_retry(
-        self,
-        body: dict[str, Any],
-        on_event: Callable[[ClientEvent], None],
-        *,
-        reasoning_budget: int | None = None,
-        cancel: threading.Event | None = None,
-    ) -> Completion:
-        """Stream one chat completion, retrying what can be retried."""
-        ...
 
 
 @dataclass(kw_only=True)
@@ -142,15 +125,11 @@ def run_turn(
         if not calls:
             return TurnOutcome(content=completion.content or "", usage=usage)
         state.iterations += 1
-        cap = runtime.config.loop.tool_iterations
-        if state.iterations > cap:
-            error = TurnLimit(
-                "tool_iterations",
-                state.iterations,
-                cap,
-                f"{state.iterations} completions with tool calls in this turn, the cap is {cap}",
+        if state.iterations > (cap := runtime.config.loop.tool_iterations):
+            why = f"{state.iterations} completions with tool calls in this turn, the cap is {cap}"
+            _end_turn(
+                session, calls, TurnLimit("tool_iterations", state.iterations, cap, why), emit
             )
-            _end_turn(session, calls, error, "tool_iterations", emit)
         _run_calls(session, runtime, state, calls, emit)
 
 
@@ -205,13 +184,7 @@ def _record_completion(
         ),
         emit,
     )
-    usage = Usage(
-        timings=dict(completion.timings),
-        reasoning_tokens=completion.reasoning_tokens,
-        thinking_capped=completion.thinking_capped,
-        prompt_tokens=_int_or_none(completion.usage.get("prompt_tokens")),
-        completion_tokens=_int_or_none(completion.usage.get("completion_tokens")),
-    )
+    usage = completion.usage_record()
     _append(session, usage, emit)
     outcome = cache_outcome(earlier.timings, usage.timings) if earlier else None
     if outcome is not None and not outcome.hit:
@@ -233,20 +206,15 @@ def _run_calls(
     loop = runtime.config.loop
     for index, call in enumerate(calls):
         if runtime.cancel.is_set():
-            _end_turn(session, calls[index:], TurnCancelled("the turn was cancelled"), None, emit)
+            _end_turn(session, calls[index:], TurnCancelled("the turn was cancelled"), emit)
         number = session.next_call()
         emit(ToolCallStarted(name=call.name, call=number, arguments=call.arguments))
-        key = (call.name, _canonical(call.arguments))
+        key = (call.name, canonical_arguments(call.arguments))
         seen = state.seen.get(key, 0) + 1 if loop.repeat_detection else 1
         state.seen[key] = seen
         if seen >= 3:
-            error = TurnLimit(
-                "repeated_call",
-                seen,
-                2,
-                f"{call.name} was called {seen} times with the same arguments in this turn",
-            )
-            _end_turn(session, calls[index:], error, "repeated_call", emit)
+            why = f"{call.name} was called {seen} times with the same arguments in this turn"
+            _end_turn(session, calls[index:], TurnLimit("repeated_call", seen, 2, why), emit)
         if seen == 2:
             text, data_class, untrusted = ALREADY_MADE, "public", False
         else:
@@ -278,15 +246,9 @@ def _run_calls(
             _append(session, LimitHit(kind="tool_result_cap", detail=detail), emit)
 
 
-def _end_turn(
-    session: Session,
-    unrun: Sequence[ToolCall],
-    error: TurnError,
-    kind: LimitKind | None,
-    emit: OnEvent,
-) -> None:
+def _end_turn(session: Session, unrun: Sequence[ToolCall], error: TurnError, emit: OnEvent) -> None:
     """Leave the log well formed, then raise ``error``: a 'not run' result for each call left,
-    and a LimitHit when a limit (``kind``) ended the turn."""
+    and a LimitHit when a limit (a :class:`TurnLimit`) ended the turn."""
     reason = str(error)
     for call in unrun:
         _append(
@@ -299,8 +261,8 @@ def _end_turn(
             ),
             emit,
         )
-    if kind is not None:
-        _append(session, LimitHit(kind=kind, detail=reason), emit)
+    if isinstance(error, TurnLimit):
+        _append(session, LimitHit(kind=error.kind, detail=reason), emit)
     raise error
 
 
@@ -320,14 +282,3 @@ def _safe(on_event: OnEvent | None) -> OnEvent:
             log.exception("on_event hook raised on %s", type(event).__name__)
 
     return emit
-
-
-def _canonical(arguments: str) -> str:
-    try:
-        return json.dumps(json.loads(arguments), sort_keys=True, separators=(",", ":"))
-    except ValueError:
-        return arguments
-
-
-def _int_or_none(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
