@@ -19,9 +19,10 @@ Example::
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -219,3 +220,30 @@ def use_cassette(
     if strict and record_mode == "none" and not cassette.all_played:
         unplayed = len(cassette.data) - cassette.play_count
         raise CassetteError(f"{p}: {unplayed} recorded interaction(s) were not played")
+
+
+def cli_show(paths: Sequence[str]) -> int:
+    """``boxmaker cassette show``: print a transcript of each cassette. Returns the exit code.
+
+    Raises:
+        NotImplementedError: not built yet.
+    """
+    raise NotImplementedError("boxmaker cassette show is not built yet")
+
+
+def cli_check(paths: Sequence[str]) -> int:
+    """``boxmaker cassette check``: verify each chat request extends the previous one.
+
+    Raises:
+        NotImplementedError: not built yet.
+    """
+    raise NotImplementedError("boxmaker cassette check is not built yet")
+
+
+def cli_replay(args: argparse.Namespace) -> int:
+    """``boxmaker replay``: re-run the loop against a recording with other limits.
+
+    Raises:
+        NotImplementedError: not built yet.
+    """
+    raise NotImplementedError("boxmaker replay is not built yet")

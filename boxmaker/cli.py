@@ -124,6 +124,26 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from .report import run_report
+
+    return run_report(args.paths, html=args.html)
+
+
+def _cassette(args: argparse.Namespace) -> int:
+    from . import cassettes
+
+    if args.action == "show":
+        return cassettes.cli_show(args.paths)
+    return cassettes.cli_check(args.paths)
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from .cassettes import cli_replay
+
+    return cli_replay(args)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="boxmaker", description="Agent turn loops on llama.cpp's server, for research."
@@ -152,6 +172,28 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--ctx", type=int, default=4096, help="context size in tokens")
     serve.add_argument("--threads", type=int, default=None, help="CPU threads for llama.cpp")
     serve.set_defaults(run=_serve)
+
+    report = sub.add_parser("report", help="usage, cache loss and limit hits of session logs")
+    report.add_argument("paths", nargs="+", help="session logs or directories (recursive)")
+    report.add_argument("--html", default=None, help="write a self-contained HTML report here")
+    report.set_defaults(run=_report)
+
+    cassette = sub.add_parser("cassette", help="read and check recorded cassettes")
+    cassette.add_argument(
+        "action",
+        choices=("show", "check"),
+        help="show: a transcript; check: every chat request extends the previous one",
+    )
+    cassette.add_argument("paths", nargs="+", help="cassette YAML files")
+    cassette.set_defaults(run=_cassette)
+
+    replay = sub.add_parser("replay", help="re-run the loop on a cassette with other limits")
+    replay.add_argument("cassette", help="cassette YAML file")
+    replay.add_argument("--tool-iterations", type=int, default=None, help="loop.tool_iterations")
+    replay.add_argument("--no-repeat-detection", action="store_true", help="repeat_detection off")
+    replay.add_argument("--tool-result-cap", type=int, default=None, help="characters")
+    replay.add_argument("--thinking-tokens", type=int, default=None, help="thinking.turn_tokens")
+    replay.set_defaults(run=_replay)
     return parser
 
 
