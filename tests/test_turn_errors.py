@@ -1,0 +1,81 @@
+"""Bad input through the real client and loop (httpx.MockTransport, no sockets): each failure
+is a TurnInferError whose cause says what happened, and the log keeps only the User record."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from boxmaker.client import Client
+from boxmaker.config import ClientConfig, Config
+from boxmaker.demo import demo_registry
+from boxmaker.errors import StreamCut, TurnInferError
+from boxmaker.records import Baseline, User
+from boxmaker.session import Session
+from boxmaker.turn import Runtime, run_turn
+
+CHUNK = {
+    "id": "chatcmpl-x",
+    "object": "chat.completion.chunk",
+    "choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": None}],
+}
+
+
+def sse(*events: str) -> bytes:
+    return "".join(f"data: {e}\n\n" for e in events).encode()
+
+
+def refuse(request: httpx.Request) -> httpx.Response:
+    raise httpx.ConnectError("connection refused", request=request)
+
+
+CASES: dict[str, tuple[Callable[[httpx.Request], httpx.Response], str]] = {
+    "server down": (refuse, "connect"),
+    "stream cut": (
+        lambda r: httpx.Response(200, content=sse(json.dumps(CHUNK))),
+        "stream cut",
+    ),
+    "malformed chunk": (
+        lambda r: httpx.Response(200, content=sse(json.dumps(CHUNK), '{"choices": [')),
+        "malformed",
+    ),
+    "error in stream": (
+        lambda r: httpx.Response(
+            200,
+            content=sse(
+                json.dumps({"error": {"code": 500, "message": "boom", "type": "server_error"}})
+            ),
+        ),
+        "boom",
+    ),
+    "http 500": (
+        lambda r: httpx.Response(500, json={"error": {"code": 500, "message": "template failed"}}),
+        "template failed",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_failure_is_an_infer_error_and_the_log_keeps_only_the_user(
+    case: str, tmp_path: Path
+) -> None:
+    handler, words = CASES[case]
+    config = Config(client=ClientConfig(url="http://llama.test", retry_attempts=0))
+    client = Client(config.client, transport=httpx.MockTransport(handler))
+    session = Session.create(tmp_path, Baseline(tools=demo_registry().definitions()))
+    runtime = Runtime(config=config, client=client, registry=demo_registry())
+    with pytest.raises(TurnInferError) as info:
+        run_turn(session, runtime, "What is the weather in Oslo?")
+    assert words in str(info.value).lower()
+    assert session.records == (
+        User(content="What is the weather in Oslo?", time=session.records[0].time),
+    )
+    assert len(Session.open(session.path).records) == 1
+    if case == "stream cut":
+        assert isinstance(info.value.cause, StreamCut)
+    if case == "http 500":
+        assert info.value.cause.status == 500 and "template failed" in info.value.cause.body
