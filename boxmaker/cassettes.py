@@ -1,42 +1,98 @@
-"""Record and replay inference traffic with vcrpy: readable cassettes, no secrets.
+"""Record and replay inference traffic with vcrpy: live recording, readable files, no secrets.
 
-A cassette is vcrpy's YAML file of request/response interactions, written so people can read
-it: JSON request bodies are stored parsed (``body_json``: a YAML mapping, not an escaped
-string), response bodies as text, SSE streams as a literal block with one ``data:`` event a
-line. Headers that carry credentials (``Authorization``, api-key headers, cookies) never reach
-the file, and volatile ones (``Date``, ``Server``...) are dropped.
+A cassette is vcrpy's YAML file of request/response interactions (vcrpy's cassette model:
+``version``, ``interactions``, each a ``request`` and a ``response``), written so people can
+read it:
 
-Requests match on method, path and the body compared as parsed JSON (key order and white space
-do not matter; the port does not, so a recording from one embedded server replays against
-another URL). In record mode ``none`` (the default, used in CI) a request with no match fails
-and no real request is made.
+- request bodies are stored parsed (``body_json``: a YAML mapping, not an escaped string);
+- llama.cpp's Server-Sent Events streams (WHATWG SSE; each event one ``data: {json}`` line
+  holding an OpenAI ``chat.completion.chunk``, then ``data: [DONE]``) are stored as a literal
+  block with one event a line (``body.sse``): the blank line that ends each event is dropped
+  on save and restored on load; the unterminated tail of a stream cut mid-event is kept apart
+  (``body.partial``);
+- JSON answers (llama.cpp's error bodies, the reasoning-control answer) are stored as a
+  mapping (``body.json``) when that gives back the same bytes, other bodies as ``body.text``
+  (or ``body.base64`` when not UTF-8);
+- a compressed response is stored decoded and without its ``Content-Encoding`` header, and
+  a ``Content-Encoding`` header found in a cassette is dropped on load, so replay never
+  decodes twice;
+- only the ``Accept`` and ``Content-Type`` headers are kept: credentials (``Authorization``,
+  api-key headers, cookies) and volatile headers (``Date``, ``Server``...) never reach the
+  file, and the configured api key (``secrets``) is replaced by ``<API_KEY>`` wherever it
+  appears (a body, the URI).
+
+Recording passes the stream on as it arrives. vcrpy's own httpx stub reads a whole response
+before handing it over, which would freeze the widgets, Stop, and the thinking cap (it must
+send ``reasoning_end`` while reasoning streams). Here the sync httpx transports
+(``HTTPTransport``, ``MockTransport``) are patched instead: a response to record gets its
+stream teed into a buffer, and the interaction is appended to vcrpy's cassette when the
+response ends (read to the end, closed by the client, or broken: then what arrived is kept
+with the error in ``response.error``, and replay raises the same httpx error after the same
+bytes). Interactions are therefore stored in the order their responses ended: a
+reasoning-control request sent during a stream comes before that stream's interaction.
+
+Requests match on method, path and body compared as parsed JSON (key order and white space do
+not matter; host and port do not, so a recording from one embedded server replays against
+another URL). Each interaction plays once, the first unplayed match first. In record mode
+``none`` (the default, used in CI) no real request is made: a request with no match fails at
+once with a :class:`~boxmaker.errors.CassetteError` naming the cassette, the request's number
+and the first differing place in the body, e.g. ``messages[5].content``.
 
 Example::
 
     with use_cassette("cassettes/demo.yaml", record_mode="none"):
         run_turn(session, runtime, "What is the weather in Lisbon?")
+
+The pytest side (fixture, marker, ``--record-mode``) is :mod:`boxmaker.pytest_plugin`; the
+command line (``boxmaker cassette show|check``, ``boxmaker replay``) is at the end of this
+module.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import contextlib
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
+from unittest import mock
 
+import httpx
 import vcr
 import yaml
-from vcr.errors import CannotOverwriteExistingCassetteException
 from vcr.request import Request as VcrRequest
 
 from .errors import CassetteError
 
-__all__ = ["SECRET_HEADERS", "RecordMode", "make_vcr", "serializer", "use_cassette"]
+__all__ = [
+    "API_KEY_PLACEHOLDER",
+    "MISSING",
+    "RECORD_MODES",
+    "SECRET_HEADERS",
+    "SECRET_QUERY_PARAMETERS",
+    "RecordMode",
+    "cli_check",
+    "cli_replay",
+    "cli_show",
+    "first_difference",
+    "load_interactions",
+    "make_vcr",
+    "serializer",
+    "unplayed_message",
+    "use_cassette",
+]
 
 RecordMode = Literal["none", "once", "new_episodes", "all"]
+"""vcrpy's record modes: ``none`` replays only, ``once`` records a cassette that does not
+exist yet, ``new_episodes`` replays what matches and records the rest, ``all`` re-records."""
+
+RECORD_MODES: tuple[RecordMode, ...] = ("none", "once", "new_episodes", "all")
+"""The record modes, in the order ``--record-mode`` lists them."""
 
 SECRET_HEADERS = (
     "authorization",
@@ -48,9 +104,21 @@ SECRET_HEADERS = (
 )
 """Request and response headers that are never written to a cassette (lower case)."""
 
+SECRET_QUERY_PARAMETERS = ("api_key", "api-key", "key", "token", "access_token")
+"""URI query parameters that are never written to a cassette."""
+
+API_KEY_PLACEHOLDER = "<API_KEY>"
+"""What replaces a configured secret (``use_cassette(secrets=...)``) in a cassette."""
+
 _KEEP_HEADERS = ("content-type", "accept")
 """The only headers kept in a cassette; the rest (host, user-agent, content-length, date,
-server...) are volatile noise or secrets."""
+server, content-encoding...) are volatile noise or secrets."""
+
+_SSE = "text/event-stream"
+
+
+# --------------------------------------------------------------------------------------------
+# the readable serializer
 
 
 class _Dumper(yaml.SafeDumper):
@@ -66,54 +134,183 @@ def _str_representer(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _str_representer)
 
 
+def _content_type(headers: Mapping[str, Any]) -> str:
+    for name, value in headers.items():
+        if name.lower() == "content-type":
+            first = value[0] if isinstance(value, list) and value else value
+            return str(first).lower()
+    return ""
+
+
+def _body_to_yaml(raw: str | bytes | None, content_type: str) -> dict[str, Any]:
+    """A response body as its readable form: ``sse`` (+ ``partial``), ``json``, ``text`` or
+    ``base64`` (see the module docstring)."""
+    if raw is None:
+        return {"text": ""}
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"base64": base64.b64encode(raw).decode("ascii")}
+        raw = text
+    if _SSE in content_type or raw.startswith("data:"):
+        parts = raw.split("\n\n")
+        tail = parts.pop()
+        if parts and all(p and "\n" not in p and "\r" not in p for p in parts) and "\n" not in tail:
+            out: dict[str, Any] = {"sse": "\n".join(parts) + "\n"}
+            if tail:
+                out["partial"] = tail
+            return out
+    if "json" in content_type:
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            parsed = None
+        if parsed is not None and _compact(parsed) == raw:
+            return {"json": parsed}
+    return {"text": raw}
+
+
+def _body_from_yaml(body: Mapping[str, Any]) -> bytes:
+    """The bytes of a response body stored by :func:`_body_to_yaml` (also vcrpy's ``string``)."""
+    if "sse" in body:
+        lines = [line for line in str(body["sse"] or "").split("\n") if line]
+        return ("".join(f"{line}\n\n" for line in lines) + str(body.get("partial") or "")).encode()
+    if "json" in body:
+        return _compact(body["json"]).encode()
+    if "base64" in body:
+        return base64.b64decode(body["base64"])
+    value = body.get("text", body.get("string", ""))
+    return value if isinstance(value, bytes) else str(value or "").encode()
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
 class _ReadableSerializer:
-    """vcrpy serializer: bodies as parsed JSON or text (see the module docstring)."""
+    """vcrpy serializer (``serialize(dict) -> str``, ``deserialize(str) -> dict``) writing the
+    readable YAML of the module docstring; it reads vcrpy's own ``body.string`` form too."""
 
     @staticmethod
     def serialize(cassette_dict: dict[str, Any]) -> str:
+        """vcrpy's cassette dict (``version``, ``interactions``, ``metadata``) -> YAML text."""
         out = []
         for item in cassette_dict["interactions"]:
             request = dict(item["request"])
             body = request.pop("body", None)
-            raw = body.decode("utf-8") if isinstance(body, bytes) else body
+            raw = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
             try:
                 request["body_json"] = json.loads(raw) if raw else None
             except ValueError:
                 request["body"] = raw
             response = dict(item["response"])
-            resp_body = response["body"]["string"]
-            text = resp_body.decode("utf-8") if isinstance(resp_body, bytes) else resp_body
-            response["body"] = {"text": text.replace("\r\n", "\n")}
+            headers = response.get("headers") or {}
+            response["body"] = _body_to_yaml(response["body"]["string"], _content_type(headers))
             out.append({"request": request, "response": response})
-        data = {"version": cassette_dict.get("version", 1), "interactions": out}
+        data: dict[str, Any] = {"version": cassette_dict.get("version", 1), "interactions": out}
+        if cassette_dict.get("metadata"):
+            data["metadata"] = cassette_dict["metadata"]
         return str(yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100))
 
     @staticmethod
     def deserialize(cassette_string: str) -> dict[str, Any]:
+        """YAML text -> vcrpy's cassette dict (bodies as bytes, ``Content-Encoding`` dropped)."""
         data = yaml.safe_load(cassette_string) or {}
         interactions = []
-        for item in data.get("interactions", []):
+        for item in data.get("interactions") or []:
             request = dict(item["request"])
+            request.setdefault("headers", {})
             if "body_json" in request:
                 body = request.pop("body_json")
                 request["body"] = None if body is None else json.dumps(body).encode("utf-8")
             elif isinstance(request.get("body"), str):
                 request["body"] = request["body"].encode("utf-8")
+            else:
+                request.setdefault("body", None)
             response = dict(item["response"])
-            response["body"] = {"string": response["body"]["text"].encode("utf-8")}
+            headers = {
+                k: v if isinstance(v, list) else [v]
+                for k, v in (response.get("headers") or {}).items()
+                if k.lower() != "content-encoding"  # bodies are stored decoded
+            }
+            response["headers"] = headers
+            response.setdefault("status", {"code": 200, "message": "OK"})
+            response["body"] = {"string": _body_from_yaml(response.get("body") or {})}
             interactions.append({"request": request, "response": response})
-        return {"version": data.get("version", 1), "interactions": interactions}
+        out = {"version": data.get("version", 1), "interactions": interactions}
+        if data.get("metadata"):
+            out["metadata"] = data["metadata"]
+        return out
 
 
 serializer = _ReadableSerializer()
 """The readable serializer, registered as ``"boxmaker"`` on :func:`make_vcr`'s VCR."""
 
 
-def _json_body(r1: VcrRequest, r2: VcrRequest) -> None:
-    """vcrpy matcher: bodies equal as parsed JSON (raises AssertionError naming the place)."""
-    b1, b2 = _parse(r1.body), _parse(r2.body)
-    if b1 != b2:
-        raise AssertionError(f"bodies differ at {_first_difference(b1, b2)}")
+def load_interactions(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The interactions of a cassette file as plain data, for reading and checking.
+
+    Each item is ``{"request": {"method", "uri", "headers", "body"}, "response": {"status",
+    "headers", "body", "error"?}}`` with both bodies as bytes (SSE blank lines restored).
+
+    Raises:
+        CassetteError: the file does not exist or is not a cassette.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+        data = serializer.deserialize(text)
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError) as exc:
+        raise CassetteError(f"{p}: not a readable cassette: {exc}") from exc
+    return list(data["interactions"])
+
+
+# --------------------------------------------------------------------------------------------
+# matching
+
+
+_MISSING = object()
+
+
+def first_difference(recorded: Any, sent: Any, where: str = "") -> tuple[str, Any, Any] | None:
+    """Where two JSON values first differ: ``(place, recorded_part, sent_part)`` or ``None``.
+
+    ``place`` is a path such as ``messages[5].content`` (``""`` for the whole value). Mappings
+    are walked in the recorded key order, then keys only ``sent`` has; lists by index, then a
+    length difference (``messages[7]`` missing on one side). A part missing on one side is
+    :data:`MISSING`.
+    """
+    if recorded == sent and type(recorded) is type(sent):
+        return None
+    if isinstance(recorded, Mapping) and isinstance(sent, Mapping):
+        for key in [*recorded, *(k for k in sent if k not in recorded)]:
+            place = f"{where}.{key}" if where else str(key)
+            a, b = recorded.get(key, _MISSING), sent.get(key, _MISSING)
+            if a is _MISSING or b is _MISSING:
+                return place, a, b
+            found = first_difference(a, b, place)
+            if found:
+                return found
+        return None
+    if isinstance(recorded, list) and isinstance(sent, list):
+        for i in range(max(len(recorded), len(sent))):
+            place = f"{where}[{i}]"
+            if i >= len(recorded) or i >= len(sent):
+                a = recorded[i] if i < len(recorded) else _MISSING
+                b = sent[i] if i < len(sent) else _MISSING
+                return place, a, b
+            found = first_difference(recorded[i], sent[i], place)
+            if found:
+                return found
+        return None
+    if recorded == sent:  # 1 == 1.0, True == 1: JSON-equal enough for matching
+        return None
+    return where, recorded, sent
+
+
+MISSING = _MISSING
+"""The marker :func:`first_difference` puts where one side has no such key or index."""
 
 
 def _parse(body: Any) -> Any:
@@ -122,34 +319,30 @@ def _parse(body: Any) -> Any:
     try:
         return json.loads(body)
     except (ValueError, TypeError):
-        return body
+        return body.decode("utf-8", "replace") if isinstance(body, bytes) else body
 
 
-def _first_difference(a: Any, b: Any, where: str = "body") -> str:
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        for key in sorted(set(a) | set(b)):
-            if key not in a or key not in b or a[key] != b[key]:
-                if key in a and key in b:
-                    return _first_difference(a[key], b[key], f"{where}.{key}")
-                return f"{where}.{key}"
-    if isinstance(a, list) and isinstance(b, list):
-        for i, (x, y) in enumerate(zip(a, b, strict=False)):
-            if x != y:
-                return _first_difference(x, y, f"{where}[{i}]")
-        if len(a) != len(b):
-            return f"{where} (length {len(a)} vs {len(b)})"
-    return where
+def _short(value: Any) -> str:
+    if value is _MISSING:
+        return "(absent)"
+    text = value if isinstance(value, str) else _compact(value)
+    return repr(text if len(text) <= 60 else text[:57] + "...")
 
 
-def _why_no_match(cassette: Any, request: VcrRequest) -> str:
-    """Where the request differs from the next unplayed recorded one."""
-    for index, (recorded, _) in enumerate(cassette.data):
-        if cassette.play_counts[index] == 0:
-            if recorded.path != request.path:
-                return f"the next recorded request is {recorded.method} {recorded.path}"
-            a, b = _parse(recorded.body), _parse(request.body)
-            return f"bodies differ at {_first_difference(a, b)}"
-    return "every recorded interaction was played already"
+def _describe(found: tuple[str, Any, Any]) -> str:
+    place, recorded, sent = found
+    return f"{place or 'the whole body'} (recorded {_short(recorded)}, sent {_short(sent)})"
+
+
+def _json_body(r1: VcrRequest, r2: VcrRequest) -> None:
+    """vcrpy matcher: bodies equal as parsed JSON (raises AssertionError naming the place)."""
+    found = first_difference(_parse(r2.body), _parse(r1.body))
+    if found:
+        raise AssertionError(f"bodies differ at {_describe(found)}")
+
+
+# --------------------------------------------------------------------------------------------
+# scrubbing
 
 
 def _scrub_request(request: VcrRequest) -> VcrRequest:
@@ -165,32 +358,236 @@ def _scrub_response(response: dict[str, Any]) -> dict[str, Any]:
     return response
 
 
-def make_vcr(record_mode: RecordMode = "none") -> vcr.VCR:
+def make_vcr(record_mode: RecordMode = "none", *, secrets: Sequence[str] = ()) -> vcr.VCR:
     """A vcrpy ``VCR`` set up for llama-server traffic.
 
-    Matching on method, path and JSON body; secret headers filtered from requests; response
-    headers reduced to ``Content-Type``; compressed responses stored decoded; the readable
-    serializer; playback of each interaction once, in order.
+    Matching on method, path and JSON body; secret headers and query parameters filtered,
+    each of ``secrets`` replaced by ``<API_KEY>`` (restored when the cassette is loaded with
+    the same secrets); response headers reduced to ``Content-Type``; compressed responses
+    stored decoded; the readable serializer; each interaction played once. vcrpy's own httpx
+    patch is skipped: :func:`use_cassette` installs the streaming one.
+
+    Args:
+        record_mode: see :data:`RecordMode`.
+        secrets: values (an api key) that must not appear anywhere in a cassette.
     """
     v = vcr.VCR(
         record_mode=record_mode,
         serializer="boxmaker",
         match_on=("method", "path", "json_body"),
         filter_headers=[(h, None) for h in SECRET_HEADERS],
+        filter_query_parameters=[(q, None) for q in SECRET_QUERY_PARAMETERS],
+        filter_sensitive_data=[(API_KEY_PLACEHOLDER, s) for s in secrets if s],
         before_record_request=_scrub_request,
         before_record_response=_scrub_response,
         decode_compressed_response=True,
+        skip_patchers=("httpx",),
     )
     v.register_serializer("boxmaker", serializer)
     v.register_matcher("json_body", _json_body)
     return v
 
 
+# --------------------------------------------------------------------------------------------
+# the streaming record/replay transport patch
+
+
+class _Tee(httpx.SyncByteStream):
+    """A response stream passed on chunk by chunk while a copy is kept; ``on_end(body, error)``
+    runs once, when the stream is exhausted, breaks, or is closed."""
+
+    def __init__(
+        self, inner: httpx.SyncByteStream, on_end: Callable[[bytes, Exception | None], None]
+    ) -> None:
+        self._inner = inner
+        self._parts: list[bytes] = []
+        self._on_end: Callable[[bytes, Exception | None], None] | None = on_end
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            for chunk in self._inner:
+                self._parts.append(chunk)
+                yield chunk
+        except Exception as exc:
+            self._end(exc)
+            raise
+        self._end(None)
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            self._end(None)
+
+    def _end(self, error: Exception | None) -> None:
+        on_end, self._on_end = self._on_end, None
+        if on_end is not None:
+            on_end(b"".join(self._parts), error)
+
+
+class _Replay(httpx.SyncByteStream):
+    """A recorded body played back one SSE event per chunk (like llama-server sends it),
+    then the recorded transport error, if any."""
+
+    def __init__(self, body: bytes, error: str | None) -> None:
+        self._body = body
+        self._error = error
+
+    def __iter__(self) -> Iterator[bytes]:
+        body = self._body
+        start = 0
+        while start < len(body):
+            end = body.find(b"\n\n", start)
+            end = len(body) if end < 0 else end + 2
+            yield body[start:end]
+            start = end
+        if self._error:
+            name, _, message = self._error.partition(": ")
+            kind = getattr(httpx, name, None)
+            if not (isinstance(kind, type) and issubclass(kind, httpx.TransportError)):
+                kind, message = httpx.RemoteProtocolError, self._error
+            raise kind(message)
+
+
+def _replayed(recorded: Mapping[str, Any], request: httpx.Request) -> httpx.Response:
+    status = recorded.get("status") or {}
+    message = status.get("message")
+    headers = [
+        (name, str(value))
+        for name, values in (recorded.get("headers") or {}).items()
+        for value in (values if isinstance(values, list) else [values])
+    ]
+    body = recorded["body"]["string"] or b""
+    return httpx.Response(
+        int(status.get("code", 200)),
+        headers=headers,
+        stream=_Replay(
+            body if isinstance(body, bytes) else str(body).encode(), recorded.get("error")
+        ),
+        extensions={"reason_phrase": str(message).encode("ascii")} if message else {},
+        request=request,
+    )
+
+
+class _Run:
+    """One open cassette: the vcrpy cassette, the requests seen, the no-match failures."""
+
+    def __init__(self, cassette: Any, path: Path) -> None:
+        self.cassette = cassette
+        self.path = path
+        self.requests = 0
+        self.failures: list[CassetteError] = []
+        self.lock = threading.Lock()
+
+    def handle(
+        self,
+        original: Callable[[Any, httpx.Request], httpx.Response],
+        transport: Any,
+        request: httpx.Request,
+    ) -> httpx.Response:
+        body = request.read()
+        vreq = VcrRequest(request.method, str(request.url), body, dict(request.headers))
+        with self.lock:
+            self.requests += 1
+            number = self.requests
+            cassette = self.cassette
+            if cassette.can_play_response_for(vreq):
+                return _replayed(cassette.play_response(vreq), request)
+            if cassette.write_protected and cassette.filter_request(vreq):
+                error = CassetteError(self.no_match(number, vreq))
+                self.failures.append(error)
+                raise error
+        response = original(transport, request)
+        if hasattr(response, "_content"):  # already read and decoded (MockTransport content=)
+            self.record(vreq, response, response.content, None, decoded=True)
+            return response
+        stream = response.stream
+        if isinstance(stream, httpx.SyncByteStream):
+            response.stream = _Tee(
+                stream, lambda data, error: self.record(vreq, response, data, error)
+            )
+        return response
+
+    def record(
+        self,
+        vreq: VcrRequest,
+        response: httpx.Response,
+        body: bytes,
+        error: Exception | None,
+        *,
+        decoded: bool = False,
+    ) -> None:
+        """Append one interaction: the body as it reached the client (decoded with httpx's
+        own decoders, ``Content-Encoding`` dropped) and the error that broke it, if any."""
+        if not decoded and "content-encoding" in response.headers:
+            try:  # the same decoding httpx applied for the client (gzip, deflate, br, zstd)
+                plain = httpx.Response(200, headers=response.headers, stream=httpx.ByteStream(body))
+                body = plain.read()
+                decoded = True
+            except httpx.DecodingError:
+                pass  # a compressed body cut mid-way is stored as it came
+        headers: dict[str, list[str]] = {}
+        for name, value in response.headers.multi_items():
+            if not (decoded and name.lower() in ("content-encoding", "content-length")):
+                headers.setdefault(name, []).append(value)
+        data: dict[str, Any] = {
+            "status": {"code": response.status_code, "message": response.reason_phrase},
+            "headers": headers,
+            "body": {"string": body},
+        }
+        if error is not None:
+            data["error"] = f"{type(error).__name__}: {error}"
+        with self.lock:
+            self.cassette.append(vreq, data)
+
+    def no_match(self, number: int, vreq: VcrRequest) -> str:
+        what = f"{self.path}: request {number} ({vreq.method} {vreq.path}) matches no recorded"
+        cassette = self.cassette
+        unplayed = [i for i in range(len(cassette.data)) if cassette.play_counts[i] == 0]
+        for i in unplayed:
+            recorded = cassette.data[i][0]
+            if recorded.method == vreq.method and recorded.path == vreq.path:
+                found = first_difference(_parse(recorded.body), _parse(vreq.body))
+                where = _describe(found) if found else "a place the matcher rejects"
+                return (
+                    f"{what} interaction: its body differs from recorded interaction {i + 1} "
+                    f"at {where}"
+                )
+        if unplayed:
+            nxt = cassette.data[unplayed[0]][0]
+            return (
+                f"{what} interaction: no unplayed one has this method and path "
+                f"(the next unplayed, {unplayed[0] + 1}, is {nxt.method} {nxt.path})"
+            )
+        return f"{what} interaction: all {len(cassette.data)} recorded interactions were played"
+
+
+@contextmanager
+def _patched_transports(run: _Run) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for cls in (httpx.HTTPTransport, httpx.MockTransport):
+            original = cls.handle_request
+
+            def handle(
+                self: Any,
+                request: httpx.Request,
+                _original: Callable[[Any, httpx.Request], httpx.Response] = original,
+            ) -> httpx.Response:
+                return run.handle(_original, self, request)
+
+            stack.enter_context(mock.patch.object(cls, "handle_request", handle))
+        yield
+
+
 @contextmanager
 def use_cassette(
-    path: str | os.PathLike[str], record_mode: RecordMode = "none", *, strict: bool = True
+    path: str | os.PathLike[str],
+    record_mode: RecordMode = "none",
+    *,
+    strict: bool = True,
+    secrets: Sequence[str] = (),
 ) -> Iterator[Any]:
-    """Record or replay every httpx request inside the block with the cassette at ``path``.
+    """Record or replay every sync httpx request inside the block with the cassette at ``path``.
 
     Args:
         path: the YAML file (created when recording).
@@ -198,28 +595,40 @@ def use_cassette(
             with no match fails), ``once`` records when the file does not exist, ``new_episodes``
             adds new interactions, ``all`` re-records everything.
         strict: in ``none`` mode, fail when the block leaves interactions unplayed.
+        secrets: values (the configured api key) replaced by ``<API_KEY>`` wherever they
+            appear in what is recorded, and put back when the cassette is loaded.
+
+    Yields:
+        vcrpy's ``Cassette`` (``play_count``, ``all_played``, ``data``...), with one more
+        attribute, ``failures``: the :class:`CassetteError` of each request that matched
+        nothing (so a caller that swallowed one can still fail).
 
     Raises:
         CassetteError: ``none`` mode and the file does not exist; a request matched no
-            recorded interaction (the message names the cassette, the request's number and the
-            first place where its body differs, e.g. ``body.messages[3].content``); or
-            (``strict``) some recorded interactions were not played.
+            recorded interaction (raised by the request itself; the message names the
+            cassette, the request's number and the first place where its body differs, e.g.
+            ``messages[3].content``); or (``strict``, ``none`` mode) the block ended normally
+            with recorded interactions unplayed.
     """
     p = Path(path)
     if record_mode == "none" and not p.exists():
         raise CassetteError(f"{p}: no such cassette (record it with record_mode='once')")
-    with make_vcr(record_mode).use_cassette(str(p)) as cassette:
-        try:
+    with make_vcr(record_mode, secrets=secrets).use_cassette(str(p)) as cassette:
+        run = _Run(cassette, p)
+        cassette.failures = run.failures
+        with _patched_transports(run):
             yield cassette
-        except CannotOverwriteExistingCassetteException as exc:
-            request = exc.failed_request
-            raise CassetteError(
-                f"{p}: no recorded interaction matches request {cassette.play_count + 1} "
-                f"({request.method} {request.path}): {_why_no_match(cassette, request)}"
-            ) from None
     if strict and record_mode == "none" and not cassette.all_played:
-        unplayed = len(cassette.data) - cassette.play_count
-        raise CassetteError(f"{p}: {unplayed} recorded interaction(s) were not played")
+        raise CassetteError(unplayed_message(cassette, p))
+
+
+def unplayed_message(cassette: Any, path: str | os.PathLike[str]) -> str:
+    """The message for a cassette whose recorded interactions were not all played: how many,
+    and the first one's number, method and path."""
+    unplayed = [i for i in range(len(cassette.data)) if cassette.play_counts[i] == 0]
+    first = cassette.data[unplayed[0]][0] if unplayed else None
+    where = f", the first is {unplayed[0] + 1} ({first.method} {first.path})" if first else ""
+    return f"{path}: {len(unplayed)} recorded interaction(s) were not played{where}"
 
 
 def cli_show(paths: Sequence[str]) -> int:

@@ -67,7 +67,11 @@ def test_recorded_baseline_uses_the_demo_tools() -> None:
 def test_unrecorded_request_fails_without_network(tmp_path: Path) -> None:
     config = Config(client=ClientConfig(url=UNREACHABLE, retry_attempts=0))
     session = Session.create(tmp_path, Baseline(tools=demo_registry().definitions()))
-    where = r"request 1 .*differ at body\.messages\[0\]\.content"
+    where = (
+        r"demo-turns\.yaml: request 1 \(POST /v1/chat/completions\) matches no recorded "
+        r"interaction: its body differs from recorded interaction 1 at messages\[0\]\.content "
+        r"\(recorded 'What is the weather in Lisbon\?', sent 'A question nobody recorded'\)"
+    )
     with (
         pytest.raises(CassetteError, match=where),
         use_cassette(CASSETTES / "demo-turns.yaml", "none", strict=False),
