@@ -1,0 +1,387 @@
+"""Widget tests without a server: event sequences and scripted clients drive the panel."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes import ScriptedClient, Step, answer, call, calls, timings
+
+from boxmaker.client import Completion
+from boxmaker.config import Config, LoopLimits
+from boxmaker.demo import demo_registry
+from boxmaker.errors import RequestCancelled, TurnCancelled
+from boxmaker.events import (
+    ClientEvent,
+    Content,
+    Progress,
+    Queued,
+    Reasoning,
+    Retrying,
+    ThinkingCapped,
+    ToolCallStarted,
+    Waiting,
+)
+from boxmaker.records import (
+    Assistant,
+    Baseline,
+    CacheLoss,
+    LimitHit,
+    ToolResult,
+    Usage,
+    User,
+)
+from boxmaker.records import ToolCall as Call
+from boxmaker.session import Session
+from boxmaker.turn import Runtime
+from boxmaker.widgets import (
+    AnswerBlock,
+    ChatPanel,
+    ReasoningBlock,
+    SessionView,
+    ToolBlock,
+    Transcript,
+    render_turn,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _session(tmp_path: Path) -> Session:
+    return Session.create(tmp_path, Baseline(tools=demo_registry().definitions()))
+
+
+def _panel(tmp_path: Path, client: Any, **loop: Any) -> ChatPanel:
+    config = Config(loop=LoopLimits(**loop))
+    runtime = Runtime(config=config, client=client, registry=demo_registry())
+    return ChatPanel(runtime, _session(tmp_path))
+
+
+def _text(panel: ChatPanel) -> str:
+    return "".join(item.value for item in panel._box.items)
+
+
+# -- the pure transcript ----------------------------------------------------------------------
+
+LIVE_TURN: list[Any] = [
+    User(content="Weather in Oslo?"),
+    Queued(),
+    Progress(total=100, cache=40, processed=70, time_ms=5.0),
+    Waiting(),
+    Reasoning("I should "),
+    Reasoning("call it"),
+    ThinkingCapped(reasoning_tokens=2),
+    Assistant(
+        content=None,
+        reasoning="I should call it",
+        tool_calls=(Call(id="c1", name="get_weather", arguments='{"city": "Oslo"}'),),
+    ),
+    Usage(timings=timings(40, 60, 7), reasoning_tokens=2, thinking_capped=True),
+    LimitHit(kind="thinking_cap", detail="reasoning ended after 2 tokens"),
+    ToolCallStarted(name="get_weather", call=1, arguments='{"city": "Oslo"}'),
+    ToolResult(
+        call=1,
+        tool_call_id="c1",
+        name="get_weather",
+        content="x" * 10,
+        data_class="web",
+        untrusted=True,
+        truncated=True,
+    ),
+    LimitHit(kind="tool_result_cap", detail="get_weather result of 50 characters cut to 10"),
+    Queued(),
+    Content("It is **sunny** "),
+    Content("in Oslo."),
+    Assistant(content="It is **sunny** in Oslo."),
+    Usage(timings=timings(100, 20, 5)),
+    CacheLoss(expected=120, reused=100),
+]
+
+
+def test_transcript_folds_a_live_turn() -> None:
+    clock = iter(range(100))
+    t = Transcript(clock=lambda: float(next(clock))).extend(LIVE_TURN[:3])
+    assert t.live.status == "Processing prompt" and t.live.progress == (70, 100, 40)
+    t.extend(LIVE_TURN[3:])
+    (turn,) = t.turns
+    assert turn.user == "Weather in Oslo?"
+    kinds = [type(b) for b in turn.blocks]
+    assert kinds == [ReasoningBlock, ToolBlock, AnswerBlock]
+    reasoning, tool, _ = turn.blocks
+    assert isinstance(reasoning, ReasoningBlock) and reasoning.text == "I should call it"
+    assert reasoning.tokens == 2 and reasoning.capped
+    assert isinstance(tool, ToolBlock) and tool.call == 1 and tool.result == "x" * 10
+    assert tool.untrusted and tool.truncated and tool.data_class == "web"
+    assert turn.answer() == "It is **sunny** in Oslo."
+    assert (turn.prompt, turn.cached, turn.generated, turn.reasoning) == (80, 140, 12, 2)
+    assert turn.ms == pytest.approx(1.5 * 80 + 10.0 * 12)
+    assert [k for k, _ in turn.badges] == ["thinking_cap", "tool_result_cap", "cache_loss"]
+    page = render_turn(turn)
+    assert "<strong>sunny</strong>" in page
+    assert "Reasoning (2 tokens, capped)" in page and "<details" in page
+    assert "Tool call #1: get_weather" in page
+    assert "&quot;city&quot;: &quot;Oslo&quot;" in page  # pretty JSON, escaped
+    assert "untrusted" in page and "truncated" in page and "data class: web" in page
+    assert "prompt 80 · cached 140 · generated 12 · reasoning 2 tokens" in page
+    assert "cache loss: 20 tokens re-processed" in page
+
+
+def test_status_line_follows_the_request() -> None:
+    t = Transcript(clock=iter([0.0, 0.5, 1.0]).__next__)
+    t.apply(User(content="hi"))
+    t.apply(Retrying(attempt=1, delay_s=0.5, reason="connection refused"))
+    assert t.live.status == "Retrying in 0.5 s (attempt 1)"
+    t.apply(Queued())
+    assert t.live.status == "Queued"
+    t.apply(Waiting())
+    assert t.live.status == "Waiting"
+    for _ in range(3):
+        t.apply(Content("a"))
+    assert t.live.status == "Generating at 2 tokens/s"
+    t.end_turn("TurnCancelled: the turn was cancelled")
+    assert t.live.status.startswith("Ended: TurnCancelled")
+    assert "Turn ended: TurnCancelled" in render_turn(t.turns[0])
+
+
+def test_model_markup_is_escaped() -> None:
+    t = Transcript().extend([User(content="<b>me</b>"), Assistant(content="<script>x</script>")])
+    page = render_turn(t.turns[0])
+    assert "<script>x" not in page and "&lt;script&gt;" in page and "<b>me</b>" not in page
+
+
+# -- the panel --------------------------------------------------------------------------------
+
+
+def test_panel_runs_a_turn_with_tool_call_in_a_worker(tmp_path: Path) -> None:
+    client = ScriptedClient(
+        [
+            calls(call("get_weather", {"city": "Oslo"}), timings=timings(0, 50)),
+            answer("Sunny in *Oslo*.", timings=timings(50, 20)),
+        ]
+    )
+    panel = _panel(tmp_path, client)
+    seen: list[threading.Thread] = []
+    original = panel.on_event
+    panel.on_event = lambda e: (seen.append(threading.current_thread()), original(e))[1]  # type: ignore[method-assign]
+    outcome = panel.ask("Weather in Oslo?", timeout=10)
+    assert outcome.content == "Sunny in *Oslo*."
+    assert seen and all(t is not threading.main_thread() for t in seen)
+    text = _text(panel)
+    assert "You:</b> Weather in Oslo?" in text
+    assert "Tool call #1: get_weather" in text and "data class: public" in text
+    assert "Sunny in <em>Oslo</em>." in text
+    assert "prompt 70 · cached 50 · generated 10" in text
+    assert panel.status.value == "Done"
+    assert not panel.send_button.disabled and panel.stop_button.disabled
+    assert panel.transcript.turns[-1].answer() == "Sunny in *Oslo*."
+
+
+def test_panel_shows_progress_then_clears_it(tmp_path: Path) -> None:
+    panel = _panel(tmp_path, ScriptedClient([]))
+    panel._running = True
+    panel.on_event(User(content="hi"))
+    panel.on_event(Progress(total=200, cache=120, processed=150, time_ms=3.0))
+    panel.flush()
+    assert (panel.progress.value, panel.progress.max) == (150, 200)
+    assert panel.progress_label.value == "150 / 200 tokens (120 cached, 30 new)"
+    assert panel.status.value == "Processing prompt"
+    panel.on_event(Content("x"))
+    panel._running = False
+    panel.flush()
+    assert panel.progress.value == 0 and panel.progress_label.value == ""
+
+
+def test_panel_badges_for_limits(tmp_path: Path) -> None:
+    same = call("get_weather", {"city": "Oslo"})
+    panel = _panel(tmp_path, ScriptedClient([calls(same), calls(same), calls(same)]))
+    outcome = panel.ask("loop", timeout=10)
+    assert type(outcome).__name__ == "TurnLimit"
+    text = _text(panel)
+    assert "bxm-badge-repeated_call" in text and "Turn ended: TurnLimit" in text
+    assert "This call was not run" in text
+
+
+class BlockingClient:
+    """Streams a few content tokens, then waits on ``cancel`` like a long generation would."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+
+    def chat_with_retry(
+        self,
+        body: dict[str, Any],
+        on_event: Callable[[ClientEvent], None],
+        *,
+        reasoning_budget: int | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Completion:
+        assert cancel is not None
+        on_event(Queued())
+        for word in ("partial ", "answer"):
+            on_event(Content(word))
+        self.started.set()
+        if not cancel.wait(10):
+            raise AssertionError("never cancelled")
+        raise RequestCancelled("the stream was closed")
+
+
+def test_stop_cancels_the_turn_and_the_log_stays_well_formed(tmp_path: Path) -> None:
+    client = BlockingClient()
+    panel = _panel(tmp_path, client)
+    assert panel.send("tell me a long story")
+    assert client.started.wait(5) and panel.busy
+    assert not panel.stop_button.disabled
+    panel.stop_button.click()
+    assert panel.wait(5)
+    assert isinstance(panel.outcomes[-1], TurnCancelled)
+    assert panel.runtime.cancel.is_set()
+    assert [type(r).__name__ for r in panel.session.records] == ["User"]
+    reopened = Session.open(panel.session.path)
+    assert len(reopened.records) == 1
+    reopened.close()
+    assert "partial answer" in _text(panel) and "Turn ended: TurnCancelled" in _text(panel)
+    assert panel.status.value.startswith("Ended: TurnCancelled")
+    # the panel goes on: the next turn runs (run_turn clears the cancel switch)
+    panel.runtime.client = ScriptedClient([answer("again")])
+    assert panel.ask("next", timeout=5).content == "again"
+
+
+def test_send_ignores_blank_text_and_clears_the_input(tmp_path: Path) -> None:
+    panel = _panel(tmp_path, ScriptedClient([answer("ok")]))
+    assert not panel.send("   ")
+    panel.input.value = "hello"
+    panel.send_button.click()
+    assert panel.wait(5)
+    assert panel.input.value == "" and panel.transcript.turns[-1].user == "hello"
+
+
+# -- coalescing -------------------------------------------------------------------------------
+
+
+class BurstClient:
+    """Streams ``n`` one-character Content events as fast as it can."""
+
+    def __init__(self, pieces: list[str], pause_every: int = 0, pause_s: float = 0.0) -> None:
+        self.pieces = pieces
+        self.pause_every = pause_every
+        self.pause_s = pause_s
+
+    def chat_with_retry(
+        self,
+        body: dict[str, Any],
+        on_event: Callable[[ClientEvent], None],
+        *,
+        reasoning_budget: int | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Completion:
+        on_event(Queued())
+        for i, piece in enumerate(self.pieces):
+            on_event(Content(piece))
+            if self.pause_every and i % self.pause_every == 0:
+                time.sleep(self.pause_s)
+        text = "".join(self.pieces)
+        return Completion(
+            id="x",
+            content=text,
+            reasoning=None,
+            tool_calls=(),
+            finish_reason="stop",
+            timings=timings(0, 10, len(self.pieces)),
+            usage={},
+            reasoning_tokens=0,
+            thinking_capped=False,
+        )
+
+
+def _count_updates(panel: ChatPanel) -> list[str]:
+    """Record every ``value`` change of the panel's widgets, turn widgets added later too."""
+    changes: list[str] = []
+    watched: set[int] = set()
+
+    def watch(widgets: Any) -> None:
+        for w in widgets:
+            if id(w) not in watched:
+                watched.add(id(w))
+                w.observe(lambda ch: changes.append(ch["name"]), names="value")
+
+    watch((panel.status, panel.progress, panel.progress_label, *panel._box.items))
+    panel._box.box.observe(lambda ch: watch(ch["new"]), names="children")
+    return changes
+
+
+@pytest.mark.parametrize(("pause_every", "pause_s", "max_updates"), [(0, 0.0, 30), (250, 0.05, 60)])
+def test_coalescing_5000_content_events(
+    tmp_path: Path, pause_every: int, pause_s: float, max_updates: int
+) -> None:
+    pieces = [f"{i % 10}" if i % 97 else " **w** " for i in range(5000)]
+    client = BurstClient(pieces, pause_every, pause_s)
+    panel = _panel(tmp_path, client)
+    panel.ask("warm up the first turn widget", timeout=10)
+    changes = _count_updates(panel)
+    flushes_before = panel.flushes
+    started = time.monotonic()
+    panel.ask("burst", timeout=30)
+    elapsed = time.monotonic() - started
+    flushes = panel.flushes - flushes_before
+    assert flushes <= 15 * elapsed + 3, (flushes, elapsed)
+    assert len(changes) <= max_updates, (len(changes), elapsed)
+    assert panel.transcript.turns[-1].answer() == "".join(pieces)
+    last = [r for r in panel.session.records if isinstance(r, Assistant)][-1]
+    assert last.content == "".join(pieces)
+
+
+def test_direct_burst_on_the_hook_is_coalesced(tmp_path: Path) -> None:
+    panel = _panel(tmp_path, ScriptedClient([]))
+    panel.on_event(User(content="hi"))
+    panel.flush()
+    changes = _count_updates(panel)
+    pieces = [chr(65 + i % 26) for i in range(5000)]
+    for p in pieces:
+        panel.on_event(Content(p))
+    panel.flush()
+    assert len(changes) <= 3
+    assert panel.transcript.turns[0].answer() == "".join(pieces)
+    assert "".join(pieces) in _text(panel)
+
+
+# -- a stored log -----------------------------------------------------------------------------
+
+
+def test_session_view_renders_a_log_like_the_live_panel(tmp_path: Path) -> None:
+    client = ScriptedClient(
+        [
+            Step(reasoning="think", tool_calls=[call("get_time", {"city": "Tokyo"})]),
+            answer("It is noon."),
+        ]
+    )
+    panel = _panel(tmp_path, client)
+    panel.ask("Time in Tokyo?", timeout=10)
+    view = SessionView(panel.session.path)
+    (turn,) = view.transcript.turns
+    (live,) = panel.transcript.turns
+    assert [type(b) for b in turn.blocks] == [type(b) for b in live.blocks]
+    assert turn.answer() == live.answer() == "It is noon."
+    tool = turn.blocks[1]
+    assert isinstance(tool, ToolBlock) and tool.call == 1 and "Tokyo" in (tool.result or "")
+    assert "Tool call #1: get_time" in view.html()
+    assert SessionView(panel.session).html() == view.html()
+
+
+def test_session_view_on_the_shipped_cassette_log() -> None:
+    path = ROOT / "cassettes" / "demo-turns.session.jsonl"
+    view = SessionView(path)
+    with Session.open(path) as session:
+        users = [r for r in session.records if isinstance(r, User)]
+    assert [t.user for t in view.transcript.turns] == [u.content for u in users]
+    assert all(t.completions >= 1 for t in view.transcript.turns)
+    assert "demo-turns.session.jsonl" in view.widget.children[0].value
+
+
+def test_enter_sends_script_is_in_the_panel(tmp_path: Path) -> None:
+    panel = _panel(tmp_path, ScriptedClient([]))
+    assert "bxm-input" in panel.input._dom_classes and "bxm-send" in panel.send_button._dom_classes
+    assert "shiftKey" in panel._keys.value and "send.click()" in panel._keys.value
