@@ -99,9 +99,15 @@ SECRET = re.compile(
 )
 
 
-@pytest.mark.parametrize(
-    "path", sorted(p for p in CASSETTES.rglob("*") if p.is_file()), ids=lambda p: p.name
+ALL_CASSETTE_FILES = sorted(
+    p
+    for folder in (CASSETTES, ROOT / "tests" / "cassettes")
+    for p in folder.rglob("*")
+    if p.is_file()
 )
+
+
+@pytest.mark.parametrize("path", ALL_CASSETTE_FILES, ids=lambda p: p.name)
 def test_no_cassette_holds_a_secret(path: Path) -> None:
     text = path.read_text(encoding="utf-8")
     assert not SECRET.search(text), f"{path.name}: {SECRET.search(text)}"
