@@ -1,0 +1,495 @@
+"""boxmaker.frames: hand-made logs give exactly the expected frames; totals equal the sums over
+the records for generated sessions; unknown, corrupt and torn logs warn and the rest is read."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pandas.testing import assert_frame_equal
+
+from boxmaker import frames
+from boxmaker.frames import COLUMNS, LogReadWarning
+from boxmaker.records import (
+    LIMIT_KINDS,
+    Assistant,
+    Baseline,
+    CacheLoss,
+    LimitHit,
+    Record,
+    ToolCall,
+    ToolResult,
+    Usage,
+    User,
+    record_to_json,
+)
+from boxmaker.session import Session
+from boxmaker.turn import ALREADY_MADE
+
+ROOT = Path(__file__).resolve().parent.parent
+T0 = datetime(2026, 11, 30, 7, 0, 0, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def ts(*seconds: float) -> pd.Series:
+    return pd.Series([pd.Timestamp(at(s)) for s in seconds], dtype="datetime64[ns, UTC]")
+
+
+def usage(cache: int, prompt: int, predicted: int, t: float, **kw: Any) -> Usage:
+    timings = {
+        "cache_n": cache,
+        "prompt_n": prompt,
+        "prompt_ms": prompt * 0.5,
+        "predicted_n": predicted,
+        "predicted_ms": predicted * 2.0,
+    }
+    return Usage(timings=timings, time=at(t), **kw)
+
+
+def call(i: int, args: str = '{"city": "Oslo"}') -> ToolCall:
+    return ToolCall(id=f"c{i}", name="get_weather", arguments=args)
+
+
+NOT_RUN_LIMIT = "This call was not run: the turn ended (tool_iterations: 2 completions)."
+NOT_RUN_CANCEL = "This call was not run: the turn ended (the turn was cancelled)."
+
+RECORDS: list[Record] = [
+    # turn 1: a tool call, a cache loss, then the answer
+    User(content="weather?", time=at(0)),
+    Assistant(content=None, reasoning="r", tool_calls=(call(1),), time=at(1)),
+    usage(0, 100, 20, 1.5, reasoning_tokens=5),
+    ToolResult(call=1, tool_call_id="c1", name="get_weather", content="sunny", time=at(2)),
+    Assistant(content="It is sunny.", time=at(3)),
+    usage(80, 40, 10, 3.5),
+    CacheLoss(expected=120, reused=80, time=at(3.5)),
+    # turn 2: tool iterations limit (the second call was not run)
+    User(content="again", time=at(10)),
+    Assistant(content=None, tool_calls=(call(2),), time=at(11)),
+    usage(130, 10, 5, 11.5, thinking_capped=True),
+    LimitHit(kind="thinking_cap", detail="capped", time=at(11.5)),
+    ToolResult(
+        call=2, tool_call_id="c2", name="get_weather", content="x" * 8, truncated=True, time=at(12)
+    ),
+    LimitHit(kind="tool_result_cap", detail="cut", time=at(12)),
+    Assistant(content=None, tool_calls=(call(3, "{}"),), time=at(13)),
+    usage(145, 10, 5, 13.5),
+    ToolResult(call=3, tool_call_id="c3", name="get_weather", content=NOT_RUN_LIMIT, time=at(14)),
+    LimitHit(kind="tool_iterations", detail="2 completions", time=at(14)),
+    # turn 3: context full
+    User(content="more", time=at(20)),
+    LimitHit(kind="context_full", detail="400", time=at(21)),
+    # turn 4: cancelled between tool calls, with a repeat answered by the loop
+    User(content="twice", time=at(30)),
+    Assistant(content=None, tool_calls=(call(4), call(5)), time=at(31)),
+    usage(160, 20, 8, 31.5),
+    ToolResult(call=4, tool_call_id="c4", name="get_weather", content=ALREADY_MADE, time=at(32)),
+    ToolResult(call=5, tool_call_id="c5", name="get_weather", content=NOT_RUN_CANCEL, time=at(33)),
+    # turn 5: the completion failed: nothing after the user message
+    User(content="fail", time=at(40)),
+]
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Path:
+    with Session.create(tmp_path, Baseline(time=at(-1)), session_id="s1") as session:
+        session.extend(RECORDS)
+    return session.path
+
+
+def cat(values: list[Any], categories: list[str]) -> pd.Series:
+    return pd.Series(pd.Categorical(values, categories=pd.Index(categories, dtype="str")))
+
+
+def frame(data: dict[str, Any], name: str) -> pd.DataFrame:
+    """An expected frame: values with the dtypes COLUMNS gives."""
+    out = {}
+    for c in COLUMNS[name]:
+        value = data[c.name]
+        out[c.name] = value if isinstance(value, pd.Series) else pd.array(value, dtype=c.dtype)
+    return pd.DataFrame(out)
+
+
+def test_requests_exact(log: Path) -> None:
+    expected = frame(
+        {
+            "session": cat(["s1"] * 5, ["s1"]),
+            "request": [1, 2, 3, 4, 5],
+            "turn": [1, 1, 2, 2, 4],
+            "turn_request": [1, 2, 1, 2, 1],
+            "time": ts(1.5, 3.5, 11.5, 13.5, 31.5),
+            "cached_tokens": [0, 80, 130, 145, 160],
+            "processed_tokens": [100, 40, 10, 10, 20],
+            "prompt_tokens": [100, 120, 140, 155, 180],
+            "generated_tokens": [20, 10, 5, 5, 8],
+            "reasoning_tokens": [5, 0, 0, 0, 0],
+            "prompt_ms": [50.0, 20.0, 5.0, 5.0, 10.0],
+            "generation_ms": [40.0, 20.0, 10.0, 10.0, 16.0],
+            "prompt_tokens_per_s": [2000.0] * 5,
+            "generation_tokens_per_s": [500.0] * 5,
+            "cache_reuse_ratio": [0.0, 80 / 120, 130 / 140, 145 / 155, 160 / 180],
+            "thinking_capped": [False, False, True, False, False],
+            "tool_calls": [1, 0, 1, 1, 2],
+        },
+        "requests",
+    )
+    assert_frame_equal(frames.requests(log), expected)
+
+
+def test_turns_exact(log: Path) -> None:
+    expected = frame(
+        {
+            "session": cat(["s1"] * 5, ["s1"]),
+            "turn": [1, 2, 3, 4, 5],
+            "started": ts(0, 10, 20, 30, 40),
+            "ended": ts(3.5, 14, 21, 33, 40),
+            "wall_ms": [3500.0, 4000.0, 1000.0, 3000.0, 0.0],
+            "outcome": cat(
+                ["answered", "tool_iterations", "session_full", "cancelled", "no_answer"],
+                list(frames.TURN_OUTCOMES),
+            ),
+            "requests": [2, 2, 0, 1, 0],
+            "iterations": [1, 2, 0, 1, 0],
+            "tool_calls": [1, 2, 0, 2, 0],
+            "tool_results": [1, 2, 0, 2, 0],
+            "cached_tokens": [80, 275, 0, 160, 0],
+            "processed_tokens": [140, 20, 0, 20, 0],
+            "generated_tokens": [30, 10, 0, 8, 0],
+            "reasoning_tokens": [5, 0, 0, 0, 0],
+            "prompt_ms": [70.0, 10.0, 0.0, 10.0, 0.0],
+            "generation_ms": [60.0, 20.0, 0.0, 16.0, 0.0],
+            "thinking_capped": [0, 1, 0, 0, 0],
+            "cache_losses": [1, 0, 0, 0, 0],
+            "lost_tokens": [40, 0, 0, 0, 0],
+            "limit_hits": [0, 3, 1, 0, 0],
+        },
+        "turns",
+    )
+    assert_frame_equal(frames.turns(log), expected)
+
+
+def test_cache_losses_limit_hits_tool_calls_exact(log: Path) -> None:
+    assert_frame_equal(
+        frames.cache_losses(log),
+        frame(
+            {
+                "session": cat(["s1"], ["s1"]),
+                "request": [2],
+                "turn": [1],
+                "time": ts(3.5),
+                "expected_tokens": [120],
+                "reused_tokens": [80],
+                "lost_tokens": [40],
+                "prompt_ms_per_token": [0.5],
+                "lost_ms": [20.0],
+            },
+            "cache_losses",
+        ),
+    )
+    assert_frame_equal(
+        frames.limit_hits(log),
+        frame(
+            {
+                "session": cat(["s1"] * 4, ["s1"]),
+                "turn": [2, 2, 2, 3],
+                "request": [3, 3, 4, 4],
+                "time": ts(11.5, 12, 14, 21),
+                "kind": cat(
+                    ["thinking_cap", "tool_result_cap", "tool_iterations", "context_full"],
+                    list(LIMIT_KINDS),
+                ),
+                "detail": ["capped", "cut", "2 completions", "400"],
+                "ended_turn": [False, False, True, True],
+            },
+            "limit_hits",
+        ),
+    )
+    assert_frame_equal(
+        frames.tool_calls(log),
+        frame(
+            {
+                "session": cat(["s1"] * 5, ["s1"]),
+                "turn": [1, 2, 2, 4, 4],
+                "time": ts(2, 12, 14, 32, 33),
+                "call": [1, 2, 3, 4, 5],
+                "name": cat(["get_weather"] * 5, ["get_weather"]),
+                "tool_call_id": ["c1", "c2", "c3", "c4", "c5"],
+                "arguments_chars": [16, 16, 2, 16, 16],
+                "result_chars": [5, 8, len(NOT_RUN_LIMIT), len(ALREADY_MADE), len(NOT_RUN_CANCEL)],
+                "truncated": [False, True, False, False, False],
+                "data_class": cat(["public"] * 5, ["public"]),
+                "untrusted": [False] * 5,
+                "ran": [True, True, False, False, False],
+            },
+            "tool_calls",
+        ),
+    )
+
+
+def test_summary_exact(log: Path) -> None:
+    got = frames.summary(log)
+    assert list(got.columns) == [c.name for c in COLUMNS["summary"]]
+    row = got.iloc[0].to_dict()
+    assert row["path"] == str(log)
+    assert row["started"] == pd.Timestamp(at(-1)) and row["ended"] == pd.Timestamp(at(40))
+    expected = {
+        "session": "s1",
+        "records": len(RECORDS),
+        "unknown_records": 0,
+        "turns": 5,
+        "answered_turns": 1,
+        "tool_iterations_turns": 1,
+        "repeated_call_turns": 0,
+        "session_full_turns": 1,
+        "cancelled_turns": 1,
+        "no_answer_turns": 1,
+        "requests": 5,
+        "tool_calls": 5,
+        "cached_tokens": 515,
+        "processed_tokens": 180,
+        "generated_tokens": 48,
+        "reasoning_tokens": 5,
+        "prompt_ms": 90.0,
+        "generation_ms": 96.0,
+        "cache_reuse_ratio": 515 / 695,
+        "cache_losses": 1,
+        "lost_tokens": 40,
+        "lost_ms": 20.0,
+        "limit_hits": 4,
+        "tool_iterations_hits": 1,
+        "repeated_call_hits": 0,
+        "thinking_cap_hits": 1,
+        "context_full_hits": 1,
+        "tool_result_cap_hits": 1,
+    }
+    assert {k: row[k] for k in expected} == expected
+    assert str(got.dtypes["turns"]) == "Int64" and str(got.dtypes["lost_ms"]) == "Float64"
+
+
+def test_sources_directory_list_and_sessions_agree(tmp_path: Path, log: Path) -> None:
+    nested = tmp_path / "more" / "deeper"
+    with Session.create(nested, Baseline(time=at(0)), session_id="s2") as other:
+        other.extend([User(content="hi", time=at(1)), Assistant(content="yo", time=at(2))])
+        other.append(usage(0, 5, 1, 2.5))
+    by_dir = frames.requests(tmp_path)
+    assert list(by_dir.session) == ["s2", "s1", "s1", "s1", "s1", "s1"]  # sorted paths
+    by_list = frames.requests([log, other.path])
+    assert list(by_list.session) == ["s1"] * 5 + ["s2"]
+    reopened = Session.open(log)
+    assert_frame_equal(frames.requests(reopened), frames.requests(log))
+    assert_frame_equal(frames.turns([reopened]), frames.turns(log))
+
+
+def test_all_frames_empty_keep_their_columns_and_dtypes(tmp_path: Path) -> None:
+    loaded = frames.load(tmp_path)
+    for name in loaded._fields:
+        df = getattr(loaded, name)
+        assert df.empty
+        assert [(n, str(d)) for n, d in df.dtypes.items()] == [
+            (c.name, c.dtype) for c in COLUMNS[name]
+        ]
+
+
+def test_load_gives_every_frame_as_its_function(log: Path) -> None:
+    loaded = frames.load(log)
+    for name in loaded._fields:
+        assert_frame_equal(getattr(loaded, name), getattr(frames, name)(log))
+
+
+def test_docs_come_from_the_columns() -> None:
+    for name, columns in COLUMNS.items():
+        doc = getattr(frames, name).__doc__
+        for c in columns:
+            assert f"``{c.name}``" in doc
+        assert list(frames.describe(name).column) == [c.name for c in columns]
+        assert len({c.name for c in columns}) == len(columns)
+
+
+def write_lines(path: Path, objects: list[dict[str, Any]], tail: str = "") -> Path:
+    text = "".join(json.dumps(o) + "\n" for o in objects) + tail
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+HEAD = {"type": "baseline", "schema": 1, "session_id": "h", "system": "", "tools": []}
+
+
+def test_unknown_records_warn_and_are_counted(tmp_path: Path) -> None:
+    path = write_lines(
+        tmp_path / "h.jsonl",
+        [
+            HEAD,
+            {"type": "user", "content": "x", "time": "2026-11-30T07:00:00Z"},
+            {"type": "future_thing", "payload": 1},
+            {"type": "assistant", "content": "y", "time": "2026-11-30T07:00:01Z"},
+        ],
+    )
+    with pytest.warns(LogReadWarning, match=r"h\.jsonl: records of unknown type skipped: future"):
+        got = frames.summary(path)
+    assert got.unknown_records.tolist() == [1]
+    assert got.answered_turns.tolist() == [1]
+
+
+def test_corrupt_log_names_file_and_line_and_others_are_read(tmp_path: Path, log: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(HEAD) + "\n" + '{"type": "user", "content": \n' + "{}\n")
+    with pytest.warns(LogReadWarning, match=r"bad\.jsonl:2: corrupt line"):
+        got = frames.requests(tmp_path)
+    assert set(got.session) == {"s1"} and len(got) == 5
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('{"type": "usage", "timings": {"prompt_n": "many"}}', r"bad\.jsonl:3: processed_tokens"),
+        ("[1, 2]", r"bad\.jsonl:3: line is not a JSON object"),
+        ('{"a": 1}, {"b": 2}', r"bad\.jsonl:3: corrupt line"),
+        ('{"type": "tool_result", "call": 1}', r"bad\.jsonl:3: tool_result record without"),
+    ],
+)
+def test_malformed_record_leaves_out_the_whole_log(tmp_path: Path, line: str, message: str) -> None:
+    user = '{"type": "user", "content": "x"}'
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(HEAD) + "\n" + user + "\n" + line + "\n")
+    with pytest.warns(LogReadWarning, match=message):
+        loaded = frames.load(bad)
+    assert all(getattr(loaded, name).empty for name in loaded._fields)
+
+
+def test_bad_heads_and_missing_paths_warn(tmp_path: Path) -> None:
+    newer = write_lines(tmp_path / "newer.jsonl", [{**HEAD, "schema": 99}])
+    headless = write_lines(tmp_path / "headless.jsonl", [{"type": "user", "content": "x"}])
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    for path, message in (
+        (newer, r"newer\.jsonl:1: log schema 99"),
+        (headless, r"headless\.jsonl:1: first line is not a baseline"),
+        (empty, r"empty\.jsonl: empty session log"),
+        (tmp_path / "nope.jsonl", r"nope\.jsonl: no such file"),
+    ):
+        with pytest.warns(LogReadWarning, match=message):
+            assert frames.summary(path).empty
+
+
+def test_torn_last_line_is_dropped_with_a_warning_and_the_log_left_alone(tmp_path: Path) -> None:
+    path = write_lines(
+        tmp_path / "torn.jsonl",
+        [HEAD, {"type": "user", "content": "x", "time": "2026-11-30T07:00:00Z"}],
+        tail='{"type": "assist',
+    )
+    before = path.read_bytes()
+    with pytest.warns(LogReadWarning, match=r"torn\.jsonl: dropped a torn last line"):
+        got = frames.turns(path)
+    assert got.outcome.tolist() == ["no_answer"]
+    assert path.read_bytes() == before
+    assert not (tmp_path / "torn.jsonl.torn").exists()
+
+
+def test_a_good_log_reads_without_warnings(log: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        frames.load(log)
+
+
+def test_demo_log_from_the_embedded_server() -> None:
+    path = ROOT / "cassettes" / "demo-turns.session.jsonl"
+    loaded = frames.load(path)
+    records = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+    usages = [r for r in records if r["type"] == "usage"]
+    assert len(loaded.requests) == len(usages)
+    assert loaded.summary.generated_tokens.tolist() == [
+        sum(u["timings"]["predicted_n"] for u in usages)
+    ]
+    assert loaded.turns.outcome.tolist() == ["answered"] * sum(r["type"] == "user" for r in records)
+
+
+# -- property: totals in the frames equal the sums over the records ---------------------------
+
+timings = st.fixed_dictionaries(
+    {
+        "cache_n": st.integers(0, 10_000),
+        "prompt_n": st.integers(0, 5_000),
+        "predicted_n": st.integers(0, 2_000),
+        "prompt_ms": st.floats(0, 1e4, allow_nan=False),
+        "predicted_ms": st.floats(0, 1e4, allow_nan=False),
+    }
+)
+a_record = st.one_of(
+    st.builds(User, content=st.text(max_size=5)),
+    st.builds(
+        Assistant,
+        content=st.none() | st.text(max_size=5),
+        tool_calls=st.lists(
+            st.builds(ToolCall, id=st.text(max_size=3), name=st.just("f"), arguments=st.text()),
+            max_size=3,
+        ).map(tuple),
+    ),
+    st.builds(
+        Usage,
+        timings=timings,
+        reasoning_tokens=st.integers(0, 500),
+        thinking_capped=st.booleans(),
+    ),
+    st.builds(CacheLoss, expected=st.integers(0, 1000), reused=st.integers(0, 1000)),
+    st.builds(
+        ToolResult,
+        call=st.integers(1, 50),
+        tool_call_id=st.text(max_size=3),
+        name=st.sampled_from(["f", "g"]),
+        content=st.text(max_size=20),
+        truncated=st.booleans(),
+    ),
+    st.builds(LimitHit, kind=st.sampled_from(LIMIT_KINDS), detail=st.text(max_size=5)),
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(sessions=st.lists(st.lists(a_record, max_size=25), min_size=1, max_size=3))
+def test_totals_equal_sums_over_records(tmp_path: Path, sessions: list[list[Record]]) -> None:
+    folder = tmp_path / f"case{len(list(tmp_path.iterdir()))}"
+    folder.mkdir()
+    for n, records in enumerate(sessions):
+        head = {**HEAD, "session_id": f"g{n}", "time": "2026-11-30T07:00:00Z"}
+        write_lines(folder / f"g{n}.jsonl", [head, *(record_to_json(r) for r in records)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = frames.load(folder)
+    every = [r for records in sessions for r in records]
+    usages = [r for r in every if isinstance(r, Usage)]
+    losses = [r for r in every if isinstance(r, CacheLoss)]
+    hits = [r for r in every if isinstance(r, LimitHit)]
+    s = loaded.summary
+    assert len(s) == len(sessions)
+    assert s.records.sum() == len(every)
+    assert s.turns.sum() == len(loaded.turns) == sum(isinstance(r, User) for r in every)
+    assert s.requests.sum() == len(loaded.requests) == len(usages)
+    for column, key in (
+        ("cached_tokens", "cache_n"),
+        ("processed_tokens", "prompt_n"),
+        ("generated_tokens", "predicted_n"),
+    ):
+        total = sum(int(u.timings[key]) for u in usages)
+        assert s[column].sum() == loaded.requests[column].sum() == total
+    assert s.prompt_ms.sum() == pytest.approx(sum(u.timings["prompt_ms"] for u in usages))
+    assert s.reasoning_tokens.sum() == sum(u.reasoning_tokens for u in usages)
+    assert s.lost_tokens.sum() == sum(c.expected - c.reused for c in losses)
+    assert s.limit_hits.sum() == len(hits) == len(loaded.limit_hits)
+    for kind in LIMIT_KINDS:
+        assert s[f"{kind}_hits"].sum() == sum(h.kind == kind for h in hits)
+    assert len(loaded.tool_calls) == sum(isinstance(r, ToolResult) for r in every)
+    assert s[[f"{o}_turns" for o in frames.TURN_OUTCOMES]].sum(axis=1).tolist() == list(s.turns)
+    # what belongs to a turn adds up to what the session has after its first user message
+    in_turns = loaded.requests[loaded.requests.turn.notna()]
+    assert loaded.turns.generated_tokens.sum() == in_turns.generated_tokens.sum()
+    assert loaded.turns.requests.sum() == len(in_turns)
