@@ -1,0 +1,189 @@
+"""Plots of the usage frames (:mod:`boxmaker.frames`), with matplotlib.
+
+Each function takes a frame (or a part of one: filter it to a session first to see one
+session) and returns the :class:`~matplotlib.figure.Figure` it drew on. Given ``ax``, it draws
+into that Axes (e.g. one panel of a grid) and returns the Axes' figure; without, it makes a new
+Figure that is not registered with pyplot (so nothing is shown twice in Jupyter, and figures
+made in a loop are freed).
+
+- :func:`tokens_per_request`: stacked bars per request: cached / processed / generated tokens.
+- :func:`cache_reuse`: the cache reuse ratio along each session, losses marked.
+- :func:`time_per_request`: stacked bars per request: prompt and generation milliseconds.
+- :func:`limit_hits_per_kind`: one bar per limit kind.
+
+matplotlib is imported here only; ``import boxmaker`` does not load it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+__all__ = ["cache_reuse", "limit_hits_per_kind", "time_per_request", "tokens_per_request"]
+
+COLORS = {
+    "cached": "#4c9f70",
+    "processed": "#e0a030",
+    "generated": "#4878b0",
+    "prompt": "#e0a030",
+    "generation": "#4878b0",
+    "loss": "#c03030",
+}
+"""The colours of the series, shared by all plots."""
+
+
+def _axes(ax: Axes | None, width: float = 8.0, height: float = 3.5) -> tuple[Figure, Axes]:
+    if ax is not None:
+        figure = ax.get_figure()
+        if not isinstance(figure, Figure):
+            raise ValueError("the Axes is not on a Figure")
+        return figure, ax
+    figure = Figure(figsize=(width, height), layout="constrained")
+    return figure, figure.add_subplot()
+
+
+def _floats(series: pd.Series) -> Any:
+    """A nullable column as a float array, ``<NA>`` as NaN (what matplotlib draws as a gap)."""
+    return series.astype("Float64").to_numpy(dtype=float, na_value=np.nan)
+
+
+def _request_axis(ax: Axes, n: int) -> Any:
+    x = np.arange(1, n + 1)
+    ax.set_xlabel("request (in frame order)")
+    if n <= 30:
+        ax.set_xticks(x)
+    return x
+
+
+def tokens_per_request(requests: pd.DataFrame, *, ax: Axes | None = None) -> Figure:
+    """Stacked bars, one per row of ``requests``: cached, processed and generated tokens.
+
+    Args:
+        requests: a :func:`boxmaker.frames.requests` frame (columns ``cached_tokens``,
+            ``processed_tokens``, ``generated_tokens``), in the order to draw.
+        ax: draw into this Axes instead of a new Figure.
+
+    Returns:
+        The Figure drawn on (three bar containers of ``len(requests)`` bars each).
+    """
+    figure, ax = _axes(ax)
+    x = _request_axis(ax, len(requests))
+    bottom = np.zeros(len(requests))
+    for column, label in (
+        ("cached_tokens", "cached"),
+        ("processed_tokens", "processed"),
+        ("generated_tokens", "generated"),
+    ):
+        values = np.nan_to_num(_floats(requests[column]))
+        ax.bar(x, values, bottom=bottom, label=label, color=COLORS[label])
+        bottom = bottom + values
+    ax.set_ylabel("tokens")
+    ax.set_title("Tokens per request")
+    ax.legend(loc="upper left")
+    return figure
+
+
+def time_per_request(requests: pd.DataFrame, *, ax: Axes | None = None) -> Figure:
+    """Stacked bars, one per row of ``requests``: prompt and generation time.
+
+    Args:
+        requests: a :func:`boxmaker.frames.requests` frame (columns ``prompt_ms``,
+            ``generation_ms``), in the order to draw.
+        ax: draw into this Axes instead of a new Figure.
+
+    Returns:
+        The Figure drawn on (two bar containers of ``len(requests)`` bars each).
+    """
+    figure, ax = _axes(ax)
+    x = _request_axis(ax, len(requests))
+    prompt = np.nan_to_num(_floats(requests["prompt_ms"]))
+    generation = np.nan_to_num(_floats(requests["generation_ms"]))
+    ax.bar(x, prompt, label="prompt", color=COLORS["prompt"])
+    ax.bar(x, generation, bottom=prompt, label="generation", color=COLORS["generation"])
+    ax.set_ylabel("ms")
+    ax.set_title("Time per request")
+    ax.legend(loc="upper left")
+    return figure
+
+
+def cache_reuse(
+    requests: pd.DataFrame,
+    cache_losses: pd.DataFrame | None = None,
+    *,
+    ax: Axes | None = None,
+) -> Figure:
+    """The cache reuse ratio (``cached_tokens / prompt_tokens``) along each session, one line
+    per session, with the requests that lost cache marked by a red cross.
+
+    Args:
+        requests: a :func:`boxmaker.frames.requests` frame (``session``, ``request``,
+            ``cache_reuse_ratio``); x is the request number within the session.
+        cache_losses: a :func:`boxmaker.frames.cache_losses` frame; its ``(session, request)``
+            pairs are marked. ``None``: no marks.
+        ax: draw into this Axes instead of a new Figure.
+
+    Returns:
+        The Figure drawn on: one line per session in ``requests``, plus one line of markers
+        (no connecting line) when there are losses to mark.
+    """
+    figure, ax = _axes(ax)
+    sessions = [str(s) for s in pd.unique(requests["session"])]
+    for session in sessions:
+        rows = requests[requests["session"] == session]
+        ax.plot(
+            _floats(rows["request"]),
+            _floats(rows["cache_reuse_ratio"]),
+            marker=".",
+            label=session if len(sessions) <= 8 else None,
+        )
+    if cache_losses is not None and len(cache_losses):
+        keys = requests.set_index(["session", "request"])["cache_reuse_ratio"]
+        marks = [
+            (float(r), float(keys.get((s, r), np.nan)))
+            for s, r in zip(cache_losses["session"], cache_losses["request"], strict=True)
+            if s in sessions and not pd.isna(r)
+        ]
+        if marks:
+            xs, ys = zip(*marks, strict=True)
+            ax.plot(
+                xs,
+                ys,
+                linestyle="none",
+                marker="x",
+                markersize=9,
+                color=COLORS["loss"],
+                label="cache loss",
+            )
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_xlabel("request in the session")
+    ax.set_ylabel("cached / prompt tokens")
+    ax.set_title("Cache reuse along the session")
+    if sessions:
+        ax.legend(loc="lower right", fontsize="small")
+    return figure
+
+
+def limit_hits_per_kind(limit_hits: pd.DataFrame, *, ax: Axes | None = None) -> Figure:
+    """One bar per limit kind: how often it fired.
+
+    Args:
+        limit_hits: a :func:`boxmaker.frames.limit_hits` frame; its ``kind`` categories give
+            the bars (all five kinds, zero included, plus any unknown kinds found).
+        ax: draw into this Axes instead of a new Figure.
+
+    Returns:
+        The Figure drawn on (one bar container with a bar per kind).
+    """
+    figure, ax = _axes(ax)
+    counts = limit_hits["kind"].value_counts(sort=False)
+    kinds = [str(k) for k in counts.index]
+    bars = ax.bar(kinds, counts.to_numpy(), color=COLORS["loss"])
+    ax.bar_label(bars)
+    ax.set_ylabel("hits")
+    ax.set_title("Limit hits per kind")
+    ax.tick_params(axis="x", labelrotation=20)
+    return figure
