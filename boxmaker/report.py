@@ -1,21 +1,234 @@
-"""``boxmaker report``: usage, cache loss and limit hits of session logs, as text or HTML.
+"""``boxmaker report PATH... [--html FILE]``: usage, cache loss and limit hits of session logs.
 
-Placeholder wired into the CLI; the frames/plots work (issue "Usage, cache loss and limit hits
-as pandas frames") fills it in.
+The text report (printed) has one table per question: the sessions (:func:`boxmaker.frames.
+summary`), turns by outcome, limit hits by kind, cache losses by session, tool calls by tool.
+The HTML report holds the same tables and the plots of :mod:`boxmaker.plots`, embedded as
+base64 PNG images, in one self-contained file (no scripts, styles inline, nothing fetched).
+
+Exit codes of :func:`run_report`: 0 done; 1 no session log found, none readable, or the HTML
+file cannot be written (the reason on stderr). Logs that cannot be read are named on stderr and
+left out; the others are reported.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import base64
+import html as html_lib
+import io
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
 
-__all__ = ["run_report"]
+import pandas as pd
+
+from . import frames
+
+__all__ = ["format_html", "format_text", "run_report", "tables"]
+
+_T = TypeVar("_T")
+
+SESSION_COLUMNS = (
+    "session",
+    "turns",
+    "answered_turns",
+    "requests",
+    "tool_calls",
+    "cached_tokens",
+    "processed_tokens",
+    "generated_tokens",
+    "reasoning_tokens",
+    "prompt_ms",
+    "generation_ms",
+    "cache_reuse_ratio",
+    "cache_losses",
+    "lost_tokens",
+    "limit_hits",
+)
+"""The summary columns the report's sessions table shows."""
+
+PER_REQUEST_PLOTS = 4
+"""The per-request plots show at most this many sessions (the ones with most requests)."""
+
+
+def tables(loaded: frames.Frames) -> dict[str, pd.DataFrame]:
+    """The report's tables, by title, from the frames of :func:`boxmaker.frames.load`.
+
+    ``Sessions`` (a row per session and a ``total`` row), ``Turns by outcome`` (every outcome
+    of :data:`boxmaker.frames.TURN_OUTCOMES`), ``Limit hits by kind`` (every kind),
+    ``Cache losses by session``, ``Tool calls by tool``. Milliseconds are rounded to 0.1,
+    ratios to 0.001.
+    """
+    s = loaded.summary
+    sessions = s[list(SESSION_COLUMNS)].copy()
+    sessions["session"] = sessions["session"].astype("string")
+    prompt = s.cached_tokens.sum() + s.processed_tokens.sum()
+    total: dict[str, Any] = {
+        name: sessions[name].sum() for name in SESSION_COLUMNS if name != "session"
+    }
+    total |= {
+        "session": "total",
+        "cache_reuse_ratio": s.cached_tokens.sum() / prompt if prompt else pd.NA,
+    }
+    total_row = pd.DataFrame([total], columns=list(SESSION_COLUMNS)).astype(sessions.dtypes)
+    sessions = pd.concat([sessions, total_row], ignore_index=True)
+
+    t = loaded.turns
+    outcomes = t.groupby("outcome", observed=False).agg(
+        turns=("turn", "size"),
+        requests=("requests", "sum"),
+        tool_calls=("tool_calls", "sum"),
+        generated_tokens=("generated_tokens", "sum"),
+        mean_wall_ms=("wall_ms", "mean"),
+    )
+    hits = loaded.limit_hits.groupby("kind", observed=False).agg(
+        hits=("kind", "size"),
+        sessions=("session", "nunique"),
+        ended_turns=("ended_turn", "sum"),
+    )
+    c = loaded.cache_losses
+    losses = c.groupby("session", observed=True).agg(
+        losses=("lost_tokens", "size"),
+        lost_tokens=("lost_tokens", "sum"),
+        lost_ms=("lost_ms", "sum"),
+        mean_lost_tokens=("lost_tokens", "mean"),
+    )
+    tc = loaded.tool_calls
+    tools = tc.groupby("name", observed=True).agg(
+        calls=("call", "size"),
+        ran=("ran", "sum"),
+        truncated=("truncated", "sum"),
+        mean_arguments_chars=("arguments_chars", "mean"),
+        mean_result_chars=("result_chars", "mean"),
+    )
+    out = {
+        "Sessions": sessions,
+        "Turns by outcome": outcomes.reset_index(),
+        "Limit hits by kind": hits.reset_index(),
+        "Cache losses by session": losses.reset_index(),
+        "Tool calls by tool": tools.reset_index(),
+    }
+    return {title: _rounded(df) for title, df in out.items()}
+
+
+def _rounded(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.copy()
+    for name in df.columns:
+        if str(df[name].dtype) in ("Float64", "float64"):
+            digits = 3 if name.endswith("ratio") else 1
+            df[name] = df[name].astype("Float64").round(digits)
+    return df
+
+
+def format_text(loaded: frames.Frames) -> str:
+    """The text report: each of :func:`tables` under its title (``(none)`` when empty)."""
+    parts = []
+    for title, df in tables(loaded).items():
+        body = df.to_string(index=False) if len(df) else "(none)"
+        parts.append(f"{title}\n{'-' * len(title)}\n{body}\n")
+    return "\n".join(parts)
+
+
+def _png(figure: Any) -> str:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=96)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.85em; }
+th, td { border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; }
+th { background: #f0f0f0; }
+img { max-width: 100%; display: block; margin: 0.5em 0 1.5em; }
+"""
+
+
+def format_html(loaded: frames.Frames, *, title: str = "boxmaker report") -> str:
+    """A self-contained HTML report: :func:`tables`, then the plots as embedded PNG images
+    (``data:image/png;base64,...``): limit hits per kind, cache reuse along the sessions, and
+    tokens and time per request for the sessions with the most requests (at most
+    :data:`PER_REQUEST_PLOTS`)."""
+    from . import plots  # matplotlib only when a report with plots is made
+
+    body = [f"<h1>{html_lib.escape(title)}</h1>"]
+    for name, df in tables(loaded).items():
+        body.append(f"<h2>{html_lib.escape(name)}</h2>")
+        body.append(df.to_html(index=False, na_rep="", border=0) if len(df) else "<p>(none)</p>")
+    body.append("<h2>Plots</h2>")
+    req = loaded.requests
+    figures = [
+        plots.limit_hits_per_kind(loaded.limit_hits),
+        plots.cache_reuse(req, loaded.cache_losses),
+    ]
+    busiest = req.groupby("session", observed=True).size().sort_values(ascending=False)
+    for session in list(busiest.index[:PER_REQUEST_PLOTS]):
+        rows = req[req["session"] == session]
+        for draw in (plots.tokens_per_request, plots.time_per_request):
+            figure = draw(rows)
+            figure.axes[0].set_title(f"{figure.axes[0].get_title()}: {session}")
+            figures.append(figure)
+    for figure in figures:
+        alt = html_lib.escape(figure.axes[0].get_title(), quote=True)
+        body.append(f'<img alt="{alt}" src="{_png(figure)}">')
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html_lib.escape(title)}</title><style>{_STYLE}</style></head>\n<body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
+
+
+def _collect(call: Callable[[], _T], messages: list[str]) -> _T:
+    """Run ``call``, keeping its :class:`~boxmaker.frames.LogReadWarning` messages."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", frames.LogReadWarning)
+        result = call()
+    for w in caught:
+        if issubclass(w.category, frames.LogReadWarning):
+            messages.append(str(w.message))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return result
 
 
 def run_report(paths: Sequence[str], *, html: str | None = None) -> int:
     """Print the summary and per-kind tables of the session logs under ``paths``; with
-    ``html``, also write a self-contained HTML report there. Returns the exit code.
+    ``html``, also write a self-contained HTML report there.
 
-    Raises:
-        NotImplementedError: not built yet.
+    Args:
+        paths: session logs (``.jsonl``) or directories (searched recursively).
+        html: the HTML file to write, or ``None``.
+
+    Returns:
+        The exit code: 0 done; 1 no log found, no log readable, or the HTML not writable
+        (the reason on stderr). Logs left out are named on stderr (file and line).
     """
-    raise NotImplementedError("boxmaker report is not built yet")
+    problems: list[str] = []
+    logs = _collect(lambda: frames.find_logs(list(paths)), problems)
+    for message in problems:
+        print(f"boxmaker report: {message}", file=sys.stderr)
+    if not logs:
+        print(
+            f"boxmaker report: no session logs (*.jsonl) found in {', '.join(paths)}",
+            file=sys.stderr,
+        )
+        return 1
+    problems.clear()
+    loaded = _collect(lambda: frames.load(logs), problems)
+    for message in problems:
+        print(f"boxmaker report: {message}", file=sys.stderr)
+    if loaded.summary.empty:
+        print(f"boxmaker report: none of the {len(logs)} session logs is readable", file=sys.stderr)
+        return 1
+    print(f"{len(loaded.summary)} session logs, {len(loaded.requests)} requests\n")
+    print(format_text(loaded))
+    if html is not None:
+        try:
+            Path(html).write_text(format_html(loaded), encoding="utf-8")
+        except OSError as exc:
+            print(f"boxmaker report: cannot write {html}: {exc}", file=sys.stderr)
+            return 1
+        print(f"HTML report: {html}")
+    return 0

@@ -1,0 +1,113 @@
+"""boxmaker report: text tables and a self-contained HTML report; exit codes; the demo's log."""
+
+from __future__ import annotations
+
+import base64
+import re
+import shutil
+from pathlib import Path
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+from test_frames import RECORDS, at
+
+from boxmaker import frames
+from boxmaker.cli import main
+from boxmaker.records import Baseline
+from boxmaker.report import format_text, run_report, tables
+from boxmaker.session import Session
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO_LOG = ROOT / "cassettes" / "demo-turns.session.jsonl"
+
+
+@pytest.fixture
+def logs(tmp_path: Path) -> Path:
+    folder = tmp_path / "sessions"
+    with Session.create(folder, Baseline(time=at(-1)), session_id="s1") as session:
+        session.extend(RECORDS)
+    return folder
+
+
+def test_text_report_has_every_table(logs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_report([str(logs)]) == 0
+    out = capsys.readouterr().out
+    for title in (
+        "Sessions",
+        "Turns by outcome",
+        "Limit hits by kind",
+        "Cache losses by session",
+        "Tool calls by tool",
+    ):
+        assert f"{title}\n{'-' * len(title)}\n" in out
+    assert re.search(r"^\s*s1\s+5\s+1\s+5\s+5\s+515\s+180\s+48\s", out, re.M)
+    assert re.search(r"^\s*total\s+5\s+1\s+5\s", out, re.M)
+    assert re.search(r"^\s*tool_iterations\s+1\s+1\s+1\s*$", out, re.M)  # hits, sessions, ended
+    assert re.search(r"^\s*get_weather\s+5\s+2\s+1\s", out, re.M)  # calls, ran, truncated
+
+
+def test_tables_cover_every_outcome_and_kind(logs: Path) -> None:
+    t = tables(frames.load(logs))
+    by_outcome = t["Turns by outcome"].set_index("outcome").turns.to_dict()
+    assert by_outcome == {o: 1 for o in frames.TURN_OUTCOMES if o != "repeated_call"} | {
+        "repeated_call": 0
+    }
+    assert list(t["Limit hits by kind"].kind) == list(frames.COLUMNS["limit_hits"][4].categories)
+    assert t["Cache losses by session"].lost_ms.tolist() == [20.0]
+
+
+def test_html_report_is_self_contained(logs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    assert run_report([str(logs)], html=str(out)) == 0
+    text = out.read_text(encoding="utf-8")
+    images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', text)
+    assert len(images) == 4  # limit hits, cache reuse, tokens and time of the one session
+    assert all(base64.b64decode(i).startswith(b"\x89PNG") for i in images)
+    assert "<table" in text and "Limit hits by kind" in text
+    assert "http://" not in text and "https://" not in text and "<script" not in text
+
+
+def test_no_logs_found_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_report([str(tmp_path)]) == 1
+    assert "no session logs (*.jsonl) found" in capsys.readouterr().err
+    assert run_report([str(tmp_path / "missing")]) == 1
+    assert "missing: no such file or directory" in capsys.readouterr().err
+
+
+def test_unreadable_logs_named_on_stderr(
+    logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"type": "baseline", "schema": 1}\nnot json\n')
+    assert run_report([str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "bad.jsonl:2: corrupt line" in err and "none of the 1 session logs" in err
+    assert run_report([str(bad), str(logs)]) == 0
+    captured = capsys.readouterr()
+    assert "bad.jsonl:2: corrupt line" in captured.err
+    assert "1 session logs, 5 requests" in captured.out
+
+
+def test_html_not_writable_exits_1(logs: Path, tmp_path: Path) -> None:
+    assert run_report([str(logs)], html=str(tmp_path / "no" / "such" / "dir.html")) == 1
+
+
+def test_report_on_the_demo_log_through_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    copy = tmp_path / DEMO_LOG.name  # read a copy: the cassette stays as recorded
+    shutil.copyfile(DEMO_LOG, copy)
+    out = tmp_path / "demo.html"
+    assert main(["report", str(copy), "--html", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "demo-turns" in text and "Turns by outcome" in text
+    assert "data:image/png;base64," in out.read_text(encoding="utf-8")
+    assert copy.read_bytes() == DEMO_LOG.read_bytes()
+
+
+def test_format_text_of_nothing(tmp_path: Path) -> None:
+    text = format_text(frames.load(tmp_path))
+    assert "Cache losses by session\n-----------------------\n(none)" in text
