@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 __all__ = ["cache_reuse", "limit_hits_per_kind", "time_per_request", "tokens_per_request"]
 
@@ -183,6 +184,7 @@ def limit_hits_per_kind(limit_hits: pd.DataFrame, *, ax: Axes | None = None) -> 
     kinds = [str(k) for k in counts.index]
     bars = ax.bar(kinds, counts.to_numpy(), color=COLORS["loss"])
     ax.bar_label(bars)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("hits")
     ax.set_title("Limit hits per kind")
     ax.tick_params(axis="x", labelrotation=20)
