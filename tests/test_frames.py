@@ -453,7 +453,7 @@ a_record = st.one_of(
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(sessions=st.lists(st.lists(a_record, max_size=25), min_size=1, max_size=3))
 def test_totals_equal_sums_over_records(tmp_path: Path, sessions: list[list[Record]]) -> None:
