@@ -325,8 +325,10 @@ def _parse(body: Any) -> Any:
 def _short(value: Any) -> str:
     if value is _MISSING:
         return "(absent)"
-    text = value if isinstance(value, str) else _compact(value)
-    return repr(text if len(text) <= 60 else text[:57] + "...")
+    if isinstance(value, str):
+        return repr(value if len(value) <= 60 else value[:57] + "...")
+    text = _compact(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _describe(found: tuple[str, Any, Any]) -> str:
