@@ -618,7 +618,8 @@ class _Getter(NamedTuple):
 class _Rows:
     """Column lists of every frame, filled log by log; hidden ``_*`` columns tie rows together."""
 
-    def __init__(self) -> None:
+    def __init__(self, need: set[str]) -> None:
+        self.need = need
         self.cols: dict[str, dict[str, list[Any]]] = {}
         self.getters: dict[str, list[_Getter]] = {}
         for frame, specs in COLUMNS.items():
@@ -665,6 +666,9 @@ class _Rows:
         )
         g_req, g_cl, g_lh, g_tc = (
             self.getters[f] for f in ("requests", "cache_losses", "limit_hits", "tool_calls")
+        )
+        keep_cl, keep_lh, keep_tc = (
+            f in self.need for f in ("cache_losses", "limit_hits", "tool_calls")
         )
         s_row = len(sm["_session_row"])
         turn: int | None = None
@@ -738,6 +742,8 @@ class _Rows:
                 if tool_calls:
                     iterations += 1
             elif kind == "tool_result":
+                if not keep_tc:
+                    continue
                 _take(rec, g_tc, i)
                 content = rec.get("content")
                 if type(content) is not str:
@@ -763,6 +769,8 @@ class _Rows:
                 started = rec.get("time")
                 calls = None
             elif kind == "cache_loss":
+                if not keep_cl:
+                    continue
                 _take(rec, g_cl, i)
                 cl["session"].append(sid)
                 cl["request"].append(request or None)
@@ -772,6 +780,8 @@ class _Rows:
                 cl["_turn_row"].append(turn_row)
                 cl["_request_row"].append(request_row)
             elif kind == "limit_hit":
+                if not keep_lh:
+                    continue
                 _take(rec, g_lh, i)
                 hit = rec.get("kind")
                 if hit in ENDING_LIMITS:
@@ -879,8 +889,20 @@ def _public(frame: str, df: pd.DataFrame) -> pd.DataFrame:
     return df[[c.name for c in COLUMNS[frame]]].reset_index(drop=True)
 
 
-def _read(source: Source) -> _Rows:
-    rows = _Rows()
+def _needs(want: Iterable[str]) -> set[str]:
+    """The frames to build for ``want``: the wanted ones and those they aggregate."""
+    need = set(want)
+    if "cache_losses" in need:
+        need.add("requests")
+    if need & {"turns", "summary"}:
+        need |= {"requests", "cache_losses", "limit_hits", "tool_calls", "turns"}
+    return need
+
+
+def _read(source: Source, want: Iterable[str]) -> _Rows:
+    """Read every log of ``source``; rows only for the frames ``want`` needs (a record type
+    no needed frame reads is skipped without its fields being checked)."""
+    rows = _Rows(_needs(want))
     for item in find_logs(source):
         try:
             log = _session_log(item) if isinstance(item, Session) else _read_log(item)
@@ -903,11 +925,7 @@ class Frames(NamedTuple):
 
 def _build(rows: _Rows, want: Iterable[str]) -> dict[str, pd.DataFrame]:
     want = set(want)
-    need = set(want)
-    if "cache_losses" in need:
-        need.add("requests")
-    if need & {"turns", "summary"}:
-        need |= {"requests", "cache_losses", "limit_hits", "tool_calls", "turns"}
+    need = rows.need
     parts: dict[str, pd.DataFrame] = {}
     order = ("requests", "cache_losses", "limit_hits", "tool_calls", "turns", "summary")
     for frame in order:
@@ -941,12 +959,12 @@ def load(source: Source) -> Frames:
     Warns:
         LogReadWarning: a log, or part of one, was left out (the message names file and line).
     """
-    built = _build(_read(source), Frames._fields)
+    built = _build(_read(source, Frames._fields), Frames._fields)
     return Frames(**built)
 
 
 def _one(frame: str, source: Source) -> pd.DataFrame:
-    return _build(_read(source), [frame])[frame]
+    return _build(_read(source, [frame]), [frame])[frame]
 
 
 def requests(source: Source) -> pd.DataFrame:
