@@ -16,8 +16,10 @@ every fragment exactly once whatever the token rate.
 
 Keyboard: the input is an ``ipywidgets.Textarea``; a small script (in an ``HTML`` widget, run
 by the browser through an ``<img onerror>`` handler, since ``innerHTML`` does not run
-``<script>``) makes Enter click Send and leaves Shift+Enter to insert a new line. Where a
-front end strips that handler, the Send button still works.
+``<script>``) turns Enter into "append :data:`SUBMIT` to the value", which the panel sees as a
+send; Shift+Enter inserts a new line as usual. The marker travels with the text itself, so the
+kernel always sends the whole text (a click message can overtake a throttled value update).
+Where a front end strips that handler, Enter makes a new line and the Send button still works.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from .turn import Runtime, run_turn
 
 __all__ = [
     "MAX_FLUSHES_PER_S",
+    "SUBMIT",
     "AnswerBlock",
     "ChatPanel",
     "ReasoningBlock",
@@ -404,7 +407,7 @@ class _TranscriptBox:
 
     def __init__(self) -> None:
         w = _widgets()
-        self.box = w.VBox([], layout=w.Layout(width="100%"))
+        self.box = w.VBox([])
         self.box.add_class("bxm-transcript")
         self.items: list[Any] = []
 
@@ -412,7 +415,7 @@ class _TranscriptBox:
         w = _widgets()
         for i, turn in enumerate(turns):
             if i == len(self.items):
-                self.items.append(w.HTML(layout=w.Layout(width="100%")))
+                self.items.append(w.HTML())
                 self.box.children = tuple(self.items)
             value = render_turn(turn, streaming=streaming and i == len(turns) - 1)
             if self.items[i].value != value:
@@ -458,19 +461,23 @@ class SessionView:
         return "".join(render_turn(t) for t in self.transcript.turns)
 
 
+SUBMIT = "\ue000"
+"""A private-use character the Enter handler appends to the input's value to mean "send"."""
+
 _KEYS_JS = (
     "<img src='data:,' alt='' style='display:none' onerror=\""
     "(function(img){var root=img.closest('.bxm-panel')||document;"
     "var area=root.querySelector('.bxm-input textarea');"
-    "var send=root.querySelector('.bxm-send');"
-    "if(!area||!send){setTimeout(function(){img.onerror();},200);return;}"
+    "if(!area){setTimeout(function(){img.onerror();},200);return;}"
     "if(area.dataset.bxm)return;area.dataset.bxm='1';"
     "area.addEventListener('keydown',function(ev){"
     "if(ev.key==='Enter'&&!ev.shiftKey&&!ev.isComposing){"
-    "ev.preventDefault();ev.stopPropagation();send.click();}});"
+    "ev.preventDefault();ev.stopPropagation();area.value+='\\ue000';"
+    "area.dispatchEvent(new Event('input',{bubbles:true}));}});"
     '})(this)">'
 )
-"""Enter clicks Send, Shift+Enter keeps the textarea's new line (run by the browser)."""
+"""Enter appends :data:`SUBMIT` to the value (synced like any typing, so the kernel gets the
+whole text in order); Shift+Enter keeps the textarea's new line. Run by the browser."""
 
 
 class ChatPanel:
@@ -521,7 +528,7 @@ class ChatPanel:
 
         self.input = w.Textarea(
             placeholder="Message (Enter sends, Shift+Enter new line)",
-            layout=w.Layout(width="100%", height="4em"),
+            layout=w.Layout(width="auto", height="4em"),
         )
         self.input.add_class("bxm-input")
         self.send_button = w.Button(description="Send", button_style="primary", icon="paper-plane")
@@ -535,6 +542,7 @@ class ChatPanel:
         self._box = _TranscriptBox()
         self._keys = w.HTML(_KEYS_JS)
         self.send_button.on_click(lambda _b: self.send(self.input.value))
+        self.input.observe(self._on_input, names="value")
         self.stop_button.on_click(lambda _b: self.stop())
         self.widget = w.VBox(
             [
@@ -551,6 +559,14 @@ class ChatPanel:
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
+
+    def _on_input(self, change: dict[str, Any]) -> None:
+        """Enter was pressed (the value holds :data:`SUBMIT`): send the text before it."""
+        value = change["new"]
+        if SUBMIT in value:
+            text = value.replace(SUBMIT, "")
+            if not self.send(text):
+                self.input.value = text  # busy or blank: keep what was typed
 
     # -- the hook ---------------------------------------------------------------------------
 

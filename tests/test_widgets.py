@@ -39,6 +39,7 @@ from boxmaker.records import ToolCall as Call
 from boxmaker.session import Session
 from boxmaker.turn import Runtime
 from boxmaker.widgets import (
+    SUBMIT,
     AnswerBlock,
     ChatPanel,
     ReasoningBlock,
@@ -383,5 +384,20 @@ def test_session_view_on_the_shipped_cassette_log() -> None:
 
 def test_enter_sends_script_is_in_the_panel(tmp_path: Path) -> None:
     panel = _panel(tmp_path, ScriptedClient([]))
-    assert "bxm-input" in panel.input._dom_classes and "bxm-send" in panel.send_button._dom_classes
-    assert "shiftKey" in panel._keys.value and "send.click()" in panel._keys.value
+    assert "bxm-input" in panel.input._dom_classes
+    assert "shiftKey" in panel._keys.value and "\\ue000" in panel._keys.value
+
+
+def test_submit_marker_in_the_input_sends_the_text(tmp_path: Path) -> None:
+    client = BlockingClient()
+    panel = _panel(tmp_path, client)
+    panel.input.value = "two\nlines" + SUBMIT  # what the Enter handler leaves in the value
+    assert client.started.wait(5)
+    assert panel.session.records[0] == User(
+        content="two\nlines", time=panel.session.records[0].time
+    )
+    assert panel.input.value == ""
+    panel.input.value = "typed while busy" + SUBMIT
+    assert panel.input.value == "typed while busy"  # kept, not sent
+    panel.stop()
+    assert panel.wait(5)
