@@ -53,11 +53,13 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import itertools
 import json
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 from unittest import mock
@@ -71,18 +73,23 @@ from .errors import CassetteError
 
 __all__ = [
     "API_KEY_PLACEHOLDER",
+    "CHAT_PATH",
     "MISSING",
     "RECORD_MODES",
     "SECRET_HEADERS",
     "SECRET_QUERY_PARAMETERS",
     "RecordMode",
+    "StreamReading",
     "cli_check",
     "cli_replay",
     "cli_show",
     "first_difference",
     "load_interactions",
     "make_vcr",
+    "prefix_problems",
+    "read_stream",
     "serializer",
+    "transcript",
     "unplayed_message",
     "use_cassette",
 ]
@@ -633,22 +640,265 @@ def unplayed_message(cassette: Any, path: str | os.PathLike[str]) -> str:
     return f"{path}: {len(unplayed)} recorded interaction(s) were not played{where}"
 
 
-def cli_show(paths: Sequence[str]) -> int:
-    """``boxmaker cassette show``: print a transcript of each cassette. Returns the exit code.
+# --------------------------------------------------------------------------------------------
+# reading cassettes: transcript and prefix check
+
+CHAT_PATH = "/v1/chat/completions"
+"""The path of llama-server's OpenAI-compatible chat endpoint."""
+
+_SHOW_CHARS = 600
+
+
+def _path_of(uri: str) -> str:
+    return httpx.URL(uri).path
+
+
+def _request_json(interaction: Mapping[str, Any]) -> Any:
+    return _parse(interaction["request"].get("body"))
+
+
+def _chat_interactions(interactions: Sequence[Mapping[str, Any]]) -> list[tuple[int, Any]]:
+    """``(number, parsed body)`` of each chat-completion request (numbers from 1)."""
+    out = []
+    for number, item in enumerate(interactions, 1):
+        body = _request_json(item)
+        if _path_of(item["request"]["uri"]) == CHAT_PATH and isinstance(body, dict):
+            out.append((number, body))
+    return out
+
+
+@dataclass
+class StreamReading:
+    """What the client reads from a recorded chat-completion stream, as far as it can.
+
+    Attributes:
+        reasoning: joined ``delta.reasoning_content`` (``""`` if none).
+        reasoning_tokens: reasoning deltas (llama.cpp sends about one token each).
+        content: joined ``delta.content`` (``""`` if none).
+        tool_calls: ``(id, name, arguments)`` per ``delta.tool_calls`` index, arguments joined.
+        finish_reason: the ``finish_reason`` of the stream, ``None`` if none came.
+        timings: llama.cpp's ``timings`` of the last chunk that carried them.
+        problem: why the stream could not be read to its end (an error event, a malformed
+            chunk, a cut), ``None`` when it ended with ``finish_reason`` or ``[DONE]``.
+    """
+
+    reasoning: str = ""
+    reasoning_tokens: int = 0
+    content: str = ""
+    tool_calls: list[tuple[str, str, str]] = field(default_factory=list)
+    finish_reason: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    problem: str | None = None
+
+
+def read_stream(body: bytes) -> StreamReading:
+    """Read a recorded chat-completion body with the client's own decoders
+    (:class:`~boxmaker.client.SSEDecoder`, :class:`~boxmaker.client.ChunkDecoder`), keeping
+    what arrived before an error or a cut (an unterminated last event is not parsed)."""
+    from .client import ChunkDecoder, SSEDecoder
+    from .errors import InferError
+    from .events import Content, Reasoning, ToolCallDelta
+
+    sse, chunks = SSEDecoder(), ChunkDecoder()
+    out = StreamReading()
+    calls: dict[int, list[str]] = {}
+    reasoning: list[str] = []
+    content: list[str] = []
+    try:
+        for name, data in sse.feed(body):
+            if name == "error":
+                raise InferError(f"error event: {data}")
+            if name != "data":
+                continue
+            if data == "[DONE]":
+                chunks.mark_done()
+                break
+            for event in chunks.feed(json.loads(data)):
+                if isinstance(event, Reasoning):
+                    reasoning.append(event.text)
+                elif isinstance(event, Content):
+                    content.append(event.text)
+                elif isinstance(event, ToolCallDelta):
+                    parts = calls.setdefault(event.index, ["", "", ""])
+                    parts[0] = event.id or parts[0]
+                    parts[1] = event.name or parts[1]
+                    parts[2] += event.arguments
+        if not chunks.finished:
+            tail = len(body) - body.rfind(b"\n\n") - 2 if body.rfind(b"\n\n") >= 0 else len(body)
+            out.problem = f"the stream ended without finish_reason or [DONE] ({tail} bytes unread)"
+    except (InferError, ValueError) as exc:
+        out.problem = str(exc)
+    out.reasoning, out.content = "".join(reasoning), "".join(content)
+    out.reasoning_tokens = chunks.reasoning_tokens
+    out.tool_calls = [(c[0], c[1], c[2]) for _, c in sorted(calls.items())]
+    out.finish_reason, out.timings = chunks.finish_reason, chunks.timings
+    return out
+
+
+def _clip(text: str) -> str:
+    text = text.replace("\n", "\n      ")
+    if len(text) <= _SHOW_CHARS:
+        return text
+    return f"{text[:_SHOW_CHARS]}... ({len(text) - _SHOW_CHARS} more characters)"
+
+
+def _message_line(message: Mapping[str, Any]) -> list[str]:
+    role = message.get("role", "?")
+    lines = []
+    head = f"  + {role}"
+    if role == "tool":
+        head += f" [{message.get('tool_call_id', '')}]"
+    if message.get("reasoning_content"):
+        lines.append(f"{head} reasoning: {_clip(str(message['reasoning_content']))}")
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function", {})
+        lines.append(f"{head} tool call {fn.get('name')} {fn.get('arguments')} [{call.get('id')}]")
+    content = message.get("content")
+    if content or not lines:
+        lines.append(f"{head}: {_clip(str(content or ''))}")
+    return lines
+
+
+def transcript(path: str | os.PathLike[str]) -> str:
+    """A readable transcript of a cassette (what ``boxmaker cassette show`` prints).
+
+    For each interaction: its number, method, path and status; for a chat request the
+    messages it adds to the previous chat request (all of them when it does not extend it),
+    then the streamed answer as the client reads it (reasoning, content, tool calls, finish
+    reason) and llama.cpp's timings; for other requests (reasoning control) the bodies.
 
     Raises:
-        NotImplementedError: not built yet.
+        CassetteError: the file is not a readable cassette.
     """
-    raise NotImplementedError("boxmaker cassette show is not built yet")
+    interactions = load_interactions(path)
+    out = [f"{path}: {len(interactions)} interaction(s)"]
+    previous: list[Any] = []
+    for number, item in enumerate(interactions, 1):
+        request, response = item["request"], item["response"]
+        status = (response.get("status") or {}).get("code")
+        where = _path_of(request["uri"])
+        body = _request_json(item)
+        out.append("")
+        out.append(f"[{number}] {request['method']} {where} -> {status}")
+        raw = response["body"]["string"] or b""
+        if where != CHAT_PATH or not isinstance(body, dict):
+            out.append(f"  request: {_clip(_compact(body))}")
+            out.append(f"  answer: {_clip(raw.decode('utf-8', 'replace'))}")
+            continue
+        messages = list(body.get("messages") or [])
+        extends = messages[: len(previous)] == previous and bool(previous)
+        new = messages[len(previous) :] if extends else messages
+        settings = ", ".join(
+            f"{k} {_compact(body[k])}"
+            for k in ("id_slot", "temperature", "max_tokens", "seed")
+            if k in body
+        )
+        tools = [t.get("function", {}).get("name") for t in body.get("tools") or []]
+        out.append(f"  {settings}; tools: {', '.join(map(str, tools)) or 'none'}")
+        if previous and not extends:
+            out.append("  (does not extend the previous chat request: all its messages)")
+        elif extends and not new:
+            out.append("  (the same messages as the previous chat request: a retry)")
+        for message in new:
+            out.extend(_message_line(message))
+        previous = messages
+        if status != 200:
+            out.append(f"  error answer: {_clip(raw.decode('utf-8', 'replace'))}")
+            continue
+        reading = read_stream(raw)
+        if reading.reasoning:
+            out.append(
+                f"  = reasoning ({reading.reasoning_tokens} tokens): {_clip(reading.reasoning)}"
+            )
+        if reading.content:
+            out.append(f"  = content: {_clip(reading.content)}")
+        for call_id, name, arguments in reading.tool_calls:
+            out.append(f"  = tool call {name} {arguments} [{call_id}]")
+        if reading.finish_reason:
+            out.append(f"  = finish: {reading.finish_reason}")
+        if reading.timings:
+            t = reading.timings
+            names = ("cache_n", "prompt_n", "prompt_ms", "predicted_n", "predicted_ms")
+            out.append("  = timings: " + ", ".join(f"{k} {t[k]:g}" for k in names if k in t))
+        if reading.problem:
+            out.append(f"  ! {reading.problem}")
+        if response.get("error"):
+            out.append(f"  ! transport error after the recorded bytes: {response['error']}")
+    return "\n".join(out)
+
+
+def prefix_problems(path: str | os.PathLike[str]) -> list[str]:
+    """Where the chat requests of a cassette do not each extend the previous one.
+
+    A request extends the previous chat request when the earlier messages are a prefix of its
+    own, byte for byte once serialised (so llama.cpp's prompt cache can reuse them), and its
+    ``tools`` are the same. Returns one line per break (empty: every request extends the
+    previous one), e.g. ``interaction 5 does not extend interaction 3: messages[2].content
+    (recorded 'a', sent 'b')``.
+
+    Raises:
+        CassetteError: the file is not a readable cassette.
+    """
+    problems = []
+    chats = _chat_interactions(load_interactions(path))
+    for (before_n, before), (number, body) in itertools.pairwise(chats):
+        what = f"interaction {number} does not extend interaction {before_n}"
+        old, new = list(before.get("messages") or []), list(body.get("messages") or [])
+        if len(new) < len(old):
+            problems.append(f"{what}: it has {len(new)} messages, the earlier one {len(old)}")
+            continue
+        for i, (a, b) in enumerate(zip(old, new, strict=False)):
+            found = first_difference(a, b, f"messages[{i}]")
+            if found:
+                problems.append(f"{what}: {_describe(found)}")
+                break
+            if _compact(a) != _compact(b):
+                problems.append(f"{what}: messages[{i}] has its keys in another order")
+                break
+        else:
+            found = first_difference(before.get("tools"), body.get("tools"), "tools")
+            if found:
+                problems.append(f"{what}: the tools changed at {_describe(found)}")
+    return problems
+
+
+def cli_show(paths: Sequence[str]) -> int:
+    """``boxmaker cassette show PATH...``: print the :func:`transcript` of each cassette.
+
+    Returns:
+        The exit code: 0.
+
+    Raises:
+        CassetteError: a file is not a readable cassette.
+    """
+    for n, path in enumerate(paths):
+        print(("\n" if n else "") + transcript(path))
+    return 0
 
 
 def cli_check(paths: Sequence[str]) -> int:
-    """``boxmaker cassette check``: verify each chat request extends the previous one.
+    """``boxmaker cassette check PATH...``: verify that every chat request of each cassette
+    extends the previous one (:func:`prefix_problems`), printing one line per cassette and one
+    per break.
+
+    Returns:
+        The exit code: 0 when every cassette passes, 1 otherwise.
 
     Raises:
-        NotImplementedError: not built yet.
+        CassetteError: a file is not a readable cassette.
     """
-    raise NotImplementedError("boxmaker cassette check is not built yet")
+    failed = False
+    for path in paths:
+        problems = prefix_problems(path)
+        chats = len(_chat_interactions(load_interactions(path)))
+        if problems:
+            failed = True
+            print(f"{path}: FAIL, {len(problems)} of {chats} chat requests break the prefix")
+            for line in problems:
+                print(f"  {line}")
+        else:
+            print(f"{path}: ok, {chats} chat requests, each extends the previous one")
+    return 1 if failed else 0
 
 
 def cli_replay(args: argparse.Namespace) -> int:
