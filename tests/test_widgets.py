@@ -401,3 +401,50 @@ def test_submit_marker_in_the_input_sends_the_text(tmp_path: Path) -> None:
     assert panel.input.value == "typed while busy"  # kept, not sent
     panel.stop()
     assert panel.wait(5)
+
+
+# -- against the embedded server --------------------------------------------------------------
+
+
+@pytest.mark.live
+def test_stop_live_ends_the_request_at_the_server(tmp_path: Path) -> None:
+    import httpx
+
+    from boxmaker.client import Client
+    from boxmaker.config import ClientConfig, SamplingConfig
+    from boxmaker.server import EmbeddedServer
+
+    with EmbeddedServer(n_ctx=4096, n_threads=1) as server:
+        config = Config(
+            client=ClientConfig(url=server.url, retry_attempts=0),
+            sampling=SamplingConfig(max_tokens=200),
+        )
+        with Client(config.client) as client:
+            runtime = Runtime(config=config, client=client, registry=demo_registry())
+            panel = ChatPanel(runtime, _session(tmp_path))
+            hook = panel.on_event
+
+            def stop_at_first_token(event: Any) -> None:
+                hook(event)
+                if isinstance(event, Reasoning | Content):
+                    panel.stop_button.click()
+
+            panel.on_event = stop_at_first_token  # type: ignore[method-assign]
+            outcome = panel.ask("What is the weather in Paris?", timeout=60)
+            assert isinstance(outcome, TurnCancelled)
+            assert [type(r).__name__ for r in panel.session.records] == ["User"]
+            assert "Turn ended: TurnCancelled" in _text(panel)
+            # the server stopped generating: its slot is idle again at once
+            slots = httpx.get(f"{server.url}/slots", timeout=5)
+            if slots.status_code == 200:
+                deadline = time.monotonic() + 2
+                while any(s.get("is_processing") for s in slots.json()):
+                    assert time.monotonic() < deadline, slots.json()
+                    time.sleep(0.05)
+                    slots = httpx.get(f"{server.url}/slots", timeout=5)
+            # and the panel goes on with the same session
+            panel.on_event = hook  # type: ignore[method-assign]
+            panel.ask("Hello!", timeout=60)
+            kinds = [type(r).__name__ for r in panel.session.records]
+            assert kinds[:2] == ["User", "User"] and "Assistant" in kinds
+            assert panel.transcript.turns[-1].completions >= 1
