@@ -27,7 +27,8 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 CHROMIUM = Path("/usr/bin/chromium")
 ANSWER = "The weather in Oslo is sunny and mild."
-SECOND = "Rome is warm today."
+SECOND = "Rome is warm today, with a light breeze from the sea and clear skies until the evening."
+THIRD = " ".join(["A very long story that goes on."] * 200)
 
 pytestmark = [
     pytest.mark.live,
@@ -38,17 +39,19 @@ pytestmark = [
 
 NOTEBOOK = '''
 import json, re, tempfile, threading, time
-from boxmaker import (Baseline, Completion, Config, Content, Queued, Progress, Reasoning, Runtime,
-                      Session, ToolCall, Waiting)
+from boxmaker import (Baseline, Completion, Config, Content, Queued, Progress, Reasoning,
+                      RequestCancelled, Runtime, Session, ToolCall, Waiting)
 from boxmaker.demo import demo_registry
 from boxmaker.widgets import ChatPanel
 
 
 class SlowScript:
-    """Streams a scripted turn at about 200 tokens/s: reasoning, a tool call, then answers."""
+    """Streams scripted turns: reasoning and a tool call, then answers, one word at a time
+    (``pause`` seconds apart, so a browser can watch them arrive); honours ``cancel``."""
 
-    def __init__(self, answers):
+    def __init__(self, answers, pauses):
         self.answers = list(answers)
+        self.pauses = list(pauses)
         self.n = 0
 
     def chat_with_retry(self, body, on_event, *, reasoning_budget=None, cancel=None):
@@ -65,9 +68,12 @@ class SlowScript:
             time.sleep(0.005)
         calls = (ToolCall(id="c1", name="get_weather", arguments='{"city": "Oslo"}'),)
         content = None if calling else self.answers.pop(0)
+        pause = 0.005 if calling else self.pauses.pop(0)
         for word in re.findall(r"\\S+\\s*", content or ""):
+            if cancel is not None and cancel.is_set():
+                raise RequestCancelled("the stream was closed")
             on_event(Content(word))
-            time.sleep(0.005)
+            time.sleep(pause)
         return Completion(
             id=f"s{self.n}", content=content, reasoning=text or None,
             tool_calls=calls if calling else (), finish_reason="tool_calls" if calling else "stop",
@@ -78,7 +84,8 @@ class SlowScript:
 
 
 registry = demo_registry()
-runtime = Runtime(config=Config(), client=SlowScript([ANSWER, SECOND]), registry=registry)
+client = SlowScript(ANSWERS, [0.005, 0.12, 0.05])
+runtime = Runtime(config=Config(), client=client, registry=registry)
 session = Session.create(tempfile.mkdtemp(), Baseline(tools=registry.definitions()))
 panel = ChatPanel(runtime, session)
 '''
@@ -92,7 +99,7 @@ def _free_port() -> int:
 
 
 def _write_notebook(path: Path) -> None:
-    setup = NOTEBOOK.replace("[ANSWER, SECOND]", json.dumps([ANSWER, SECOND]))
+    setup = NOTEBOOK.replace("ANSWERS", json.dumps([ANSWER, SECOND, THIRD]))
     nb = new_notebook(
         cells=[
             new_code_cell(setup),
@@ -278,11 +285,36 @@ def test_chat_panel_in_voila_in_chromium(voila_url: str, browser: DevTools, tmp_
     browser.call("Input.insertText", text="Rome?")
     assert browser.js(f"{area}.value") == "Weather in\nRome?"
     browser.key("Enter", 13, text="\r")
-    browser.wait_for(f"({text}).includes({json.dumps(SECOND)})", timeout=60)
+    # the answer streams: the page shows a part of it before the whole
+    last_answer = (
+        "(a => a.length ? a[a.length - 1].innerText : '')(document.querySelectorAll('.bxm-answer'))"
+    )
+    seen = set()
+    deadline = time.monotonic() + 60
+    while (now := browser.js(last_answer).strip()) != SECOND:
+        assert time.monotonic() < deadline, now
+        seen.add(now)
+        time.sleep(0.05)
+    partial = [p for p in seen if p and SECOND.startswith(p) and p != SECOND]
+    assert partial, seen
     assert browser.js(f"{area}.value") == ""  # the panel cleared the input after sending
     assert "Weather in\nRome?" in browser.js(
         "Array.from(document.querySelectorAll('.bxm-user')).map(e => e.innerText).join('|')"
     )
     (tmp_path / "chat-panel-after-enter.png").write_bytes(
+        base64.b64decode(browser.call("Page.captureScreenshot")["data"])
+    )
+
+    # Stop: a long answer is cut, the turn says so, the panel is ready again
+    browser.js(f"{area}.focus()")
+    browser.call("Input.insertText", text="Tell me a long story")
+    browser.key("Enter", 13, text="\r")
+    browser.wait_for(f"({text}).includes('A very long story')")
+    browser.wait_for("!document.querySelector('.bxm-stop').disabled")
+    browser.js("document.querySelector('.bxm-stop').click()")
+    browser.wait_for(f"({text}).includes('Turn ended: TurnCancelled')")
+    assert THIRD not in browser.js(text)
+    browser.wait_for("!document.querySelector('.bxm-send').disabled")
+    (tmp_path / "chat-panel-after-stop.png").write_bytes(
         base64.b64decode(browser.call("Page.captureScreenshot")["data"])
     )
