@@ -36,7 +36,7 @@ from typing import Any
 
 import markdown as md
 
-from .errors import TurnError
+from .errors import SessionError, TurnError
 from .events import (
     Content,
     Progress,
@@ -56,6 +56,7 @@ from .records import (
     ToolResult,
     Usage,
     User,
+    record_from_json,
 )
 from .session import Session
 from .turn import Runtime, run_turn
@@ -65,11 +66,16 @@ __all__ = [
     "SUBMIT",
     "AnswerBlock",
     "ChatPanel",
+    "LiveState",
     "ReasoningBlock",
     "SessionView",
     "ToolBlock",
     "Transcript",
     "TurnView",
+    "counters_text",
+    "read_records",
+    "render_block",
+    "render_markdown",
     "render_turn",
 ]
 
@@ -422,6 +428,31 @@ class _TranscriptBox:
                 self.items[i].value = value
 
 
+def read_records(path: str | os.PathLike[str]) -> list[Record]:
+    """The records of a session log, read only: the baseline line is skipped, and a torn last
+    line (no newline yet: being written, or the writer was killed) is left out.
+
+    Unlike :meth:`Session.open`, the file is never cut back or written.
+
+    Raises:
+        SessionError: the file cannot be read, or a whole line is not a valid record (the
+            message names file and line).
+    """
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise SessionError(f"{p}: cannot read session log: {exc}") from exc
+    lines = raw[: raw.rfind(b"\n") + 1].split(b"\n")[:-1]
+    records: list[Record] = []
+    for number, line in enumerate(lines[1:], start=2):
+        try:
+            records.append(record_from_json(json.loads(line)))
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise SessionError(f"{p}:{number}: not a session record: {exc}") from exc
+    return records
+
+
 class SessionView:
     """A transcript rendered from a stored session log, for reviewing past runs and cassettes.
 
@@ -433,8 +464,11 @@ class SessionView:
         transcript: the folded :class:`Transcript`.
         widget: the ipywidgets ``VBox`` shown in a notebook (also shown by displaying the view).
 
+    A log file is only read (see :func:`read_records`), never repaired or written, so a log
+    another process is still writing can be reviewed.
+
     Raises:
-        SessionError: the log cannot be read (see :meth:`Session.open`).
+        SessionError: the log cannot be read or a line in it is corrupt.
     """
 
     def __init__(self, path_or_session: str | os.PathLike[str] | Session) -> None:
@@ -442,10 +476,8 @@ class SessionView:
             records = list(path_or_session.records)
             title = str(path_or_session.path)
         else:
-            path = Path(path_or_session)
-            with Session.open(path) as session:
-                records = list(session.records)
-            title = str(path)
+            records = read_records(path_or_session)
+            title = str(path_or_session)
         self.transcript = Transcript().extend(records)
         w = _widgets()
         self._box = _TranscriptBox()
@@ -673,7 +705,11 @@ class ChatPanel:
 
     def ask(self, text: str, timeout: float | None = None) -> Any:
         """:meth:`send` then :meth:`wait`; returns the turn's outcome or the error that ended it
-        (for notebooks and scripts that drive the panel programmatically)."""
+        (for notebooks and scripts that drive the panel programmatically).
+
+        Raises:
+            RuntimeError: a turn is running already, or ``text`` is blank.
+        """
         if not self.send(text):
             raise RuntimeError("a turn is running or the message is blank")
         self.wait(timeout)

@@ -14,7 +14,7 @@ from fakes import ScriptedClient, Step, answer, call, calls, timings
 from boxmaker.client import Completion
 from boxmaker.config import Config, LoopLimits
 from boxmaker.demo import demo_registry
-from boxmaker.errors import RequestCancelled, TurnCancelled
+from boxmaker.errors import RequestCancelled, SessionError, TurnCancelled
 from boxmaker.events import (
     ClientEvent,
     Content,
@@ -380,6 +380,25 @@ def test_session_view_on_the_shipped_cassette_log() -> None:
     assert [t.user for t in view.transcript.turns] == [u.content for u in users]
     assert all(t.completions >= 1 for t in view.transcript.turns)
     assert "demo-turns.session.jsonl" in view.widget.children[0].value
+
+
+def test_session_view_reads_a_log_being_written_without_touching_it(tmp_path: Path) -> None:
+    session = _session(tmp_path)
+    session.append(User(content="first"))
+    session.append(Assistant(content="answer"))
+    session.close()
+    with session.path.open("ab") as fh:
+        fh.write(b'{"type": "user", "content": "half writ')  # a writer mid-line
+    before = session.path.read_bytes()
+    view = SessionView(session.path)
+    assert [t.user for t in view.transcript.turns] == ["first"]
+    assert view.transcript.turns[0].answer() == "answer"
+    assert session.path.read_bytes() == before
+    assert not session.path.with_name(session.path.name + ".torn").exists()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(before.split(b"\n")[0] + b"\nnot json\n")
+    with pytest.raises(SessionError, match=r"bad.jsonl:2"):
+        SessionView(bad)
 
 
 def test_enter_sends_script_is_in_the_panel(tmp_path: Path) -> None:
