@@ -528,8 +528,9 @@ class ChatPanel:
 
     Attributes:
         transcript: the folded :class:`Transcript` (read it under :attr:`lock` while a turn runs).
-        input, send_button, stop_button, progress, progress_label, status, widget: the
-            ipywidgets (``widget`` is the whole panel; displaying the panel shows it).
+        input, send_button, stop_button, progress, progress_label, progress_row, status, widget:
+            the ipywidgets (the progress row shows only while a prompt is processed; ``widget``
+            is the whole panel; displaying the panel shows it).
         outcomes: one entry per finished turn: the :class:`~boxmaker.turn.TurnOutcome` or the
             :class:`~boxmaker.errors.TurnError` that ended it.
         flushes: widget refreshes made so far.
@@ -569,6 +570,9 @@ class ChatPanel:
         self.stop_button.add_class("bxm-stop")
         self.progress = w.IntProgress(value=0, min=0, max=1, description="Prompt")
         self.progress_label = w.HTML("")
+        self.progress_row = w.HBox(
+            [self.progress, self.progress_label], layout=w.Layout(display="none")
+        )
         self.status = w.HTML("")
         self.status.add_class("bxm-status")
         self._box = _TranscriptBox()
@@ -579,7 +583,7 @@ class ChatPanel:
         self.widget = w.VBox(
             [
                 self._box.box,
-                w.HBox([self.progress, self.progress_label]),
+                self.progress_row,
                 self.status,
                 self.input,
                 w.HBox([self.send_button, self.stop_button]),
@@ -599,6 +603,10 @@ class ChatPanel:
             text = value.replace(SUBMIT, "")
             if not self.send(text):
                 self.input.value = text  # busy or blank: keep what was typed
+
+    def html(self) -> str:
+        """The transcript as shown now (what the widgets hold), as one HTML string."""
+        return "".join(item.value for item in self._box.items)
 
     # -- the hook ---------------------------------------------------------------------------
 
@@ -629,6 +637,7 @@ class ChatPanel:
             elif not self._running:
                 _set(self.progress, "value", 0)
                 _set(self.progress_label, "value", "")
+            _set(self.progress_row.layout, "display", None if live.progress else "none")
             _set(self.status, "value", html.escape(live.status))
             self.flushes += 1
 

@@ -63,7 +63,7 @@ def _panel(tmp_path: Path, client: Any, **loop: Any) -> ChatPanel:
 
 
 def _text(panel: ChatPanel) -> str:
-    return "".join(item.value for item in panel._box.items)
+    return panel.html()
 
 
 # -- the pure transcript ----------------------------------------------------------------------
@@ -190,10 +190,12 @@ def test_panel_shows_progress_then_clears_it(tmp_path: Path) -> None:
     assert (panel.progress.value, panel.progress.max) == (150, 200)
     assert panel.progress_label.value == "150 / 200 tokens (120 cached, 30 new)"
     assert panel.status.value == "Processing prompt"
+    assert panel.progress_row.layout.display is None  # shown
     panel.on_event(Content("x"))
     panel._running = False
     panel.flush()
     assert panel.progress.value == 0 and panel.progress_label.value == ""
+    assert panel.progress_row.layout.display == "none"
 
 
 def test_panel_badges_for_limits(tmp_path: Path) -> None:
