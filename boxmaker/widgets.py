@@ -195,8 +195,14 @@ class Transcript:
             blocks.append(kind())
         return blocks[-1]
 
-    def apply(self, event: TurnEvent | Record) -> None:
-        """Fold one event or record into the transcript."""
+    def apply(self, event: TurnEvent | Record, at: float | None = None) -> None:
+        """Fold one event or record into the transcript.
+
+        Args:
+            event: the event or record.
+            at: when it arrived, on the ``clock``'s scale (``None``: now); a hook that buffers
+                events passes their arrival times so the generation rate stays true.
+        """
         live = self.live
         if isinstance(event, User):
             self.turns.append(TurnView(user=event.content))
@@ -210,7 +216,7 @@ class Transcript:
         elif isinstance(event, Waiting):
             live.status = "Waiting"
         elif isinstance(event, Reasoning | Content):
-            self._stream(event)
+            self._stream(event, self._clock() if at is None else at)
         elif isinstance(event, ThinkingCapped):
             self._last(ReasoningBlock).capped = True
         elif isinstance(event, Retrying):
@@ -233,9 +239,8 @@ class Transcript:
         elif isinstance(event, LimitHit):
             self._turn().badges.append((event.kind, f"{event.kind}: {event.detail}"))
 
-    def _stream(self, event: Reasoning | Content) -> None:
+    def _stream(self, event: Reasoning | Content, now: float) -> None:
         live = self.live
-        now = self._clock()
         if live.first_token_at is None:
             live.first_token_at = now
         live.tokens += 1
@@ -553,7 +558,7 @@ class ChatPanel:
         self.outcomes: list[Any] = []
         self.flushes = 0
         self._interval = 1.0 / max_flushes_per_s
-        self._buffer: list[TurnEvent | Record] = []
+        self._buffer: list[tuple[float, TurnEvent | Record]] = []
         self._buffer_lock = threading.Lock()
         self._worker: threading.Thread | None = None
         self._dirty = threading.Event()
@@ -612,8 +617,9 @@ class ChatPanel:
 
     def on_event(self, event: TurnEvent | Record) -> None:
         """The ``on_event`` hook: buffer the event (cheap, thread-safe); the flusher shows it."""
+        at = time.monotonic()
         with self._buffer_lock:
-            self._buffer.append(event)
+            self._buffer.append((at, event))
         self._dirty.set()
 
     def flush(self) -> None:
@@ -621,7 +627,8 @@ class ChatPanel:
         with self._buffer_lock:
             events, self._buffer = self._buffer, []
         with self.lock:
-            self.transcript.extend(events)
+            for at, event in events:
+                self.transcript.apply(event, at)
             live = self.transcript.live
             self._box.show(self.transcript.turns, streaming=self._running)
             processed, total, cache = live.progress or (0, 0, 0)

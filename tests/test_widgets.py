@@ -148,6 +148,14 @@ def test_status_line_follows_the_request() -> None:
     assert "Turn ended: TurnCancelled" in render_turn(t.turns[0])
 
 
+def test_generation_rate_uses_arrival_times() -> None:
+    t = Transcript(clock=lambda: 100.0)  # folded late, all at once: arrival times count
+    t.apply(User(content="hi"))
+    for i in range(11):
+        t.apply(Content("a"), at=i * 0.05)
+    assert t.live.status == "Generating at 20 tokens/s"
+
+
 def test_model_markup_is_escaped() -> None:
     t = Transcript().extend([User(content="<b>me</b>"), Assistant(content="<script>x</script>")])
     page = render_turn(t.turns[0])
