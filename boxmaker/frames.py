@@ -608,10 +608,10 @@ def _session_log(session: Session) -> _Log:
 
 
 class _Getter(NamedTuple):
-    append: Callable[[Any], None]
+    extend: Callable[[Iterable[Any]], None]
     key: str
     sub: str | None
-    ok: tuple[type, ...]
+    ok: frozenset[type]
     name: str
 
 
@@ -631,9 +631,8 @@ class _Rows:
                 cols[c.name] = []
                 if c.field is not None:
                     key, _, sub = c.field.partition(".")
-                    getters.append(
-                        _Getter(cols[c.name].append, key, sub or None, _OK_TYPES[c.dtype], c.name)
-                    )
+                    ok = frozenset((*_OK_TYPES[c.dtype], type(None)))
+                    getters.append(_Getter(cols[c.name].extend, key, sub or None, ok, c.name))
             for hidden in ("_session_row", "_turn_row", "_request_row"):
                 cols[hidden] = []
             self.cols[frame] = cols
@@ -664,12 +663,13 @@ class _Rows:
             self.cols[f]
             for f in ("requests", "turns", "cache_losses", "limit_hits", "tool_calls", "summary")
         )
-        g_req, g_cl, g_lh, g_tc = (
-            self.getters[f] for f in ("requests", "cache_losses", "limit_hits", "tool_calls")
-        )
         keep_cl, keep_lh, keep_tc = (
             f in self.need for f in ("cache_losses", "limit_hits", "tool_calls")
         )
+        keep_turns = "turns" in self.need
+        took: dict[str, tuple[list[dict[str, Any]], list[int]]] = {
+            f: ([], []) for f in ("requests", "cache_losses", "limit_hits", "tool_calls")
+        }
         s_row = len(sm["_session_row"])
         turn: int | None = None
         turn_row = -1
@@ -686,7 +686,7 @@ class _Rows:
         ending: str | None = None
 
         def close_turn() -> None:
-            if turn is None:
+            if turn is None or not keep_turns:
                 return
             outcome = (
                 ENDING_LIMITS[ending]
@@ -718,7 +718,8 @@ class _Rows:
                 request += 1
                 turn_request += 1
                 request_row = len(req["_session_row"])
-                _take(rec, g_req, i)
+                took["requests"][0].append(rec)
+                took["requests"][1].append(i)
                 req["session"].append(sid)
                 req["request"].append(request)
                 req["turn"].append(turn)
@@ -744,7 +745,8 @@ class _Rows:
             elif kind == "tool_result":
                 if not keep_tc:
                     continue
-                _take(rec, g_tc, i)
+                took["tool_calls"][0].append(rec)
+                took["tool_calls"][1].append(i)
                 content = rec.get("content")
                 if type(content) is not str:
                     raise _BadRecord("tool_result record without a 'content' string", i)
@@ -771,7 +773,8 @@ class _Rows:
             elif kind == "cache_loss":
                 if not keep_cl:
                     continue
-                _take(rec, g_cl, i)
+                took["cache_losses"][0].append(rec)
+                took["cache_losses"][1].append(i)
                 cl["session"].append(sid)
                 cl["request"].append(request or None)
                 cl["turn"].append(turn)
@@ -782,7 +785,8 @@ class _Rows:
             elif kind == "limit_hit":
                 if not keep_lh:
                     continue
-                _take(rec, g_lh, i)
+                took["limit_hits"][0].append(rec)
+                took["limit_hits"][1].append(i)
                 hit = rec.get("kind")
                 if hit in ENDING_LIMITS:
                     ending = hit
@@ -799,6 +803,8 @@ class _Rows:
             if time is not None:
                 last_time = time
         close_turn()
+        for frame, (recs, lines) in took.items():
+            _take(recs, lines, self.getters[frame])
         if unknown:
             warnings.warn(
                 f"{log.path}: records of unknown type skipped: {', '.join(sorted(unknown))}",
@@ -823,14 +829,20 @@ class _BadRecord(Exception):
     """args: (message, index of the record after the baseline)."""
 
 
-def _take(rec: dict[str, Any], getters: list[_Getter], index: int) -> None:
-    for append, key, sub, ok, name in getters:
-        value = rec.get(key)
-        if sub is not None:
-            value = value.get(sub) if type(value) is dict else None
-        if value is not None and type(value) not in ok:
-            raise _BadRecord(f"{name}: {value!r} is not of type {ok[0].__name__}", index)
-        append(value)
+def _take(recs: list[dict[str, Any]], lines: list[int], getters: list[_Getter]) -> None:
+    """Add the field columns of one log's records of a frame (one list per column, types
+    checked per column), or raise :class:`_BadRecord` for the first value of a wrong type."""
+    for extend, key, sub, ok, name in getters:
+        if sub is None:
+            values = [r.get(key) for r in recs]
+        else:
+            values = [v.get(sub) if type(v) is dict else None for v in [r.get(key) for r in recs]]
+        wrong = set(map(type, values)) - ok
+        if wrong:
+            j = next(j for j, v in enumerate(values) if type(v) in wrong)
+            want = " or ".join(sorted(t.__name__ for t in ok if t is not type(None)))
+            raise _BadRecord(f"{name}: {values[j]!r} is not {want}", lines[j])
+        extend(values)
 
 
 # -- building frames -------------------------------------------------------------------------
