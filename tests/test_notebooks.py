@@ -46,7 +46,7 @@ def _kernel_name() -> str:
 
 def test_there_are_notebooks() -> None:
     names = [p.name for p in NOTEBOOKS]
-    assert names == ["01-turn-loop.ipynb", "02-limits.ipynb", "03-cassettes.ipynb"]
+    assert {"01-turn-loop.ipynb", "02-limits.ipynb", "03-cassettes.ipynb"} <= set(names)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
