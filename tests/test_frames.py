@@ -3,6 +3,7 @@ the records for generated sessions; unknown, corrupt and torn logs warn and the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
 from datetime import UTC, datetime, timedelta
@@ -493,3 +494,68 @@ def test_totals_equal_sums_over_records(tmp_path: Path, sessions: list[list[Reco
     in_turns = loaded.requests[loaded.requests.turn.notna()]
     assert loaded.turns.generated_tokens.sum() == in_turns.generated_tokens.sum()
     assert loaded.turns.requests.sum() == len(in_turns)
+
+
+# -- the outcomes the real loop leaves in the log -----------------------------------------------
+
+
+def test_turn_outcomes_of_the_real_loop(tmp_path: Path) -> None:
+    from fakes import ScriptedClient, Step, answer, calls, context_full, timings
+    from fakes import call as fake_call
+
+    from boxmaker.config import Config, LoopLimits
+    from boxmaker.errors import InferError, TurnError
+    from boxmaker.tools import Registry
+    from boxmaker.turn import Runtime, run_turn
+
+    box: dict[str, Runtime] = {}
+
+    def weather(city: str) -> str:
+        """Weather for a city; "stop" sets the runtime's cancel switch."""
+        if city == "stop":
+            box["rt"].cancel.set()
+        return '{"sky": "clear"}'
+
+    registry = Registry()
+    registry.add(weather)
+    oslo = {"city": "Oslo"}
+    steps = [
+        # 1 answered after one tool call
+        calls(fake_call("weather", oslo, "a"), timings=timings(0, 50)),
+        answer("clear", timings=timings(50, 20)),
+        # 2 repeated call: the same call three times
+        *(calls(fake_call("weather", oslo, f"r{i}"), timings=timings(70, 10)) for i in range(3)),
+        # 3 tool iterations (cap 3): four completions with calls
+        *(calls(fake_call("weather", {"city": f"c{i}"}, f"t{i}")) for i in range(4)),
+        # 4 context full
+        context_full(),
+        # 5 cancelled between tool calls
+        calls(fake_call("weather", {"city": "stop"}, "s1"), fake_call("weather", oslo, "s2")),
+        # 6 an inference error
+        Step(error=InferError("HTTP 500", status=500, body="boom")),
+    ]
+    session = Session.create(tmp_path, Baseline(tools=registry.definitions()))
+    config = Config(loop=LoopLimits(tool_iterations=3))
+    runtime = Runtime(config=config, client=ScriptedClient(steps), registry=registry)
+    box["rt"] = runtime
+    for text in ("1", "2", "3", "4", "5", "6"):
+        with contextlib.suppress(TurnError):
+            run_turn(session, runtime, text)
+    session.close()
+    got = frames.turns(session.path)
+    assert got.outcome.tolist() == [
+        "answered",
+        "repeated_call",
+        "tool_iterations",
+        "session_full",
+        "cancelled",
+        "no_answer",
+    ]
+    assert got.requests.tolist() == [2, 3, 4, 0, 1, 0]
+    assert got.iterations.tolist() == [1, 3, 4, 0, 1, 0]
+    calls_frame = frames.tool_calls(session.path)
+    assert calls_frame.ran.tolist() == [True, True, False, False] + [True] * 3 + [False] + [
+        True,
+        False,
+    ]
+    assert frames.summary(session).tool_calls.tolist() == [1 + 3 + 4 + 2]
