@@ -7,6 +7,11 @@
 - ``boxmaker chat --url URL``: the same loop, interactive, against any llama-server.
 - ``boxmaker serve [MODEL.gguf] [--port N]``: serve a model (default: the shipped one) on
   127.0.0.1 until Ctrl-C.
+- ``boxmaker report PATH... [--html FILE]``: usage, cache loss and limit hits of session logs.
+- ``boxmaker cassette show|check PATH...``: a cassette's transcript; check that every chat
+  request extends the previous one.
+- ``boxmaker replay CASSETTE [--tool-iterations N] ...``: re-run the loop on a recording with
+  other limits.
 
 Exit codes: 0 done, 1 a boxmaker error (message on stderr), 2 bad usage, 130 interrupted.
 """
