@@ -159,6 +159,17 @@ def call_ok(c: Completion, name: str, city: str) -> bool:
         return False
 
 
+def calls_valid(c: Completion) -> bool:
+    """Every call's arguments are a JSON object (else llama.cpp rejects the history: HTTP 500)."""
+    for call in c.calls:
+        try:
+            if not isinstance(json.loads(call["arguments"]), dict):
+                return False
+        except ValueError:
+            return False
+    return bool(c.calls)
+
+
 def weather_result(rng: random.Random, city: str) -> tuple[str, list[str]]:
     """A tool result and the values the answer must quote."""
     temp = rng.randint(-9, 9) if rng.random() < 0.3 else rng.randint(-25, 40)
@@ -221,8 +232,8 @@ def run_tool_turn(
         ok = call_ok(c, name, city)
         all_calls_ok = all_calls_ok and ok
         scores.add(family, "calls", ok, f"{question!r} -> {c.calls or c.content!r}")
-        if not c.calls:
-            scores.add(family, "values", False, f"{question!r}: no call")
+        if not calls_valid(c):
+            scores.add(family, "values", False, f"{question!r}: no usable call")
             return
         messages.append(c.message())
         if name == "get_weather":
@@ -286,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
             messages: list[dict[str, Any]] = [{"role": "user", "content": q}]
             c = stream(client, url, messages)
             scores.add("repeat", "calls", call_ok(c, "get_weather", city), f"{c.calls}")
-            if not c.calls:
+            if not calls_valid(c):
+                scores.add("repeat", "same_call_again", False, "no usable first call")
                 continue
             messages.append(c.message())
             result, _ = weather_result(rng, city)

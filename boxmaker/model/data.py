@@ -525,11 +525,20 @@ def _prior_exchange(rng: random.Random, conv: _Conv) -> None:
         conv.add(_assistant(f"I have the {kind} for {city}. I will answer.", answer))
 
 
-def make_sample(rng: random.Random, family: str | None = None) -> Sample:
-    """Build, render and weight one sample (a random family by :data:`FAMILIES` shares)."""
+def make_sample(
+    rng: random.Random, family: str | None = None, shares: dict[str, float] | None = None
+) -> Sample:
+    """Build, render and weight one sample.
+
+    Args:
+        rng: the random source (the sample is a function of its state).
+        family: the family to build, or ``None`` to draw one by ``shares``.
+        shares: family -> relative share; ``None`` uses the shares of :data:`FAMILIES`.
+    """
     if family is None:
-        names = list(FAMILIES)
-        family = rng.choices(names, weights=[FAMILIES[n][0] for n in names])[0]
+        table = shares if shares is not None else {n: f[0] for n, f in FAMILIES.items()}
+        names = list(table)
+        family = rng.choices(names, weights=[table[n] for n in names])[0]
     build = FAMILIES[family][1]
     conv = _Conv()
     if family == "copy":

@@ -20,6 +20,7 @@ import argparse
 import math
 import random
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from boxmaker.model import default_model_path
-from boxmaker.model.data import COPY_WEIGHT, Sample, make_sample
+from boxmaker.model.data import COPY_WEIGHT, FAMILIES, Sample, make_sample
 from boxmaker.model.format import ModelConfig, tensor_shapes, vocab, write_gguf
 
 __all__ = ["TinyLlama", "export", "main"]
@@ -134,12 +135,16 @@ def export(model: TinyLlama, path: str | Path, description: str) -> Path:
 
 
 def _batches(
-    rng: random.Random, max_tokens: int, max_len: int, pool: int = 256
+    rng: random.Random,
+    max_tokens: int,
+    max_len: int,
+    pool: int = 256,
+    shares: dict[str, float] | None = None,
 ) -> list[list[Sample]]:
     """A pool of samples grouped by length into padded batches of <= max_tokens tokens."""
     samples: list[Sample] = []
     while len(samples) < pool:
-        s = make_sample(rng)
+        s = make_sample(rng, shares=shares)
         if len(s.ids) <= max_len:
             samples.append(s)
     samples.sort(key=lambda s: len(s.ids))
@@ -192,18 +197,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--max-len", type=int, default=2048, help="longest sample in tokens")
     ap.add_argument("--init", default="", help="start from this .pt checkpoint")
     ap.add_argument(
+        "--checkpoint",
+        default="",
+        help="where to save the final .pt (default: TMPDIR/<out stem>.pt)",
+    )
+    ap.add_argument(
+        "--stop-at",
+        type=int,
+        default=0,
+        help="stop after this many steps (the schedule still spans --steps)",
+    )
+    ap.add_argument(
         "--snapshot-every",
         type=float,
         default=0.0,
         help="minutes between GGUF snapshots written to OUT.snapshot.gguf (0: none)",
     )
     ap.add_argument("--log-every", type=int, default=25)
+    ap.add_argument(
+        "--mix",
+        default="",
+        help="family shares, e.g. 'weather=3,time=3,copy=1' (default: data.FAMILIES)",
+    )
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--ffn", type=int, default=384)
     args = ap.parse_args(argv)
 
+    shares: dict[str, float] | None = None
+    if args.mix:
+        shares = {k: float(v) for k, v in (kv.split("=") for kv in args.mix.split(","))}
+        unknown = set(shares) - set(FAMILIES)
+        if unknown:
+            ap.error(f"unknown families in --mix: {sorted(unknown)}")
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
@@ -223,9 +250,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     acc_loss = acc_copy = acc_tok = 0.0
     acc_n = 0
     step = 0
-    while step < total:
+    while step < total and not (args.stop_at and step >= args.stop_at):
         if not queue:
-            queue = _batches(rng, args.batch_tokens, args.max_len)
+            queue = _batches(rng, args.batch_tokens, args.max_len, shares=shares)
         batch = queue.pop()
         x, y, w = _tensors(batch)
         lr = _lr(step, total if total < 10**9 else 10**6, args.lr, args.lr_floor, args.warmup)
@@ -269,7 +296,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     desc = (f"trained {step} steps ({minutes:.1f} min, 1 CPU thread) with seed {args.seed}, "
             f"lr {args.lr} -> {args.lr_floor}, {n_params} params")  # fmt: skip
     export(model, out, desc)
-    torch.save(model.state_dict(), Path("/tmp") / (out.stem + ".pt"))
+    ckpt = Path(args.checkpoint or Path(tempfile.gettempdir()) / (out.stem + ".pt"))
+    torch.save(model.state_dict(), ckpt)
+    print(f"checkpoint {ckpt}", flush=True)
     print(f"wrote {out} ({out.stat().st_size} bytes): {desc}", flush=True)
     return 0
 
