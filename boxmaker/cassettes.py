@@ -79,7 +79,10 @@ __all__ = [
     "SECRET_HEADERS",
     "SECRET_QUERY_PARAMETERS",
     "RecordMode",
+    "RecordedSession",
     "StreamReading",
+    "UnrecordedRequest",
+    "WhatIf",
     "cli_check",
     "cli_replay",
     "cli_show",
@@ -88,10 +91,12 @@ __all__ = [
     "make_vcr",
     "prefix_problems",
     "read_stream",
+    "recorded_session",
     "serializer",
     "transcript",
     "unplayed_message",
     "use_cassette",
+    "what_if",
 ]
 
 RecordMode = Literal["none", "once", "new_episodes", "all"]
@@ -122,6 +127,25 @@ _KEEP_HEADERS = ("content-type", "accept")
 server, content-encoding...) are volatile noise or secrets."""
 
 _SSE = "text/event-stream"
+
+
+class UnrecordedRequest(CassetteError):
+    """A request that matched no recorded interaction in a replay-only cassette.
+
+    A :class:`~boxmaker.errors.CassetteError`; the message names the cassette, the request's
+    number and the first differing place in its body.
+
+    Attributes:
+        number: the request's number among the requests made inside the cassette (from 1).
+        method: its HTTP method.
+        path: its URL path (``/v1/chat/completions``, ``.../control``).
+    """
+
+    def __init__(self, message: str, *, number: int, method: str, path: str) -> None:
+        super().__init__(message)
+        self.number = number
+        self.method = method
+        self.path = path
 
 
 # --------------------------------------------------------------------------------------------
@@ -343,11 +367,25 @@ def _describe(found: tuple[str, Any, Any]) -> str:
     return f"{place or 'the whole body'} (recorded {_short(recorded)}, sent {_short(sent)})"
 
 
-def _json_body(r1: VcrRequest, r2: VcrRequest) -> None:
-    """vcrpy matcher: bodies equal as parsed JSON (raises AssertionError naming the place)."""
-    found = first_difference(_parse(r2.body), _parse(r1.body))
-    if found:
-        raise AssertionError(f"bodies differ at {_describe(found)}")
+def _body_for_matching(body: Any, ignore: Sequence[str]) -> Any:
+    parsed = _parse(body)
+    if ignore and isinstance(parsed, dict):
+        return {k: v for k, v in parsed.items() if k not in ignore}
+    return parsed
+
+
+def _json_body_matcher(ignore: Sequence[str]) -> Callable[[VcrRequest, VcrRequest], None]:
+    """vcrpy matcher: bodies equal as parsed JSON, leaving out the top-level keys ``ignore``
+    (raises AssertionError naming the first differing place)."""
+
+    def json_body(r1: VcrRequest, r2: VcrRequest) -> None:
+        found = first_difference(
+            _body_for_matching(r2.body, ignore), _body_for_matching(r1.body, ignore)
+        )
+        if found:
+            raise AssertionError(f"bodies differ at {_describe(found)}")
+
+    return json_body
 
 
 # --------------------------------------------------------------------------------------------
@@ -367,7 +405,12 @@ def _scrub_response(response: dict[str, Any]) -> dict[str, Any]:
     return response
 
 
-def make_vcr(record_mode: RecordMode = "none", *, secrets: Sequence[str] = ()) -> vcr.VCR:
+def make_vcr(
+    record_mode: RecordMode = "none",
+    *,
+    secrets: Sequence[str] = (),
+    ignore_body_keys: Sequence[str] = (),
+) -> vcr.VCR:
     """A vcrpy ``VCR`` set up for llama-server traffic.
 
     Matching on method, path and JSON body; secret headers and query parameters filtered,
@@ -379,6 +422,8 @@ def make_vcr(record_mode: RecordMode = "none", *, secrets: Sequence[str] = ()) -
     Args:
         record_mode: see :data:`RecordMode`.
         secrets: values (an api key) that must not appear anywhere in a cassette.
+        ignore_body_keys: top-level request-body keys left out of matching (the what-if
+            replay leaves out ``reasoning_control``, which only says a thinking cap is armed).
     """
     v = vcr.VCR(
         record_mode=record_mode,
@@ -393,7 +438,7 @@ def make_vcr(record_mode: RecordMode = "none", *, secrets: Sequence[str] = ()) -
         skip_patchers=("httpx",),
     )
     v.register_serializer("boxmaker", serializer)
-    v.register_matcher("json_body", _json_body)
+    v.register_matcher("json_body", _json_body_matcher(tuple(ignore_body_keys)))
     return v
 
 
@@ -481,11 +526,12 @@ def _replayed(recorded: Mapping[str, Any], request: httpx.Request) -> httpx.Resp
 class _Run:
     """One open cassette: the vcrpy cassette, the requests seen, the no-match failures."""
 
-    def __init__(self, cassette: Any, path: Path) -> None:
+    def __init__(self, cassette: Any, path: Path, ignore: Sequence[str] = ()) -> None:
         self.cassette = cassette
         self.path = path
+        self.ignore = tuple(ignore)
         self.requests = 0
-        self.failures: list[CassetteError] = []
+        self.failures: list[UnrecordedRequest] = []
         self.lock = threading.Lock()
 
     def handle(
@@ -503,7 +549,9 @@ class _Run:
             if cassette.can_play_response_for(vreq):
                 return _replayed(cassette.play_response(vreq), request)
             if cassette.write_protected and cassette.filter_request(vreq):
-                error = CassetteError(self.no_match(number, vreq))
+                error = UnrecordedRequest(
+                    self.no_match(number, vreq), number=number, method=vreq.method, path=vreq.path
+                )
                 self.failures.append(error)
                 raise error
         response = original(transport, request)
@@ -556,7 +604,10 @@ class _Run:
         for i in unplayed:
             recorded = cassette.data[i][0]
             if recorded.method == vreq.method and recorded.path == vreq.path:
-                found = first_difference(_parse(recorded.body), _parse(vreq.body))
+                found = first_difference(
+                    _body_for_matching(recorded.body, self.ignore),
+                    _body_for_matching(vreq.body, self.ignore),
+                )
                 where = _describe(found) if found else "a place the matcher rejects"
                 return (
                     f"{what} interaction: its body differs from recorded interaction {i + 1} "
@@ -595,6 +646,7 @@ def use_cassette(
     *,
     strict: bool = True,
     secrets: Sequence[str] = (),
+    ignore_body_keys: Sequence[str] = (),
 ) -> Iterator[Any]:
     """Record or replay every sync httpx request inside the block with the cassette at ``path``.
 
@@ -606,24 +658,26 @@ def use_cassette(
         strict: in ``none`` mode, fail when the block leaves interactions unplayed.
         secrets: values (the configured api key) replaced by ``<API_KEY>`` wherever they
             appear in what is recorded, and put back when the cassette is loaded.
+        ignore_body_keys: top-level request-body keys left out of matching.
 
     Yields:
         vcrpy's ``Cassette`` (``play_count``, ``all_played``, ``data``...), with one more
-        attribute, ``failures``: the :class:`CassetteError` of each request that matched
+        attribute, ``failures``: the :class:`UnrecordedRequest` of each request that matched
         nothing (so a caller that swallowed one can still fail).
 
     Raises:
         CassetteError: ``none`` mode and the file does not exist; a request matched no
-            recorded interaction (raised by the request itself; the message names the
-            cassette, the request's number and the first place where its body differs, e.g.
-            ``messages[3].content``); or (``strict``, ``none`` mode) the block ended normally
-            with recorded interactions unplayed.
+            recorded interaction (:class:`UnrecordedRequest`, raised by the request itself;
+            the message names the cassette, the request's number and the first place where
+            its body differs, e.g. ``messages[3].content``); or (``strict``, ``none`` mode)
+            the block ended normally with recorded interactions unplayed.
     """
     p = Path(path)
     if record_mode == "none" and not p.exists():
         raise CassetteError(f"{p}: no such cassette (record it with record_mode='once')")
-    with make_vcr(record_mode, secrets=secrets).use_cassette(str(p)) as cassette:
-        run = _Run(cassette, p)
+    v = make_vcr(record_mode, secrets=secrets, ignore_body_keys=ignore_body_keys)
+    with v.use_cassette(str(p)) as cassette:
+        run = _Run(cassette, p, ignore_body_keys)
         cassette.failures = run.failures
         with _patched_transports(run):
             yield cassette
@@ -901,10 +955,294 @@ def cli_check(paths: Sequence[str]) -> int:
     return 1 if failed else 0
 
 
-def cli_replay(args: argparse.Namespace) -> int:
-    """``boxmaker replay``: re-run the loop against a recording with other limits.
+# --------------------------------------------------------------------------------------------
+# what-if replay
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecordedSession:
+    """A session as its cassette holds it, enough to run the loop on it again.
+
+    Attributes:
+        system: the system prompt (the first request's leading ``system`` message, else ``""``).
+        tools: the first request's ``tools`` (OpenAI definitions), sent as recorded.
+        users: the user message of each turn: the last message of each chat request that ends
+            with a ``user`` message (a retry of the same request counts once).
+        results: recorded tool results by ``(tool name, canonical JSON arguments)``, in order
+            (from the ``tool`` messages of later requests, via their ``tool_call_id``).
+        config: the knobs the requests show: ``id_slot``, ``temperature``, ``max_tokens``,
+            ``seed``, ``chat_template_kwargs.enable_thinking``; the loop limits are defaults.
+        chat_requests: how many chat requests the cassette holds.
+    """
+
+    system: str
+    tools: tuple[dict[str, Any], ...]
+    users: tuple[str, ...]
+    results: dict[tuple[str, str], list[str]]
+    config: Any
+    chat_requests: int
+
+
+def recorded_session(path: str | os.PathLike[str]) -> RecordedSession:
+    """Read a :class:`RecordedSession` from a cassette.
 
     Raises:
-        NotImplementedError: not built yet.
+        CassetteError: not a readable cassette, or no chat request in it.
     """
-    raise NotImplementedError("boxmaker replay is not built yet")
+    from .config import Config, SamplingConfig, SlotsConfig, ThinkingConfig
+    from .tools import canonical_arguments
+
+    chats = _chat_interactions(load_interactions(path))
+    if not chats:
+        raise CassetteError(f"{path}: no {CHAT_PATH} request to replay")
+    first = chats[0][1]
+    messages = list(first.get("messages") or [])
+    system = ""
+    if messages and messages[0].get("role") == "system":
+        system = str(messages[0].get("content") or "")
+    users: list[str] = []
+    results: dict[tuple[str, str], list[str]] = {}
+    calls: dict[str, tuple[str, str]] = {}
+    answered: set[str] = set()
+    previous: list[Any] | None = None
+    for _, body in chats:
+        msgs = list(body.get("messages") or [])
+        if msgs and msgs[-1].get("role") == "user" and msgs != previous:
+            users.append(str(msgs[-1].get("content") or ""))
+        previous = msgs
+        for message in msgs:
+            for call in message.get("tool_calls") or []:
+                fn = call.get("function") or {}
+                args = canonical_arguments(str(fn.get("arguments") or ""))
+                calls[str(call.get("id"))] = (str(fn.get("name")), args)
+            call_id = str(message.get("tool_call_id"))
+            if message.get("role") == "tool" and call_id in calls and call_id not in answered:
+                answered.add(call_id)
+                results.setdefault(calls[call_id], []).append(str(message.get("content") or ""))
+    thinking = (first.get("chat_template_kwargs") or {}).get("enable_thinking", True)
+    defaults = SamplingConfig()
+    config = Config(
+        slots=SlotsConfig(main=int(first.get("id_slot", 0))),
+        sampling=SamplingConfig(
+            temperature=float(first.get("temperature", defaults.temperature)),
+            max_tokens=first.get("max_tokens"),
+            seed=first.get("seed"),
+        ),
+        thinking=ThinkingConfig(enabled=bool(thinking)),
+    )
+    return RecordedSession(
+        system=system,
+        tools=tuple(first.get("tools") or ()),
+        users=tuple(users),
+        results=results,
+        config=config,
+        chat_requests=len(chats),
+    )
+
+
+class _RecordedPort:
+    """A tool port answering each call with the result the cassette recorded for the same
+    tool and arguments (in order); a call never recorded fails, saying so."""
+
+    def __init__(self, results: Mapping[tuple[str, str], list[str]]) -> None:
+        self._results = {key: list(values) for key, values in results.items()}
+        self.missing: list[str] = []
+
+    def request(self, request: Any) -> Any:
+        from .tools import Failed, Result, canonical_arguments
+
+        key = (request.tool, canonical_arguments(json.dumps(dict(request.arguments))))
+        values = self._results.get(key)
+        if not values:
+            self.missing.append(f"{request.tool} {key[1]}")
+            return Failed(message=f"no result recorded for {request.tool} with {key[1]}")
+        return Result(content=values.pop(0) if len(values) > 1 else values[0])
+
+
+@dataclass
+class WhatIf:
+    """The outcome of :func:`what_if`.
+
+    Attributes:
+        lines: the report, one line each: the limits in force, the tools used, then per turn
+            each limit that fired (turn, completion within the turn, kind, detail) and how the
+            turn ended, and where the replay stopped, if it did.
+        stopped: why the replay stopped early (the loop needed traffic the cassette does not
+            hold), ``None`` when every turn ran.
+        hits: ``(turn, completion, kind, detail)`` of each limit that fired.
+    """
+
+    lines: list[str] = field(default_factory=list)
+    stopped: str | None = None
+    hits: list[tuple[int, int, str, str]] = field(default_factory=list)
+
+
+def what_if(
+    path: str | os.PathLike[str],
+    *,
+    tool_iterations: int | None = None,
+    repeat_detection: bool | None = None,
+    tool_result_cap: int | None = None,
+    thinking_tokens: int | None = None,
+) -> WhatIf:
+    """Run the loop again on a recorded session with other limits; say which fire and when.
+
+    The user messages, system prompt, tools and sampling come from the cassette
+    (:func:`recorded_session`); the limits are :class:`~boxmaker.config.LoopLimits`'
+    defaults but for the ones given. Tools: the demo tools when the recorded tool names are
+    theirs, else a port answering from the results recorded in the cassette. Each completion
+    is replayed from the cassette (record mode ``none``; ``reasoning_control`` is left out of
+    matching, so a cap can be armed or not); the replay stops, with the reason, at the first
+    request the cassette does not hold, since what the model would answer to it is unknown
+    (a thinking cap that fires where the recording had none, a tool result cut differently,
+    a turn that goes on where the recorded one ended...).
+
+    Args:
+        path: the cassette.
+        tool_iterations: ``loop.tool_iterations``; ``None`` keeps the default.
+        repeat_detection: ``loop.repeat_detection``; ``None`` keeps the default (on).
+        tool_result_cap: ``loop.tool_result_cap`` in characters; ``None`` keeps the default.
+        thinking_tokens: ``thinking.turn_tokens``; ``None``: no thinking cap.
+
+    Raises:
+        CassetteError: not a readable cassette, or no chat request in it.
+    """
+    import dataclasses
+    import tempfile
+
+    from .client import Client
+    from .config import ClientConfig, LoopLimits
+    from .demo import demo_registry
+    from .errors import SessionFull, TurnError, TurnInferError, TurnLimit
+    from .events import Queued
+    from .records import Baseline, LimitHit
+    from .session import Session
+    from .tools import Registry
+    from .turn import Runtime, run_turn
+
+    recorded = recorded_session(path)
+    defaults = LoopLimits()
+    loop = LoopLimits(
+        tool_iterations=defaults.tool_iterations if tool_iterations is None else tool_iterations,
+        repeat_detection=defaults.repeat_detection
+        if repeat_detection is None
+        else repeat_detection,
+        tool_result_cap=defaults.tool_result_cap if tool_result_cap is None else tool_result_cap,
+    )
+    config = dataclasses.replace(
+        recorded.config,
+        client=ClientConfig(url="http://127.0.0.1:9", retry_attempts=4),
+        loop=loop,
+        thinking=dataclasses.replace(recorded.config.thinking, turn_tokens=thinking_tokens),
+    )
+    names = [str((t.get("function") or {}).get("name")) for t in recorded.tools]
+    demo = demo_registry()
+    port: _RecordedPort | None = None
+    if sorted(names) == sorted(demo.names):
+        registry, tools_text = demo, f"the demo tools ({', '.join(names)})"
+    else:
+        registry = Registry()
+        for t in recorded.tools:
+            fn = t.get("function") or {}
+            registry.add_port_tool(
+                str(fn.get("name")), str(fn.get("description") or ""), fn.get("parameters") or {}
+            )
+        port = _RecordedPort(recorded.results)
+        tools_text = f"results recorded in the cassette ({', '.join(names) or 'none'})"
+    report = WhatIf()
+    cap = "none" if thinking_tokens is None else str(thinking_tokens)
+    report.lines += [
+        f"what-if replay of {path}: {len(recorded.users)} turn(s), "
+        f"{recorded.chat_requests} chat request(s) recorded",
+        f"limits: tool_iterations {loop.tool_iterations}, repeat_detection "
+        f"{'on' if loop.repeat_detection else 'off'}, tool_result_cap {loop.tool_result_cap}, "
+        f"thinking turn_tokens {cap}",
+        f"tools: {tools_text}",
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        session = Session.create(tmp, Baseline(system=recorded.system, tools=recorded.tools))
+        with (
+            use_cassette(path, "none", strict=False, ignore_body_keys=("reasoning_control",)) as c,
+            Client(config.client, sleep=lambda s: None) as client,
+        ):
+            runtime = Runtime(config=config, client=client, registry=registry, port=port)
+            for number, text in enumerate(recorded.users, 1):
+                completions = [0]
+                head = f"turn {number} ({_short(text)})"
+
+                def on_event(
+                    event: Any, turn: int = number, count: list[int] = completions
+                ) -> None:
+                    if isinstance(event, Queued):
+                        count[0] += 1
+                    elif isinstance(event, LimitHit):
+                        report.hits.append((turn, count[0], event.kind, event.detail))
+                        report.lines.append(
+                            f"turn {turn}, completion {count[0]}: {event.kind} fired: "
+                            f"{event.detail}"
+                        )
+
+                try:
+                    run_turn(session, runtime, text, on_event)
+                    report.lines.append(f"{head}: answered after {completions[0]} completion(s)")
+                except UnrecordedRequest as exc:
+                    if exc.path.endswith("/control"):
+                        why = (
+                            f"the thinking cap fires in completion {completions[0]} "
+                            f"(reasoning_end after {thinking_tokens} reasoning tokens of the "
+                            "turn), where the recording went on reasoning: what the model "
+                            "does after reasoning_end is not in the cassette"
+                        )
+                    else:
+                        why = f"the loop needs traffic the cassette does not hold: {exc}"
+                    report.stopped = f"{head}, completion {completions[0] + 1}: {why}"
+                    if exc.path.endswith("/control"):
+                        report.stopped = f"{head}, completion {completions[0]}: {why}"
+                    report.lines.append(f"stopped at {report.stopped}")
+                    break
+                except (TurnLimit, SessionFull) as exc:
+                    report.lines.append(f"{head}: ended by {type(exc).__name__}: {exc}")
+                except TurnInferError as exc:
+                    report.lines.append(f"{head}: the completion failed: {exc}")
+                except TurnError as exc:
+                    report.lines.append(f"{head}: ended: {exc}")
+            played = c.play_count
+            total = len(c.data)
+            capped = sum(
+                1
+                for i, (request, _) in enumerate(c.data)
+                if request.path.endswith("/control") and c.play_counts[i] == 0
+            )
+        session.close()
+    if port is not None and port.missing:
+        report.lines.append(f"tool calls with no recorded result: {', '.join(port.missing)}")
+    if capped and report.stopped is None:
+        report.lines.append(
+            f"note: the recording's thinking cap ended reasoning early {capped} time(s); this "
+            "replay streams those completions as recorded (the cassette cannot show what an "
+            "uncapped model would have reasoned)"
+        )
+    report.lines.append(f"played {played} of {total} recorded interactions")
+    return report
+
+
+def cli_replay(args: argparse.Namespace) -> int:
+    """``boxmaker replay CASSETTE [--tool-iterations N] [--no-repeat-detection]
+    [--tool-result-cap N] [--thinking-tokens N]``: print :func:`what_if`'s report.
+
+    Returns:
+        The exit code: 0 (also when the replay stopped where the cassette ends: that is a
+        finding, printed last).
+
+    Raises:
+        CassetteError: not a readable cassette, or no chat request in it.
+    """
+    report = what_if(
+        args.cassette,
+        tool_iterations=args.tool_iterations,
+        repeat_detection=False if args.no_repeat_detection else None,
+        tool_result_cap=args.tool_result_cap,
+        thinking_tokens=args.thinking_tokens,
+    )
+    print("\n".join(report.lines))
+    return 0

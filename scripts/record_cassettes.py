@@ -4,8 +4,9 @@ Usage: python scripts/record_cassettes.py [--model PATH]
 
 For each recording it starts the embedded server on the shipped model (or PATH), runs the
 conversation with the demo tools through the real client and turn loop inside a vcrpy
-cassette (record mode ``all``), and writes beside the cassette the session log the run made
-(``<name>.session.jsonl``), which the replay tests compare against record by record.
+cassette (record mode ``all``, streamed as it arrives), and writes beside the cassette the
+session log the run made (``<name>.session.jsonl``), which the replay tests compare against
+record by record.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from boxmaker.cassettes import use_cassette
 from boxmaker.client import Client
-from boxmaker.config import ClientConfig, Config
+from boxmaker.config import ClientConfig, Config, ThinkingConfig
 from boxmaker.demo import DEMO_PROMPTS, DEMO_SYSTEM, ConsoleView, demo_registry
 from boxmaker.errors import TurnError
 from boxmaker.records import Baseline
@@ -29,20 +30,24 @@ from boxmaker.turn import Runtime, run_turn
 ROOT = Path(__file__).resolve().parent.parent
 CASSETTES = ROOT / "cassettes"
 
-RECORDINGS: dict[str, tuple[str, ...]] = {
-    "demo-turns": DEMO_PROMPTS[:2],
+RECORDINGS: dict[str, tuple[tuple[str, ...], int | None]] = {
+    "demo-turns": (DEMO_PROMPTS[:2], None),
+    "demo-thinking-cap": (DEMO_PROMPTS[:1], 8),
 }
-"""Cassette name -> the user messages of its session, one turn each."""
+"""Cassette name -> (the user messages of its session, one turn each; the thinking cap,
+``thinking.turn_tokens``, or ``None``). The capped one holds reasoning-control requests."""
 
 
-def record(name: str, prompts: tuple[str, ...], model: str | None) -> Path:
+def record(name: str, prompts: tuple[str, ...], turn_tokens: int | None, model: str | None) -> Path:
     """Record one conversation; returns the cassette path."""
     cassette = CASSETTES / f"{name}.yaml"
     log_copy = CASSETTES / f"{name}.session.jsonl"
     cassette.unlink(missing_ok=True)
     registry = demo_registry()
     with EmbeddedServer(model, n_ctx=4096, n_threads=1) as server:
-        config = Config(client=ClientConfig(url=server.url))
+        config = Config(
+            client=ClientConfig(url=server.url), thinking=ThinkingConfig(turn_tokens=turn_tokens)
+        )
         with tempfile.TemporaryDirectory() as tmp, use_cassette(cassette, "all"):
             session = Session.create(
                 tmp, Baseline(system=DEMO_SYSTEM, tools=registry.definitions()), session_id=name
@@ -68,8 +73,8 @@ def main() -> int:
     parser.add_argument("--model", default=None, help="GGUF to record from (default: shipped)")
     args = parser.parse_args()
     CASSETTES.mkdir(exist_ok=True)
-    for name, prompts in RECORDINGS.items():
-        record(name, prompts, args.model)
+    for name, (prompts, turn_tokens) in RECORDINGS.items():
+        record(name, prompts, turn_tokens, args.model)
     return 0
 
 

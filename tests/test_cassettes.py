@@ -121,8 +121,9 @@ def test_cassettes_are_readable_json_and_sse() -> None:
     first = data["interactions"][0]
     assert isinstance(first["request"]["body_json"]["messages"], list)
     assert set(first["request"]["headers"]) <= {"accept", "content-type"}
-    text = first["response"]["body"]["text"]
-    events = [line for line in text.splitlines() if line.startswith("data: ")]
+    # one event a line, no blank separator lines; the last is [DONE]
+    events = first["response"]["body"]["sse"].splitlines()
+    assert all(line.startswith("data: ") for line in events)
     assert events[-1] == "data: [DONE]"
     assert json.loads(events[0][6:])["object"] == "chat.completion.chunk"
 
