@@ -16,10 +16,11 @@ every fragment exactly once whatever the token rate.
 
 Keyboard: the input is an ``ipywidgets.Textarea``; a small script (in an ``HTML`` widget, run
 by the browser through an ``<img onerror>`` handler, since ``innerHTML`` does not run
-``<script>``) turns Enter into "append :data:`SUBMIT` to the value", which the panel sees as a
-send; Shift+Enter inserts a new line as usual. The marker travels with the text itself, so the
-kernel always sends the whole text (a click message can overtake a throttled value update).
-Where a front end strips that handler, Enter makes a new line and the Send button still works.
+``<script>``) turns Enter, and a click on Send, into "append :data:`SUBMIT` to the value",
+which the panel sees as a send; Shift+Enter inserts a new line as usual. The marker travels
+with the text itself, so the kernel always sends the whole text (a button's click message can
+overtake a value update that ipywidgets holds back while the kernel is busy). Where a front end
+strips that handler, Enter makes a new line and the Send button sends through its own click.
 """
 
 from __future__ import annotations
@@ -505,16 +506,21 @@ _KEYS_JS = (
     "<img src='data:,' alt='' style='display:none' onerror=\""
     "(function(img){var root=img.closest('.bxm-panel')||document;"
     "var area=root.querySelector('.bxm-input textarea');"
-    "if(!area){setTimeout(function(){img.onerror();},200);return;}"
+    "var send=root.querySelector('.bxm-send');"
+    "if(!area||!send){setTimeout(function(){img.onerror();},200);return;}"
     "if(area.dataset.bxm)return;area.dataset.bxm='1';"
+    "function submit(){area.value+='\\ue000';"
+    "area.dispatchEvent(new Event('input',{bubbles:true}));}"
     "area.addEventListener('keydown',function(ev){"
     "if(ev.key==='Enter'&&!ev.shiftKey&&!ev.isComposing){"
-    "ev.preventDefault();ev.stopPropagation();area.value+='\\ue000';"
-    "area.dispatchEvent(new Event('input',{bubbles:true}));}});"
+    "ev.preventDefault();ev.stopPropagation();submit();}});"
+    "send.addEventListener('click',function(ev){"
+    "ev.stopImmediatePropagation();ev.preventDefault();submit();},true);"
     '})(this)">'
 )
-"""Enter appends :data:`SUBMIT` to the value (synced like any typing, so the kernel gets the
-whole text in order); Shift+Enter keeps the textarea's new line. Run by the browser."""
+"""Enter, and a click on Send, append :data:`SUBMIT` to the value (synced like any typing, so
+the kernel gets the whole text, in order); Shift+Enter keeps the textarea's new line. Run by the
+browser; without it, the Send button's own click handler sends."""
 
 
 class ChatPanel:

@@ -306,10 +306,15 @@ def test_chat_panel_in_voila_in_chromium(voila_url: str, browser: DevTools, tmp_
     )
 
     # Stop: a long answer is cut, the turn says so, the panel is ready again
+    browser.wait_for("!document.querySelector('.bxm-send').disabled")  # the turn has ended
     browser.js(f"{area}.focus()")
     browser.call("Input.insertText", text="Tell me a long story")
-    browser.key("Enter", 13, text="\r")
+    browser.js("document.querySelector('.bxm-send').click()")  # the Send button sends too
     browser.wait_for(f"({text}).includes('A very long story')")
+    assert "Tell me a long story" in browser.js(
+        "Array.from(document.querySelectorAll('.bxm-user')).map(e => e.innerText).join('|')"
+    )
+    assert browser.js(f"{area}.value") == ""  # sent once, through the value, and cleared
     browser.wait_for("!document.querySelector('.bxm-stop').disabled")
     browser.js("document.querySelector('.bxm-stop').click()")
     browser.wait_for(f"({text}).includes('Turn ended: TurnCancelled')")
