@@ -1,0 +1,169 @@
+"""What-if replay (``boxmaker replay``): the loop re-run on a recording with other limits says
+which limits fire and when, and stops cleanly where the cassette holds no answer.
+
+The recordings are made here, from a scripted fake llama-server behind httpx.MockTransport,
+through the real client, loop and recorder, so the tests do not depend on a model's text."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from boxmaker.cassettes import recorded_session, use_cassette, what_if
+from boxmaker.cli import main
+from boxmaker.client import Client
+from boxmaker.config import ClientConfig, Config
+from boxmaker.demo import demo_registry
+from boxmaker.errors import TurnError
+from boxmaker.records import Baseline
+from boxmaker.session import Session
+from boxmaker.tools import Registry
+from boxmaker.turn import Runtime, run_turn
+
+
+def _event(delta: dict[str, Any], finish: str | None = None, n: int = 0) -> bytes:
+    obj = {
+        "choices": [{"finish_reason": finish, "index": 0, "delta": delta}],
+        "id": f"chatcmpl-{n}",
+        "object": "chat.completion.chunk",
+    }
+    return f"data: {json.dumps(obj)}\n\n".encode()
+
+
+def _completion(n: int, call: tuple[str, dict[str, Any]] | None, answer: str = "") -> bytes:
+    out = [_event({"role": "assistant", "content": None}, n=n)]
+    out += [_event({"reasoning_content": t}, n=n) for t in ("I ", "should ", "look ", "it ")]
+    if call:
+        name, args = call
+        fn = {"name": name, "arguments": json.dumps(args)}
+        out.append(_event({"tool_calls": [{"index": 0, "id": f"call{n}", "function": fn}]}, n=n))
+        out.append(_event({}, "tool_calls", n=n))
+    else:
+        out.append(_event({"content": answer}, n=n))
+        out.append(_event({}, "stop", n=n))
+    timings = {"cache_n": 0, "prompt_n": 10, "predicted_n": 5}
+    out.append(f'data: {{"choices":[],"timings":{json.dumps(timings)}}}\n\n'.encode())
+    out.append(b"data: [DONE]\n\n")
+    return b"".join(out)
+
+
+LISBON = {"city": "Lisbon"}
+SCRIPT = [  # turn 1: two tool calls, then an answer; turn 2: one call, then an answer
+    ("get_weather", LISBON),
+    ("get_time", LISBON),
+    None,
+    ("get_weather", {"city": "Oslo"}),
+    None,
+]
+PROMPTS = ("Weather and time in Lisbon?", "And the weather in Oslo?")
+
+
+def _record(path: Path, tmp_path: Path, registry: Registry, script: list[Any]) -> None:
+    answers: Iterator[bytes] = iter(
+        _completion(n, step, answer=f"answer {n}") for n, step in enumerate(script)
+    )
+
+    def server(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            200, headers={"content-type": "text/event-stream"}, content=iter([next(answers)])
+        )
+
+    config = Config(client=ClientConfig(url="http://llama.test", retry_attempts=0))
+    session = Session.create(tmp_path / "rec", Baseline(tools=registry.definitions()))
+    with (
+        use_cassette(path, "once"),
+        Client(config.client, transport=httpx.MockTransport(server)) as client,
+    ):
+        runtime = Runtime(config=config, client=client, registry=registry)
+        for text in PROMPTS:
+            with contextlib.suppress(TurnError):
+                run_turn(session, runtime, text)
+
+
+@pytest.fixture
+def recording(tmp_path: Path) -> Path:
+    path = tmp_path / "session.yaml"
+    _record(path, tmp_path, demo_registry(), SCRIPT)
+    return path
+
+
+def test_the_recorded_session_is_read_back(recording: Path) -> None:
+    recorded = recorded_session(recording)
+    assert recorded.users == PROMPTS
+    assert [t["function"]["name"] for t in recorded.tools] == ["get_weather", "get_time"]
+    assert recorded.chat_requests == 5
+    assert len(recorded.results[("get_weather", '{"city":"Lisbon"}')]) == 1
+
+
+def test_same_limits_replay_every_turn(recording: Path) -> None:
+    report = what_if(recording)
+    assert report.stopped is None and report.hits == []
+    assert report.lines[2] == "tools: the demo tools (get_weather, get_time)"
+    assert report.lines[-3:] == [
+        f"turn 1 ({PROMPTS[0]!r}): answered after 3 completion(s)",
+        f"turn 2 ({PROMPTS[1]!r}): answered after 2 completion(s)",
+        "played 5 of 5 recorded interactions",
+    ]
+
+
+def test_fewer_tool_iterations_fire_then_stop_where_the_cassette_ends(recording: Path) -> None:
+    report = what_if(recording, tool_iterations=1)
+    assert report.hits[0][:3] == (1, 2, "tool_iterations")
+    assert report.stopped is not None
+    assert report.stopped.startswith(f"turn 2 ({PROMPTS[1]!r}), completion 1: the loop needs")
+    # turn 1's last call was answered "not run": the request differs there
+    assert "differs from recorded interaction 3 at messages[4].content" in report.stopped
+    assert report.lines[-1] == "played 2 of 5 recorded interactions"
+
+
+def test_a_smaller_tool_result_cap_fires_at_the_first_call(recording: Path) -> None:
+    report = what_if(recording, tool_result_cap=10)
+    assert [h[:3] for h in report.hits] == [(1, 1, "tool_result_cap")]
+    assert report.stopped is not None and "completion 2" in report.stopped
+
+
+def test_a_thinking_cap_stops_where_reasoning_end_would_change_the_answer(
+    recording: Path,
+) -> None:
+    report = what_if(recording, thinking_tokens=2)
+    assert report.stopped is not None
+    assert "the thinking cap fires in completion 1" in report.stopped
+    assert report.lines[-1] == "played 1 of 5 recorded interactions"
+
+
+def test_other_tools_answer_from_the_recorded_results(tmp_path: Path) -> None:
+    registry = Registry()
+
+    @registry.add
+    def lookup(city: str) -> str:
+        """Look a city up.
+
+        Args:
+            city: The city name.
+        """
+        return f"{city}: 1 million people"
+
+    path = tmp_path / "lookup.yaml"
+    _record(path, tmp_path, registry, [("lookup", LISBON), None, ("lookup", LISBON), None])
+    report = what_if(path)
+    assert report.lines[2] == "tools: results recorded in the cassette (lookup)"
+    assert report.stopped is None
+    assert report.lines[-1] == "played 4 of 4 recorded interactions"
+
+
+def test_cli(recording: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["replay", str(recording), "--tool-iterations", "1", "--no-repeat-detection"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == (
+        "limits: tool_iterations 1, repeat_detection off, tool_result_cap 16000, "
+        "thinking turn_tokens none"
+    )
+    assert out[3].startswith("turn 1, completion 2: tool_iterations fired")
+    assert out[-2].startswith("stopped at turn 2")
