@@ -232,3 +232,14 @@ def test_no_match_when_everything_was_played(tmp_path: Path) -> None:
         with pytest.raises(CassetteError, match=r"request 3 \(POST /v1/chat/completions/control"):
             client.reasoning_end(CID)
     assert len(cassette.failures) == 2
+
+
+def test_secrets_in_the_uri_are_scrubbed_too(tmp_path: Path) -> None:
+    key = "sk-urisecret12345"
+    path = tmp_path / "uri.yaml"
+    transport = httpx.MockTransport(lambda r: httpx.Response(200, json={"ok": True}))
+    with use_cassette(path, "once", secrets=[key]), httpx.Client(transport=transport) as c:
+        c.get(f"http://llama.test/{key}/models?api_key={key}&x=1")
+        c.get("http://llama.test/props?token=abc&x=1")
+    uris = [i["request"]["uri"] for i in yaml.safe_load(path.read_text())["interactions"]]
+    assert uris == ["http://llama.test/<API_KEY>/models?x=1", "http://llama.test/props?x=1"]
