@@ -18,7 +18,7 @@ import pytest
 from boxmaker.cassettes import recorded_session, use_cassette, what_if
 from boxmaker.cli import main
 from boxmaker.client import Client
-from boxmaker.config import ClientConfig, Config
+from boxmaker.config import ClientConfig, Config, LoopLimits
 from boxmaker.demo import demo_registry
 from boxmaker.errors import TurnError
 from boxmaker.records import Baseline
@@ -161,8 +161,9 @@ def test_cli(recording: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["replay", str(recording), "--tool-iterations", "1", "--no-repeat-detection"]
     assert main(argv) == 0
     out = capsys.readouterr().out.splitlines()
+    cap = LoopLimits().tool_result_cap  # the default stays in force
     assert out[1] == (
-        "limits: tool_iterations 1, repeat_detection off, tool_result_cap 16000, "
+        f"limits: tool_iterations 1, repeat_detection off, tool_result_cap {cap}, "
         "thinking turn_tokens none"
     )
     assert out[3].startswith("turn 1, completion 2: tool_iterations fired")
