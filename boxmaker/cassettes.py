@@ -660,6 +660,9 @@ def use_cassette(
             appear in what is recorded, and put back when the cassette is loaded.
         ignore_body_keys: top-level request-body keys left out of matching.
 
+    A response being recorded is appended when it ends, so close (or read to the end) every
+    response inside the block: one still open when the block ends is not saved.
+
     Yields:
         vcrpy's ``Cassette`` (``play_count``, ``all_played``, ``data``...), with one more
         attribute, ``failures``: the :class:`UnrecordedRequest` of each request that matched
@@ -1186,18 +1189,18 @@ def what_if(
                     run_turn(session, runtime, text, on_event)
                     report.lines.append(f"{head}: answered after {completions[0]} completion(s)")
                 except UnrecordedRequest as exc:
-                    if exc.path.endswith("/control"):
+                    if exc.path.endswith("/control"):  # during the current completion
+                        where = completions[0]
                         why = (
-                            f"the thinking cap fires in completion {completions[0]} "
+                            f"the thinking cap fires in completion {where} "
                             f"(reasoning_end after {thinking_tokens} reasoning tokens of the "
                             "turn), where the recording went on reasoning: what the model "
                             "does after reasoning_end is not in the cassette"
                         )
-                    else:
+                    else:  # the next completion's request, refused before any event
+                        where = completions[0] + 1
                         why = f"the loop needs traffic the cassette does not hold: {exc}"
-                    report.stopped = f"{head}, completion {completions[0] + 1}: {why}"
-                    if exc.path.endswith("/control"):
-                        report.stopped = f"{head}, completion {completions[0]}: {why}"
+                    report.stopped = f"{head}, completion {where}: {why}"
                     report.lines.append(f"stopped at {report.stopped}")
                     break
                 except (TurnLimit, SessionFull) as exc:
