@@ -73,6 +73,7 @@ from .tools import (
     dispatch,
 )
 from .turn import Runtime, TurnOutcome, run_turn
+from .widgets import ChatPanel, SessionView
 
 __version__ = "0.1.0"
 
@@ -83,6 +84,7 @@ __all__ = [
     "CacheLoss",
     "CacheOutcome",
     "CassetteError",
+    "ChatPanel",
     "Client",
     "ClientConfig",
     "Completion",
@@ -109,6 +111,7 @@ __all__ = [
     "Session",
     "SessionError",
     "SessionFull",
+    "SessionView",
     "SlotsConfig",
     "StreamCut",
     "ThinkingCapped",

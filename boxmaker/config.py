@@ -2,7 +2,7 @@
 
 A config file names sections and keys exactly as the dataclasses below do::
 
-    [server]
+    [client]
     url = "http://127.0.0.1:8080"
 
     [loop]
@@ -12,18 +12,21 @@ A config file names sections and keys exactly as the dataclasses below do::
     [thinking]
     turn_tokens = 256
 
-Unknown sections or keys, and values of the wrong type, raise :class:`ConfigError`
-naming the file and the key. Every dataclass is frozen and keyword-only; use
+Unknown sections or keys, values of the wrong type and values out of range raise
+:class:`ConfigError` naming the file and the key. TOML has no null: write ``-1`` for
+``tool_result_cap`` to turn the cap off. Every dataclass is frozen and keyword-only; use
 :func:`dataclasses.replace` to derive a variant.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 import types
 import typing
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +42,17 @@ __all__ = [
     "ThinkingConfig",
     "load_config",
 ]
+
+
+def _check(where: str, **bounds: tuple[object, bool]) -> None:
+    """Raise ConfigError for the first ``name=(value, ok)`` whose ``ok`` is false."""
+    for name, (value, ok) in bounds.items():
+        if not ok:
+            raise ConfigError(f"{where}.{name} = {value!r} is out of range")
+
+
+def _nonneg(x: float) -> bool:
+    return math.isfinite(x) and x >= 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,13 +76,41 @@ class ClientConfig:
     retry_max_delay_s: float = 8.0
     """Upper bound of one retry delay in seconds."""
 
+    def __post_init__(self) -> None:
+        try:
+            parts = urllib.parse.urlsplit(self.url)
+            ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+            parts.port  # noqa: B018 - raises ValueError on a malformed port
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ConfigError(f"client.url = {self.url!r} is not an http(s) URL with a host")
+        _check(
+            "client",
+            connect_timeout_s=(
+                self.connect_timeout_s,
+                _nonneg(self.connect_timeout_s) and self.connect_timeout_s > 0,
+            ),
+            idle_timeout_s=(
+                self.idle_timeout_s,
+                _nonneg(self.idle_timeout_s) and self.idle_timeout_s > 0,
+            ),
+            retry_attempts=(self.retry_attempts, self.retry_attempts >= 0),
+            retry_base_delay_s=(self.retry_base_delay_s, _nonneg(self.retry_base_delay_s)),
+            retry_max_delay_s=(self.retry_max_delay_s, _nonneg(self.retry_max_delay_s)),
+        )
+
 
 @dataclass(frozen=True, kw_only=True)
 class SlotsConfig:
     """llama.cpp slots (``id_slot``) the loop uses."""
 
     main: int = 0
-    """Slot of the main conversation; keeping one slot per session keeps its prompt cache."""
+    """Slot of the main conversation; keeping one slot per session keeps its prompt cache
+    (``-1``: llama.cpp picks any idle slot)."""
+
+    def __post_init__(self) -> None:
+        _check("slots", main=(self.main, self.main >= -1))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,9 +122,20 @@ class LoopLimits:
     repeat_detection: bool = True
     """Detect identical (name, arguments) calls in one turn: the first repeat is answered
     without running, the second ends the turn."""
-    tool_result_cap: int | None = 16_000
+    tool_result_cap: int | None = 4_000
     """Longest tool result in characters sent to the model; longer ones are cut and marked
-    ``truncated``. ``None``: no cap."""
+    ``truncated``. ``None`` (or ``-1`` in a TOML file): no cap. About 1,000 tokens of a
+    sub-word model, 4,000 of the shipped char-level one: keep it well below the context."""
+
+    def __post_init__(self) -> None:
+        if self.tool_result_cap == -1:
+            object.__setattr__(self, "tool_result_cap", None)
+        cap = self.tool_result_cap
+        _check(
+            "loop",
+            tool_iterations=(self.tool_iterations, self.tool_iterations >= 0),
+            tool_result_cap=(cap, cap is None or cap >= 0),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,6 +148,10 @@ class ThinkingConfig:
     """Reasoning tokens allowed per turn (all completions of the turn together); when reached,
     reasoning is ended through llama.cpp's reasoning control. ``None``: no cap."""
 
+    def __post_init__(self) -> None:
+        t = self.turn_tokens
+        _check("thinking", turn_tokens=(t, t is None or t >= 0))
+
 
 @dataclass(frozen=True, kw_only=True)
 class SamplingConfig:
@@ -106,6 +163,14 @@ class SamplingConfig:
     """Tokens one completion may generate (``max_tokens``); ``None``: the server's default."""
     seed: int | None = 0
     """Sampler seed sent to the server; ``None`` sends none."""
+
+    def __post_init__(self) -> None:
+        m = self.max_tokens
+        _check(
+            "sampling",
+            temperature=(self.temperature, _nonneg(self.temperature)),
+            max_tokens=(m, m is None or m >= 1),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,7 +223,7 @@ def load_config(path: str | os.PathLike[str]) -> Config:
             data = tomllib.load(fh)
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read config: {exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{p}: invalid TOML: {exc}") from exc
     return Config.from_dict(data, source=str(p))
 
@@ -171,9 +236,16 @@ def _build(cls: Any, values: dict[str, Any], where: str) -> Any:
         if key not in known:
             raise ConfigError(f"{where}: unknown key {key!r}")
         if not _fits(hints[key], value):
-            raise ConfigError(f"{where}: {key} = {value!r} is not of type {hints[key]}")
+            raise ConfigError(f"{where}: {key} = {value!r} is not of type {_type_name(hints[key])}")
         kwargs[key] = float(value) if hints[key] is float and isinstance(value, int) else value
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _type_name(hint: Any) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("NoneType", "None")
 
 
 def _fits(hint: Any, value: Any) -> bool:

@@ -121,8 +121,10 @@ class ConsoleView:
             self._switch("limit", f"{self._reset}  [limit {event.kind}: {event.detail}]")
             self._mode = ""
         elif isinstance(event, CacheLoss):
-            lost = event.expected - event.reused
-            self._switch("cache", f"  [cache loss: {lost} tokens re-processed]")
+            self._switch(
+                "cache",
+                f"  [cache loss: {event.reused} of {event.expected} cached prompt tokens reused]",
+            )
             self._mode = ""
         elif isinstance(event, Retrying):
             self._switch(

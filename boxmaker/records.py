@@ -249,10 +249,13 @@ def record_from_json(data: Mapping[str, Any]) -> Record:
     """
     name = data.get("type")
     time_text = data.get("time")
-    time = parse_time(time_text) if isinstance(time_text, str) else utc_now()
+    if not isinstance(time_text, str):
+        raise ValueError(f"{name} record without a 'time' string")
+    time = parse_time(time_text)
     cls = _TYPES.get(name) if isinstance(name, str) else None
     if cls is None:
         return Unknown(type=str(name), data=dict(data), time=time)
+    hints = _field_types(cls)
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if f.name == "time":
@@ -262,6 +265,12 @@ def record_from_json(data: Mapping[str, Any]) -> Record:
                 raise ValueError(f"{name} record without {f.name!r}")
             continue
         value = data[f.name]
+        expected = hints.get(f.name)
+        if expected is not None and (
+            not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected)
+        ):
+            names = " or ".join("null" if t is type(None) else t.__name__ for t in expected)
+            raise ValueError(f"{name} record: {f.name} = {value!r:.60} is not {names}")
         if f.name == "tool_calls":
             try:
                 value = tuple(
@@ -276,6 +285,20 @@ def record_from_json(data: Mapping[str, Any]) -> Record:
     except TypeError as exc:
         raise ValueError(f"malformed {name} record: {exc}") from exc
     return record
+
+
+_SIMPLE: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "str | None": (str, type(None)),
+    "int": (int,),
+    "int | None": (int, type(None)),
+    "bool": (bool,),
+}
+
+
+def _field_types(cls: type[Any]) -> dict[str, tuple[type, ...]]:
+    """Field name -> the JSON types its value may have, for the simply typed fields."""
+    return {f.name: _SIMPLE[str(f.type)] for f in dataclasses.fields(cls) if str(f.type) in _SIMPLE}
 
 
 def baseline_from_json(data: Mapping[str, Any]) -> Baseline:

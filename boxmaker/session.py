@@ -32,6 +32,7 @@ from .records import (
     Baseline,
     Record,
     ToolResult,
+    Unknown,
     Usage,
     User,
     baseline_from_json,
@@ -125,6 +126,7 @@ class Session:
         self._records = records
         self._lock = threading.Lock()
         self._fh: Any = None
+        self._read_only = False
 
     # -- creation -----------------------------------------------------------------------------
 
@@ -148,6 +150,8 @@ class Session:
             SessionError: the id is unsafe, the log exists already, or it cannot be written.
         """
         baseline = baseline or Baseline()
+        if not isinstance(baseline, Baseline):
+            raise SessionError(f"baseline must be a Baseline, not {type(baseline).__name__}")
         sid = new_session_id() if session_id is None else session_id
         if not _SAFE_ID.fullmatch(sid):
             raise SessionError(f"session id {sid!r} is not safe as a file name")
@@ -157,6 +161,9 @@ class Session:
         head = {"type": "baseline", "schema": SCHEMA_VERSION, "session_id": sid, **head}
         try:
             folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SessionError(f"{folder}: cannot create the session directory: {exc}") from exc
+        try:
             with path.open("x", encoding="utf-8") as fh:
                 fh.write(_dumps(head) + "\n")
                 fh.flush()
@@ -168,18 +175,26 @@ class Session:
         return cls(path, sid, baseline, [], SCHEMA_VERSION)
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> Session:
+    def open(cls, path: str | os.PathLike[str], *, repair: bool = True) -> Session:
         """Reopen a log written by :meth:`create` and :meth:`append`.
 
-        A torn last line (no newline: the process was killed mid-write) is dropped with a
-        :class:`UserWarning` that says what was dropped; the dropped bytes are appended to
-        ``<log>.torn`` and the log is cut back to its last whole line, so later appends stay
-        well formed. Records of unknown type are kept as ``Unknown`` with a warning.
+        A last line without a newline is kept when it is a whole record (the newline is added
+        when ``repair``). Otherwise it is a torn line (the process was killed mid-write): it is
+        dropped with a :class:`UserWarning` that says what was dropped, and, when ``repair``,
+        its bytes are appended to ``<log>.torn`` and the log is cut back to its last whole
+        line so later appends stay well formed. Records of unknown type are kept as
+        ``Unknown`` with a warning.
+
+        Args:
+            path: the ``.jsonl`` log.
+            repair: fix a torn or unterminated last line on disk (for a session you will
+                append to). ``False`` opens read-only: the file is not touched (safe on a log
+                another process is writing) and :meth:`append` raises :class:`SessionError`.
 
         Raises:
             SessionError: the file cannot be read, its first line is not a baseline, its schema
-                is newer than this version, or a line other than a torn last one is corrupt
-                (the message names file and line).
+                or session id is not valid for this version, or a line other than a torn last
+                one is corrupt (the message names file and line).
         """
         p = Path(path)
         try:
@@ -188,9 +203,14 @@ class Session:
             raise SessionError(f"{p}: cannot read session log: {exc}") from exc
         end = raw.rfind(b"\n") + 1
         if end < len(raw):
-            torn = raw[end:]
-            _save_torn(p, torn, end)
-            raw = raw[:end]
+            tail = raw[end:]
+            if _whole_record(tail):
+                raw += b"\n"
+                if repair:
+                    _append_bytes(p, b"\n")
+            else:
+                _drop_torn(p, tail, end, repair)
+                raw = raw[:end]
         lines = raw.split(b"\n")[:-1] if raw else []
         if not lines:
             raise SessionError(f"{p}: empty session log (no baseline line)")
@@ -200,12 +220,14 @@ class Session:
         except ValueError as exc:
             raise SessionError(f"{p}:1: {exc}") from exc
         schema = head.get("schema")
-        if not isinstance(schema, int) or schema > SCHEMA_VERSION:
+        if type(schema) is not int or not 1 <= schema <= SCHEMA_VERSION:
             raise SessionError(
                 f"{p}:1: log schema {schema!r} is not readable by this version "
-                f"(reads up to {SCHEMA_VERSION})"
+                f"(reads 1 to {SCHEMA_VERSION})"
             )
-        sid = head.get("session_id")
+        sid = head.get("session_id", p.stem)
+        if not isinstance(sid, str) or not _SAFE_ID.fullmatch(sid):
+            raise SessionError(f"{p}:1: session id {sid!r} is not safe as a file name")
         records: list[Record] = []
         unknown: set[str] = set()
         for number, line in enumerate(lines[1:], start=2):
@@ -214,15 +236,17 @@ class Session:
                 record = record_from_json(data)
             except ValueError as exc:
                 raise SessionError(f"{p}:{number}: {exc}") from exc
-            if record.__class__.__name__ == "Unknown":
-                unknown.add(str(data.get("type")))
+            if isinstance(record, Unknown):
+                unknown.add(record.type)
             records.append(record)
         if unknown:
             warnings.warn(
                 f"{p}: records of unknown type kept as Unknown: {', '.join(sorted(unknown))}",
                 stacklevel=2,
             )
-        return cls(p, str(sid) if sid else p.stem, baseline, records, schema)
+        session = cls(p, sid, baseline, records, schema)
+        session._read_only = not repair
+        return session
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -260,6 +284,8 @@ class Session:
         """
         line = _dumps(record_to_json(record)) + "\n"
         with self._lock:
+            if self._read_only:
+                raise SessionError(f"{self.path}: opened read-only (repair=False)")
             try:
                 if self._fh is None:
                     self._fh = self.path.open("a", encoding="utf-8")
@@ -294,7 +320,30 @@ class Session:
 
 
 def _dumps(obj: dict[str, Any]) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: keep them, as JSON escapes
+        text = json.dumps(obj, ensure_ascii=True, separators=(",", ":"))
+    return text
+
+
+def _whole_record(tail: bytes) -> bool:
+    try:
+        data = json.loads(tail)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and "type" in data and "time" in data
+
+
+def _append_bytes(path: Path, data: bytes) -> None:
+    try:
+        with path.open("ab") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        raise SessionError(f"{path}: cannot repair the last line: {exc}") from exc
 
 
 def _load_line(path: Path, number: int, line: bytes) -> dict[str, Any]:
@@ -307,19 +356,23 @@ def _load_line(path: Path, number: int, line: bytes) -> dict[str, Any]:
     return data
 
 
-def _save_torn(path: Path, torn: bytes, keep: int) -> None:
+def _drop_torn(path: Path, torn: bytes, keep: int, repair: bool) -> None:
     side = path.with_name(path.name + ".torn")
-    try:
-        with side.open("ab") as fh:
-            fh.write(torn + b"\n")
-        with path.open("r+b") as fh:
-            fh.truncate(keep)
-            fh.flush()
-            os.fsync(fh.fileno())
-    except OSError as exc:
-        raise SessionError(f"{path}: torn last line, and it could not be set aside: {exc}") from exc
+    if repair:
+        try:
+            with side.open("ab") as fh:
+                fh.write(torn + b"\n")
+            with path.open("r+b") as fh:
+                fh.truncate(keep)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            raise SessionError(
+                f"{path}: torn last line that could not be set aside: {exc}"
+            ) from exc
+    kept = f"; the bytes are kept in {side.name}" if repair else " (read-only: file untouched)"
     warnings.warn(
         f"{path}: dropped a torn last line ({len(torn)} bytes, a write cut short: "
-        f"{torn[:60]!r}); the bytes are kept in {side.name}",
+        f"{torn[:60]!r}){kept}",
         stacklevel=3,
     )

@@ -177,7 +177,8 @@ class Registry:
         """
 
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-            derived_desc, derived_params = schema_from_function(fn)
+            if parameters is None or description is None:
+                derived_desc, derived_params = schema_from_function(fn)
             self._put(
                 Tool(
                     name=name or fn.__name__,
@@ -255,15 +256,24 @@ def schema_from_function(fn: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
     ``X | None`` allows ``null``.
 
     Raises:
-        ValueError: a parameter without a type hint or of a type with no JSON form.
+        ValueError: a parameter without a type hint, of a type with no JSON form, or not
+            passable by name (``*args``, ``**kwargs``, positional-only).
     """
-    hints = typing.get_type_hints(fn)
+    try:
+        hints = typing.get_type_hints(fn)
+    except NameError as exc:
+        raise ValueError(f"{fn.__name__}: a type hint cannot be resolved: {exc}") from exc
     doc = inspect.getdoc(fn) or ""
     description = doc.split("\n\n", 1)[0].replace("\n", " ").strip()
     arg_docs = dict(re.findall(r"^\s+(\w+)(?:\s*\([^)]*\))?:\s*(.+)$", _args_section(doc), re.M))
     properties: dict[str, Any] = {}
     required: list[str] = []
     for pname, param in inspect.signature(fn).parameters.items():
+        if param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+            raise ValueError(
+                f"{fn.__name__}: parameter {pname!r} is {param.kind.description}; a tool takes "
+                "named arguments only (the model sends a JSON object)"
+            )
         if pname not in hints:
             raise ValueError(f"{fn.__name__}: parameter {pname!r} has no type hint")
         prop = _json_type(hints[pname], f"{fn.__name__}.{pname}")
@@ -348,7 +358,7 @@ def dispatch(
         return Dispatched(content=f"Unknown tool {name!r}. The tools offered are: {offered}.")
     try:
         args = json.loads(arguments) if arguments.strip() else {}
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         return Dispatched(
             content=f"The arguments for {name} are not valid JSON ({exc}); the call was not run."
         )
@@ -367,10 +377,10 @@ def dispatch(
     if tool.function is not None:
         try:
             value = tool.function(**args)
-        except Exception as exc:  # a tool's bug must not crash the turn
+            text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        except Exception as exc:  # a tool's bug (or an unserialisable result) must not crash
             return Dispatched(content=f"The tool failed: {type(exc).__name__}: {exc}")
-        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        return Dispatched(content=text)
+        return Dispatched(content=_valid_text(text))
     if port is None:
         return Dispatched(content=f"The tool failed: no tool port is connected to run {name}.")
     request = ToolRequest(session_id=session_id, call=call, tool=name, arguments=args)
@@ -380,7 +390,9 @@ def dispatch(
         return Dispatched(content=f"The tool failed: {type(exc).__name__}: {exc}")
     if isinstance(answer, Result):
         return Dispatched(
-            content=answer.content, data_class=answer.data_class, untrusted=answer.untrusted
+            content=_valid_text(answer.content),
+            data_class=answer.data_class,
+            untrusted=answer.untrusted,
         )
     if isinstance(answer, Failed):
         return Dispatched(content=f"The tool failed: {answer.message}")
@@ -393,6 +405,18 @@ def dispatch(
             "it was not run."
         )
     return Dispatched(content=f"The tool failed: the port answered {answer!r}.")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _valid_text(text: str) -> str:
+    """``text`` with lone surrogates (not encodable as UTF-8) replaced by U+FFFD."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+    return text
 
 
 def canonical_arguments(arguments: str) -> str:

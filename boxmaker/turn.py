@@ -20,6 +20,7 @@ from .config import Config
 from .errors import (
     InferError,
     RequestCancelled,
+    SessionError,
     SessionFull,
     TurnCancelled,
     TurnError,
@@ -130,7 +131,12 @@ def run_turn(
             _end_turn(
                 session, calls, TurnLimit("tool_iterations", state.iterations, cap, why), emit
             )
-        _run_calls(session, runtime, state, calls, emit)
+        try:
+            _run_calls(session, runtime, state, calls, emit)
+        except (TurnError, SessionError):
+            raise
+        except BaseException as exc:  # KeyboardInterrupt in a tool or hook: answer the rest
+            _end_turn(session, calls, TurnCancelled(f"interrupted: {exc!r}"), emit, exc)
 
 
 def _complete(
@@ -204,9 +210,9 @@ def _run_calls(
 ) -> None:
     """Step 6: handle each tool call in order; may end the turn."""
     loop = runtime.config.loop
-    for index, call in enumerate(calls):
+    for call in calls:
         if runtime.cancel.is_set():
-            _end_turn(session, calls[index:], TurnCancelled("the turn was cancelled"), emit)
+            _end_turn(session, calls, TurnCancelled("the turn was cancelled"), emit)
         number = session.next_call()
         emit(ToolCallStarted(name=call.name, call=number, arguments=call.arguments))
         key = (call.name, canonical_arguments(call.arguments))
@@ -214,7 +220,7 @@ def _run_calls(
         state.seen[key] = seen
         if seen >= 3:
             why = f"{call.name} was called {seen} times with the same arguments in this turn"
-            _end_turn(session, calls[index:], TurnLimit("repeated_call", seen, 2, why), emit)
+            _end_turn(session, calls, TurnLimit("repeated_call", seen, 2, why), emit)
         if seen == 2:
             text, data_class, untrusted = ALREADY_MADE, "public", False
         else:
@@ -246,24 +252,30 @@ def _run_calls(
             _append(session, LimitHit(kind="tool_result_cap", detail=detail), emit)
 
 
-def _end_turn(session: Session, unrun: Sequence[ToolCall], error: TurnError, emit: OnEvent) -> None:
-    """Leave the log well formed, then raise ``error``: a 'not run' result for each call left,
-    and a LimitHit when a limit (a :class:`TurnLimit`) ended the turn."""
-    reason = str(error)
-    for call in unrun:
-        _append(
-            session,
-            ToolResult(
-                call=session.next_call(),
-                tool_call_id=call.id,
-                name=call.name,
-                content=f"This call was not run: the turn ended ({reason}).",
-            ),
-            emit,
-        )
+def _end_turn(
+    session: Session,
+    calls: Sequence[ToolCall],
+    error: TurnError,
+    emit: OnEvent,
+    cause: BaseException | None = None,
+) -> None:
+    """Leave the log well formed, then raise ``error`` (or ``cause``): a 'not run' result for
+    each call of ``calls`` not answered yet, and a LimitHit when a :class:`TurnLimit` ended it."""
+    answered = set()
+    for record in reversed(session.records):
+        if isinstance(record, Assistant):
+            break
+        if isinstance(record, ToolResult):
+            answered.add(record.tool_call_id)
+    for call in calls:
+        if call.id not in answered:
+            text = f"This call was not run: the turn ended ({error})."
+            number = session.next_call()
+            result = ToolResult(call=number, tool_call_id=call.id, name=call.name, content=text)
+            _append(session, result, emit)
     if isinstance(error, TurnLimit):
-        _append(session, LimitHit(kind=error.kind, detail=reason), emit)
-    raise error
+        _append(session, LimitHit(kind=error.kind, detail=error.detail), emit)
+    raise cause or error
 
 
 def _append(session: Session, record: Record, emit: OnEvent) -> None:

@@ -32,12 +32,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import markdown as md
 
-from .errors import SessionError, TurnError
+from .errors import TurnError
 from .events import (
     Content,
     Progress,
@@ -57,7 +56,6 @@ from .records import (
     ToolResult,
     Usage,
     User,
-    record_from_json,
 )
 from .session import Session
 from .turn import Runtime, run_turn
@@ -74,7 +72,6 @@ __all__ = [
     "Transcript",
     "TurnView",
     "counters_text",
-    "read_records",
     "render_block",
     "render_markdown",
     "render_turn",
@@ -434,31 +431,6 @@ class _TranscriptBox:
                 self.items[i].value = value
 
 
-def read_records(path: str | os.PathLike[str]) -> list[Record]:
-    """The records of a session log, read only: the baseline line is skipped, and a torn last
-    line (no newline yet: being written, or the writer was killed) is left out.
-
-    Unlike :meth:`Session.open`, the file is never cut back or written.
-
-    Raises:
-        SessionError: the file cannot be read, or a whole line is not a valid record (the
-            message names file and line).
-    """
-    p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise SessionError(f"{p}: cannot read session log: {exc}") from exc
-    lines = raw[: raw.rfind(b"\n") + 1].split(b"\n")[:-1]
-    records: list[Record] = []
-    for number, line in enumerate(lines[1:], start=2):
-        try:
-            records.append(record_from_json(json.loads(line)))
-        except (ValueError, AttributeError, TypeError) as exc:
-            raise SessionError(f"{p}:{number}: not a session record: {exc}") from exc
-    return records
-
-
 class SessionView:
     """A transcript rendered from a stored session log, for reviewing past runs and cassettes.
 
@@ -470,8 +442,8 @@ class SessionView:
         transcript: the folded :class:`Transcript`.
         widget: the ipywidgets ``VBox`` shown in a notebook (also shown by displaying the view).
 
-    A log file is only read (see :func:`read_records`), never repaired or written, so a log
-    another process is still writing can be reviewed.
+    A log file is opened read-only (``Session.open(path, repair=False)``): never repaired or
+    written, so a log another process is still writing can be reviewed.
 
     Raises:
         SessionError: the log cannot be read or a line in it is corrupt.
@@ -482,7 +454,7 @@ class SessionView:
             records = list(path_or_session.records)
             title = str(path_or_session.path)
         else:
-            records = read_records(path_or_session)
+            records = list(Session.open(path_or_session, repair=False).records)
             title = str(path_or_session)
         self.transcript = Transcript().extend(records)
         w = _widgets()

@@ -61,3 +61,36 @@ def test_cache_hit_and_loss() -> None:
 def test_cache_outcome_without_timings_is_none() -> None:
     assert cache_outcome({}, {"cache_n": 3}) is None
     assert cache_outcome({"cache_n": 1, "prompt_n": 2}, {}) is None
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value"),
+    [
+        ("loop", "tool_iterations", -3),
+        ("loop", "tool_result_cap", -2),
+        ("client", "retry_attempts", -2),
+        ("client", "retry_base_delay_s", -1.0),
+        ("client", "connect_timeout_s", 0),
+        ("sampling", "temperature", -5.0),
+        ("sampling", "max_tokens", 0),
+        ("slots", "main", -2),
+        ("thinking", "turn_tokens", -1),
+    ],
+)
+def test_out_of_range_values_are_refused(section: str, key: str, value: object) -> None:
+    with pytest.raises(ConfigError, match=rf"{section}\.{key} = .* is out of range"):
+        Config.from_dict({section: {key: value}})
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "ftp://x", "127.0.0.1:8080", "http://h:99999"])
+def test_bad_urls_are_refused(url: str) -> None:
+    with pytest.raises(ConfigError, match="is not an http"):
+        Config.from_dict({"client": {"url": url}})
+
+
+def test_minus_one_turns_the_result_cap_off_and_bad_utf8_is_a_config_error(tmp_path: Path) -> None:
+    assert Config.from_dict({"loop": {"tool_result_cap": -1}}).loop.tool_result_cap is None
+    p = tmp_path / "bad.toml"
+    p.write_bytes(b"[loop]\n# \xff\xfe\n")
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        load_config(p)

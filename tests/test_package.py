@@ -9,6 +9,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 import boxmaker
@@ -62,3 +63,14 @@ def test_ci_runs_the_readme_test_command() -> None:
     match = re.search(r"^TEST_COMMAND='(.+)'$", ci, re.M)
     assert match, ".ci/run must define TEST_COMMAND"
     assert f"\n{match.group(1)}\n" in readme
+
+
+@pytest.mark.live
+def test_readme_api_snippet_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    readme = (ROOT / "README.md").read_text()
+    snippet = re.search(r"```python\n(.*?)```", readme, re.S)
+    assert snippet, "the README has no python snippet"
+    monkeypatch.chdir(tmp_path)
+    exec(compile(snippet.group(1), "README.md", "exec"), {"__name__": "readme"})
+    logs = list((tmp_path / "sessions").glob("*.jsonl"))
+    assert len(logs) == 1

@@ -197,3 +197,78 @@ def test_appends_are_whole_lines_on_disk_before_append_returns(tmp_path: Path) -
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert Session.open(s.path).records[0] == s.records[0]
+
+
+def test_record_without_time_or_with_wrong_type_is_refused(tmp_path: Path) -> None:
+    s = make(tmp_path)
+    base = s.path.read_text()
+    for bad, why in [
+        ('{"type":"user","content":"x"}', "without a 'time'"),
+        ('{"type":"user","time":"2026-11-30T00:00:00Z","content":5}', "content = 5 is not str"),
+        (
+            '{"type":"tool_result","time":"2026-11-30T00:00:00Z","call":true,'
+            '"tool_call_id":"a","name":"n","content":"c"}',
+            "call = True is not int",
+        ),
+    ]:
+        s.path.write_text(base + bad + "\n")
+        with pytest.raises(SessionError, match=f":{len(base.splitlines()) + 1}: .*{why}"):
+            Session.open(s.path)
+
+
+def test_whole_last_record_without_newline_is_kept(tmp_path: Path) -> None:
+    s = make(tmp_path)
+    line = '{"type":"user","time":"2026-11-30T00:00:00Z","content":"edited"}'
+    s.path.write_text(s.path.read_text() + line)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = Session.open(s.path)
+    assert again.records[-1] == User(content="edited", time=again.records[-1].time)
+    assert s.path.read_text().endswith(line + "\n")
+
+
+def test_read_only_open_leaves_a_live_log_untouched(tmp_path: Path) -> None:
+    s = make(tmp_path)
+    half = b'{"type":"user","time":"2026-11-30T00:00:00Z","con'
+    s.path.write_bytes(s.path.read_bytes() + half)
+    before = s.path.read_bytes()
+    with pytest.warns(UserWarning, match="read-only: file untouched"):
+        view = Session.open(s.path, repair=False)
+    assert view.records == s.records
+    assert s.path.read_bytes() == before
+    assert not s.path.with_name(s.path.name + ".torn").exists()
+    with pytest.raises(SessionError, match="read-only"):
+        view.append(User(content="no"))
+
+
+def test_lone_surrogate_round_trips(tmp_path: Path) -> None:
+    s = Session.create(tmp_path)
+    s.append(User(content="bad \ud800 end"))
+    assert Session.open(s.path).records[0].content == "bad \ud800 end"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("schema", ["0", "-5", "true", '"1"'])
+def test_invalid_schema_is_refused(tmp_path: Path, schema: str) -> None:
+    p = tmp_path / "x.jsonl"
+    p.write_text(
+        f'{{"type":"baseline","schema":{schema},"session_id":"x","system":"","tools":[]}}\n'
+    )
+    with pytest.raises(SessionError, match="schema"):
+        Session.open(p)
+
+
+def test_unsafe_session_id_inside_a_log_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / "x.jsonl"
+    p.write_text(
+        '{"type":"baseline","schema":1,"session_id":"../../etc/x","system":"","tools":[]}\n'
+    )
+    with pytest.raises(SessionError, match="not safe"):
+        Session.open(p)
+
+
+def test_directory_that_is_a_file(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(SessionError, match="cannot create the session directory"):
+        Session.create(tmp_path / "f")
+    with pytest.raises(SessionError, match="must be a Baseline"):
+        Session.create(tmp_path, "system prompt")  # type: ignore[arg-type]

@@ -177,3 +177,41 @@ def test_cap_result_never_exceeds_the_cap(text: str, cap: int) -> None:
     else:
         kept = out.split("\n[truncated: the first ")[0] if "[truncated" in out else out
         assert text.startswith(kept)
+
+
+def test_unserialisable_result_is_a_failure_text() -> None:
+    reg = Registry()
+    reg.add(lambda: {1, 2}, name="odd", description="", parameters={"type": "object"})
+    out = dispatch(reg, "odd", "{}")
+    assert out.content == "The tool failed: TypeError: Object of type set is not JSON serializable"
+
+
+def test_lone_surrogates_in_results_are_replaced() -> None:
+    reg = Registry()
+    reg.add(lambda s: s, name="echo", description="", parameters={"type": "object"})
+    out = dispatch(reg, "echo", '{"s": "a\\ud800b"}')
+    assert out.content == "a\ufffdb"
+    out.content.encode("utf-8")
+
+
+def test_parameters_that_cannot_be_named_are_refused() -> None:
+    def star(*cities: str) -> str:
+        """Varargs."""
+        return ""
+
+    def kw(**opts: int) -> str:
+        """Kwargs."""
+        return ""
+
+    def positional(city: str, /) -> str:
+        """Positional only."""
+        return city
+
+    for fn in (star, kw, positional):
+        with pytest.raises(ValueError, match="named arguments only"):
+            Registry().add(fn)
+
+
+def test_deeply_nested_arguments_do_not_crash(registry: Registry) -> None:
+    out = dispatch(registry, "get_weather", "[" * 100_000)
+    assert "not valid JSON" in out.content

@@ -312,3 +312,35 @@ def test_user_record_first_and_time_never_sent(tmp_path: Path) -> None:
     run_turn(session, runtime, "hello")
     assert isinstance(session.records[0], User)
     assert "time" not in json.dumps(client.bodies[0]["messages"])
+
+
+def test_interrupt_inside_a_tool_answers_every_call_and_propagates(tmp_path: Path) -> None:
+    registry = Registry()
+
+    def interrupted(city: str) -> str:
+        """Ctrl-C in a notebook while the tool runs."""
+        raise KeyboardInterrupt
+
+    registry.add(interrupted)
+    registry.add(weather)
+    session = Session.create(tmp_path, Baseline(tools=registry.definitions()))
+    steps = [calls(call("weather", {"city": "a"}, "1"), call("interrupted", {"city": "b"}, "2"))]
+    steps[0].tool_calls = [*steps[0].tool_calls, call("weather", {"city": "c"}, "3")]
+    runtime = Runtime(config=Config(), client=ScriptedClient(steps), registry=registry)
+    with pytest.raises(KeyboardInterrupt):
+        run_turn(session, runtime, "go")
+    results = [r for r in session.records if isinstance(r, ToolResult)]
+    assert [r.tool_call_id for r in results] == ["1", "2", "3"]
+    assert results[1].content.startswith("This call was not run: the turn ended (interrupted")
+    assert not any(isinstance(r, LimitHit) for r in session.records)
+    assert_well_formed(session)
+
+
+def test_limit_detail_says_it_once(tmp_path: Path) -> None:
+    steps = [calls(call("weather", {"city": f"c{i}"}, f"id{i}")) for i in range(2)]
+    session, runtime, _ = make(tmp_path, steps, tool_iterations=1)
+    with pytest.raises(TurnLimit):
+        run_turn(session, runtime, "go")
+    hit = session.records[-1]
+    assert isinstance(hit, LimitHit)
+    assert hit.detail == "2 completions with tool calls in this turn, the cap is 1"
