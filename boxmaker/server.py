@@ -133,8 +133,10 @@ class EmbeddedServer:
 
                 server = xllamacpp.Server(self._params())
             except Exception as exc:  # xllamacpp raises plain RuntimeError/ValueError
+                port = f"port {self.port}" if self.port else "a free port"
                 raise ServerError(
-                    f"llama.cpp server failed to start with {self.model_path}: {exc}"
+                    f"llama.cpp server failed to start on 127.0.0.1, {port}, with "
+                    f"{self.model_path} (a port in use, or a file llama.cpp cannot load): {exc}"
                 ) from exc
         address = str(server.listening_address).rstrip("/")
         if not address.startswith("http"):
