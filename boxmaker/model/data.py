@@ -478,6 +478,30 @@ def _fam_copy(rng: random.Random, conv: _Conv) -> None:
     conv.copies.append(x)
 
 
+def _fam_lookup(rng: random.Random, conv: _Conv) -> None:
+    """A tool-like result in the user message, answered in the tool answer's words.
+
+    Short contexts that teach the lookup the tool answers need (value of a key -> its slot in
+    the sentence), which plain copying does not: the answer's words do not occur in the JSON.
+    """
+    city = random_city(rng)
+    if rng.random() < 0.6:
+        result, temp, sky = _weather_result(rng, city)
+        answer = weather_answer(city, temp, sky)
+        conv.copies += [city, str(temp), sky]
+        label = "Weather"
+    else:
+        result, clock = _time_result(rng, city)
+        answer = time_answer(city, clock)
+        conv.copies += [city, clock]
+        label = "Time"
+    if '"city"' not in result:
+        result = '{"city": ' + json.dumps(city) + ", " + result[1:]
+    form = rng.choice(("{label} data: {r}", "{label} for {c}: {r}", "Answer from this: {r}"))
+    conv.add({"role": "user", "content": form.format(label=label, c=city, r=result)})
+    conv.add(_assistant(f"I read the data for {city}. I will answer.", answer), True)
+
+
 FAMILIES: dict[str, tuple[float, Callable[[random.Random, _Conv], None]]] = {
     "weather": (0.20, _fam_weather),
     "time": (0.14, _fam_time),
@@ -486,8 +510,10 @@ FAMILIES: dict[str, tuple[float, Callable[[random.Random, _Conv], None]]] = {
     "think_long": (0.04, _fam_think_long),
     "repeat": (0.07, _fam_repeat),
     "copy": (0.38, _fam_copy),
+    # Added for the second training phase; share 0 keeps the first phase's draws unchanged.
+    "lookup": (0.0, _fam_lookup),
 }
-"""Family name -> (share of samples, builder)."""
+"""Family name -> (default share of samples, builder); ``--mix`` overrides the shares."""
 
 
 @dataclass
@@ -541,7 +567,7 @@ def make_sample(
         family = rng.choices(names, weights=[table[n] for n in names])[0]
     build = FAMILIES[family][1]
     conv = _Conv()
-    if family == "copy":
+    if family in ("copy", "lookup"):
         with_tools = rng.random() < 0.2
     elif family == "small_talk":
         with_tools = rng.random() < 0.7
@@ -549,7 +575,7 @@ def make_sample(
         with_tools = rng.random() < 0.5
     for m in _system(rng):
         conv.add(m)
-    if family != "copy" and rng.random() < 0.15:
+    if family not in ("copy", "lookup") and rng.random() < 0.15:
         _prior_exchange(rng, conv)
     build(rng, conv)
     tools = tools_variant(rng) if with_tools else None
