@@ -114,14 +114,16 @@ class Completion:
 
     def usage_record(self) -> Usage:
         """The session log's :class:`~boxmaker.records.Usage` record of this completion:
-        ``timings`` as sent, reasoning tokens, the thinking-cap flag, and the OpenAI
-        ``usage.prompt_tokens`` / ``completion_tokens`` (``None`` when absent)."""
+        ``timings`` as sent, reasoning tokens, the thinking-cap flag, the OpenAI
+        ``usage.prompt_tokens`` / ``completion_tokens`` (``None`` when absent) and the
+        ``finish_reason``."""
         return Usage(
             timings=dict(self.timings),
             reasoning_tokens=self.reasoning_tokens,
             thinking_capped=self.thinking_capped,
             prompt_tokens=_int_or_none(self.usage.get("prompt_tokens")),
             completion_tokens=_int_or_none(self.usage.get("completion_tokens")),
+            finish_reason=self.finish_reason,
         )
 
 

@@ -23,7 +23,6 @@ from .events import (
     ThinkingCapped,
     ToolCallStarted,
     TurnEvent,
-    Waiting,
 )
 from .records import CacheLoss, LimitHit, Record, ToolResult, Usage
 from .tools import Registry
@@ -131,8 +130,9 @@ class ConsoleView:
                 "status", f"  [retry {event.attempt} in {event.delay_s:.1f} s: {event.reason}]"
             )
             self._mode = ""
-        elif isinstance(event, Usage | Waiting):
-            pass
+        elif isinstance(event, Usage) and event.finish_reason == "length":
+            self._switch("limit", f"{self._reset}  [cut at max_tokens]")
+            self._mode = ""
         self.out.flush()
 
     def end(self) -> None:

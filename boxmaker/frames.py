@@ -71,6 +71,7 @@ Source: TypeAlias = "str | os.PathLike[str] | Session | Iterable[str | os.PathLi
 
 TURN_OUTCOMES: tuple[str, ...] = (
     "answered",
+    "length",
     "tool_iterations",
     "repeated_call",
     "session_full",
@@ -231,6 +232,12 @@ REQUEST_COLUMNS: tuple[Column, ...] = (
         dtype="boolean",
         doc="the turn's reasoning budget ended this completion's reasoning",
         field="thinking_capped",
+    ),
+    Column(
+        name="finish_reason",
+        dtype="string",
+        doc="llama.cpp's finish_reason: stop, length (cut at max_tokens), tool_calls",
+        field="finish_reason",
     ),
     Column(
         name="tool_calls",
@@ -682,7 +689,7 @@ class _Rows:
         # the open turn: started, iterations, answered, cancelled, ending limit
         started: Any = None
         iterations = 0
-        answered = cancelled = False
+        answered = cancelled = cut = False
         ending: str | None = None
 
         def close_turn() -> None:
@@ -691,7 +698,7 @@ class _Rows:
             outcome = (
                 ENDING_LIMITS[ending]
                 if ending
-                else "answered"
+                else ("length" if cut else "answered")
                 if answered
                 else "cancelled"
                 if cancelled
@@ -729,6 +736,7 @@ class _Rows:
                 req["_turn_row"].append(turn_row)
                 req["_request_row"].append(request_row)
                 calls = None
+                cut = rec.get("finish_reason") == "length"
             elif kind == "assistant":
                 tool_calls = rec.get("tool_calls") or ()
                 try:
@@ -1011,7 +1019,9 @@ def turns(source: Source) -> pd.DataFrame:
     ``outcome`` is derived from the turn's records, in this order: a ``LimitHit`` that ends a
     turn gives its kind (``tool_iterations``, ``repeated_call``; ``context_full`` gives
     ``session_full``); a last message that is an ``Assistant`` without tool calls gives
-    ``answered``; otherwise the turn ended without an answer and the log does not record why
+    ``answered``, or ``length`` when that completion was cut at ``max_tokens``
+    (``finish_reason: "length"``); otherwise the turn ended without an answer and the log
+    does not record why
     (an inference error, or a cancel during a completion, append nothing): ``cancelled`` when a
     tool call was answered "not run: the turn was cancelled", else ``no_answer`` (which also
     covers a turn still running while the log was read).

@@ -145,6 +145,7 @@ class Usage:
     thinking_capped: bool = False
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    finish_reason: str | None = None
     time: datetime = field(default_factory=utc_now)
 
 
@@ -293,6 +294,9 @@ _SIMPLE: dict[str, tuple[type, ...]] = {
     "int": (int,),
     "int | None": (int, type(None)),
     "bool": (bool,),
+    "Mapping[str, float]": (dict,),
+    "tuple[ToolCall, ...]": (list,),
+    "tuple[Mapping[str, Any], ...]": (list,),
 }
 
 

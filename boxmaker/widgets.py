@@ -294,7 +294,8 @@ class Transcript:
             blocks = [b for b in turn.blocks if isinstance(b, ReasoningBlock)]
             if blocks and blocks[-1].tokens == 0:
                 blocks[-1].tokens = record.reasoning_tokens
-        self.live.status = "Done"
+        cut = record.finish_reason == "length"
+        self.live.status = "Cut at max_tokens" if cut else "Done"
         self.live.progress = None
 
     def end_turn(self, reason: str | None) -> None:
@@ -703,10 +704,13 @@ class ChatPanel:
 
         Raises:
             RuntimeError: a turn is running already, or ``text`` is blank.
+            TimeoutError: the turn is still running after ``timeout`` seconds (it goes on;
+                :meth:`stop` ends it).
         """
         if not self.send(text):
             raise RuntimeError("a turn is running or the message is blank")
-        self.wait(timeout)
+        if not self.wait(timeout):
+            raise TimeoutError(f"the turn is still running after {timeout} s")
         return self.outcomes[-1] if self.outcomes else None
 
 

@@ -68,10 +68,10 @@ RECORDS: list[Record] = [
     # turn 1: a tool call, a cache loss, then the answer
     User(content="weather?", time=at(0)),
     Assistant(content=None, reasoning="r", tool_calls=(call(1),), time=at(1)),
-    usage(0, 100, 20, 1.5, reasoning_tokens=5),
+    usage(0, 100, 20, 1.5, reasoning_tokens=5, finish_reason="tool_calls"),
     ToolResult(call=1, tool_call_id="c1", name="get_weather", content="sunny", time=at(2)),
     Assistant(content="It is sunny.", time=at(3)),
-    usage(80, 40, 10, 3.5),
+    usage(80, 40, 10, 3.5, finish_reason="stop"),
     CacheLoss(expected=120, reused=80, time=at(3.5)),
     # turn 2: tool iterations limit (the second call was not run)
     User(content="again", time=at(10)),
@@ -139,6 +139,7 @@ def test_requests_exact(log: Path) -> None:
             "generation_tokens_per_s": [500.0] * 5,
             "cache_reuse_ratio": [0.0, 80 / 120, 130 / 140, 145 / 155, 160 / 180],
             "thinking_capped": [False, False, True, False, False],
+            "finish_reason": ["tool_calls", "stop", None, None, None],
             "tool_calls": [1, 0, 1, 1, 2],
         },
         "requests",
@@ -248,6 +249,7 @@ def test_summary_exact(log: Path) -> None:
         "unknown_records": 0,
         "turns": 5,
         "answered_turns": 1,
+        "length_turns": 0,
         "tool_iterations_turns": 1,
         "repeated_call_turns": 0,
         "session_full_turns": 1,
@@ -410,7 +412,10 @@ def test_demo_log_from_the_embedded_server() -> None:
     assert loaded.summary.generated_tokens.tolist() == [
         sum(u["timings"]["predicted_n"] for u in usages)
     ]
-    assert loaded.turns.outcome.tolist() == ["answered"] * sum(r["type"] == "user" for r in records)
+    outcomes = loaded.turns.outcome.tolist()
+    assert len(outcomes) == sum(r["type"] == "user" for r in records)
+    assert set(outcomes) <= set(frames.TURN_OUTCOMES)
+    assert loaded.summary.turns.tolist() == [len(outcomes)]
 
 
 # -- property: totals in the frames equal the sums over the records ---------------------------
@@ -559,3 +564,14 @@ def test_turn_outcomes_of_the_real_loop(tmp_path: Path) -> None:
         False,
     ]
     assert frames.summary(session).tool_calls.tolist() == [1 + 3 + 4 + 2]
+
+
+def test_a_completion_cut_at_max_tokens_is_not_an_answer(tmp_path: Path) -> None:
+    session = Session.create(tmp_path, Baseline(), session_id="cut")
+    session.append(User(content="think long", time=at(0)))
+    session.append(Assistant(content="It is", reasoning="r" * 9, time=at(1)))
+    session.append(usage(0, 10, 1024, 1.5, finish_reason="length"))
+    session.close()
+    assert frames.turns(session.path).outcome.tolist() == ["length"]
+    assert frames.requests(session.path).finish_reason.tolist() == ["length"]
+    assert frames.summary(session.path).length_turns.tolist() == [1]
