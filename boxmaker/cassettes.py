@@ -291,6 +291,9 @@ def load_interactions(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
+        raw = yaml.safe_load(text)
+        if not isinstance(raw, dict) or not isinstance(raw.get("interactions"), list):
+            raise CassetteError(f"{p}: not a cassette (no 'interactions' list)")
         data = serializer.deserialize(text)
     except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError) as exc:
         raise CassetteError(f"{p}: not a readable cassette: {exc}") from exc

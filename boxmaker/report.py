@@ -145,14 +145,20 @@ img { max-width: 100%; display: block; margin: 0.5em 0 1.5em; }
 """
 
 
-def format_html(loaded: frames.Frames, *, title: str = "boxmaker report") -> str:
+def format_html(
+    loaded: frames.Frames, *, title: str = "boxmaker report", left_out: Sequence[str] = ()
+) -> str:
     """A self-contained HTML report: :func:`tables`, then the plots as embedded PNG images
     (``data:image/png;base64,...``): limit hits per kind, cache reuse along the sessions, and
     tokens and time per request for the sessions with the most requests (at most
-    :data:`PER_REQUEST_PLOTS`)."""
+    :data:`PER_REQUEST_PLOTS`). ``left_out`` lists the logs (or lines) that could not be read,
+    shown first so a reader knows what the numbers do not cover."""
     from . import plots  # matplotlib only when a report with plots is made
 
     body = [f"<h1>{html_lib.escape(title)}</h1>"]
+    if left_out:
+        items = "".join(f"<li>{html_lib.escape(m)}</li>" for m in left_out)
+        body.append(f"<h2>Left out</h2><ul>{items}</ul>")
     for name, df in tables(loaded).items():
         body.append(f"<h2>{html_lib.escape(name)}</h2>")
         body.append(df.to_html(index=False, na_rep="", border=0) if len(df) else "<p>(none)</p>")
@@ -215,10 +221,12 @@ def run_report(paths: Sequence[str], *, html: str | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    left_out = list(problems)
     problems.clear()
     loaded = _collect(lambda: frames.load(logs), problems)
     for message in problems:
         print(f"boxmaker report: {message}", file=sys.stderr)
+    left_out += problems
     if loaded.summary.empty:
         print(f"boxmaker report: none of the {len(logs)} session logs is readable", file=sys.stderr)
         return 1
@@ -226,7 +234,7 @@ def run_report(paths: Sequence[str], *, html: str | None = None) -> int:
     print(format_text(loaded))
     if html is not None:
         try:
-            Path(html).write_text(format_html(loaded), encoding="utf-8")
+            Path(html).write_text(format_html(loaded, left_out=left_out), encoding="utf-8")
         except OSError as exc:
             print(f"boxmaker report: cannot write {html}: {exc}", file=sys.stderr)
             return 1

@@ -150,3 +150,14 @@ def test_recorded_cassettes_pass_the_check_and_read_to_the_end(path: Path) -> No
     for item in load_interactions(path):
         if item["request"]["uri"].endswith(CHAT_PATH):
             assert read_stream(item["response"]["body"]["string"]).problem is None
+
+
+@pytest.mark.parametrize("text", ["", "name: foo\n", "- a\n- b\n"])
+def test_files_that_are_not_cassettes_are_refused(
+    text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "x.yaml"
+    path.write_text(text)
+    for action in ("show", "check"):
+        assert main(["cassette", action, str(path)]) == 1
+        assert "not a cassette" in capsys.readouterr().err

@@ -92,6 +92,15 @@ def test_unreadable_logs_named_on_stderr(
     assert "1 session logs, 5 requests" in captured.out
 
 
+def test_html_report_names_what_it_left_out(logs: Path, tmp_path: Path) -> None:
+    bad = logs / "zz-bad.jsonl"
+    bad.write_text('{"type": "baseline", "schema": 1}\nnot json\n')
+    out = tmp_path / "report.html"
+    assert run_report([str(logs)], html=str(out)) == 0
+    text = out.read_text(encoding="utf-8")
+    assert "<h2>Left out</h2>" in text and "zz-bad.jsonl:2" in text
+
+
 def test_html_not_writable_exits_1(logs: Path, tmp_path: Path) -> None:
     assert run_report([str(logs)], html=str(tmp_path / "no" / "such" / "dir.html")) == 1
 
