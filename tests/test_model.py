@@ -229,20 +229,70 @@ def test_rendering_and_tokens_match_llama_cpp() -> None:
         assert served["prompt"].startswith("<|im_start|>system\nYou are a helpful assistant.")
 
 
+def _as_llama_cpp_sends(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """llama.cpp gives a tool without a description ``"description": ""`` (after the name)."""
+    if not tools:
+        return tools
+    out = []
+    for tool in tools:
+        fn = dict(tool["function"])
+        if "description" not in fn:
+            fn = {"name": fn["name"], "description": "", **fn}
+        out.append({**tool, "function": fn})
+    return out
+
+
 @pytest.mark.live
 def test_training_samples_match_llama_cpp_rendering() -> None:
+    """Every prompt a training sample trains on is the prompt llama.cpp renders and tokenises."""
     rng = random.Random(11)
+    checked = 0
     with EmbeddedServer(n_ctx=4096, n_threads=1) as server:
         for family in FAMILIES:
-            sample = make_sample(rng, family)
-            tools = TOOLS if "# Tools" in sample.text else None
-            if tools is None:
-                continue
-            # rebuild with the standard tools and compare the prompt llama.cpp renders
-            msgs = [{"role": "user", "content": "Weather in Aix-en-Provence?"}]
-            served = httpx.post(
-                f"{server.url}/apply-template",
-                json={"messages": msgs, "tools": tools},
-                timeout=30,
-            ).json()
-            assert served["prompt"] == render(msgs, tools, add_generation_prompt=True)
+            for _ in range(2):
+                sample = make_sample(rng, family)
+                for i in sample.trained:
+                    msgs = [
+                        {
+                            k: v.replace("\x00", "") if isinstance(v, str) else v
+                            for k, v in m.items()
+                        }
+                        for m in sample.messages[:i]
+                    ]
+                    body: dict[str, Any] = {"messages": msgs}
+                    if sample.tools:
+                        body["tools"] = sample.tools
+                    served = httpx.post(f"{server.url}/apply-template", json=body, timeout=30)
+                    prompt = served.json()["prompt"]
+                    tools = _as_llama_cpp_sends(sample.tools)
+                    assert prompt == render(msgs, tools, add_generation_prompt=True)
+                    if tools == sample.tools:
+                        assert sample.text.startswith(prompt)
+                    tok = httpx.post(
+                        f"{server.url}/tokenize",
+                        json={"content": prompt, "add_special": False, "parse_special": True},
+                        timeout=30,
+                    ).json()
+                    assert tok["tokens"] == encode(prompt)
+                    if tools == sample.tools:
+                        assert tok["tokens"] == sample.ids[: len(tok["tokens"])]
+                    checked += 1
+    assert checked >= 2 * len(FAMILIES)
+
+
+@pytest.mark.live
+def test_llama_cpp_adds_empty_description_to_tools() -> None:
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_time",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+    msgs = [{"role": "user", "content": "hi"}]
+    with EmbeddedServer(n_ctx=1024, n_threads=1) as server:
+        served = httpx.post(
+            f"{server.url}/apply-template", json={"messages": msgs, "tools": [tool]}, timeout=30
+        ).json()["prompt"]
+    assert '{"name": "get_time", "description": "", "parameters": ' in served
+    assert served != render(msgs, [tool], add_generation_prompt=True)

@@ -435,6 +435,36 @@ def _fam_think_long(rng: random.Random, conv: _Conv) -> None:
                         weather_answer(city, temp, sky)), True)  # fmt: skip
 
 
+CUT_MARK = "\x00"
+"""Ends a reasoning that llama.cpp cut (reasoning_end): rendered as ``</think>\n\n`` right
+after the cut text, as llama.cpp injects it (measured through the prompt cache)."""
+_INJECTED = "</think>\n\n"
+
+
+def _fam_think_cut(rng: random.Random, conv: _Conv) -> None:
+    """A long reasoning ended early by reasoning control, then the call.
+
+    llama.cpp's ``reasoning_end`` injects ``</think>\n\n`` right after the last reasoning
+    token (often mid-word); the model must then emit the tool call. The injected tokens are
+    not trained (weight 0). The sample ends after the call: the next request renders the
+    history through the template, which a separate family covers.
+    """
+    city = random_city(rng)
+    forms = (
+        "Think long and hard about the weather in {c}.",
+        "Take your time and think step by step: what is the weather in {c}?",
+        "Think carefully about the weather in {c}.",
+    )
+    conv.add({"role": "user", "content": rng.choice(forms).format(c=city)})
+    lines = ["This needs careful thought."]
+    lines += [f"Step {k}: I think about the weather in {city}." for k in range(1, 21)]
+    full = "\n".join(lines)
+    cut = full[: rng.randint(1, len(full) - 1)].rstrip("\n")
+    call = _call(rng, "get_weather", city)
+    conv.add(_assistant(cut + CUT_MARK, calls=[call]), True)
+    conv.copies.append(city)
+
+
 _REPEAT_RESULTS = (
     "This call was already made with these arguments in this turn.",
     "Already called with the same arguments in this turn; see the result above.",
@@ -512,6 +542,7 @@ FAMILIES: dict[str, tuple[float, Callable[[random.Random, _Conv], None]]] = {
     "copy": (0.38, _fam_copy),
     # Added for the second training phase; share 0 keeps the first phase's draws unchanged.
     "lookup": (0.0, _fam_lookup),
+    "think_cut": (0.0, _fam_think_cut),
 }
 """Family name -> (default share of samples, builder); ``--mix`` overrides the shares."""
 
@@ -525,12 +556,18 @@ class Sample:
         text: the rendered conversation.
         ids: token ids of ``text``.
         weights: loss weight of each token as a prediction target (same length as ``ids``).
+        messages: the conversation (OpenAI-style messages).
+        tools: the tools offered, or ``None``.
+        trained: indices of the assistant messages the loss is on.
     """
 
     family: str
     text: str
     ids: list[int]
     weights: list[float]
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
+    trained: list[int] = field(default_factory=list)
 
 
 def _prior_exchange(rng: random.Random, conv: _Conv) -> None:
@@ -585,6 +622,11 @@ def make_sample(
 def _weigh(family: str, conv: _Conv, tools: list[dict[str, Any]] | None) -> Sample:
     msgs = conv.messages
     text = render(msgs, tools)
+    injected: tuple[int, int] | None = None
+    if CUT_MARK in text:
+        at = text.index(CUT_MARK + "\n" + _INJECTED)
+        text = text[:at] + _INJECTED + text[at + len(CUT_MARK + "\n" + _INJECTED) :]
+        injected = (at, at + len(_INJECTED))
     char_w = [0.0] * len(text)
     for i in conv.trained:
         prefix = render(msgs[:i], tools, add_generation_prompt=True)
@@ -603,6 +645,9 @@ def _weigh(family: str, conv: _Conv, tools: list[dict[str, Any]] | None) -> Samp
                 for k in range(start + pos, start + pos + len(copy)):
                     char_w[k] = COPY_WEIGHT
                 pos = span.find(copy, pos + 1)
+    if injected is not None:  # injected by the server, not generated: not a target
+        for k in range(*injected):
+            char_w[k] = 0.0
     ids: list[int] = []
     weights: list[float] = []
     pos = 0
@@ -616,7 +661,7 @@ def _weigh(family: str, conv: _Conv, tools: list[dict[str, Any]] | None) -> Samp
                 raise AssertionError(f"non-ASCII text in sample: {piece!r}")
             weights.extend(char_w[pos : pos + len(piece)])
         pos += len(piece)
-    return Sample(family, text, ids, weights)
+    return Sample(family, text, ids, weights, msgs, tools, list(conv.trained))
 
 
 _SPECIAL_STRINGS = (
