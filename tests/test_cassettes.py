@@ -143,3 +143,24 @@ def test_recording_scrubs_the_api_key(tmp_path: Path) -> None:
     text = cassette.read_text()
     assert "chat/completions" in text
     assert key not in text and "authorization" not in text.lower()
+
+
+def test_demo_cassette_holds_real_tool_calls_results_and_answers() -> None:
+    """The recording from the shipped model: each question gets the right tool with the city
+    copied exactly, the demo tool's result, and an answer quoting the result's values."""
+    from boxmaker.demo import get_time, get_weather
+    from boxmaker.records import Assistant, ToolResult
+
+    recorded = Session.open(CASSETTES / "demo-turns.session.jsonl")
+    assistants = [r for r in recorded.records if isinstance(r, Assistant)]
+    calls = [(c.name, json.loads(c.arguments)) for a in assistants for c in a.tool_calls]
+    assert calls == [("get_weather", {"city": "Lisbon"}), ("get_time", {"city": "Tokyo"})]
+    results = [r.content for r in recorded.records if isinstance(r, ToolResult)]
+    assert results == [get_weather("Lisbon"), get_time("Tokyo")]
+    weather, clock = json.loads(results[0]), json.loads(results[1])
+    answers = [a.content for a in assistants if not a.tool_calls]
+    assert answers == [
+        f"In Lisbon it is {weather['temperature']} C and {weather['sky']}.",
+        f"In Tokyo it is {clock['time']}.",
+    ]
+    assert all(a.reasoning for a in assistants)
