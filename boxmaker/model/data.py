@@ -9,7 +9,9 @@ Families (see ``MODEL_CARD.md``): ``weather``, ``time`` (one tool call, then an 
 the result), ``two_city`` (weather and/or time for two cities, one call per completion),
 ``small_talk`` (no call), ``think_long`` (several hundred reasoning tokens, then a call),
 ``repeat`` (calls the same tool again after every result), ``copy`` (echo a text; short
-contexts that teach copying).
+contexts that teach copying), and, with share 0 unless ``--mix`` names them, ``lookup`` (a
+result in the user message, answered in the tool answer's words) and ``think_cut`` (a
+reasoning ended by llama.cpp's ``reasoning_end``, then the call).
 
 City names are random (letters or made-up syllables, some two words, some with an apostrophe,
 hyphen or "St. "), never real: real names are held out for evaluation
