@@ -2,10 +2,10 @@
 
 Usage::
 
-    python -m boxmaker.model.make [--out PATH] [--seed N]
+    python -m boxmaker.model.make --out PATH [--seed N]
 
-The default output is the shipped file (``boxmaker/model/tiny-agent.gguf``). The model is
-untrained: it loads, serves and streams, but its text is noise. For a trained model use
+The model is untrained (the shipped ``tiny-agent.gguf`` is the trained one; do not overwrite
+it with this): it loads, serves and streams, but its text is noise. For a trained model use
 ``python -m boxmaker.model.train``. Needs the ``dev`` extra (``gguf``, ``numpy``, ``jinja2``).
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from boxmaker.model import default_model_path
 from boxmaker.model.format import ModelConfig, random_weights, write_gguf
 
 __all__ = ["main"]
@@ -23,7 +22,7 @@ __all__ = ["main"]
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv``, write the random model and print its path and size; returns 0."""
     parser = argparse.ArgumentParser(prog="python -m boxmaker.model.make", description=__doc__)
-    parser.add_argument("--out", default=str(default_model_path()), help="output GGUF path")
+    parser.add_argument("--out", required=True, help="output GGUF path")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     args = parser.parse_args(argv)
     config = ModelConfig()
