@@ -23,9 +23,10 @@ from collections.abc import Callable, Iterator
 
 import httpx
 
-from boxmaker.client import Client, Completion
+from boxmaker.client import Client
 from boxmaker.config import ClientConfig
 from boxmaker.events import ClientEvent
+from boxmaker.stream import Completion
 
 URL = "http://llama.test"
 ID = "chatcmpl-2yTU6c2GMxjgwiTqjmfQcm4ePgSiXDHa"

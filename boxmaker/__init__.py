@@ -13,7 +13,7 @@ The public API, in one place (implementation lives in one module per role; see t
 """
 
 from .cache import CacheOutcome, cache_outcome
-from .client import Client, Completion, is_context_full
+from .client import Client
 from .config import (
     ClientConfig,
     Config,
@@ -60,6 +60,7 @@ from .records import (
     User,
 )
 from .session import Session, messages
+from .stream import Completion, is_context_full
 from .tools import (
     Denied,
     Failed,

@@ -69,7 +69,8 @@ import vcr
 import yaml
 from vcr.request import Request as VcrRequest
 
-from .errors import CassetteError
+from .errors import CassetteError, InferError
+from .stream import StreamDecoder
 
 __all__ = [
     "API_KEY_PLACEHOLDER",
@@ -752,46 +753,24 @@ class StreamReading:
 
 
 def read_stream(body: bytes) -> StreamReading:
-    """Read a recorded chat-completion body with the client's own decoders
-    (:class:`~boxmaker.client.SSEDecoder`, :class:`~boxmaker.client.ChunkDecoder`), keeping
-    what arrived before an error or a cut (an unterminated last event is not parsed)."""
-    from .client import ChunkDecoder, SSEDecoder
-    from .errors import InferError
-    from .events import Content, Reasoning, ToolCallDelta
-
-    sse, chunks = SSEDecoder(), ChunkDecoder()
+    """Read a recorded chat-completion body with the client's own decoder
+    (:class:`~boxmaker.stream.StreamDecoder`), keeping what arrived before an error or a cut
+    (an unterminated last event is not parsed)."""
+    decoder = StreamDecoder()
     out = StreamReading()
-    calls: dict[int, list[str]] = {}
-    reasoning: list[str] = []
-    content: list[str] = []
     try:
-        for name, data in sse.feed(body):
-            if name == "error":
-                raise InferError(f"error event: {data}")
-            if name != "data":
-                continue
-            if data == "[DONE]":
-                chunks.mark_done()
-                break
-            for event in chunks.feed(json.loads(data)):
-                if isinstance(event, Reasoning):
-                    reasoning.append(event.text)
-                elif isinstance(event, Content):
-                    content.append(event.text)
-                elif isinstance(event, ToolCallDelta):
-                    parts = calls.setdefault(event.index, ["", "", ""])
-                    parts[0] = event.id or parts[0]
-                    parts[1] = event.name or parts[1]
-                    parts[2] += event.arguments
-        if not chunks.finished:
-            tail = len(body) - body.rfind(b"\n\n") - 2 if body.rfind(b"\n\n") >= 0 else len(body)
+        decoder.feed(body)
+        if not decoder.chunks.finished:
+            cut = body.rfind(b"\n\n")
+            tail = len(body) - cut - 2 if cut >= 0 else len(body)
             out.problem = f"the stream ended without finish_reason or [DONE] ({tail} bytes unread)"
-    except (InferError, ValueError) as exc:
+    except InferError as exc:
         out.problem = str(exc)
-    out.reasoning, out.content = "".join(reasoning), "".join(content)
-    out.reasoning_tokens = chunks.reasoning_tokens
-    out.tool_calls = [(c[0], c[1], c[2]) for _, c in sorted(calls.items())]
-    out.finish_reason, out.timings = chunks.finish_reason, chunks.timings
+    got = decoder.chunks.partial()
+    out.reasoning, out.content = got.reasoning or "", got.content or ""
+    out.reasoning_tokens = got.reasoning_tokens
+    out.tool_calls = [(c.id, c.name, c.arguments) for c in got.tool_calls]
+    out.finish_reason, out.timings = got.finish_reason, dict(got.timings)
     return out
 
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .cache import cache_outcome
-from .client import is_context_full
 from .config import Config
 from .errors import (
     InferError,
@@ -39,10 +38,12 @@ from .records import (
     User,
 )
 from .session import Session
+from .stream import is_context_full
 from .tools import Registry, ToolPort, canonical_arguments, cap_result, dispatch
 
 if TYPE_CHECKING:
-    from .client import ChatClient, Completion
+    from .client import ChatClient
+    from .stream import Completion
 
 __all__ = ["Runtime", "TurnOutcome", "run_turn"]
 

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from boxmaker.client import ChunkDecoder, Client, Completion, is_context_full
+from boxmaker.client import Client
 from boxmaker.config import ClientConfig
 from boxmaker.errors import InferError, RequestCancelled, StreamCut
 from boxmaker.events import (
@@ -24,6 +24,7 @@ from boxmaker.events import (
     ToolCallDelta,
     Waiting,
 )
+from boxmaker.stream import ChunkDecoder, Completion, is_context_full
 
 URL = "http://llama.test"
 CID = "chatcmpl-2yTU6c2GMxjgwiTqjmfQcm4ePgSiXDHa"

@@ -11,11 +11,12 @@ from typing import Any
 import httpx
 import pytest
 
-from boxmaker.client import Client, is_context_full
+from boxmaker.client import Client
 from boxmaker.config import ClientConfig
 from boxmaker.errors import InferError, RequestCancelled
 from boxmaker.events import ClientEvent, Content, Progress, Queued, Retrying, Waiting
 from boxmaker.server import EmbeddedServer
+from boxmaker.stream import is_context_full
 
 pytestmark = pytest.mark.live
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from boxmaker.client import SSEDecoder
+from boxmaker.stream import SSEDecoder
 
 
 def feed_all(pieces: list[bytes]) -> list[tuple[str, str]]:

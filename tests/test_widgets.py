@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from fakes import ScriptedClient, Step, answer, call, calls, timings
 
-from boxmaker.client import Completion
 from boxmaker.config import Config, LoopLimits
 from boxmaker.demo import demo_registry
 from boxmaker.errors import RequestCancelled, SessionError, TurnCancelled
@@ -37,6 +36,7 @@ from boxmaker.records import (
 )
 from boxmaker.records import ToolCall as Call
 from boxmaker.session import Session
+from boxmaker.stream import Completion
 from boxmaker.turn import Runtime
 from boxmaker.widgets import (
     SUBMIT,
