@@ -24,15 +24,20 @@ from typing import Any, Literal, TypeAlias
 
 __all__ = [
     "LIMIT_KINDS",
+    "NOT_RUN_REASONS",
     "SCHEMA_VERSION",
+    "TURN_END_OUTCOMES",
     "Assistant",
     "Baseline",
     "CacheLoss",
     "LimitHit",
     "LimitKind",
+    "NotRunReason",
     "Record",
     "ToolCall",
     "ToolResult",
+    "TurnEnd",
+    "TurnEndOutcome",
     "Unknown",
     "Usage",
     "User",
@@ -43,8 +48,12 @@ __all__ = [
     "utc_now",
 ]
 
-SCHEMA_VERSION = 1
-"""Version of the log format, written in each log's first line (the baseline)."""
+SCHEMA_VERSION = 2
+"""Version of the log format, written in each log's first line (the baseline).
+
+1: the first format. 2: ``TurnEnd`` records, ``ToolResult.not_run``, the forensic fields of
+``CacheLoss``. Older logs are upgraded on read by the steps of :mod:`boxmaker.migrations`.
+"""
 
 LimitKind: TypeAlias = Literal[
     "tool_iterations", "repeated_call", "thinking_cap", "context_full", "tool_result_cap"
@@ -57,6 +66,43 @@ LIMIT_KINDS: tuple[LimitKind, ...] = (
     "tool_result_cap",
 )
 """The five kinds of limit (the spec's limits table), in that order."""
+
+TurnEndOutcome: TypeAlias = Literal[
+    "answered",
+    "length",
+    "tool_iterations",
+    "repeated_call",
+    "session_full",
+    "cancelled",
+    "infer_error",
+]
+TURN_END_OUTCOMES: tuple[TurnEndOutcome, ...] = (
+    "answered",
+    "length",
+    "tool_iterations",
+    "repeated_call",
+    "session_full",
+    "cancelled",
+    "infer_error",
+)
+"""How a turn can end (:attr:`TurnEnd.outcome`): an answer, an answer cut at ``max_tokens``
+(``finish_reason: "length"``), each limit that ends a turn, a cancel, or a failed request."""
+
+NotRunReason: TypeAlias = Literal[
+    "repeat", "tool_iterations", "repeated_call", "cancelled", "infer_error", "process_died"
+]
+NOT_RUN_REASONS: tuple[NotRunReason, ...] = (
+    "repeat",
+    "tool_iterations",
+    "repeated_call",
+    "cancelled",
+    "infer_error",
+    "process_died",
+)
+"""Why a tool call was answered without running (:attr:`ToolResult.not_run`): ``repeat``, the
+first repeat of a call already made in the turn; the turn ended first (``tool_iterations``,
+``repeated_call``, ``cancelled``, ``infer_error``); or ``process_died``, the log was reopened
+after the process stopped inside the turn."""
 
 
 def utc_now() -> datetime:
@@ -73,12 +119,15 @@ def parse_time(text: str) -> datetime:
     """Parse :func:`format_time`'s output (any ISO 8601 with an offset) to an aware datetime.
 
     Raises:
-        ValueError: not ISO 8601, or no UTC offset.
+        ValueError: not ISO 8601, no UTC offset, or out of range once moved to UTC.
     """
     t = datetime.fromisoformat(text)
     if t.tzinfo is None:
         raise ValueError(f"time without UTC offset: {text!r}")
-    return t.astimezone(UTC)
+    try:
+        return t.astimezone(UTC)
+    except OverflowError as exc:
+        raise ValueError(f"time out of range in UTC: {text!r:.60}") from exc
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,10 +203,19 @@ class CacheLoss:
     """llama.cpp reused fewer prompt tokens than the previous request made cacheable.
 
     ``expected`` = previous ``cache_n + prompt_n`` (tokens), ``reused`` = new ``cache_n``.
+    Schema 2 adds what cache forensics found, each ``None`` when not looked into:
+    ``position``, the first token (0-based) at which the slot's tokens and the new prompt
+    differ; ``cause``, why (``history_rewritten``, ``history_edited``, ``evicted``,
+    ``truncated``, ``unknown``); ``old_window`` / ``new_window``, a short text window of the
+    old and the new prompt around ``position``.
     """
 
     expected: int
     reused: int
+    position: int | None = None
+    cause: str | None = None
+    old_window: str | None = None
+    new_window: str | None = None
     time: datetime = field(default_factory=utc_now)
 
 
@@ -169,7 +227,8 @@ class ToolResult:
     the call; ``content`` the text sent to the model (capped, at most the configured number of
     characters); ``data_class`` a label for the data (``"public"`` for local tools);
     ``untrusted`` marks content from outside (e.g. the web); ``truncated`` says the content
-    was cut by ``cap_result``.
+    was cut by ``cap_result``; ``not_run`` is ``None`` for a call that ran, else why it was
+    answered without running (one of :data:`NOT_RUN_REASONS`; schema 2).
     """
 
     call: int
@@ -179,6 +238,7 @@ class ToolResult:
     data_class: str = "public"
     untrusted: bool = False
     truncated: bool = False
+    not_run: str | None = None
     time: datetime = field(default_factory=utc_now)
 
 
@@ -192,6 +252,21 @@ class LimitHit:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TurnEnd:
+    """How a turn ended, the last record of every turn (schema 2).
+
+    ``outcome`` is one of :data:`TURN_END_OUTCOMES`; ``detail`` says more (the limit's words,
+    the error message, ``""`` for an answer); ``status`` is the HTTP status of a failed request
+    (``infer_error``), ``None`` otherwise or when no response came.
+    """
+
+    outcome: str
+    detail: str = ""
+    status: int | None = None
+    time: datetime = field(default_factory=utc_now)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Unknown:
     """A record of a type this version does not know, kept as read so nothing is lost."""
 
@@ -200,7 +275,7 @@ class Unknown:
     time: datetime = field(default_factory=utc_now)
 
 
-Record: TypeAlias = User | Assistant | Usage | CacheLoss | ToolResult | LimitHit | Unknown
+Record: TypeAlias = User | Assistant | Usage | CacheLoss | ToolResult | LimitHit | TurnEnd | Unknown
 """Any record that can follow the baseline in a session log."""
 
 _TYPES: dict[str, type[Any]] = {
@@ -210,6 +285,7 @@ _TYPES: dict[str, type[Any]] = {
     "cache_loss": CacheLoss,
     "tool_result": ToolResult,
     "limit_hit": LimitHit,
+    "turn_end": TurnEnd,
 }
 _NAMES: dict[type[Any], str] = {cls: name for name, cls in _TYPES.items()}
 
@@ -280,6 +356,12 @@ def record_from_json(data: Mapping[str, Any]) -> Record:
                 )
             except (KeyError, TypeError) as exc:
                 raise ValueError(f"malformed tool_calls in {name} record: {exc}") from exc
+        elif f.name == "timings":
+            for key, number in value.items():
+                if not isinstance(number, int | float) or isinstance(number, bool):
+                    raise ValueError(
+                        f"{name} record: timings.{key} = {number!r:.40} is not a number"
+                    )
         kwargs[f.name] = value
     try:
         record: Record = cls(time=time, **kwargs)
@@ -317,6 +399,9 @@ def baseline_from_json(data: Mapping[str, Any]) -> Baseline:
     tools = data.get("tools", [])
     if not isinstance(system, str) or not isinstance(tools, list):
         raise ValueError("baseline needs 'system' (string) and 'tools' (list)")
+    for number, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise ValueError(f"baseline tools[{number}] = {tool!r:.40} is not a JSON object")
     time_text = data.get("time")
     time = parse_time(time_text) if isinstance(time_text, str) else utc_now()
     return Baseline(system=system, tools=tuple(dict(t) for t in tools), time=time)

@@ -3,14 +3,18 @@
 File layout: ``<directory>/<session_id>.jsonl``, one JSON object per line (see
 :mod:`boxmaker.records`). The first line is the baseline with the log format version::
 
-    {"type": "baseline", "schema": 1, "session_id": "20261130T070102Z-3f9a1c2e", "time": ...,
+    {"type": "baseline", "schema": 2, "session_id": "20261130T070102Z-3f9a1c2e", "time": ...,
      "system": "You are ...", "tools": [...]}
 
-Every append writes one whole line, flushes and fsyncs it, so a record that
-:meth:`Session.append` returned from survives a killed process. A process killed in the middle
-of a write leaves a torn last line (no newline): :meth:`Session.open` drops it with a warning
-that says what was dropped, keeps the dropped bytes in ``<log>.torn``, and the earlier records
-are intact. A corrupt line anywhere else raises :class:`SessionError` naming file and line.
+The file itself (reading, torn last lines, the writer's lock, all-or-nothing fsynced appends,
+upgrades of older schemas) is :mod:`boxmaker.logfile`'s. Guarantees:
+
+- one writer per log: a :class:`Session` created or opened for writing holds an exclusive lock
+  until :meth:`Session.close`; a second writer gets :class:`SessionError` naming the holder's
+  pid. ``Session.open(path, read_only=True)`` never locks and never touches the file.
+- one turn at a time per session: :meth:`Session.turn` refuses a second turn.
+- a record :meth:`Session.append` returned from survives a killed process; a failed append
+  (a full disk) leaves the file as it was, and the record is not kept.
 """
 
 from __future__ import annotations
@@ -21,16 +25,19 @@ import re
 import secrets
 import threading
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from .errors import SessionError
+from .logfile import LogReadWarning, LogWriter, dumps_line, read_log
 from .records import (
     SCHEMA_VERSION,
     Assistant,
     Baseline,
     Record,
+    ToolCall,
     ToolResult,
     Unknown,
     Usage,
@@ -60,7 +67,7 @@ def wire_arguments(arguments: str) -> str:
     """
     try:
         value = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):
         return "{}"
     return arguments if isinstance(value, dict) else "{}"
 
@@ -106,27 +113,36 @@ class Session:
     """An append-only log of records on disk (JSON Lines); thread-safe appends.
 
     Create one with :meth:`create` or reopen one with :meth:`open`; use it as a context
-    manager (or call :meth:`close`) to release the file.
+    manager (or call :meth:`close`) to release the file and its writer's lock.
 
     Attributes:
         path: the log file.
         id: the session id (the file's stem).
         baseline: the system prompt and tools every request starts with.
-        schema: the log format version read from the first line.
+        schema: the log format version of the file (older ones are upgraded in memory on read;
+            ``boxmaker log upgrade`` rewrites the file).
+        read_only: opened with ``read_only=True``: :meth:`append` raises.
     """
 
     def __init__(
-        self, path: Path, session_id: str, baseline: Baseline, records: list[Record], schema: int
+        self,
+        path: Path,
+        session_id: str,
+        baseline: Baseline,
+        records: list[Record],
+        schema: int,
+        writer: LogWriter | None,
     ) -> None:
         """Internal: use :meth:`create` or :meth:`open`."""
         self.path = path
         self.id = session_id
         self.baseline = baseline
         self.schema = schema
+        self.read_only = writer is None
         self._records = records
         self._lock = threading.Lock()
-        self._fh: Any = None
-        self._read_only = False
+        self._writer = writer
+        self._in_turn = False
 
     # -- creation -----------------------------------------------------------------------------
 
@@ -138,7 +154,8 @@ class Session:
         *,
         session_id: str | None = None,
     ) -> Session:
-        """Start a new log ``<directory>/<session_id>.jsonl`` holding the baseline.
+        """Start a new log ``<directory>/<session_id>.jsonl`` holding the baseline, open for
+        writing (the writer's lock is held until :meth:`close`).
 
         Args:
             directory: where the log goes; created when missing.
@@ -163,77 +180,75 @@ class Session:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise SessionError(f"{folder}: cannot create the session directory: {exc}") from exc
+        writer = LogWriter(path, create=True)
         try:
-            with path.open("x", encoding="utf-8") as fh:
-                fh.write(_dumps(head) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-        except FileExistsError as exc:
-            raise SessionError(f"{path}: a session log with this id exists already") from exc
-        except OSError as exc:
+            writer.append(dumps_line(head))
+        except SessionError as exc:
+            writer.close()
+            path.unlink(missing_ok=True)
             raise SessionError(f"{path}: cannot create session log: {exc}") from exc
-        return cls(path, sid, baseline, [], SCHEMA_VERSION)
+        return cls(path, sid, baseline, [], SCHEMA_VERSION, writer)
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, repair: bool = True) -> Session:
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        read_only: bool = False,
+        repair: bool | None = None,
+    ) -> Session:
         """Reopen a log written by :meth:`create` and :meth:`append`.
 
-        A last line without a newline is kept when it is a whole record (the newline is added
-        when ``repair``). Otherwise it is a torn line (the process was killed mid-write): it is
-        dropped with a :class:`UserWarning` that says what was dropped, and, when ``repair``,
-        its bytes are appended to ``<log>.torn`` and the log is cut back to its last whole
-        line so later appends stay well formed. Records of unknown type are kept as
-        ``Unknown`` with a warning.
+        Reading follows :func:`boxmaker.logfile.read_log` (the one reader, shared with the
+        frames and widgets): a torn last line is dropped with a
+        :class:`~boxmaker.logfile.LogReadWarning` (and, when writing, set aside in
+        ``<log>.torn``), older schemas are upgraded in memory. Records of unknown type are
+        kept as ``Unknown`` with a warning.
 
         Args:
             path: the ``.jsonl`` log.
-            repair: fix a torn or unterminated last line on disk (for a session you will
-                append to). ``False`` opens read-only: the file is not touched (safe on a log
-                another process is writing) and :meth:`append` raises :class:`SessionError`.
+            read_only: look only: no lock is taken (safe while another process writes), the
+                file is never touched, and :meth:`append` raises :class:`SessionError`.
+                Otherwise the session is this log's writer until :meth:`close`.
+            repair: the former spelling of ``not read_only`` (``repair=False`` is
+                ``read_only=True``).
 
         Raises:
-            SessionError: the file cannot be read, its first line is not a baseline, its schema
-                or session id is not valid for this version, or a line other than a torn last
-                one is corrupt (the message names file and line).
+            SessionError: another writer holds the log (the message names its pid); the file
+                cannot be read; its first line is not a baseline; its schema or session id is
+                not valid for this version; a line other than a torn last one is corrupt (the
+                message names file and line).
         """
         p = Path(path)
+        if repair is not None:
+            read_only = read_only or not repair
+        writer = None if read_only else LogWriter(p)
         try:
-            raw = p.read_bytes()
-        except OSError as exc:
-            raise SessionError(f"{p}: cannot read session log: {exc}") from exc
-        end = raw.rfind(b"\n") + 1
-        if end < len(raw):
-            tail = raw[end:]
-            if _whole_record(tail):
-                raw += b"\n"
-                if repair:
-                    _append_bytes(p, b"\n")
-            else:
-                _drop_torn(p, tail, end, repair)
-                raw = raw[:end]
-        lines = raw.split(b"\n")[:-1] if raw else []
-        if not lines:
-            raise SessionError(f"{p}: empty session log (no baseline line)")
-        head = _load_line(p, 1, lines[0])
+            data = read_log(p, repair=writer is not None)
+            session = cls._from_data(data, writer)
+        except BaseException:
+            if writer is not None:
+                writer.close()
+            raise
+        return session
+
+    @classmethod
+    def _from_data(cls, data: Any, writer: LogWriter | None) -> Session:
+        p = data.path
         try:
-            baseline = baseline_from_json(head)
+            baseline = baseline_from_json(data.head)
         except ValueError as exc:
             raise SessionError(f"{p}:1: {exc}") from exc
-        schema = head.get("schema")
-        if type(schema) is not int or not 1 <= schema <= SCHEMA_VERSION:
-            raise SessionError(
-                f"{p}:1: log schema {schema!r} is not readable by this version "
-                f"(reads 1 to {SCHEMA_VERSION})"
-            )
-        sid = head.get("session_id", p.stem)
+        sid = data.head.get("session_id", p.stem)
         if not isinstance(sid, str) or not _SAFE_ID.fullmatch(sid):
             raise SessionError(f"{p}:1: session id {sid!r} is not safe as a file name")
         records: list[Record] = []
         unknown: set[str] = set()
-        for number, line in enumerate(lines[1:], start=2):
-            data = _load_line(p, number, line)
+        for number, item in enumerate(data.records, start=2):
+            if type(item) is not dict:
+                raise SessionError(f"{p}:{number}: line is not a JSON object: {item!r:.80}")
             try:
-                record = record_from_json(data)
+                record = record_from_json(item)
             except ValueError as exc:
                 raise SessionError(f"{p}:{number}: {exc}") from exc
             if isinstance(record, Unknown):
@@ -242,11 +257,10 @@ class Session:
         if unknown:
             warnings.warn(
                 f"{p}: records of unknown type kept as Unknown: {', '.join(sorted(unknown))}",
-                stacklevel=2,
+                LogReadWarning,
+                stacklevel=3,
             )
-        session = cls(p, sid, baseline, records, schema)
-        session._read_only = not repair
-        return session
+        return cls(p, sid, baseline, records, data.schema, writer)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -274,26 +288,58 @@ class Session:
                     return r
         return None
 
+    def unanswered_calls(self) -> tuple[ToolCall, ...]:
+        """The tool calls of the last ``Assistant`` record that have no ``ToolResult`` yet.
+
+        Results are matched to calls by position (the loop answers calls in order), so calls
+        that share one ``id`` are counted right. Empty when the last assistant made no calls
+        or all were answered.
+        """
+        with self._lock:
+            answered = 0
+            for r in reversed(self._records):
+                if isinstance(r, Assistant):
+                    return r.tool_calls[answered:]
+                if isinstance(r, ToolResult):
+                    answered += 1
+        return ()
+
     # -- writing ------------------------------------------------------------------------------
 
+    @contextmanager
+    def turn(self) -> Iterator[None]:
+        """Mark the session as inside a turn for the ``with`` block (the loop uses it).
+
+        Raises:
+            SessionError: a turn is already running on this session (one turn at a time), or
+                the session is read-only.
+        """
+        with self._lock:
+            if self._writer is None:
+                raise SessionError(f"{self.path}: opened read-only; a turn cannot run on it")
+            if self._in_turn:
+                raise SessionError(
+                    f"{self.path}: a turn is already running on this session (one at a time)"
+                )
+            self._in_turn = True
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_turn = False
+
     def append(self, record: Record) -> Record:
-        """Write one record as one line, flushed and fsynced, then keep it in memory.
+        """Write one record as one line, fsynced, then keep it in memory.
 
         Returns the record. Raises:
-            SessionError: the log cannot be written (the record is then not kept).
+            SessionError: read-only, closed, or the log cannot be written (the file is then
+                as it was before and the record is not kept).
         """
-        line = _dumps(record_to_json(record)) + "\n"
+        line = dumps_line(record_to_json(record))
         with self._lock:
-            if self._read_only:
-                raise SessionError(f"{self.path}: opened read-only (repair=False)")
-            try:
-                if self._fh is None:
-                    self._fh = self.path.open("a", encoding="utf-8")
-                self._fh.write(line)
-                self._fh.flush()
-                os.fsync(self._fh.fileno())
-            except OSError as exc:
-                raise SessionError(f"{self.path}: cannot append record: {exc}") from exc
+            if self._writer is None:
+                raise SessionError(f"{self.path}: opened read-only")
+            self._writer.append(line)
             self._records.append(record)
         return record
 
@@ -303,11 +349,15 @@ class Session:
             self.append(r)
 
     def close(self) -> None:
-        """Close the log file (appending again reopens it)."""
+        """Close the log and release the writer's lock (idempotent); appending afterwards
+        raises :class:`SessionError`.
+
+        Raises:
+            SessionError: the operating system reported an error closing the file.
+        """
         with self._lock:
-            if self._fh is not None:
-                self._fh.close()
-                self._fh = None
+            if self._writer is not None:
+                self._writer.close()
 
     def __enter__(self) -> Session:
         return self
@@ -317,62 +367,3 @@ class Session:
 
     def __repr__(self) -> str:
         return f"Session(id={self.id!r}, path={str(self.path)!r}, records={len(self._records)})"
-
-
-def _dumps(obj: dict[str, Any]) -> str:
-    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates: keep them, as JSON escapes
-        text = json.dumps(obj, ensure_ascii=True, separators=(",", ":"))
-    return text
-
-
-def _whole_record(tail: bytes) -> bool:
-    try:
-        data = json.loads(tail)
-    except ValueError:
-        return False
-    return isinstance(data, dict) and "type" in data and "time" in data
-
-
-def _append_bytes(path: Path, data: bytes) -> None:
-    try:
-        with path.open("ab") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-    except OSError as exc:
-        raise SessionError(f"{path}: cannot repair the last line: {exc}") from exc
-
-
-def _load_line(path: Path, number: int, line: bytes) -> dict[str, Any]:
-    try:
-        data = json.loads(line)
-    except ValueError as exc:
-        raise SessionError(f"{path}:{number}: corrupt line ({exc}): {line[:80]!r}") from exc
-    if not isinstance(data, dict):
-        raise SessionError(f"{path}:{number}: line is not a JSON object: {line[:80]!r}")
-    return data
-
-
-def _drop_torn(path: Path, torn: bytes, keep: int, repair: bool) -> None:
-    side = path.with_name(path.name + ".torn")
-    if repair:
-        try:
-            with side.open("ab") as fh:
-                fh.write(torn + b"\n")
-            with path.open("r+b") as fh:
-                fh.truncate(keep)
-                fh.flush()
-                os.fsync(fh.fileno())
-        except OSError as exc:
-            raise SessionError(
-                f"{path}: torn last line that could not be set aside: {exc}"
-            ) from exc
-    kept = f"; the bytes are kept in {side.name}" if repair else " (read-only: file untouched)"
-    warnings.warn(
-        f"{path}: dropped a torn last line ({len(torn)} bytes, a write cut short: "
-        f"{torn[:60]!r}){kept}",
-        stacklevel=3,
-    )

@@ -2,8 +2,9 @@
 
 It reads top to bottom like the spec's "One turn" (steps 1-7) and "Limits". Every limit that
 fires appends a ``LimitHit``; a turn that ends early leaves the log well formed (each tool call
-of the last ``Assistant`` gets a ``ToolResult`` saying it was not run and why). Every appended
-record is also passed to ``on_event``. The loop knows nothing of widgets, cassettes or frames.
+of the last ``Assistant`` gets a ``ToolResult`` with ``not_run`` saying why). Every turn ends
+with a ``TurnEnd`` record giving its outcome. Every appended record is also passed to
+``on_event``. The loop knows nothing of widgets, cassettes or frames.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .cache import cache_outcome
 from .config import Config
@@ -34,6 +35,7 @@ from .records import (
     Record,
     ToolCall,
     ToolResult,
+    TurnEnd,
     Usage,
     User,
 )
@@ -118,26 +120,30 @@ def run_turn(
         SessionError: the log could not be written.
     """
     emit = _safe(on_event)
-    runtime.cancel.clear()
-    state = _TurnState()
-    _append(session, User(content=content), emit)
-    while True:
-        completion, earlier = _complete(session, runtime, state, emit)
-        calls, usage = _record_completion(session, completion, earlier, emit)
-        if not calls:
-            return TurnOutcome(content=completion.content or "", usage=usage)
-        state.iterations += 1
-        if state.iterations > (cap := runtime.config.loop.tool_iterations):
-            why = f"{state.iterations} completions with tool calls in this turn, the cap is {cap}"
-            _end_turn(
-                session, calls, TurnLimit("tool_iterations", state.iterations, cap, why), emit
-            )
-        try:
-            _run_calls(session, runtime, state, calls, emit)
-        except (TurnError, SessionError):
-            raise
-        except BaseException as exc:  # KeyboardInterrupt in a tool or hook: answer the rest
-            _end_turn(session, calls, TurnCancelled(f"interrupted: {exc!r}"), emit, exc)
+    with session.turn():
+        runtime.cancel.clear()
+        why = "the process running the turn stopped before it"  # a log reopened mid-turn
+        _answer_unanswered(session, why, "process_died", emit)
+        state = _TurnState()
+        _append(session, User(content=content), emit)
+        while True:
+            completion, earlier = _complete(session, runtime, state, emit)
+            calls, usage = _record_completion(session, completion, earlier, emit)
+            if not calls:
+                outcome = "length" if completion.finish_reason == "length" else "answered"
+                _append(session, TurnEnd(outcome=outcome), emit)
+                return TurnOutcome(content=completion.content or "", usage=usage)
+            state.iterations += 1
+            if state.iterations > (cap := runtime.config.loop.tool_iterations):
+                why = f"{state.iterations} completions with tool calls in this turn, cap {cap}"
+                _end_turn(session, TurnLimit("tool_iterations", state.iterations, cap, why), emit)
+            try:
+                _run_calls(session, runtime, state, calls, emit)
+            except (TurnError, SessionError):
+                raise
+            except BaseException as exc:  # KeyboardInterrupt in a tool or hook: answer the rest
+                stop = TurnCancelled(f"interrupted: {exc!r}")
+                _end_turn(session, stop, emit, exc, reraise=True)
 
 
 def _complete(
@@ -168,12 +174,13 @@ def _complete(
             body, relay, reasoning_budget=budget, cancel=runtime.cancel
         )
     except RequestCancelled as exc:
-        raise TurnCancelled("the turn was cancelled during a completion") from exc
+        _end_turn(session, TurnCancelled("the turn was cancelled during a completion"), emit, exc)
     except InferError as exc:
         if is_context_full(exc):
             _append(session, LimitHit(kind="context_full", detail=str(exc)), emit)
-            raise SessionFull(f"the session no longer fits the context: {exc}", cause=exc) from exc
-        raise TurnInferError(f"the completion failed: {exc}", cause=exc) from exc
+            full = SessionFull(f"the session no longer fits the context: {exc}", cause=exc)
+            _end_turn(session, full, emit, exc)
+        _end_turn(session, TurnInferError(f"the completion failed: {exc}", cause=exc), emit, exc)
     state.reasoning_tokens += completion.reasoning_tokens
     return completion, earlier
 
@@ -213,7 +220,7 @@ def _run_calls(
     loop = runtime.config.loop
     for call in calls:
         if runtime.cancel.is_set():
-            _end_turn(session, calls, TurnCancelled("the turn was cancelled"), emit)
+            _end_turn(session, TurnCancelled("the turn was cancelled"), emit)
         number = session.next_call()
         emit(ToolCallStarted(name=call.name, call=number, arguments=call.arguments))
         key = (call.name, canonical_arguments(call.arguments))
@@ -221,9 +228,10 @@ def _run_calls(
         state.seen[key] = seen
         if seen >= 3:
             why = f"{call.name} was called {seen} times with the same arguments in this turn"
-            _end_turn(session, calls, TurnLimit("repeated_call", seen, 2, why), emit)
+            _end_turn(session, TurnLimit("repeated_call", seen, 2, why), emit)
+        not_run = None
         if seen == 2:
-            text, data_class, untrusted = ALREADY_MADE, "public", False
+            text, data_class, untrusted, not_run = ALREADY_MADE, "public", False, "repeat"
         else:
             result = dispatch(
                 runtime.registry,
@@ -245,6 +253,7 @@ def _run_calls(
                 data_class=data_class,
                 untrusted=untrusted,
                 truncated=truncated,
+                not_run=not_run,
             ),
             emit,
         )
@@ -255,28 +264,51 @@ def _run_calls(
 
 def _end_turn(
     session: Session,
-    calls: Sequence[ToolCall],
     error: TurnError,
     emit: OnEvent,
     cause: BaseException | None = None,
-) -> None:
-    """Leave the log well formed, then raise ``error`` (or ``cause``): a 'not run' result for
-    each call of ``calls`` not answered yet, and a LimitHit when a :class:`TurnLimit` ended it."""
-    answered = set()
-    for record in reversed(session.records):
-        if isinstance(record, Assistant):
-            break
-        if isinstance(record, ToolResult):
-            answered.add(record.tool_call_id)
-    for call in calls:
-        if call.id not in answered:
-            text = f"This call was not run: the turn ended ({error})."
-            number = session.next_call()
-            result = ToolResult(call=number, tool_call_id=call.id, name=call.name, content=text)
-            _append(session, result, emit)
+    *,
+    reraise: bool = False,
+) -> NoReturn:
+    """Leave the log well formed, then raise ``error`` chained from ``cause`` (or ``cause``
+    itself when ``reraise``, e.g. a KeyboardInterrupt inside a tool): a 'not run' result
+    for each call of the last assistant not answered yet, a ``LimitHit`` when a
+    :class:`TurnLimit` ended the turn, and the ``TurnEnd``."""
+    outcome, status = _OUTCOMES[type(error)], None
+    if isinstance(error, TurnLimit):
+        outcome = error.kind
+    elif isinstance(error, TurnInferError):
+        status = error.cause.status if error.cause is not None else None
+    _answer_unanswered(session, f"the turn ended ({error})", outcome, emit)
     if isinstance(error, TurnLimit):
         _append(session, LimitHit(kind=error.kind, detail=error.detail), emit)
-    raise cause or error
+    _append(session, TurnEnd(outcome=outcome, detail=str(error), status=status), emit)
+    if reraise and cause is not None:
+        raise cause
+    raise error from cause
+
+
+_OUTCOMES: dict[type[TurnError], str] = {
+    TurnLimit: "tool_iterations",
+    TurnCancelled: "cancelled",
+    SessionFull: "session_full",
+    TurnInferError: "infer_error",
+}
+
+
+def _answer_unanswered(session: Session, why: str, reason: str, emit: OnEvent) -> None:
+    """A 'not run' ``ToolResult`` (``not_run=reason``) for each call of the last assistant
+    still without one: llama.cpp needs a result for every call of the history."""
+    for call in session.unanswered_calls():
+        text = f"This call was not run: {why}."
+        result = ToolResult(
+            call=session.next_call(),
+            tool_call_id=call.id,
+            name=call.name,
+            content=text,
+            not_run=reason,
+        )
+        _append(session, result, emit)
 
 
 def _append(session: Session, record: Record, emit: OnEvent) -> None:
