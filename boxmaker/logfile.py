@@ -158,6 +158,8 @@ class LogWriter:
             self._fd: int | None = os.open(path, flags, 0o644)
         except FileExistsError as exc:
             raise SessionError(f"{path}: a session log with this id exists already") from exc
+        except FileNotFoundError as exc:
+            raise SessionError(f"{path}: cannot read session log: {exc}") from exc
         except OSError as exc:
             raise SessionError(f"{path}: cannot open session log for writing: {exc}") from exc
         try:
@@ -217,6 +219,12 @@ class LogWriter:
             os.close(fd)  # closing the last descriptor releases the flock
         except OSError as exc:
             raise SessionError(f"{self.path}: closing the session log failed: {exc}") from exc
+
+
+    def __del__(self) -> None:
+        # like a file object: a writer dropped without close() releases its lock
+        with contextlib.suppress(Exception):
+            self.close()
 
 
 def upgrade_log(path: str | os.PathLike[str]) -> tuple[int, tuple[str, ...]]:

@@ -135,7 +135,8 @@ def run_turn(
                 return TurnOutcome(content=completion.content or "", usage=usage)
             state.iterations += 1
             if state.iterations > (cap := runtime.config.loop.tool_iterations):
-                why = f"{state.iterations} completions with tool calls in this turn, cap {cap}"
+                n = state.iterations
+                why = f"{n} completions with tool calls in this turn, the cap is {cap}"
                 _end_turn(session, TurnLimit("tool_iterations", state.iterations, cap, why), emit)
             try:
                 _run_calls(session, runtime, state, calls, emit)

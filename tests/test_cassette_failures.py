@@ -47,9 +47,9 @@ def test_cut_stream_ends_the_turn_with_an_inference_error(tmp_path: Path) -> Non
     session, events, result = turn("cut-stream", tmp_path)
     assert isinstance(result, TurnInferError) and isinstance(result.cause, StreamCut)
     assert "broke mid-stream" in str(result)
-    # what arrived before the cut was passed on; nothing is appended for a failed request
+    # what arrived before the cut was passed on; a failed request appends only the TurnEnd
     assert [e.text for e in events if isinstance(e, Reasoning | Content)] == ["Greet", "Hel"]
-    assert kinds(session) == ["User"]
+    assert kinds(session) == ["User", "TurnEnd"]
 
 
 def test_error_inside_a_200_stream_ends_the_turn_keeping_status_and_body(tmp_path: Path) -> None:
@@ -58,7 +58,7 @@ def test_error_inside_a_200_stream_ends_the_turn_keeping_status_and_body(tmp_pat
     assert result.cause.status == 500 and result.cause.error_type == "server_error"
     assert "the model crashed while decoding" in result.cause.body
     assert isinstance(events[1], Queued)
-    assert kinds(session) == ["User"]
+    assert kinds(session) == ["User", "TurnEnd"]
 
 
 def test_503_then_200_is_retried_and_answered(tmp_path: Path) -> None:
@@ -71,13 +71,13 @@ def test_503_then_200_is_retried_and_answered(tmp_path: Path) -> None:
     # second attempt streams from Queued on
     assert isinstance(events[0], User) and events[1] is retrying[0]
     assert isinstance(events[2], Queued)
-    assert kinds(session) == ["User", "Assistant", "Usage"]
+    assert kinds(session) == ["User", "Assistant", "Usage", "TurnEnd"]
 
 
 def test_final_chunk_with_empty_choices_carries_usage_and_timings(tmp_path: Path) -> None:
     session, _events, result = turn("empty-choices", tmp_path)
     assert isinstance(result, TurnOutcome) and result.content == "Hello"
-    assert kinds(session) == ["User", "Assistant", "Usage"]
+    assert kinds(session) == ["User", "Assistant", "Usage", "TurnEnd"]
     assistant = session.records[1]
     assert isinstance(assistant, Assistant) and assistant.reasoning == "Greet"
     usage = session.records[2]

@@ -17,7 +17,7 @@ from boxmaker.config import ClientConfig, Config
 from boxmaker.demo import demo_registry
 from boxmaker.errors import CassetteError, TurnError
 from boxmaker.events import Progress, Queued
-from boxmaker.records import Baseline, User, record_to_json
+from boxmaker.records import Baseline, TurnEnd, User, record_to_json
 from boxmaker.session import Session
 from boxmaker.turn import Runtime, run_turn
 
@@ -35,8 +35,14 @@ def _without_time(records: Any) -> list[dict[str, Any]]:
     return out
 
 
+def recorded_users(session: Session) -> list[User]:
+    return [r for r in session.records if isinstance(r, User)]
+
+
 def _replay(name: str, tmp_path: Path, events: list[Any] | None = None) -> tuple[Session, Session]:
-    recorded = Session.open(CASSETTES / f"{name}.session.jsonl")
+    """Replay a cassette through the real loop; the recorded log is read through the
+    migrations (the shipped logs are schema 1, which wrote no TurnEnd records)."""
+    recorded = Session.open(CASSETTES / f"{name}.session.jsonl", read_only=True)
     prompts = [r.content for r in recorded.records if isinstance(r, User)]
     config = Config(client=ClientConfig(url=UNREACHABLE, retry_attempts=0))
     session = Session.create(tmp_path, recorded.baseline)
@@ -52,7 +58,10 @@ def test_replayed_turns_append_the_same_records(tmp_path: Path) -> None:
     events: list[Any] = []
     recorded, session = _replay("demo-turns", tmp_path, events)
     assert len(session.records) >= 4
-    assert _without_time(session.records) == _without_time(recorded.records)
+    assert recorded.schema == 1  # written before TurnEnd existed: compare without them
+    replayed = [r for r in session.records if not isinstance(r, TurnEnd)]
+    assert sum(isinstance(r, TurnEnd) for r in session.records) == len(recorded_users(recorded))
+    assert _without_time(replayed) == _without_time(recorded.records)
     assert session.baseline.tools == recorded.baseline.tools
     # the replay went through the streaming path: queued, prompt progress, then tokens
     assert isinstance(events[1], Queued)
@@ -60,7 +69,7 @@ def test_replayed_turns_append_the_same_records(tmp_path: Path) -> None:
 
 
 def test_recorded_baseline_uses_the_demo_tools() -> None:
-    recorded = Session.open(CASSETTES / "demo-turns.session.jsonl")
+    recorded = Session.open(CASSETTES / "demo-turns.session.jsonl", read_only=True)
     assert list(recorded.baseline.tools) == list(demo_registry().definitions())
 
 
@@ -151,7 +160,7 @@ def test_demo_cassette_holds_real_tool_calls_results_and_answers() -> None:
     from boxmaker.demo import get_time, get_weather
     from boxmaker.records import Assistant, ToolResult
 
-    recorded = Session.open(CASSETTES / "demo-turns.session.jsonl")
+    recorded = Session.open(CASSETTES / "demo-turns.session.jsonl", read_only=True)
     assistants = [r for r in recorded.records if isinstance(r, Assistant)]
     calls = [(c.name, json.loads(c.arguments)) for a in assistants for c in a.tool_calls]
     assert calls == [("get_weather", {"city": "Lisbon"}), ("get_time", {"city": "Tokyo"})]

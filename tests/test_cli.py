@@ -36,7 +36,8 @@ def test_chat_with_no_server_fails_clearly(
     assert code == 0
     assert "turn ended: TurnInferError" in out and "cannot connect" in out.lower()
     log = next(tmp_path.glob("*.jsonl"))
-    assert [type(r).__name__ for r in Session.open(log).records] == ["User"]
+    kinds = [type(r).__name__ for r in Session.open(log, read_only=True).records]
+    assert kinds == ["User", "TurnEnd"]
 
 
 def test_bad_config_file_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -58,7 +59,7 @@ def test_chat_live(
     out = capsys.readouterr().out
     assert f"chatting with {server.url}" in out
     log = next(tmp_path.glob("*.jsonl"))
-    kinds = [type(r).__name__ for r in Session.open(log).records]
+    kinds = [type(r).__name__ for r in Session.open(log, read_only=True).records]
     assert kinds[:3] == ["User", "Assistant", "Usage"]
     assert f"session log: {log}" in out
 

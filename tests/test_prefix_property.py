@@ -113,7 +113,7 @@ def test_every_request_extends_the_previous(
         for text, _ in plan:
             with contextlib.suppress(TurnError):
                 run_turn(session, runtime, text)
-        reopened = Session.open(session.path).messages()
+        reopened = Session.open(session.path, read_only=True).messages()
         session.close()
     serialised = [[json.dumps(m, ensure_ascii=False) for m in b["messages"]] for b in client.bodies]
     for earlier, later in itertools.pairwise(serialised):

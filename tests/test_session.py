@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from boxmaker.errors import SessionError
 from boxmaker.records import (
+    SCHEMA_VERSION,
     Assistant,
     Baseline,
     CacheLoss,
@@ -57,7 +58,8 @@ def test_reopen_gives_equal_records(tmp_path: Path) -> None:
     assert again.id == s.id
     assert again.path.name == f"{s.id}.jsonl"
     first = json.loads(s.path.read_text().splitlines()[0])
-    assert first["type"] == "baseline" and first["schema"] == 1 and first["session_id"] == s.id
+    assert first["type"] == "baseline" and first["schema"] == SCHEMA_VERSION
+    assert first["session_id"] == s.id
 
 
 def test_every_line_has_utc_time(tmp_path: Path) -> None:
@@ -85,6 +87,7 @@ def test_messages_mapping(tmp_path: Path) -> None:
 def test_invalid_arguments_kept_raw_but_sent_as_json(tmp_path: Path) -> None:
     s = Session.create(tmp_path)
     s.append(Assistant(content="", tool_calls=(ToolCall(id="a", name="f", arguments="{oops"),)))
+    s.close()
     again = Session.open(s.path)
     assert again.records[0].tool_calls[0].arguments == "{oops"  # type: ignore[union-attr]
     assert again.messages()[0]["tool_calls"][0]["function"]["arguments"] == "{}"
@@ -112,7 +115,7 @@ def test_torn_last_line_is_recovered_with_warning(tmp_path: Path) -> None:
     assert s.path.read_bytes() == whole
     assert s.path.with_name(s.path.name + ".torn").read_bytes().startswith(b'{"type":"user"')
     again.append(User(content="after"))
-    assert Session.open(s.path).records[-1] == again.records[-1]
+    assert Session.open(s.path, read_only=True).records[-1] == again.records[-1]
 
 
 def test_torn_multibyte_character_is_recovered(tmp_path: Path) -> None:
@@ -196,7 +199,7 @@ def test_appends_are_whole_lines_on_disk_before_append_returns(tmp_path: Path) -
     assert s.path.read_text().count("\n") == 2
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert Session.open(s.path).records[0] == s.records[0]
+        assert Session.open(s.path, read_only=True).records[0] == s.records[0]
 
 
 def test_record_without_time_or_with_wrong_type_is_refused(tmp_path: Path) -> None:
@@ -244,7 +247,7 @@ def test_read_only_open_leaves_a_live_log_untouched(tmp_path: Path) -> None:
 def test_lone_surrogate_round_trips(tmp_path: Path) -> None:
     s = Session.create(tmp_path)
     s.append(User(content="bad \ud800 end"))
-    assert Session.open(s.path).records[0].content == "bad \ud800 end"  # type: ignore[union-attr]
+    assert Session.open(s.path, read_only=True).records[0].content == "bad \ud800 end"  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("schema", ["0", "-5", "true", '"1"'])

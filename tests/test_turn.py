@@ -24,6 +24,7 @@ from boxmaker.records import (
     CacheLoss,
     LimitHit,
     ToolResult,
+    TurnEnd,
     Usage,
     User,
 )
@@ -65,7 +66,8 @@ def test_answer_without_tools(tmp_path: Path) -> None:
     out = run_turn(session, runtime, "hi", events.append)
     assert out.content == "Hello."
     assert out.usage.timings["prompt_n"] == 20
-    assert kinds(session) == ["User", "Assistant", "Usage"]
+    assert kinds(session) == ["User", "Assistant", "Usage", "TurnEnd"]
+    assert session.records[-1] == TurnEnd(outcome="answered", time=session.records[-1].time)
     body = client.bodies[0]
     assert body["messages"] == [
         {"role": "system", "content": "sys"},
@@ -73,7 +75,8 @@ def test_answer_without_tools(tmp_path: Path) -> None:
     ]
     assert body["id_slot"] == 0 and body["tools"][0]["function"]["name"] == "weather"
     assert body["chat_template_kwargs"] == {"enable_thinking": True}
-    assert [type(e).__name__ for e in events] == ["User", "Content", "Assistant", "Usage"]
+    names = [type(e).__name__ for e in events]
+    assert names == ["User", "Content", "Assistant", "Usage", "TurnEnd"]
 
 
 def test_tool_call_then_answer(tmp_path: Path) -> None:
@@ -87,7 +90,15 @@ def test_tool_call_then_answer(tmp_path: Path) -> None:
     events: list[Any] = []
     out = run_turn(session, runtime, "Weather in Oslo?", events.append)
     assert out.content == "It is 12 C in Oslo."
-    assert kinds(session) == ["User", "Assistant", "Usage", "ToolResult", "Assistant", "Usage"]
+    assert kinds(session) == [
+        "User",
+        "Assistant",
+        "Usage",
+        "ToolResult",
+        "Assistant",
+        "Usage",
+        "TurnEnd",
+    ]
     result = session.records[3]
     assert isinstance(result, ToolResult)
     assert (result.call, result.tool_call_id, result.name) == (1, "c1", "weather")
@@ -109,11 +120,14 @@ def test_tool_iterations_limit_ends_turn_and_leaves_log_well_formed(tmp_path: Pa
     with pytest.raises(TurnLimit) as info:
         run_turn(session, runtime, "go")
     assert (info.value.kind, info.value.value, info.value.limit) == ("tool_iterations", 3, 2)
-    last = session.records[-2]
+    last = session.records[-3]
     assert isinstance(last, ToolResult) and last.tool_call_id == "id2"
     assert last.content.startswith("This call was not run: the turn ended (tool_iterations")
-    hit = session.records[-1]
+    assert last.not_run == "tool_iterations"
+    hit = session.records[-2]
     assert isinstance(hit, LimitHit) and hit.kind == "tool_iterations"
+    end = session.records[-1]
+    assert isinstance(end, TurnEnd) and end.outcome == "tool_iterations"
     assert_well_formed(session)
     assert run_turn(session, runtime, "again").content == "ok"
 
@@ -129,9 +143,11 @@ def test_repeated_call_first_repeat_answered_second_ends_turn(tmp_path: Path) ->
     results = [r for r in session.records if isinstance(r, ToolResult)]
     assert json.loads(results[0].content)["city"] == "Oslo"
     assert results[1].content == ALREADY_MADE
+    assert [r.not_run for r in results] == [None, "repeat", "repeated_call"]
     assert results[2].content.startswith("This call was not run: the turn ended (repeated_call")
-    assert isinstance(session.records[-1], LimitHit)
-    assert session.records[-1].kind == "repeated_call"
+    assert isinstance(session.records[-2], LimitHit)
+    assert session.records[-2].kind == "repeated_call"
+    assert session.records[-1].outcome == "repeated_call"  # type: ignore[union-attr]
     assert_well_formed(session)
 
 
@@ -184,8 +200,9 @@ def test_context_full_ends_turn_with_session_full(tmp_path: Path) -> None:
     with pytest.raises(SessionFull) as info:
         run_turn(session, runtime, "a long message")
     assert (info.value.n_prompt_tokens, info.value.n_ctx) == (3021, 2048)
-    assert kinds(session) == ["User", "LimitHit"]
-    assert session.records[-1].kind == "context_full"  # type: ignore[union-attr]
+    assert kinds(session) == ["User", "LimitHit", "TurnEnd"]
+    assert session.records[-2].kind == "context_full"  # type: ignore[union-attr]
+    assert session.records[-1].outcome == "session_full"  # type: ignore[union-attr]
 
 
 def test_context_full_after_tool_results_leaves_log_well_formed(tmp_path: Path) -> None:
@@ -193,7 +210,7 @@ def test_context_full_after_tool_results_leaves_log_well_formed(tmp_path: Path) 
     session, runtime, _ = make(tmp_path, steps)
     with pytest.raises(SessionFull):
         run_turn(session, runtime, "go")
-    assert kinds(session) == ["User", "Assistant", "Usage", "ToolResult", "LimitHit"]
+    assert kinds(session) == ["User", "Assistant", "Usage", "ToolResult", "LimitHit", "TurnEnd"]
     assert_well_formed(session)
 
 
@@ -211,20 +228,24 @@ def test_tool_result_cap_truncates_and_records(tmp_path: Path) -> None:
     assert hit.kind == "tool_result_cap" and "500 characters cut to 100" in hit.detail
 
 
-def test_other_inference_error_appends_nothing(tmp_path: Path) -> None:
+def test_other_inference_error_appends_only_the_turn_end(tmp_path: Path) -> None:
     err = InferError("HTTP 500: boom", status=500, body='{"error":{"code":500}}')
     session, runtime, _ = make(tmp_path, [Step(error=err)])
     with pytest.raises(TurnInferError) as info:
         run_turn(session, runtime, "go")
     assert info.value.cause.status == 500
-    assert kinds(session) == ["User"]
+    assert kinds(session) == ["User", "TurnEnd"]
+    end = session.records[-1]
+    assert isinstance(end, TurnEnd) and (end.outcome, end.status) == ("infer_error", 500)
+    assert "HTTP 500: boom" in end.detail
 
 
-def test_cancel_during_request_appends_nothing(tmp_path: Path) -> None:
+def test_cancel_during_request_appends_only_the_turn_end(tmp_path: Path) -> None:
     session, runtime, _ = make(tmp_path, [Step(error=RequestCancelled("cancelled"))])
     with pytest.raises(TurnCancelled):
         run_turn(session, runtime, "go")
-    assert kinds(session) == ["User"]
+    assert kinds(session) == ["User", "TurnEnd"]
+    assert session.records[-1].outcome == "cancelled"  # type: ignore[union-attr]
 
 
 def test_cancel_between_tool_calls_answers_the_rest(tmp_path: Path) -> None:
@@ -341,6 +362,6 @@ def test_limit_detail_says_it_once(tmp_path: Path) -> None:
     session, runtime, _ = make(tmp_path, steps, tool_iterations=1)
     with pytest.raises(TurnLimit):
         run_turn(session, runtime, "go")
-    hit = session.records[-1]
+    hit = session.records[-2]
     assert isinstance(hit, LimitHit)
     assert hit.detail == "2 completions with tool calls in this turn, the cap is 1"

@@ -1,5 +1,6 @@
 """Bad input through the real client and loop (httpx.MockTransport, no sockets): each failure
-is a TurnInferError whose cause says what happened, and the log keeps only the User record."""
+is a TurnInferError whose cause says what happened, and the log keeps the User record and a
+TurnEnd(infer_error)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from boxmaker.client import Client
 from boxmaker.config import ClientConfig, Config
 from boxmaker.demo import demo_registry
 from boxmaker.errors import StreamCut, TurnInferError
-from boxmaker.records import Baseline, User
+from boxmaker.records import Baseline, TurnEnd, User
 from boxmaker.session import Session
 from boxmaker.turn import Runtime, run_turn
 
@@ -60,7 +61,7 @@ CASES: dict[str, tuple[Callable[[httpx.Request], httpx.Response], str]] = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_failure_is_an_infer_error_and_the_log_keeps_only_the_user(
+def test_failure_is_an_infer_error_and_the_log_keeps_the_user_and_the_turn_end(
     case: str, tmp_path: Path
 ) -> None:
     handler, words = CASES[case]
@@ -71,10 +72,12 @@ def test_failure_is_an_infer_error_and_the_log_keeps_only_the_user(
     with pytest.raises(TurnInferError) as info:
         run_turn(session, runtime, "What is the weather in Oslo?")
     assert words in str(info.value).lower()
-    assert session.records == (
-        User(content="What is the weather in Oslo?", time=session.records[0].time),
-    )
-    assert len(Session.open(session.path).records) == 1
+    user, end = session.records
+    assert user == User(content="What is the weather in Oslo?", time=user.time)
+    assert isinstance(end, TurnEnd) and end.outcome == "infer_error"
+    assert end.status == info.value.cause.status and words in end.detail.lower()
+    session.close()
+    assert Session.open(session.path).records == session.records
     if case == "stream cut":
         assert isinstance(info.value.cause, StreamCut)
     if case == "http 500":

@@ -250,9 +250,9 @@ def test_stop_cancels_the_turn_and_the_log_stays_well_formed(tmp_path: Path) -> 
     assert panel.wait(5)
     assert isinstance(panel.outcomes[-1], TurnCancelled)
     assert panel.runtime.cancel.is_set()
-    assert [type(r).__name__ for r in panel.session.records] == ["User"]
-    reopened = Session.open(panel.session.path)
-    assert len(reopened.records) == 1
+    assert [type(r).__name__ for r in panel.session.records] == ["User", "TurnEnd"]
+    reopened = Session.open(panel.session.path, read_only=True)
+    assert len(reopened.records) == 2  # the User and the TurnEnd(cancelled)
     reopened.close()
     assert "partial answer" in _text(panel) and "Turn ended: TurnCancelled" in _text(panel)
     assert panel.status.value.startswith("Ended: TurnCancelled")
@@ -461,7 +461,7 @@ def test_stop_live_ends_the_request_at_the_server(tmp_path: Path) -> None:
             panel.on_event = stop_at_first_token  # type: ignore[method-assign]
             outcome = panel.ask("What is the weather in Paris?", timeout=60)
             assert isinstance(outcome, TurnCancelled)
-            assert [type(r).__name__ for r in panel.session.records] == ["User"]
+            assert [type(r).__name__ for r in panel.session.records] == ["User", "TurnEnd"]
             assert "Turn ended: TurnCancelled" in _text(panel)
             # the server stopped generating: its slot is idle again at once
             slots = httpx.get(f"{server.url}/slots", timeout=5)
