@@ -12,6 +12,8 @@
   request extends the previous one.
 - ``boxmaker replay CASSETTE [--tool-iterations N] ...``: re-run the loop on a recording with
   other limits.
+- ``boxmaker log upgrade PATH...``: rewrite session logs of an older schema in the current one
+  (atomically; :func:`boxmaker.logfile.upgrade_log`).
 
 Exit codes: 0 done, 1 a boxmaker error (message on stderr), 2 bad usage, 130 interrupted.
 """
@@ -29,7 +31,8 @@ from .client import Client
 from .config import ClientConfig, Config, load_config
 from .demo import DEMO_PROMPTS, DEMO_SYSTEM, ConsoleView, demo_registry, format_usage_table
 from .errors import BoxmakerError, TurnError
-from .records import Baseline, CacheLoss
+from .logfile import upgrade_log
+from .records import SCHEMA_VERSION, Baseline, CacheLoss
 from .session import Session
 from .turn import Runtime, run_turn
 
@@ -149,6 +152,16 @@ def _replay(args: argparse.Namespace) -> int:
     return cli_replay(args)
 
 
+def _log(args: argparse.Namespace) -> int:
+    for path in args.paths:
+        schema, steps = upgrade_log(path)
+        if steps:
+            print(f"{path}: schema {schema} -> {SCHEMA_VERSION} ({', '.join(steps)})")
+        else:
+            print(f"{path}: schema {schema}, already current")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="boxmaker", description="Agent turn loops on llama.cpp's server, for research."
@@ -199,6 +212,13 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("--tool-result-cap", type=int, default=None, help="characters")
     replay.add_argument("--thinking-tokens", type=int, default=None, help="thinking.turn_tokens")
     replay.set_defaults(run=_replay)
+
+    log = sub.add_parser("log", help="session log maintenance")
+    log.add_argument(
+        "action", choices=("upgrade",), help="upgrade: rewrite older logs in the current schema"
+    )
+    log.add_argument("paths", nargs="+", help="session logs (.jsonl)")
+    log.set_defaults(run=_log)
     return parser
 
 

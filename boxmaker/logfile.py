@@ -220,7 +220,6 @@ class LogWriter:
         except OSError as exc:
             raise SessionError(f"{self.path}: closing the session log failed: {exc}") from exc
 
-
     def __del__(self) -> None:
         # like a file object: a writer dropped without close() releases its lock
         with contextlib.suppress(Exception):

@@ -421,10 +421,10 @@ def _valid_text(text: str) -> str:
 
 def canonical_arguments(arguments: str) -> str:
     """Arguments text as canonical JSON (sorted keys, no spaces), to compare two calls;
-    text that is not JSON is returned as it is."""
+    text that is not JSON (or nested too deeply to parse) is returned as it is."""
     try:
         return json.dumps(json.loads(arguments), sort_keys=True, separators=(",", ":"))
-    except ValueError:
+    except (ValueError, RecursionError):
         return arguments
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import threading
 from collections.abc import Callable, Sequence
@@ -16,10 +17,11 @@ from boxmaker.stream import Completion
 
 
 def call(name: str, arguments: Any, call_id: str | None = None) -> ToolCall:
+    """A tool call; without ``call_id`` the id is derived from name and arguments (sha256:
+    the same in every run, unlike the per-process salted ``hash()``)."""
     text = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    return ToolCall(
-        id=call_id or f"id-{name}-{abs(hash(text)) % 10_000}", name=name, arguments=text
-    )
+    digest = hashlib.sha256(f"{name}/{text}".encode()).hexdigest()[:8]
+    return ToolCall(id=call_id or f"id-{name}-{digest}", name=name, arguments=text)
 
 
 def timings(cache_n: int, prompt_n: int, predicted_n: int = 5) -> dict[str, float]:
