@@ -172,6 +172,16 @@ class SamplingConfig:
             max_tokens=(m, m is None or m >= 1),
         )
 
+    def request_fields(self) -> dict[str, Any]:
+        """These knobs as chat-completion request fields (OpenAI / llama.cpp names):
+        ``temperature``, and ``max_tokens`` and ``seed`` when not ``None``."""
+        fields: dict[str, Any] = {"temperature": self.temperature}
+        if self.max_tokens is not None:
+            fields["max_tokens"] = self.max_tokens
+        if self.seed is not None:
+            fields["seed"] = self.seed
+        return fields
+
 
 @dataclass(frozen=True, kw_only=True)
 class Config:

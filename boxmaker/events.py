@@ -22,6 +22,8 @@ turn (``ToolCallStarted`` comes once the call is complete).
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -30,6 +32,7 @@ from .records import Record
 __all__ = [
     "ClientEvent",
     "Content",
+    "Hook",
     "Progress",
     "Queued",
     "Reasoning",
@@ -39,6 +42,7 @@ __all__ = [
     "ToolCallStarted",
     "TurnEvent",
     "Waiting",
+    "guarded",
 ]
 
 
@@ -134,3 +138,23 @@ TurnEvent: TypeAlias = (
 )
 """Any event a turn passes to its hook: client events (but ``ToolCallDelta``),
 ``ToolCallStarted``, and each record as it is appended."""
+
+
+Hook: TypeAlias = Callable[[TurnEvent], None]
+"""A turn's ``on_event`` callback: called with each :data:`TurnEvent` in order."""
+
+
+def guarded(on_event: Hook | None, log: logging.Logger) -> Hook:
+    """``on_event`` wrapped so that an exception inside it is logged on ``log`` and goes no
+    further (a hook's bug must not leave a log half written); ``None`` gives a no-op."""
+    if on_event is None:
+        return lambda event: None
+    hook = on_event
+
+    def emit(event: TurnEvent) -> None:
+        try:
+            hook(event)
+        except Exception:
+            log.exception("on_event hook raised on %s", type(event).__name__)
+
+    return emit

@@ -48,7 +48,7 @@ from .records import (
     utc_now,
 )
 
-__all__ = ["Session", "messages", "new_session_id", "wire_arguments"]
+__all__ = ["Session", "message_of", "messages", "new_session_id", "wire_arguments"]
 
 _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -75,38 +75,50 @@ def wire_arguments(arguments: str) -> str:
 def messages(baseline: Baseline, records: Iterable[Record]) -> list[dict[str, Any]]:
     """The OpenAI chat-completions ``messages`` for a session's records.
 
-    System prompt from the baseline (when not empty), then ``User`` -> ``{"role": "user"}``,
-    ``Assistant`` -> ``{"role": "assistant", "content", "reasoning_content"?, "tool_calls"?}``,
-    ``ToolResult`` -> ``{"role": "tool", "tool_call_id", "content"}``; ``Usage``,
-    ``CacheLoss``, ``LimitHit`` and unknown records are not messages. The result depends on the
-    records only (no time, no state), so a session that grows by appending gives messages that
-    extend the previous ones: the prefix property llama.cpp's prompt cache relies on.
-    ``reasoning_content`` is sent back because llama.cpp reuses the cache of a follow-up
-    request inside a turn only when the template re-renders the same reasoning.
+    System prompt from the baseline (when not empty), then each record's :func:`message_of`
+    (``Usage``, ``CacheLoss``, ``LimitHit``, ``TurnEnd`` and unknown records are not
+    messages). The result depends on the records only (no time, no state), so a session that
+    grows by appending gives messages that extend the previous ones: the prefix property
+    llama.cpp's prompt cache relies on. :class:`Session` keeps the same list incrementally.
     """
     out: list[dict[str, Any]] = []
     if baseline.system:
         out.append({"role": "system", "content": baseline.system})
     for r in records:
-        if isinstance(r, User):
-            out.append({"role": "user", "content": r.content})
-        elif isinstance(r, Assistant):
-            msg: dict[str, Any] = {"role": "assistant", "content": r.content or ""}
-            if r.reasoning:
-                msg["reasoning_content"] = r.reasoning
-            if r.tool_calls:
-                msg["tool_calls"] = [
-                    {
-                        "id": c.id,
-                        "type": "function",
-                        "function": {"name": c.name, "arguments": wire_arguments(c.arguments)},
-                    }
-                    for c in r.tool_calls
-                ]
-            out.append(msg)
-        elif isinstance(r, ToolResult):
-            out.append({"role": "tool", "tool_call_id": r.tool_call_id, "content": r.content})
+        message = message_of(r)
+        if message is not None:
+            out.append(message)
     return out
+
+
+def message_of(record: Record) -> dict[str, Any] | None:
+    """One record's OpenAI chat-completions message, or ``None`` for a record that is none.
+
+    ``User`` -> ``{"role": "user", "content"}``; ``Assistant`` -> ``{"role": "assistant",
+    "content", "reasoning_content"?, "tool_calls"?}`` (arguments through
+    :func:`wire_arguments`); ``ToolResult`` -> ``{"role": "tool", "tool_call_id", "content"}``.
+    ``reasoning_content`` is sent back because llama.cpp reuses the cache of a follow-up
+    request inside a turn only when the template re-renders the same reasoning.
+    """
+    if isinstance(record, User):
+        return {"role": "user", "content": record.content}
+    if isinstance(record, Assistant):
+        msg: dict[str, Any] = {"role": "assistant", "content": record.content or ""}
+        if record.reasoning:
+            msg["reasoning_content"] = record.reasoning
+        if record.tool_calls:
+            msg["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": wire_arguments(c.arguments)},
+                }
+                for c in record.tool_calls
+            ]
+        return msg
+    if isinstance(record, ToolResult):
+        return {"role": "tool", "tool_call_id": record.tool_call_id, "content": record.content}
+    return None
 
 
 class Session:
@@ -139,10 +151,15 @@ class Session:
         self.baseline = baseline
         self.schema = schema
         self.read_only = writer is None
-        self._records = records
+        self._records: list[Record] = []
+        self._messages = messages(baseline, ())
+        self._next_call = 1
+        self._last_usage: Usage | None = None
         self._lock = threading.Lock()
         self._writer = writer
         self._in_turn = False
+        for record in records:
+            self._track(record)
 
     # -- creation -----------------------------------------------------------------------------
 
@@ -271,22 +288,34 @@ class Session:
             return tuple(self._records)
 
     def messages(self) -> list[dict[str, Any]]:
-        """The OpenAI ``messages`` of the whole session; see :func:`messages`."""
-        return messages(self.baseline, self.records)
+        """The OpenAI ``messages`` of the whole session, equal to
+        ``messages(self.baseline, self.records)`` but kept as records are appended, so a
+        request costs no rebuild (a new list; the message dicts are shared: do not change
+        them)."""
+        with self._lock:
+            return list(self._messages)
 
     def next_call(self) -> int:
-        """The next tool-call number of the session (1, 2, ...); stable across reopen."""
+        """The next tool-call number of the session (1, 2, ...); stable across reopen. O(1)."""
         with self._lock:
-            calls = [r.call for r in self._records if isinstance(r, ToolResult)]
-        return max(calls, default=0) + 1
+            return self._next_call
 
     def last_usage(self) -> Usage | None:
-        """The latest :class:`Usage` record, or ``None`` when there is none."""
+        """The latest :class:`Usage` record, or ``None`` when there is none. O(1)."""
         with self._lock:
-            for r in reversed(self._records):
-                if isinstance(r, Usage):
-                    return r
-        return None
+            return self._last_usage
+
+    def _track(self, record: Record) -> None:
+        """Keep ``record`` and what is derived from it (the caller holds the lock or owns the
+        session alone)."""
+        self._records.append(record)
+        message = message_of(record)
+        if message is not None:
+            self._messages.append(message)
+        if isinstance(record, ToolResult):
+            self._next_call = max(self._next_call, record.call + 1)
+        elif isinstance(record, Usage):
+            self._last_usage = record
 
     def unanswered_calls(self) -> tuple[ToolCall, ...]:
         """The tool calls of the last ``Assistant`` record that have no ``ToolResult`` yet.
@@ -335,18 +364,24 @@ class Session:
             SessionError: read-only, closed, or the log cannot be written (the file is then
                 as it was before and the record is not kept).
         """
-        line = dumps_line(record_to_json(record))
-        with self._lock:
-            if self._writer is None:
-                raise SessionError(f"{self.path}: opened read-only")
-            self._writer.append(line)
-            self._records.append(record)
+        self.extend((record,))
         return record
 
     def extend(self, records: Sequence[Record]) -> None:
-        """Append several records in order (each one written as :meth:`append` does)."""
-        for r in records:
-            self.append(r)
+        """Append records that belong together (an assistant message and its usage) as one
+        all-or-nothing write with one fsync: after a crash or a failed write, either all of
+        them are in the log or none.
+
+        Raises:
+            SessionError: as :meth:`append`; then none of the records is kept.
+        """
+        data = b"".join(dumps_line(record_to_json(r)) for r in records)
+        with self._lock:
+            if self._writer is None:
+                raise SessionError(f"{self.path}: opened read-only")
+            self._writer.append(data)
+            for record in records:
+                self._track(record)
 
     def close(self) -> None:
         """Close the log and release the writer's lock (idempotent); appending afterwards

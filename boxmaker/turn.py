@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from .cache import cache_outcome
+from .client import ChatClient
 from .config import Config
 from .errors import (
     InferError,
@@ -27,7 +28,7 @@ from .errors import (
     TurnInferError,
     TurnLimit,
 )
-from .events import ClientEvent, ToolCallDelta, ToolCallStarted, TurnEvent
+from .events import ClientEvent, Hook, ToolCallDelta, ToolCallStarted, guarded
 from .records import (
     Assistant,
     CacheLoss,
@@ -40,18 +41,12 @@ from .records import (
     User,
 )
 from .session import Session
-from .stream import is_context_full
+from .stream import Completion, is_context_full
 from .tools import Registry, ToolPort, canonical_arguments, cap_result, dispatch
-
-if TYPE_CHECKING:
-    from .client import ChatClient
-    from .stream import Completion
 
 __all__ = ["Runtime", "TurnOutcome", "run_turn"]
 
 log = logging.getLogger("boxmaker.turn")
-
-OnEvent = Callable[[TurnEvent], None]
 
 ALREADY_MADE = (
     "This call was already made with these arguments in this turn, so it was not run again. "
@@ -96,7 +91,7 @@ class _TurnState:
 
 
 def run_turn(
-    session: Session, runtime: Runtime, content: str, on_event: OnEvent | None = None
+    session: Session, runtime: Runtime, content: str, on_event: Hook | None = None
 ) -> TurnOutcome:
     """Run one turn of the agent loop on ``session`` for the user message ``content``.
 
@@ -119,25 +114,22 @@ def run_turn(
         TurnInferError: the completion failed otherwise (``cause`` keeps status and body).
         SessionError: the log could not be written.
     """
-    emit = _safe(on_event)
+    emit = guarded(on_event, log)
     with session.turn():
         runtime.cancel.clear()
         why = "the process running the turn stopped before it"  # a log reopened mid-turn
-        _answer_unanswered(session, why, "process_died", emit)
+        _append(session, emit, *_not_run(session, why, "process_died"))
         state = _TurnState()
-        _append(session, User(content=content), emit)
+        _append(session, emit, User(content=content))
         while True:
             completion, earlier = _complete(session, runtime, state, emit)
             calls, usage = _record_completion(session, completion, earlier, emit)
             if not calls:
-                outcome = "length" if completion.finish_reason == "length" else "answered"
-                _append(session, TurnEnd(outcome=outcome), emit)
                 return TurnOutcome(content=completion.content or "", usage=usage)
             state.iterations += 1
-            if state.iterations > (cap := runtime.config.loop.tool_iterations):
-                n = state.iterations
+            if (n := state.iterations) > (cap := runtime.config.loop.tool_iterations):
                 why = f"{n} completions with tool calls in this turn, the cap is {cap}"
-                _end_turn(session, TurnLimit("tool_iterations", state.iterations, cap, why), emit)
+                _end_turn(session, TurnLimit("tool_iterations", n, cap, why), emit)
             try:
                 _run_calls(session, runtime, state, calls, emit)
             except (TurnError, SessionError):
@@ -148,7 +140,7 @@ def run_turn(
 
 
 def _complete(
-    session: Session, runtime: Runtime, state: _TurnState, emit: OnEvent
+    session: Session, runtime: Runtime, state: _TurnState, emit: Hook
 ) -> tuple[Completion, Usage | None]:
     """Steps 2 and 3: build the request and stream one completion."""
     cfg = runtime.config
@@ -157,11 +149,7 @@ def _complete(
     if session.baseline.tools:
         body["tools"] = [dict(t) for t in session.baseline.tools]
     body["chat_template_kwargs"] = {"enable_thinking": cfg.thinking.enabled}
-    body["temperature"] = cfg.sampling.temperature
-    if cfg.sampling.max_tokens is not None:
-        body["max_tokens"] = cfg.sampling.max_tokens
-    if cfg.sampling.seed is not None:
-        body["seed"] = cfg.sampling.seed
+    body.update(cfg.sampling.request_fields())
     budget = None
     if cfg.thinking.turn_tokens is not None:
         budget = max(0, cfg.thinking.turn_tokens - state.reasoning_tokens)
@@ -178,7 +166,6 @@ def _complete(
         _end_turn(session, TurnCancelled("the turn was cancelled during a completion"), emit, exc)
     except InferError as exc:
         if is_context_full(exc):
-            _append(session, LimitHit(kind="context_full", detail=str(exc)), emit)
             full = SessionFull(f"the session no longer fits the context: {exc}", cause=exc)
             _end_turn(session, full, emit, exc)
         _end_turn(session, TurnInferError(f"the completion failed: {exc}", cause=exc), emit, exc)
@@ -187,27 +174,25 @@ def _complete(
 
 
 def _record_completion(
-    session: Session, completion: Completion, earlier: Usage | None, emit: OnEvent
+    session: Session, completion: Completion, earlier: Usage | None, emit: Hook
 ) -> tuple[tuple[ToolCall, ...], Usage]:
-    """Step 4: append Assistant and Usage, then CacheLoss and the thinking cap's LimitHit."""
-    _append(
-        session,
-        Assistant(
-            content=completion.content,
-            reasoning=completion.reasoning,
-            tool_calls=completion.tool_calls,
-        ),
-        emit,
-    )
-    usage = completion.usage_record()
-    _append(session, usage, emit)
+    """Step 4 (and 5): Assistant and Usage, then CacheLoss, the thinking cap's LimitHit, and the
+    TurnEnd when there are no calls, appended as one write."""
+    calls, usage = completion.tool_calls, completion.usage_record()
+    records: list[Record] = [
+        Assistant(content=completion.content, reasoning=completion.reasoning, tool_calls=calls),
+        usage,
+    ]
     outcome = cache_outcome(earlier.timings, usage.timings) if earlier else None
     if outcome is not None and not outcome.hit:
-        _append(session, CacheLoss(expected=outcome.expected, reused=outcome.reused), emit)
+        records.append(CacheLoss(expected=outcome.expected, reused=outcome.reused))
     if completion.thinking_capped:
         detail = f"reasoning ended after {completion.reasoning_tokens} tokens of this completion"
-        _append(session, LimitHit(kind="thinking_cap", detail=detail), emit)
-    return completion.tool_calls, usage
+        records.append(LimitHit(kind="thinking_cap", detail=detail))
+    if not calls:
+        records.append(TurnEnd(outcome="length" if usage.finish_reason == "length" else "answered"))
+    _append(session, emit, *records)
+    return calls, usage
 
 
 def _run_calls(
@@ -215,7 +200,7 @@ def _run_calls(
     runtime: Runtime,
     state: _TurnState,
     calls: Sequence[ToolCall],
-    emit: OnEvent,
+    emit: Hook,
 ) -> None:
     """Step 6: handle each tool call in order; may end the turn."""
     loop = runtime.config.loop
@@ -244,8 +229,7 @@ def _run_calls(
             )
             text, data_class, untrusted = result.content, result.data_class, result.untrusted
         capped, truncated = cap_result(text, loop.tool_result_cap)
-        _append(
-            session,
+        records: list[Record] = [
             ToolResult(
                 call=number,
                 tool_call_id=call.id,
@@ -255,76 +239,61 @@ def _run_calls(
                 untrusted=untrusted,
                 truncated=truncated,
                 not_run=not_run,
-            ),
-            emit,
-        )
+            )
+        ]
         if truncated:
             detail = f"{call.name} result of {len(text)} characters cut to {len(capped)}"
-            _append(session, LimitHit(kind="tool_result_cap", detail=detail), emit)
+            records.append(LimitHit(kind="tool_result_cap", detail=detail))
+        _append(session, emit, *records)
 
 
 def _end_turn(
     session: Session,
     error: TurnError,
-    emit: OnEvent,
+    emit: Hook,
     cause: BaseException | None = None,
     *,
     reraise: bool = False,
 ) -> NoReturn:
     """Leave the log well formed, then raise ``error`` chained from ``cause`` (or ``cause``
-    itself when ``reraise``, e.g. a KeyboardInterrupt inside a tool): a 'not run' result
-    for each call of the last assistant not answered yet, a ``LimitHit`` when a
-    :class:`TurnLimit` ended the turn, and the ``TurnEnd``."""
-    outcome, status = _OUTCOMES[type(error)], None
+    itself when ``reraise``, e.g. a KeyboardInterrupt inside a tool). One write: a 'not run'
+    result for each call of the last assistant not answered yet, the ``LimitHit`` of a limit
+    that ended the turn, and the ``TurnEnd``."""
+    outcome = error.kind if isinstance(error, TurnLimit) else _OUTCOMES[type(error)]
+    status = error.cause.status if isinstance(error, TurnInferError) else None
+    records: list[Record] = [*_not_run(session, f"the turn ended ({error})", outcome)]
     if isinstance(error, TurnLimit):
-        outcome = error.kind
-    elif isinstance(error, TurnInferError):
-        status = error.cause.status if error.cause is not None else None
-    _answer_unanswered(session, f"the turn ended ({error})", outcome, emit)
-    if isinstance(error, TurnLimit):
-        _append(session, LimitHit(kind=error.kind, detail=error.detail), emit)
-    _append(session, TurnEnd(outcome=outcome, detail=str(error), status=status), emit)
+        records.append(LimitHit(kind=error.kind, detail=error.detail))
+    elif isinstance(error, SessionFull):
+        records.append(LimitHit(kind="context_full", detail=str(error.cause)))
+    records.append(TurnEnd(outcome=outcome, detail=str(error), status=status))
+    _append(session, emit, *records)
     if reraise and cause is not None:
         raise cause
     raise error from cause
 
 
-_OUTCOMES: dict[type[TurnError], str] = {
-    TurnLimit: "tool_iterations",
-    TurnCancelled: "cancelled",
-    SessionFull: "session_full",
-    TurnInferError: "infer_error",
-}
+_OUTCOMES = {TurnCancelled: "cancelled", SessionFull: "session_full", TurnInferError: "infer_error"}
 
 
-def _answer_unanswered(session: Session, why: str, reason: str, emit: OnEvent) -> None:
+def _not_run(session: Session, why: str, reason: str) -> list[ToolResult]:
     """A 'not run' ``ToolResult`` (``not_run=reason``) for each call of the last assistant
     still without one: llama.cpp needs a result for every call of the history."""
-    for call in session.unanswered_calls():
-        text = f"This call was not run: {why}."
-        result = ToolResult(
-            call=session.next_call(),
+    first = session.next_call()
+    return [
+        ToolResult(
+            call=first + i,
             tool_call_id=call.id,
             name=call.name,
-            content=text,
+            content=f"This call was not run: {why}.",
             not_run=reason,
         )
-        _append(session, result, emit)
+        for i, call in enumerate(session.unanswered_calls())
+    ]
 
 
-def _append(session: Session, record: Record, emit: OnEvent) -> None:
-    session.append(record)
-    emit(record)
-
-
-def _safe(on_event: OnEvent | None) -> OnEvent:
-    if on_event is None:
-        return lambda event: None
-
-    def emit(event: TurnEvent) -> None:
-        try:
-            on_event(event)
-        except Exception:  # a hook's bug must not leave the log half written
-            log.exception("on_event hook raised on %s", type(event).__name__)
-
-    return emit
+def _append(session: Session, emit: Hook, *records: Record) -> None:
+    """Append records that belong together as one write (one fsync), then emit each."""
+    session.extend(records)
+    for record in records:
+        emit(record)

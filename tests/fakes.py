@@ -76,7 +76,10 @@ class ScriptedClient:
     is dropped (the server would have ended it).
     """
 
-    def __init__(self, steps: Sequence[Step], default: Step | None = None) -> None:
+    def __init__(
+        self, steps: Sequence[Step], default: Step | None = None, *, copy_bodies: bool = True
+    ) -> None:
+        self.copy_bodies = copy_bodies  # False: keep the bodies as sent (benchmarks)
         self.steps = list(steps)
         self.default = default or answer("ok")
         self.bodies: list[dict[str, Any]] = []
@@ -91,7 +94,7 @@ class ScriptedClient:
         reasoning_budget: int | None = None,
         cancel: threading.Event | None = None,
     ) -> Completion:
-        self.bodies.append(copy.deepcopy(body))
+        self.bodies.append(copy.deepcopy(body) if self.copy_bodies else body)
         self.budgets.append(reasoning_budget)
         if self.before_each:
             self.before_each(len(self.bodies))

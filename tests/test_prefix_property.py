@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from boxmaker.config import Config, LoopLimits, ThinkingConfig
 from boxmaker.errors import InferError, RequestCancelled, TurnError
 from boxmaker.records import Baseline
-from boxmaker.session import Session
+from boxmaker.session import Session, messages
 from boxmaker.tools import Registry
 from boxmaker.turn import Runtime, run_turn
 
@@ -114,6 +114,8 @@ def test_every_request_extends_the_previous(
             with contextlib.suppress(TurnError):
                 run_turn(session, runtime, text)
         reopened = Session.open(session.path, read_only=True).messages()
+        # the messages kept incrementally are exactly those rebuilt from the records
+        assert session.messages() == messages(session.baseline, session.records) == reopened
         session.close()
     serialised = [[json.dumps(m, ensure_ascii=False) for m in b["messages"]] for b in client.bodies]
     for earlier, later in itertools.pairwise(serialised):
