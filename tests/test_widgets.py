@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -11,6 +13,8 @@ from typing import Any
 import pytest
 from fakes import ScriptedClient, Step, answer, call, calls, timings
 
+import boxmaker
+import boxmaker.widgets
 from boxmaker.config import Config, LoopLimits
 from boxmaker.demo import demo_registry
 from boxmaker.errors import RequestCancelled, SessionError, TurnCancelled
@@ -35,19 +39,12 @@ from boxmaker.records import (
     User,
 )
 from boxmaker.records import ToolCall as Call
+from boxmaker.render import render_turn
 from boxmaker.session import Session
 from boxmaker.stream import Completion
+from boxmaker.transcript import AnswerBlock, ReasoningBlock, ToolBlock, Transcript
 from boxmaker.turn import Runtime
-from boxmaker.widgets import (
-    SUBMIT,
-    AnswerBlock,
-    ChatPanel,
-    ReasoningBlock,
-    SessionView,
-    ToolBlock,
-    Transcript,
-    render_turn,
-)
+from boxmaker.widgets import SUBMIT, ChatPanel, SessionView
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -160,6 +157,71 @@ def test_model_markup_is_escaped() -> None:
     t = Transcript().extend([User(content="<b>me</b>"), Assistant(content="<script>x</script>")])
     page = render_turn(t.turns[0])
     assert "<script>x" not in page and "&lt;script&gt;" in page and "<b>me</b>" not in page
+
+
+def _modules_after(statement: str) -> set[str]:
+    """The top-level modules loaded by ``statement`` in a fresh interpreter."""
+    code = f"import sys; {statement}; print(' '.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return {name.split(".")[0] for name in out.stdout.split()}
+
+
+def test_transcript_and_rendering_do_not_import_widgets() -> None:
+    transcript = _modules_after("import boxmaker.transcript")
+    assert not {"ipywidgets", "markdown", "nh3"} & transcript
+    assert "ipywidgets" not in _modules_after("import boxmaker.render")
+    package = _modules_after("import boxmaker")
+    assert not {"ipywidgets", "markdown"} & package
+    loaded = _modules_after("from boxmaker import ChatPanel, SessionView")
+    assert "ipywidgets" in loaded
+
+
+def test_the_package_loads_the_widget_classes_on_first_use() -> None:
+    assert boxmaker.ChatPanel is ChatPanel and boxmaker.SessionView is SessionView
+    assert {"ChatPanel", "SessionView"} <= set(dir(boxmaker))
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        _ = boxmaker.Nope
+
+
+def test_streamed_fragments_are_joined_once_when_read() -> None:
+    t = Transcript(clock=lambda: 0.0).extend([User(content="hi")])
+    for i in range(1000):
+        t.apply(Reasoning(f"r{i} "))
+    for i in range(1000):
+        t.apply(Content(f"c{i} "))
+    reasoning, answer = t.turns[0].blocks
+    assert isinstance(reasoning, ReasoningBlock) and isinstance(answer, AnswerBlock)
+    assert len(reasoning.parts) == 1000 and len(answer.parts) == 1000  # no join per fragment
+    assert answer.text == "".join(f"c{i} " for i in range(1000))
+    assert answer.parts == [answer.text]  # joined once, kept joined
+    t.apply(Content("end"))
+    assert t.turns[0].answer().endswith("c999 end") and reasoning.tokens == 1000
+
+
+def test_a_refresh_renders_only_the_last_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    panel = _panel(tmp_path, ScriptedClient([]))
+    for i in range(30):
+        panel.on_event(User(content=f"q{i}"))
+        panel.on_event(Assistant(content=f"a{i}"))
+    panel.flush()
+    assert len(panel._box.items) == 30
+    rendered: list[str] = []
+
+    def counting(turn: Any, *, streaming: bool = False) -> str:
+        rendered.append(turn.user)
+        return render_turn(turn, streaming=streaming)
+
+    monkeypatch.setattr(boxmaker.widgets, "render_turn", counting)
+    panel.on_event(Content(" more"))
+    panel.flush()
+    assert rendered == ["q29"]
+    assert "a29 more" in panel._box.items[29].value
+    panel.on_event(User(content="q30"))
+    panel.flush()
+    assert rendered == ["q29", "q29", "q30"]  # the one before loses its streaming state
+    assert len(panel._box.items) == 31 and "q30" in panel.html()
 
 
 # -- the panel --------------------------------------------------------------------------------
