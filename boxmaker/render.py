@@ -1,11 +1,21 @@
-"""The transcript as HTML: what the widgets show of each turn.
+"""Model text made safe to show: the transcript as HTML.
 
-:func:`render_turn` turns one :class:`~boxmaker.transcript.TurnView` into an HTML fragment for
-the widgets (:mod:`boxmaker.widgets`): reasoning, tool calls and results escaped into
-``<pre>``, answers rendered as Markdown (:func:`render_markdown`), counters and badges.
+Everything a model writes (answers, reasoning, tool-call names and arguments, and tool results,
+which may come from the web) is untrusted. This module is the one place that turns it into
+something shown, for the widgets (:mod:`boxmaker.widgets`):
 
-It depends on the pure transcript (:mod:`boxmaker.transcript`) and ``markdown``; never on
-ipywidgets.
+- HTML (:func:`render_turn`, :func:`render_block`): reasoning, tool calls and results are
+  escaped into ``<pre>``; answers are rendered as Markdown by :func:`render_markdown`, which
+  treats raw HTML in the text as text, leaves images as their Markdown source text (a rendered
+  answer fetches nothing, so a model cannot send the conversation to a server through an image
+  address), and passes the result through the ``nh3`` sanitizer (Python bindings of the Rust
+  ``ammonia`` library): an allow-list of tags and attributes, links kept only with an ``http``,
+  ``https`` or ``mailto`` address. Relative links (``/logout``, ``../x``, ``#top``) lose their
+  address too, since in a notebook they would point into the Jupyter server. A link that loses
+  its address stays as its text.
+
+It depends on the pure transcript (:mod:`boxmaker.transcript`), ``markdown`` and ``nh3``;
+never on ipywidgets.
 """
 
 from __future__ import annotations
@@ -14,21 +24,70 @@ import html
 import json
 
 import markdown
+import nh3
+from markdown.extensions import Extension
 
 from .transcript import AnswerBlock, Block, ReasoningBlock, TurnView
 
 __all__ = [
+    "LINK_SCHEMES",
     "counters_text",
     "render_block",
     "render_markdown",
     "render_turn",
 ]
 
+LINK_SCHEMES = frozenset({"http", "https", "mailto"})
+"""The only URL schemes a link in rendered model text keeps (others lose their address)."""
+
+_TAGS = frozenset(
+    {"p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "strong", "em", "code", "pre"}
+    | {"blockquote", "ul", "ol", "li", "a", "table", "thead", "tbody", "tr", "th", "td"}
+)
+"""What python-markdown (with fenced code and tables, raw HTML and images off) can emit."""
+
+_SANITIZER = nh3.Cleaner(
+    tags=set(_TAGS),
+    clean_content_tags={"script", "style"},
+    attributes={"a": {"href", "title"}, "th": {"style"}, "td": {"style"}},
+    filter_style_properties={"text-align"},  # the tables extension aligns columns this way
+    url_schemes=set(LINK_SCHEMES),
+    url_relative="deny",
+    link_rel="noopener noreferrer nofollow",
+    set_tag_attribute_values={"a": {"target": "_blank"}},  # never replace the notebook page
+)
+
+
+class _UntrustedMarkdown(Extension):
+    """python-markdown without raw HTML and without images, both shown as the text they are.
+
+    Deregisters the ``html_block`` preprocessor and the ``html`` inline pattern, so markup in
+    the text reaches the output escaped, and the image patterns, so ``![alt](url)`` stays that
+    text (python-markdown never reads ``[alt](url)`` after a ``!`` as a link).
+    """
+
+    def extendMarkdown(self, md: markdown.Markdown) -> None:
+        """Remove the patterns from ``md`` (called by python-markdown)."""
+        md.preprocessors.deregister("html_block")
+        for name in ("html", "image_link", "image_reference", "short_image_ref"):
+            md.inlinePatterns.deregister(name)
+
 
 def render_markdown(text: str) -> str:
-    """Markdown to HTML (python-markdown with fenced code and tables); raw HTML is escaped,
-    so a model cannot inject markup into the page."""
-    return markdown.markdown(html.escape(text, quote=False), extensions=["fenced_code", "tables"])
+    """Untrusted Markdown to safe HTML.
+
+    Args:
+        text: Markdown source (a model's answer).
+
+    Returns:
+        An HTML fragment: python-markdown with fenced code and tables, raw HTML in ``text``
+        escaped, images left as their source text, then sanitized by ``nh3``: only the tags
+        python-markdown emits, no event handlers or styles (table alignment aside), links kept
+        only with a scheme in :data:`LINK_SCHEMES` (``rel="noopener noreferrer nofollow"``,
+        opened in a new tab).
+    """
+    converter = markdown.Markdown(extensions=["fenced_code", "tables", _UntrustedMarkdown()])
+    return _SANITIZER.clean(converter.convert(text))
 
 
 # -- the transcript as HTML -------------------------------------------------------------------
