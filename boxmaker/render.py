@@ -1,8 +1,9 @@
-"""Model text made safe to show: the transcript as HTML.
+"""Model text made safe to show: the transcript as HTML, and text for a terminal.
 
 Everything a model writes (answers, reasoning, tool-call names and arguments, and tool results,
 which may come from the web) is untrusted. This module is the one place that turns it into
-something shown, for the widgets (:mod:`boxmaker.widgets`):
+something shown, for the widgets (:mod:`boxmaker.widgets`), the console view
+(:class:`boxmaker.demo.ConsoleView`) and ``boxmaker cassette show``:
 
 - HTML (:func:`render_turn`, :func:`render_block`): reasoning, tool calls and results are
   escaped into ``<pre>``; answers are rendered as Markdown by :func:`render_markdown`, which
@@ -13,6 +14,9 @@ something shown, for the widgets (:mod:`boxmaker.widgets`):
   ``https`` or ``mailto`` address. Relative links (``/logout``, ``../x``, ``#top``) lose their
   address too, since in a notebook they would point into the Jupyter server. A link that loses
   its address stays as its text.
+- Terminal (:func:`terminal_safe`): control characters, which would let model text move the
+  cursor, retitle the window, clear the screen or hide text, are shown as ``\\x1b``-style
+  escapes.
 
 It depends on the pure transcript (:mod:`boxmaker.transcript`), ``markdown`` and ``nh3``;
 never on ipywidgets.
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 
 import markdown
 import nh3
@@ -35,6 +40,7 @@ __all__ = [
     "render_block",
     "render_markdown",
     "render_turn",
+    "terminal_safe",
 ]
 
 LINK_SCHEMES = frozenset({"http", "https", "mailto"})
@@ -88,6 +94,39 @@ def render_markdown(text: str) -> str:
     """
     converter = markdown.Markdown(extensions=["fenced_code", "tables", _UntrustedMarkdown()])
     return _SANITIZER.clean(converter.convert(text))
+
+
+_CONTROLS = re.compile("\r\n|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""Every C0 control but tab and newline, DEL, and every C1 control (U+0080-U+009F, among them
+the 8-bit CSI U+009B and OSC U+009D); a Windows line end is matched whole."""
+
+
+def _visible(match: re.Match[str]) -> str:
+    char = match.group()
+    if char == "\r\n":
+        return "\n"
+    return "\\r" if char == "\r" else f"\\x{ord(char):02x}"
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with its control characters made visible, for printing to a terminal.
+
+    A terminal acts on control characters instead of showing them: ``ESC`` starts sequences
+    that move the cursor, clear the screen (``\\x1b[2J``), set the window title
+    (``\\x1b]0;...\\x07``) or write to the clipboard; ``CR`` and backspace overwrite what was
+    printed; C1 characters such as U+009B act like ``ESC [``. Each such character (C0 but tab
+    and newline, DEL, C1) is replaced by its escape, ``\\x1b``, ``\\x07``, ``\\x9b``...
+    (``\\r`` for a lone carriage return; a ``\\r\\n`` line end becomes ``\\n``). Everything
+    else, tab and newline among it, is kept.
+
+    Args:
+        text: model or server text (any length; a stream may pass fragment by fragment, but a
+            ``\\r\\n`` split across two fragments then shows as ``\\r`` and a new line).
+
+    Returns:
+        Text without any C0 (but tab and newline), DEL or C1 character.
+    """
+    return _CONTROLS.sub(_visible, text)
 
 
 # -- the transcript as HTML -------------------------------------------------------------------
