@@ -312,7 +312,12 @@ def test_panel_runs_a_turn_with_tool_call_in_a_worker(tmp_path: Path) -> None:
     panel = _panel(tmp_path, client)
     seen: list[threading.Thread] = []
     original = panel.on_event
-    panel.on_event = lambda e: (seen.append(threading.current_thread()), original(e))[1]  # type: ignore[method-assign]
+
+    def hook(event: Any) -> None:
+        seen.append(threading.current_thread())
+        original(event)
+
+    panel.on_event = hook  # type: ignore[method-assign]
     outcome = panel.ask("Weather in Oslo?", timeout=10)
     assert outcome.content == "Sunny in *Oslo*."
     assert seen and all(t is not threading.main_thread() for t in seen)
