@@ -12,6 +12,8 @@ The public API, in one place (implementation lives in one module per role; see t
         outcome = run_turn(session, runtime, "What is the weather in Oslo?", print)
 """
 
+import typing as _typing
+
 from .cache import CacheOutcome, cache_outcome
 from .client import Client
 from .config import (
@@ -74,9 +76,36 @@ from .tools import (
     dispatch,
 )
 from .turn import Runtime, TurnOutcome, run_turn
-from .widgets import ChatPanel, SessionView
+
+if _typing.TYPE_CHECKING:
+    from .widgets import ChatPanel, SessionView
 
 __version__ = "0.1.0"
+
+_WIDGETS = ("ChatPanel", "SessionView")
+"""Names loaded from :mod:`boxmaker.widgets` on first use, so that ``import boxmaker`` does not
+import ipywidgets (a kernel-side library a script or CI run need not load)."""
+
+
+def __getattr__(name: str) -> object:
+    """Load :data:`_WIDGETS` names from :mod:`boxmaker.widgets` when first asked for (PEP 562).
+
+    Raises:
+        AttributeError: ``name`` is not a name of the package.
+    """
+    if name in _WIDGETS:
+        from . import widgets  # ipywidgets on first use only (see _WIDGETS)
+
+        value = getattr(widgets, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'boxmaker' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The package's names, the lazily loaded widget classes among them."""
+    return sorted(set(globals()) | set(_WIDGETS))
+
 
 __all__ = [
     "Assistant",

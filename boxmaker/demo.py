@@ -25,6 +25,7 @@ from .events import (
     TurnEvent,
 )
 from .records import CacheLoss, LimitHit, Record, ToolResult, Usage
+from .render import terminal_safe
 from .tools import Registry
 
 __all__ = ["DEMO_PROMPTS", "DEMO_SYSTEM", "ConsoleView", "demo_registry", "usage_rows"]
@@ -81,7 +82,14 @@ class ConsoleView:
     """An ``on_event`` hook that prints a turn live to a text stream.
 
     Reasoning is printed dim (when the stream is a terminal), content as it streams, tool
-    calls and results on their own lines, limits and cache losses flagged.
+    calls and results on their own lines, limits and cache losses flagged. Every text that
+    comes from the model, a tool or the server passes through
+    :func:`~boxmaker.render.terminal_safe` first, so it cannot move the cursor, clear the
+    screen or retitle the window: the only escape sequences written are the view's own dim
+    and reset.
+
+    Args:
+        out: the text stream (default ``sys.stdout``).
     """
 
     def __init__(self, out: TextIO | None = None) -> None:
@@ -97,27 +105,29 @@ class ConsoleView:
 
     def __call__(self, event: TurnEvent | Record) -> None:
         """Print one event."""
-        w = self.out.write
+        w, safe = self.out.write, terminal_safe
         if isinstance(event, Queued):
             self._switch("status", "  [queued]")
         elif isinstance(event, Progress) and event.processed >= event.total:
             self._switch("status", f"  [prompt {event.total} tokens, {event.cache} cached]")
         elif isinstance(event, Reasoning):
             self._switch("reasoning", f"{self._dim}think> ")
-            w(event.text)
+            w(safe(event.text))
         elif isinstance(event, Content):
             self._switch("content", f"{self._reset}model> ")
-            w(event.text)
+            w(safe(event.text))
         elif isinstance(event, ToolCallStarted):
-            self._switch("tool", f"{self._reset}  call #{event.call} {event.name}{event.arguments}")
+            call = safe(f"{event.name}{event.arguments}")
+            self._switch("tool", f"{self._reset}  call #{event.call} {call}")
         elif isinstance(event, ToolResult):
             flag = " (truncated)" if event.truncated else ""
-            self._switch("result", f"  result{flag}: {event.content[:200]}")
+            self._switch("result", f"  result{flag}: {safe(event.content[:200])}")
             self._mode = ""
         elif isinstance(event, ThinkingCapped):
             self._switch("limit", f"{self._reset}  [thinking cap: {event.reasoning_tokens} tokens]")
         elif isinstance(event, LimitHit):
-            self._switch("limit", f"{self._reset}  [limit {event.kind}: {event.detail}]")
+            detail = safe(f"{event.kind}: {event.detail}")
+            self._switch("limit", f"{self._reset}  [limit {detail}]")
             self._mode = ""
         elif isinstance(event, CacheLoss):
             self._switch(
@@ -126,9 +136,8 @@ class ConsoleView:
             )
             self._mode = ""
         elif isinstance(event, Retrying):
-            self._switch(
-                "status", f"  [retry {event.attempt} in {event.delay_s:.1f} s: {event.reason}]"
-            )
+            reason = safe(event.reason)
+            self._switch("status", f"  [retry {event.attempt} in {event.delay_s:.1f} s: {reason}]")
             self._mode = ""
         elif isinstance(event, Usage) and event.finish_reason == "length":
             self._switch("limit", f"{self._reset}  [cut at max_tokens]")

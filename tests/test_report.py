@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
 import shutil
 from pathlib import Path
@@ -12,11 +13,12 @@ import pytest
 
 matplotlib.use("Agg")
 
+from hostile import HOSTILE_MARKDOWN, live_hazards
 from test_frames import RECORDS, at
 
 from boxmaker import frames
 from boxmaker.cli import main
-from boxmaker.records import Baseline
+from boxmaker.records import Assistant, Baseline, LimitHit, ToolCall, ToolResult, User
 from boxmaker.report import format_text, run_report, tables
 from boxmaker.session import Session
 
@@ -121,3 +123,36 @@ def test_report_on_the_demo_log_through_the_cli(
 def test_format_text_of_nothing(tmp_path: Path) -> None:
     text = format_text(frames.load(tmp_path))
     assert "Cache losses by session\n-----------------------\n(none)" in text
+
+
+REPORT_TAGS = frozenset(
+    {"html", "head", "meta", "title", "style", "body", "h1", "h2", "ul", "li", "p", "img"}
+    | {"table", "thead", "tbody", "tr", "th", "td"}
+)
+"""Every tag the HTML report may hold."""
+
+
+def _plot(tag: str, value: str) -> bool:
+    """The report's own plots: inline PNG images."""
+    return tag == "img" and value.startswith("data:image/png;base64,")
+
+
+def test_html_report_keeps_hostile_model_text_inert(tmp_path: Path) -> None:
+    folder = tmp_path / "sessions"
+    texts = list(HOSTILE_MARKDOWN.values())
+    with Session.create(folder, Baseline(time=at(-1)), session_id="hostile") as session:
+        for i, text in enumerate(texts):
+            session.append(User(content=text, time=at(3 * i)))
+            hostile_call = ToolCall(id=f"c{i}", name=text, arguments=json.dumps({"q": text}))
+            session.append(Assistant(content=text, tool_calls=(hostile_call,), time=at(3 * i)))
+            session.append(ToolResult(call=i + 1, tool_call_id=f"c{i}", name=text, content=text))
+            session.append(LimitHit(kind="tool_iterations", detail=text, time=at(3 * i + 1)))
+    bad = folder / "zz-<img src=x onerror=alert(1)>.jsonl"
+    bad.write_text('{"type": "baseline", "schema": 1}\n<script>alert(1)</script>\n')
+    out = tmp_path / "report.html"
+    assert run_report([str(folder)], html=str(out)) == 0
+    page = out.read_text(encoding="utf-8")
+    assert live_hazards(page, tags=REPORT_TAGS, src_ok=_plot, css_ok=lambda css: True) == []
+    assert page.count("<style>") == 1 and "<script" not in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page  # the tool name, shown as text
+    assert "zz-&lt;img src=x onerror=alert(1)&gt;.jsonl:2" in page  # left out, as text

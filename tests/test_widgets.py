@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -10,7 +12,10 @@ from typing import Any
 
 import pytest
 from fakes import ScriptedClient, Step, answer, call, calls, timings
+from hostile import HOSTILE_MARKDOWN, live_hazards
 
+import boxmaker
+import boxmaker.widgets
 from boxmaker.config import Config, LoopLimits
 from boxmaker.demo import demo_registry
 from boxmaker.errors import RequestCancelled, SessionError, TurnCancelled
@@ -35,19 +40,12 @@ from boxmaker.records import (
     User,
 )
 from boxmaker.records import ToolCall as Call
+from boxmaker.render import render_markdown, render_turn
 from boxmaker.session import Session
 from boxmaker.stream import Completion
+from boxmaker.transcript import AnswerBlock, ReasoningBlock, ToolBlock, Transcript
 from boxmaker.turn import Runtime
-from boxmaker.widgets import (
-    SUBMIT,
-    AnswerBlock,
-    ChatPanel,
-    ReasoningBlock,
-    SessionView,
-    ToolBlock,
-    Transcript,
-    render_turn,
-)
+from boxmaker.widgets import SUBMIT, ChatPanel, SessionView
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -162,6 +160,145 @@ def test_model_markup_is_escaped() -> None:
     assert "<script>x" not in page and "&lt;script&gt;" in page and "<b>me</b>" not in page
 
 
+def _modules_after(statement: str) -> set[str]:
+    """The top-level modules loaded by ``statement`` in a fresh interpreter."""
+    code = f"import sys; {statement}; print(' '.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return {name.split(".")[0] for name in out.stdout.split()}
+
+
+def test_transcript_and_rendering_do_not_import_widgets() -> None:
+    transcript = _modules_after("import boxmaker.transcript")
+    assert not {"ipywidgets", "markdown", "nh3"} & transcript
+    assert "ipywidgets" not in _modules_after("import boxmaker.render")
+    package = _modules_after("import boxmaker")
+    assert not {"ipywidgets", "markdown"} & package
+    loaded = _modules_after("from boxmaker import ChatPanel, SessionView")
+    assert "ipywidgets" in loaded
+
+
+def test_the_package_loads_the_widget_classes_on_first_use() -> None:
+    assert boxmaker.ChatPanel is ChatPanel and boxmaker.SessionView is SessionView
+    assert {"ChatPanel", "SessionView"} <= set(dir(boxmaker))
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        _ = boxmaker.Nope
+
+
+def test_streamed_fragments_are_joined_once_when_read() -> None:
+    t = Transcript(clock=lambda: 0.0).extend([User(content="hi")])
+    for i in range(1000):
+        t.apply(Reasoning(f"r{i} "))
+    for i in range(1000):
+        t.apply(Content(f"c{i} "))
+    reasoning, answer = t.turns[0].blocks
+    assert isinstance(reasoning, ReasoningBlock) and isinstance(answer, AnswerBlock)
+    assert len(reasoning.parts) == 1000 and len(answer.parts) == 1000  # no join per fragment
+    assert answer.text == "".join(f"c{i} " for i in range(1000))
+    assert answer.parts == [answer.text]  # joined once, kept joined
+    t.apply(Content("end"))
+    assert t.turns[0].answer().endswith("c999 end") and reasoning.tokens == 1000
+
+
+def test_a_refresh_renders_only_the_last_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    panel = _panel(tmp_path, ScriptedClient([]))
+    for i in range(30):
+        panel.on_event(User(content=f"q{i}"))
+        panel.on_event(Assistant(content=f"a{i}"))
+    panel.flush()
+    assert len(panel._box.items) == 30
+    rendered: list[str] = []
+
+    def counting(turn: Any, *, streaming: bool = False) -> str:
+        rendered.append(turn.user)
+        return render_turn(turn, streaming=streaming)
+
+    monkeypatch.setattr(boxmaker.widgets, "render_turn", counting)
+    panel.on_event(Content(" more"))
+    panel.flush()
+    assert rendered == ["q29"]
+    assert "a29 more" in panel._box.items[29].value
+    panel.on_event(User(content="q30"))
+    panel.flush()
+    assert rendered == ["q29", "q29", "q30"]  # the one before loses its streaming state
+    assert len(panel._box.items) == 31 and "q30" in panel.html()
+
+
+# -- untrusted model text ---------------------------------------------------------------------
+
+PANEL_TAGS = frozenset(
+    {"style", "div", "span", "details", "summary", "pre", "b", "i"}  # the transcript's own
+    | {"p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "strong", "em", "code", "blockquote"}
+    | {"ul", "ol", "li", "a", "table", "thead", "tbody", "tr", "th", "td"}  # Markdown
+)
+"""Every tag a rendered transcript may hold."""
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_MARKDOWN))
+def test_hostile_markdown_renders_inert(name: str) -> None:
+    text = HOSTILE_MARKDOWN[name]
+    assert live_hazards(render_markdown(text), tags=PANEL_TAGS) == []
+    turn = Transcript().extend([User(content=text), Assistant(content=text)]).turns[0]
+    assert live_hazards(render_turn(turn), tags=PANEL_TAGS) == []
+
+
+def test_hostile_markup_stays_visible_as_text() -> None:
+    page = render_markdown("<script>alert(1)</script>\n\nand <img src=x onerror=alert(1)>")
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert render_markdown("[click](javascript:alert(1))") == (
+        '<p><a target="_blank" rel="noopener noreferrer nofollow">click</a></p>'
+    )
+    assert "![pic](https://evil.example/x.png)" in render_markdown(
+        "![pic](https://evil.example/x.png)"
+    )
+
+
+def test_normal_markdown_still_renders() -> None:
+    page = render_markdown(
+        "# Title\n\n**bold**, *it*, `a < b` and [docs](https://example.org/a?b=1&c=2), "
+        "<https://example.org>, <me@example.org>, [mail](mailto:me@example.org).\n\n"
+        "- one\n- two\n\nthen\n\n1. first\n\n> quoted\n\n"
+        "| left | right |\n|:-----|------:|\n| 1 | 2 |\n\n"
+        "```python\nif x < 1 and y > 2:\n    pass\n```"
+    )
+    link = 'target="_blank" rel="noopener noreferrer nofollow"'
+    assert "<h1>Title</h1>" in page
+    assert "<strong>bold</strong>, <em>it</em>, <code>a &lt; b</code>" in page
+    assert f'<a href="https://example.org/a?b=1&amp;c=2" {link}>docs</a>' in page
+    assert f'<a href="https://example.org" {link}>https://example.org</a>' in page
+    assert f'<a href="mailto:me@example.org" {link}>mail</a>' in page
+    assert "me@example.org</a>" in page.split("mail</a>")[0]  # the autolinked address
+    assert "<ul>\n<li>one</li>\n<li>two</li>\n</ul>" in page
+    assert "<ol>\n<li>first</li>\n</ol>" in page
+    assert "<blockquote>" in page
+    assert '<th style="text-align:left">left</th>' in page
+    assert '<td style="text-align:right">2</td>' in page
+    assert "<pre><code>if x &lt; 1 and y &gt; 2:\n    pass\n</code></pre>" in page
+    assert live_hazards(page, tags=PANEL_TAGS) == []
+
+
+def test_hostile_text_is_inert_in_the_panel_and_the_session_view(tmp_path: Path) -> None:
+    bad = "<img src=x onerror=alert(1)>"
+    steps = [
+        Step(reasoning="<script>", tool_calls=[call(bad, {"city": bad}), call("get_time", bad)]),
+        calls(call("get_weather", {"city": f"[x](javascript:alert(1)) {bad}"})),
+    ]
+    steps += [answer(text) for text in HOSTILE_MARKDOWN.values()]
+    panel = _panel(tmp_path, ScriptedClient(steps))
+    for name in HOSTILE_MARKDOWN:
+        outcome = panel.ask(f"say {name} {bad}", timeout=10)
+        assert not isinstance(outcome, Exception), outcome
+    view = SessionView(panel.session.path)
+    assert len(view.transcript.turns) == len(HOSTILE_MARKDOWN)
+    for page in (panel.html(), view.html()):
+        assert live_hazards(page, tags=PANEL_TAGS) == []
+        assert page.count("&lt;img src=x onerror=alert(1)&gt;") >= len(HOSTILE_MARKDOWN)
+    assert "Tool call #1: &lt;img src=x onerror=alert(1)&gt;" in view.html()
+    assert live_hazards(view.widget.children[0].value, tags=PANEL_TAGS) == []
+
+
 # -- the panel --------------------------------------------------------------------------------
 
 
@@ -175,7 +312,12 @@ def test_panel_runs_a_turn_with_tool_call_in_a_worker(tmp_path: Path) -> None:
     panel = _panel(tmp_path, client)
     seen: list[threading.Thread] = []
     original = panel.on_event
-    panel.on_event = lambda e: (seen.append(threading.current_thread()), original(e))[1]  # type: ignore[method-assign]
+
+    def hook(event: Any) -> None:
+        seen.append(threading.current_thread())
+        original(event)
+
+    panel.on_event = hook  # type: ignore[method-assign]
     outcome = panel.ask("Weather in Oslo?", timeout=10)
     assert outcome.content == "Sunny in *Oslo*."
     assert seen and all(t is not threading.main_thread() for t in seen)
