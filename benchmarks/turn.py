@@ -30,7 +30,7 @@ from boxmaker.tools import Registry
 from boxmaker.turn import Runtime, run_turn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from fakes import ScriptedClient, answer, call, calls, timings  # noqa: E402
+from fakes import ScriptedClient, answer, call, calls, timings
 
 
 def get_weather(city: str) -> str:

@@ -36,6 +36,7 @@ from .records import (
     LimitHit,
     Record,
     ToolResult,
+    TurnEnd,
     Usage,
     User,
 )
@@ -236,6 +237,10 @@ class Transcript:
             self._turn().badges.append(("cache_loss", text))
         elif isinstance(event, LimitHit):
             self._turn().badges.append((event.kind, f"{event.kind}: {event.detail}"))
+        elif isinstance(event, TurnEnd) and self.turns:
+            # schema 2: a stored log says how each turn ended (a live panel says it too)
+            early = event.outcome not in ("answered", "length")
+            self.turns[-1].ended = f"{event.outcome}: {event.detail}" if early else None
 
     def _stream(self, event: Reasoning | Content, now: float) -> None:
         live = self.live

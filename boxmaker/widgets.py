@@ -88,7 +88,7 @@ class SessionView:
         transcript: the folded :class:`Transcript`.
         widget: the ipywidgets ``VBox`` shown in a notebook (also shown by displaying the view).
 
-    A log file is opened read-only (``Session.open(path, repair=False)``): never repaired or
+    A log file is opened read-only (``Session.open(path, read_only=True)``): never repaired or
     written, so a log another process is still writing can be reviewed.
 
     Raises:
@@ -100,7 +100,7 @@ class SessionView:
             records = list(path_or_session.records)
             title = str(path_or_session.path)
         else:
-            records = list(Session.open(path_or_session, repair=False).records)
+            records = list(Session.open(path_or_session, read_only=True).records)
             title = str(path_or_session)
         self.transcript = Transcript().extend(records)
         self._box = _TranscriptBox()
