@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 
 from boxmaker.errors import ServerError
+from boxmaker.model import default_model_path
 
 __all__ = ["EmbeddedServer", "serve_forever"]
 
@@ -41,8 +42,6 @@ _import_lock = threading.Lock()
 
 def _resolve_model(model_path: str | os.PathLike[str] | None) -> Path:
     if model_path is None:
-        from boxmaker.model import default_model_path
-
         return default_model_path()
     return Path(model_path)
 
