@@ -13,21 +13,34 @@ contexts that teach copying), and, with share 0 unless ``--mix`` names them, ``l
 result in the user message, answered in the tool answer's words) and ``think_cut`` (a
 reasoning ended by llama.cpp's ``reasoning_end``, then the call).
 
-City names are random (letters or made-up syllables, some two words, some with an apostrophe,
-hyphen or "St. "), never real: real names are held out for evaluation
-(:data:`HELD_OUT_CITIES`, used by ``scripts/eval_model.py``).
+The words (tools, random city names, questions, answers, tool results) come from
+:mod:`boxmaker.model.words`; :data:`HELD_OUT_CITIES` and the rest are re-exported here.
 """
 
 from __future__ import annotations
 
 import json
 import random
-import string
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from boxmaker.model.format import EOS_TOKEN, encode, render
+from boxmaker.model.words import (
+    HELD_OUT_CITIES,
+    TOOLS,
+    random_city,
+    random_phrase,
+    system_messages,
+    time_answer,
+    time_question,
+    time_result,
+    tool_call,
+    tools_variant,
+    weather_answer,
+    weather_question,
+    weather_result,
+)
 
 __all__ = [
     "COPY_WEIGHT",
@@ -42,263 +55,6 @@ __all__ = [
 
 COPY_WEIGHT = 5.0
 """Loss weight of copied spans (names, values) relative to other assistant tokens."""
-
-TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Get the current weather in a city.",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string", "description": "The city name."}},
-                "required": ["city"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "get_time",
-            "description": "Get the current local time in a city.",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string", "description": "The city name."}},
-                "required": ["city"],
-            },
-        },
-    },
-]
-"""The tools the model is trained and evaluated with (descriptions vary in training)."""
-
-HELD_OUT_CITIES: tuple[str, ...] = (
-    "Paris", "London", "Tokyo", "Berlin", "Madrid", "Rome", "Lisbon", "Oslo", "Cairo",
-    "Lima", "Quito", "Nairobi", "Sydney", "Toronto", "Chicago", "Boston", "Seattle", "Denver",
-    "Dublin", "Vienna", "Prague", "Warsaw", "Athens", "Helsinki", "Stockholm", "Moscow",
-    "Istanbul", "Mumbai", "Delhi", "Beijing", "Shanghai", "Seoul", "Bangkok", "Hanoi",
-    "Jakarta", "Manila", "Santiago", "Bogota", "Caracas", "Havana", "Montreal", "Vancouver",
-    "Rio de Janeiro", "Buenos Aires", "New York", "Los Angeles", "San Francisco", "Mexico City",
-    "Cape Town", "Tel Aviv", "Hong Kong", "Kuala Lumpur", "Ho Chi Minh City", "Abu Dhabi",
-    "St. Louis", "Xi'an", "Winston-Salem", "Aix-en-Provence", "Reykjavik", "Zurich",
-)  # fmt: skip
-"""Real city names never produced by :func:`random_city`; the evaluation uses them."""
-
-_HELD_OUT_LOWER = {c.lower() for c in HELD_OUT_CITIES}
-
-_CONSONANTS = "bcdfghjklmnprstvwz"
-_VOWELS = "aeiou"
-_SKIES = (
-    "sunny", "cloudy", "rainy", "windy", "foggy", "snowy", "clear", "stormy", "overcast",
-    "drizzle", "hail", "mild", "humid", "partly cloudy", "light rain", "heavy snow",
-)  # fmt: skip
-
-
-def _syllable_word(rng: random.Random, lo: int, hi: int) -> str:
-    n = rng.randint(lo, hi)
-    out = ""
-    while len(out) < n:
-        syl = rng.choice(_CONSONANTS) + rng.choice(_VOWELS)
-        if rng.random() < 0.3:
-            syl += rng.choice(_CONSONANTS)
-        out += syl
-    return out[:n]
-
-
-def _letter_word(rng: random.Random, lo: int, hi: int) -> str:
-    return "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(lo, hi)))
-
-
-def _word(rng: random.Random, lo: int, hi: int) -> str:
-    if rng.random() < 0.5:
-        return _letter_word(rng, lo, hi)
-    return _syllable_word(rng, lo, hi)
-
-
-def _case(rng: random.Random, w: str) -> str:
-    r = rng.random()
-    if r < 0.75:
-        return w.capitalize()
-    if r < 0.85:
-        return w.upper()
-    if r < 0.95:
-        return w
-    return "".join(c.upper() if rng.random() < 0.5 else c for c in w)
-
-
-def random_city(rng: random.Random) -> str:
-    """A made-up city name: 3-14 letters, 25% two words, ~12% with ' - or "St. "."""
-    while True:
-        r = rng.random()
-        if r < 0.25:
-            name = _case(rng, _word(rng, 2, 7)) + " " + _case(rng, _word(rng, 2, 7))
-        else:
-            name = _case(rng, _word(rng, 3, 14))
-        p = rng.random()
-        if p < 0.04:
-            w = _word(rng, 2, 6)
-            name = name + "'" + w
-        elif p < 0.08:
-            name = name + "-" + _case(rng, _word(rng, 2, 7))
-        elif p < 0.12:
-            name = rng.choice(("St. ", "Ft. ", "Mt. ")) + name
-        elif p < 0.14:
-            name = name + " " + str(rng.randint(1, 99))
-        if name.lower() not in _HELD_OUT_LOWER and 3 <= len(name) <= 24:
-            return name
-
-
-def _random_phrase(rng: random.Random) -> str:
-    parts = []
-    for _ in range(rng.randint(1, 4)):
-        r = rng.random()
-        if r < 0.6:
-            parts.append(_case(rng, _word(rng, 1, 9)))
-        elif r < 0.85:
-            parts.append(str(rng.randint(0, 9999) if rng.random() < 0.6 else rng.randint(0, 9)))
-        else:
-            parts.append(
-                rng.choice(("-", "'", ":", ".", ",", "!", "?", "/", "+", "#")).join(
-                    (_word(rng, 1, 5), _word(rng, 1, 5))
-                )
-            )
-    return " ".join(parts)
-
-
-def _temperature(rng: random.Random) -> int:
-    if rng.random() < 0.35:
-        return rng.randint(-9, 9)
-    return rng.randint(-30, 45)
-
-
-def _sky(rng: random.Random) -> str:
-    if rng.random() < 0.6:
-        return rng.choice(_SKIES)
-    return _letter_word(rng, 3, 10) if rng.random() < 0.5 else _syllable_word(rng, 3, 10)
-
-
-def _clock(rng: random.Random) -> str:
-    return f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}"
-
-
-def tools_variant(rng: random.Random) -> list[dict[str, Any]]:
-    """The two tools with randomly varied descriptions, order, and sometimes one left out."""
-    descs_w = (
-        "Get the current weather in a city.", "Get the weather for a city.",
-        "Returns the current weather (temperature and sky) of a city.", "", "Weather lookup.",
-    )  # fmt: skip
-    descs_t = (
-        "Get the current local time in a city.", "Get the time in a city.",
-        "Returns the local time of a city.", "", "Clock lookup.",
-    )  # fmt: skip
-    out = []
-    for name, descs in (("get_weather", descs_w), ("get_time", descs_t)):
-        fn: dict[str, Any] = {"name": name}
-        d = rng.choice(descs)
-        if d:
-            fn["description"] = d
-        prop: dict[str, Any] = {"type": "string"}
-        if rng.random() < 0.5:
-            prop["description"] = rng.choice(("The city name.", "City name", "A city."))
-        fn["parameters"] = {
-            "type": "object",
-            "properties": {"city": prop},
-            "required": ["city"],
-        }
-        out.append({"type": "function", "function": fn})
-    if rng.random() < 0.2:
-        out.reverse()
-    return out
-
-
-def _system(rng: random.Random) -> list[dict[str, Any]]:
-    r = rng.random()
-    if r < 0.5:
-        return []
-    text = rng.choice((
-        "You are a helpful assistant.", "You are a helpful assistant with tools.",
-        "You are a small agent. Use the tools when needed.", "Be brief.",
-        "You answer questions about weather and time.",
-    ))  # fmt: skip
-    return [{"role": "system", "content": text}]
-
-
-def _call(rng: random.Random, name: str, city: str) -> dict[str, Any]:
-    call_id = "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(12))
-    return {
-        "id": call_id,
-        "type": "function",
-        "function": {"name": name, "arguments": json.dumps({"city": city})},
-    }
-
-
-def _weather_result(rng: random.Random, city: str) -> tuple[str, int, str]:
-    temp = _temperature(rng)
-    sky = _sky(rng)
-    obj: dict[str, Any] = {}
-    if rng.random() < 0.6:
-        obj["city"] = city
-    obj[rng.choice(("temperature", "temp", "temp_c"))] = temp
-    obj[rng.choice(("sky", "condition", "conditions"))] = sky
-    if rng.random() < 0.3:
-        obj["humidity"] = rng.randint(5, 100)
-    if rng.random() < 0.2:
-        obj["unit"] = "C"
-    items = list(obj.items())
-    if rng.random() < 0.3:
-        rng.shuffle(items)
-    return json.dumps(dict(items)), temp, sky
-
-
-def _time_result(rng: random.Random, city: str) -> tuple[str, str]:
-    clock = _clock(rng)
-    obj: dict[str, Any] = {}
-    if rng.random() < 0.6:
-        obj["city"] = city
-    obj[rng.choice(("time", "local_time"))] = clock
-    if rng.random() < 0.3:
-        obj["timezone"] = f"UTC{rng.choice('+-')}{rng.randint(0, 12)}"
-    items = list(obj.items())
-    if rng.random() < 0.3:
-        rng.shuffle(items)
-    return json.dumps(dict(items)), clock
-
-
-def _end(rng: random.Random, mark: str) -> str:
-    return mark if rng.random() < 0.85 else rng.choice(("", "?", ".", "!", " ?"))
-
-
-def weather_question(rng: random.Random, city: str) -> str:
-    """One phrasing of a weather question about ``city``."""
-    forms = (
-        ("What is the weather in ", "?"), ("What's the weather like in ", "?"),
-        ("How is the weather in ", "?"), ("Weather in ", "?"),
-        ("Tell me the weather in ", "."), ("Is it raining in ", "?"),
-        ("Can you check the weather in ", "?"), ("weather for ", ""),
-    )  # fmt: skip
-    head, mark = rng.choice(forms)
-    return head + city + _end(rng, mark)
-
-
-def time_question(rng: random.Random, city: str) -> str:
-    """One phrasing of a time question about ``city``."""
-    forms = (
-        ("What time is it in ", "?"), ("What is the time in ", "?"),
-        ("Tell me the time in ", "."), ("Time in ", "?"),
-        ("What's the local time in ", "?"), ("Can you check the time in ", "?"),
-        ("current time in ", ""),
-    )  # fmt: skip
-    head, mark = rng.choice(forms)
-    return head + city + _end(rng, mark)
-
-
-def weather_answer(city: str, temp: int, sky: str) -> str:
-    """The answer sentence after a weather result."""
-    return f"In {city} it is {temp} C and {sky}."
-
-
-def time_answer(city: str, clock: str) -> str:
-    """The answer sentence after a time result."""
-    return f"In {city} it is {clock}."
 
 
 @dataclass
@@ -329,18 +85,18 @@ def _tool(call: dict[str, Any], content: str) -> dict[str, Any]:
 def _one_call(rng: random.Random, conv: _Conv, kind: str, city: str, train: bool) -> str:
     """Add call, result; return the answer sentence (not added)."""
     tool = "get_weather" if kind == "weather" else "get_time"
-    call = _call(rng, tool, city)
+    call = tool_call(rng, tool, city)
     what = "weather" if kind == "weather" else "time"
     conv.add(
         _assistant(f"The user wants the {what} in {city}. I will call {tool}.", calls=[call]),
         train,
     )
     if kind == "weather":
-        result, temp, sky = _weather_result(rng, city)
+        result, temp, sky = weather_result(rng, city)
         conv.add(_tool(call, result))
         conv.copies += [city, str(temp), sky]
         return weather_answer(city, temp, sky)
-    result, clock = _time_result(rng, city)
+    result, clock = time_result(rng, city)
     conv.add(_tool(call, result))
     conv.copies += [city, clock]
     return time_answer(city, clock)
@@ -374,14 +130,14 @@ def _fam_two_city(rng: random.Random, conv: _Conv) -> None:
     conv.add({"role": "user", "content": rng.choice(forms).format(k1=k1, c1=c1, k2=k2, c2=c2)})
     a1 = _one_call(rng, conv, k1, c1, True)
     tool2 = "get_weather" if k2 == "weather" else "get_time"
-    call = _call(rng, tool2, c2)
+    call = tool_call(rng, tool2, c2)
     conv.add(_assistant(f"Now the {k2} in {c2}. I will call {tool2}.", calls=[call]), True)
     if k2 == "weather":
-        result, temp, sky = _weather_result(rng, c2)
+        result, temp, sky = weather_result(rng, c2)
         a2 = weather_answer(c2, temp, sky)
         conv.copies += [c2, str(temp), sky]
     else:
-        result, clock = _time_result(rng, c2)
+        result, clock = time_result(rng, c2)
         a2 = time_answer(c2, clock)
         conv.copies += [c2, clock]
     conv.add(_tool(call, result))
@@ -428,9 +184,9 @@ def _fam_think_long(rng: random.Random, conv: _Conv) -> None:
     lines = ["This needs careful thought."]
     lines += [f"Step {k}: I think about the weather in {city}." for k in range(1, n + 1)]
     lines.append("Now I will call get_weather.")
-    call = _call(rng, "get_weather", city)
+    call = tool_call(rng, "get_weather", city)
     conv.add(_assistant("\n".join(lines), calls=[call]), True)
-    result, temp, sky = _weather_result(rng, city)
+    result, temp, sky = weather_result(rng, city)
     conv.add(_tool(call, result))
     conv.copies += [city, str(temp), sky]
     conv.add(_assistant(f"I have the weather for {city}. I will answer.",
@@ -462,7 +218,7 @@ def _fam_think_cut(rng: random.Random, conv: _Conv) -> None:
     lines += [f"Step {k}: I think about the weather in {city}." for k in range(1, 21)]
     full = "\n".join(lines)
     cut = full[: rng.randint(1, len(full) - 1)].rstrip("\n")
-    call = _call(rng, "get_weather", city)
+    call = tool_call(rng, "get_weather", city)
     conv.add(_assistant(cut + CUT_MARK, calls=[call]), True)
     conv.copies.append(city)
 
@@ -486,7 +242,7 @@ def _fam_repeat(rng: random.Random, conv: _Conv) -> None:
     conv.add({"role": "user", "content": rng.choice(forms).format(k=kind, c=city, t=tool)})
     rounds = rng.randint(1, 4)
     for i in range(rounds):
-        call = _call(rng, tool, city)
+        call = tool_call(rng, tool, city)
         reasoning = (f"The user wants me to keep checking the {kind} in {city}. I will call {tool}."
                      if i == 0 else f"I will check the {kind} in {city} again.")  # fmt: skip
         conv.add(_assistant(reasoning, calls=[call]), True)
@@ -495,14 +251,14 @@ def _fam_repeat(rng: random.Random, conv: _Conv) -> None:
         if i >= 1 and rng.random() < 0.6:
             conv.add(_tool(call, rng.choice(_REPEAT_RESULTS)))
         elif kind == "weather":
-            conv.add(_tool(call, _weather_result(rng, city)[0]))
+            conv.add(_tool(call, weather_result(rng, city)[0]))
         else:
-            conv.add(_tool(call, _time_result(rng, city)[0]))
+            conv.add(_tool(call, time_result(rng, city)[0]))
     conv.copies.append(city)
 
 
 def _fam_copy(rng: random.Random, conv: _Conv) -> None:
-    x = random_city(rng) if rng.random() < 0.5 else _random_phrase(rng)
+    x = random_city(rng) if rng.random() < 0.5 else random_phrase(rng)
     form = rng.choice(("Repeat: {x}", "Echo this: {x}", "Say {x}", "Please repeat after me: {x}",
                        "Copy exactly: {x}"))  # fmt: skip
     conv.add({"role": "user", "content": form.format(x=x)})
@@ -518,12 +274,12 @@ def _fam_lookup(rng: random.Random, conv: _Conv) -> None:
     """
     city = random_city(rng)
     if rng.random() < 0.6:
-        result, temp, sky = _weather_result(rng, city)
+        result, temp, sky = weather_result(rng, city)
         answer = weather_answer(city, temp, sky)
         conv.copies += [city, str(temp), sky]
         label = "Weather"
     else:
-        result, clock = _time_result(rng, city)
+        result, clock = time_result(rng, city)
         answer = time_answer(city, clock)
         conv.copies += [city, clock]
         label = "Time"
@@ -612,7 +368,7 @@ def make_sample(
         with_tools = rng.random() < 0.7
     else:
         with_tools = rng.random() < 0.5
-    for m in _system(rng):
+    for m in system_messages(rng):
         conv.add(m)
     if family not in ("copy", "lookup") and rng.random() < 0.15:
         _prior_exchange(rng, conv)
