@@ -136,17 +136,42 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _cassette(args: argparse.Namespace) -> int:
-    from . import cassettes
+    """``cassette show``: each transcript; ``cassette check``: one line per cassette and one per
+    break of the prefix (exit 1 when one fails)."""
+    from . import cassettes  # vcrpy: imported only when a cassette command runs
 
     if args.action == "show":
-        return cassettes.cli_show(args.paths)
-    return cassettes.cli_check(args.paths)
+        for n, path in enumerate(args.paths):
+            print(("\n" if n else "") + cassettes.transcript(path))
+        return 0
+    failed = False
+    for path in args.paths:
+        check = cassettes.check_prefix(path)
+        if check.ok:
+            print(f"{path}: ok, {check.chat_requests} chat requests, each extends the previous one")
+            continue
+        failed = True
+        n = len(check.problems)
+        print(f"{path}: FAIL, {n} of {check.chat_requests} chat requests break the prefix")
+        for line in check.problems:
+            print(f"  {line}")
+    return 1 if failed else 0
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from .cassettes import cli_replay
+    """``replay``: print the what-if report (exit 0 also when the replay stopped where the
+    cassette ends: that is a finding, printed last)."""
+    from .cassettes import what_if  # vcrpy: imported only when a cassette command runs
 
-    return cli_replay(args)
+    report = what_if(
+        args.cassette,
+        tool_iterations=args.tool_iterations,
+        repeat_detection=False if args.no_repeat_detection else None,
+        tool_result_cap=args.tool_result_cap,
+        thinking_tokens=args.thinking_tokens,
+    )
+    print("\n".join(report.lines))
+    return 0
 
 
 def _parser() -> argparse.ArgumentParser:
