@@ -163,13 +163,14 @@ def _replay(args: argparse.Namespace) -> int:
     cassette ends: that is a finding, printed last)."""
     from .cassettes import what_if  # vcrpy: imported only when a cassette command runs
 
-    report = what_if(
-        args.cassette,
-        tool_iterations=args.tool_iterations,
-        repeat_detection=False if args.no_repeat_detection else None,
-        tool_result_cap=args.tool_result_cap,
-        thinking_tokens=args.thinking_tokens,
-    )
+    given = {
+        "tool_iterations": args.tool_iterations,
+        "tool_result_cap": args.tool_result_cap,
+        "thinking_tokens": args.thinking_tokens,
+        "repeat_detection": False if args.no_repeat_detection else None,
+    }  # a flag not given keeps LoopLimits' default; -1 turns a limit off
+    limits = dataclasses.replace(Config().loop, **{k: v for k, v in given.items() if v is not None})
+    report = what_if(args.cassette, limits)
     print("\n".join(report.lines))
     return 0
 
@@ -219,10 +220,14 @@ def _parser() -> argparse.ArgumentParser:
 
     replay = sub.add_parser("replay", help="re-run the loop on a cassette with other limits")
     replay.add_argument("cassette", help="cassette YAML file")
-    replay.add_argument("--tool-iterations", type=int, default=None, help="loop.tool_iterations")
+    replay.add_argument(
+        "--tool-iterations", type=int, default=None, help="loop.tool_iterations (-1: off)"
+    )
     replay.add_argument("--no-repeat-detection", action="store_true", help="repeat_detection off")
-    replay.add_argument("--tool-result-cap", type=int, default=None, help="characters")
-    replay.add_argument("--thinking-tokens", type=int, default=None, help="thinking.turn_tokens")
+    replay.add_argument("--tool-result-cap", type=int, default=None, help="characters (-1: no cap)")
+    replay.add_argument(
+        "--thinking-tokens", type=int, default=None, help="loop.thinking_tokens (default: off)"
+    )
     replay.set_defaults(run=_replay)
     return parser
 

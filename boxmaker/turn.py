@@ -127,7 +127,8 @@ def run_turn(
         if not calls:
             return TurnOutcome(content=completion.content or "", usage=usage)
         state.iterations += 1
-        if state.iterations > (cap := runtime.config.loop.tool_iterations):
+        cap = runtime.config.loop.tool_iterations
+        if cap is not None and state.iterations > cap:
             why = f"{state.iterations} completions with tool calls in this turn, the cap is {cap}"
             _end_turn(
                 session, calls, TurnLimit("tool_iterations", state.iterations, cap, why), emit
@@ -156,8 +157,8 @@ def _complete(
     if cfg.sampling.seed is not None:
         body["seed"] = cfg.sampling.seed
     budget = None
-    if cfg.thinking.turn_tokens is not None:
-        budget = max(0, cfg.thinking.turn_tokens - state.reasoning_tokens)
+    if cfg.loop.thinking_tokens is not None:
+        budget = max(0, cfg.loop.thinking_tokens - state.reasoning_tokens)
 
     def relay(event: ClientEvent) -> None:
         if not isinstance(event, ToolCallDelta):
@@ -219,10 +220,10 @@ def _run_calls(
         key = (call.name, canonical_arguments(call.arguments))
         seen = state.seen.get(key, 0) + 1 if loop.repeat_detection else 1
         state.seen[key] = seen
-        if seen >= 3:
+        if (ends := loop.repeat_ends_turn_at) is not None and seen >= ends:
             why = f"{call.name} was called {seen} times with the same arguments in this turn"
-            _end_turn(session, calls, TurnLimit("repeated_call", seen, 2, why), emit)
-        if seen == 2:
+            _end_turn(session, calls, TurnLimit("repeated_call", seen, ends - 1, why), emit)
+        if (answered := loop.repeat_answered_at) is not None and seen >= answered:
             text, data_class, untrusted = ALREADY_MADE, "public", False
         else:
             result = dispatch(

@@ -50,6 +50,26 @@ class _RecordedPort:
         return Result(content=values.pop(0) if len(values) > 1 else values[0])
 
 
+_DEFAULT_LIMITS = LoopLimits()
+
+
+def _limits_text(limits: LoopLimits) -> str:
+    """The limits in force, one phrase each (``none``: off)."""
+
+    def value(v: int | None) -> str:
+        return "none" if v is None else str(v)
+
+    repeat = "off"
+    if limits.repeat_detection:
+        answered, ends = limits.repeat_answered_at, limits.repeat_ends_turn_at
+        repeat = f"on (answered at {value(answered)}, ends the turn at {value(ends)})"
+    return (
+        f"tool_iterations {value(limits.tool_iterations)}, repeat_detection {repeat}, "
+        f"tool_result_cap {value(limits.tool_result_cap)}, "
+        f"thinking_tokens {value(limits.thinking_tokens)}"
+    )
+
+
 @dataclass
 class WhatIf:
     """The outcome of :func:`what_if`.
@@ -68,50 +88,32 @@ class WhatIf:
     hits: list[tuple[int, int, str, str]] = field(default_factory=list)
 
 
-def what_if(
-    path: str | os.PathLike[str],
-    *,
-    tool_iterations: int | None = None,
-    repeat_detection: bool | None = None,
-    tool_result_cap: int | None = None,
-    thinking_tokens: int | None = None,
-) -> WhatIf:
+def what_if(path: str | os.PathLike[str], limits: LoopLimits = _DEFAULT_LIMITS) -> WhatIf:
     """Run the loop again on a recorded session with other limits; say which fire and when.
 
     The user messages, system prompt, tools and sampling come from the cassette
-    (:func:`recorded_session`); the limits are :class:`~boxmaker.config.LoopLimits`'
-    defaults but for the ones given. Tools: the demo tools when the recorded tool names are
-    theirs, else a port answering from the results recorded in the cassette. Each completion
-    is replayed from the cassette (record mode ``none``; ``reasoning_control`` is left out of
-    matching, so a cap can be armed or not); the replay stops, with the reason, at the first
-    request the cassette does not hold, since what the model would answer to it is unknown
-    (a thinking cap that fires where the recording had none, a tool result cut differently,
-    a turn that goes on where the recorded one ended...).
+    (:func:`~boxmaker.cassettes.inspection.recorded_session`); the limits are ``limits``, the
+    same object as ``config.loop``, each field meaning what it means there (``None``: that
+    limit off). Tools: the demo tools when the recorded tool names are theirs, else a port
+    answering from the results recorded in the cassette. Each completion is replayed from the
+    cassette (record mode ``none``; ``reasoning_control`` is left out of matching, so a cap can
+    be armed or not); the replay stops, with the reason, at the first request the cassette does
+    not hold, since what the model would answer to it is unknown (a thinking cap that fires
+    where the recording had none, a tool result cut differently, a turn that goes on where the
+    recorded one ended...).
 
     Args:
         path: the cassette.
-        tool_iterations: ``loop.tool_iterations``; ``None`` keeps the default.
-        repeat_detection: ``loop.repeat_detection``; ``None`` keeps the default (on).
-        tool_result_cap: ``loop.tool_result_cap`` in characters; ``None`` keeps the default.
-        thinking_tokens: ``thinking.turn_tokens``; ``None``: no thinking cap.
+        limits: the loop limits to replay with (default: ``LoopLimits()``, the defaults).
 
     Raises:
         CassetteError: not a readable cassette, or no chat request in it.
     """
     recorded = recorded_session(path)
-    defaults = LoopLimits()
-    loop = LoopLimits(
-        tool_iterations=defaults.tool_iterations if tool_iterations is None else tool_iterations,
-        repeat_detection=defaults.repeat_detection
-        if repeat_detection is None
-        else repeat_detection,
-        tool_result_cap=defaults.tool_result_cap if tool_result_cap is None else tool_result_cap,
-    )
     config = dataclasses.replace(
         recorded.config,
         client=ClientConfig(url="http://127.0.0.1:9", retry_attempts=4),
-        loop=loop,
-        thinking=dataclasses.replace(recorded.config.thinking, turn_tokens=thinking_tokens),
+        loop=limits,
     )
     names = [str((t.get("function") or {}).get("name")) for t in recorded.tools]
     demo = demo_registry()
@@ -128,13 +130,10 @@ def what_if(
         port = _RecordedPort(recorded.results)
         tools_text = f"results recorded in the cassette ({', '.join(names) or 'none'})"
     report = WhatIf()
-    cap = "none" if thinking_tokens is None else str(thinking_tokens)
     report.lines += [
         f"what-if replay of {path}: {len(recorded.users)} turn(s), "
         f"{recorded.chat_requests} chat request(s) recorded",
-        f"limits: tool_iterations {loop.tool_iterations}, repeat_detection "
-        f"{'on' if loop.repeat_detection else 'off'}, tool_result_cap {loop.tool_result_cap}, "
-        f"thinking turn_tokens {cap}",
+        f"limits: {_limits_text(limits)}",
         f"tools: {tools_text}",
     ]
     with tempfile.TemporaryDirectory() as tmp:
@@ -168,8 +167,8 @@ def what_if(
                         where = completions[0]
                         why = (
                             f"the thinking cap fires in completion {where} "
-                            f"(reasoning_end after {thinking_tokens} reasoning tokens of the "
-                            "turn), where the recording went on reasoning: what the model "
+                            f"(reasoning_end after {limits.thinking_tokens} reasoning tokens of "
+                            "the turn), where the recording went on reasoning: what the model "
                             "does after reasoning_end is not in the cassette"
                         )
                     else:  # the next completion's request, refused before any event
