@@ -40,7 +40,7 @@ from .scrub import (
     scrub_request,
     scrub_response,
 )
-from .serializer import serializer
+from .serializer import FilePersister, serializer
 
 __all__ = [
     "RECORD_MODES",
@@ -89,8 +89,9 @@ def make_vcr(
     Matching on method, path and JSON body; secret headers and query parameters filtered,
     each of ``secrets`` replaced by ``<API_KEY>`` (restored when the cassette is loaded with
     the same secrets); response headers reduced to ``Content-Type``; compressed responses
-    stored decoded; the readable serializer; each interaction played once. vcrpy's own httpx
-    patch is skipped: :func:`use_cassette` installs the streaming one.
+    stored decoded; the readable serializer, and a file persister that refuses a broken
+    cassette with a CassetteError naming the file; each interaction played once. vcrpy's own
+    httpx patch is skipped: :func:`use_cassette` installs the streaming one.
 
     Args:
         record_mode: see :data:`RecordMode`.
@@ -111,6 +112,7 @@ def make_vcr(
         skip_patchers=("httpx",),
     )
     v.register_serializer("boxmaker", serializer)
+    v.register_persister(FilePersister)
     v.register_matcher("json_body", json_body_matcher(tuple(ignore_body_keys)))
     return v
 
@@ -338,11 +340,13 @@ def use_cassette(
         nothing (so a caller that swallowed one can still fail).
 
     Raises:
-        CassetteError: ``none`` mode and the file does not exist; a request matched no
-            recorded interaction (:class:`UnrecordedRequest`, raised by the request itself;
-            the message names the cassette, the request's number and the first place where
-            its body differs, e.g. ``messages[3].content``); or (``strict``, ``none`` mode)
-            the block ended normally with recorded interactions unplayed.
+        CassetteError: the file exists but is not a readable cassette (not UTF-8, not YAML,
+            not shaped like a cassette); ``none`` mode and the file does not exist; a request
+            matched no recorded interaction (:class:`UnrecordedRequest`, raised by the
+            request itself; the message names the cassette, the request's number and the
+            first place where its body differs, e.g. ``messages[3].content``); or
+            (``strict``, ``none`` mode) the block ended normally with recorded interactions
+            unplayed.
     """
     p = Path(path)
     if record_mode == "none" and not p.exists():
