@@ -5,8 +5,9 @@ The parts, one role each:
 - :mod:`~boxmaker.cassettes.serializer`: the readable YAML form of a cassette (request bodies
   parsed, llama.cpp's SSE streams as literal blocks, JSON answers as mappings) and
   :func:`load_interactions`;
-- :mod:`~boxmaker.cassettes.scrub`: what never reaches a cassette (credential and volatile
-  headers, secret query parameters, the configured api key);
+- :mod:`~boxmaker.cassettes.scrub`: what never reaches a cassette (every header but
+  ``Accept`` and ``Content-Type``; the request's credentials, the ``Authorization`` token
+  among them, wherever they appear; credential-like query parameters and JSON fields);
 - :mod:`~boxmaker.cassettes.matching`: requests match on method, path and body compared as
   parsed JSON; :func:`first_difference` names where two bodies differ;
 - :mod:`~boxmaker.cassettes.transport`: :func:`use_cassette` and :func:`make_vcr`, a streaming
@@ -46,7 +47,13 @@ from .inspection import (
     transcript,
 )
 from .matching import MISSING, first_difference
-from .scrub import API_KEY_PLACEHOLDER, SECRET_HEADERS, SECRET_QUERY_PARAMETERS
+from .scrub import (
+    API_KEY_PLACEHOLDER,
+    SECRET_FIELDS,
+    SECRET_HEADERS,
+    SECRET_PLACEHOLDER,
+    SECRET_QUERY_PARAMETERS,
+)
 from .serializer import load_interactions, serializer
 from .transport import (
     RECORD_MODES,
@@ -63,7 +70,9 @@ __all__ = [
     "CHAT_PATH",
     "MISSING",
     "RECORD_MODES",
+    "SECRET_FIELDS",
     "SECRET_HEADERS",
+    "SECRET_PLACEHOLDER",
     "SECRET_QUERY_PARAMETERS",
     "PrefixCheck",
     "RecordMode",

@@ -34,9 +34,10 @@ from vcr.request import Request as VcrRequest
 from ..errors import CassetteError
 from .matching import body_for_matching, describe_difference, first_difference, json_body_matcher
 from .scrub import (
-    API_KEY_PLACEHOLDER,
-    SECRET_HEADERS,
-    SECRET_QUERY_PARAMETERS,
+    credentials,
+    hide_in_request,
+    hide_in_response,
+    restore,
     scrub_request,
     scrub_response,
 )
@@ -78,24 +79,19 @@ class UnrecordedRequest(CassetteError):
         self.path = path
 
 
-def make_vcr(
-    record_mode: RecordMode = "none",
-    *,
-    secrets: Sequence[str] = (),
-    ignore_body_keys: Sequence[str] = (),
-) -> vcr.VCR:
+def make_vcr(record_mode: RecordMode = "none", *, ignore_body_keys: Sequence[str] = ()) -> vcr.VCR:
     """A vcrpy ``VCR`` set up for llama-server traffic.
 
-    Matching on method, path and JSON body; secret headers and query parameters filtered,
-    each of ``secrets`` replaced by ``<API_KEY>`` (restored when the cassette is loaded with
-    the same secrets); response headers reduced to ``Content-Type``; compressed responses
-    stored decoded; the readable serializer, and a file persister that refuses a broken
-    cassette with a CassetteError naming the file; each interaction played once. vcrpy's own
-    httpx patch is skipped: :func:`use_cassette` installs the streaming one.
+    Matching on method, path and JSON body; headers, credential-like query parameters and
+    JSON fields scrubbed (:func:`~boxmaker.cassettes.scrub.scrub_request`,
+    :func:`~boxmaker.cassettes.scrub.scrub_response`); compressed responses stored decoded;
+    the readable serializer, and a file persister that refuses a broken cassette with a
+    CassetteError naming the file; each interaction played once. vcrpy's own httpx patch is
+    skipped: :func:`use_cassette` installs the streaming one, which also hides each request's
+    credentials (:class:`_Run`).
 
     Args:
         record_mode: see :data:`RecordMode`.
-        secrets: values (an api key) that must not appear anywhere in a cassette.
         ignore_body_keys: top-level request-body keys left out of matching (the what-if
             replay leaves out ``reasoning_control``, which only says a thinking cap is armed).
     """
@@ -103,9 +99,6 @@ def make_vcr(
         record_mode=record_mode,
         serializer="boxmaker",
         match_on=("method", "path", "json_body"),
-        filter_headers=[(h, None) for h in SECRET_HEADERS],
-        filter_query_parameters=[(q, None) for q in SECRET_QUERY_PARAMETERS],
-        filter_sensitive_data=[(API_KEY_PLACEHOLDER, s) for s in secrets if s],
         before_record_request=scrub_request,
         before_record_response=scrub_response,
         decode_compressed_response=True,
@@ -174,7 +167,9 @@ class _Replay(httpx.SyncByteStream):
             raise kind(message)
 
 
-def _replayed(recorded: Mapping[str, Any], request: httpx.Request) -> httpx.Response:
+def _replayed(
+    recorded: Mapping[str, Any], request: httpx.Request, secret: str | None
+) -> httpx.Response:
     status = recorded.get("status") or {}
     message = status.get("message")
     headers = [
@@ -183,24 +178,30 @@ def _replayed(recorded: Mapping[str, Any], request: httpx.Request) -> httpx.Resp
         for value in (values if isinstance(values, list) else [values])
     ]
     body = recorded["body"]["string"] or b""
+    body = restore(body if isinstance(body, bytes) else str(body).encode(), secret)
     return httpx.Response(
         int(status.get("code", 200)),
         headers=headers,
-        stream=_Replay(
-            body if isinstance(body, bytes) else str(body).encode(), recorded.get("error")
-        ),
+        stream=_Replay(body, recorded.get("error")),
         extensions={"reason_phrase": str(message).encode("ascii")} if message else {},
         request=request,
     )
 
 
 class _Run:
-    """One open cassette: the vcrpy cassette, the requests seen, the no-match failures."""
+    """One open cassette: the vcrpy cassette, the requests seen, the no-match failures.
 
-    def __init__(self, cassette: Any, path: Path, ignore: Sequence[str] = ()) -> None:
+    Each request is scrubbed (:mod:`~boxmaker.cassettes.scrub`: its credentials, with
+    ``secrets``, hidden in its URI and body) before it is matched or recorded, and its
+    credentials are hidden in the response recorded for it."""
+
+    def __init__(
+        self, cassette: Any, path: Path, ignore: Sequence[str] = (), secrets: Sequence[str] = ()
+    ) -> None:
         self.cassette = cassette
         self.path = path
         self.ignore = tuple(ignore)
+        self.secrets = tuple(s for s in secrets if s)
         self.requests = 0
         self.failures: list[UnrecordedRequest] = []
         self.lock = threading.Lock()
@@ -213,12 +214,14 @@ class _Run:
     ) -> httpx.Response:
         body = request.read()
         vreq = VcrRequest(request.method, str(request.url), body, dict(request.headers))
+        known = credentials(vreq, self.secrets)
+        vreq = scrub_request(hide_in_request(vreq, known))
         with self.lock:
             self.requests += 1
             number = self.requests
             cassette = self.cassette
             if cassette.can_play_response_for(vreq):
-                return _replayed(cassette.play_response(vreq), request)
+                return _replayed(cassette.play_response(vreq), request, next(iter(known), None))
             if cassette.write_protected and cassette.filter_request(vreq):
                 error = UnrecordedRequest(
                     self.no_match(number, vreq), number=number, method=vreq.method, path=vreq.path
@@ -227,12 +230,12 @@ class _Run:
                 raise error
         response = original(transport, request)
         if hasattr(response, "_content"):  # already read and decoded (MockTransport content=)
-            self.record(vreq, response, response.content, None, decoded=True)
+            self.record(vreq, response, response.content, None, known, decoded=True)
             return response
         stream = response.stream
         if isinstance(stream, httpx.SyncByteStream):
             response.stream = _Tee(
-                stream, lambda data, error: self.record(vreq, response, data, error)
+                stream, lambda data, error: self.record(vreq, response, data, error, known)
             )
         return response
 
@@ -242,11 +245,13 @@ class _Run:
         response: httpx.Response,
         body: bytes,
         error: Exception | None,
+        known: Sequence[str],
         *,
         decoded: bool = False,
     ) -> None:
         """Append one interaction: the body as it reached the client (decoded with httpx's
-        own decoders, ``Content-Encoding`` dropped) and the error that broke it, if any."""
+        own decoders, ``Content-Encoding`` dropped) and the error that broke it, if any, with
+        the request's credentials ``known`` hidden."""
         if not decoded and "content-encoding" in response.headers:
             try:  # the same decoding httpx applied for the client (gzip, deflate, br, zstd)
                 plain = httpx.Response(200, headers=response.headers, stream=httpx.ByteStream(body))
@@ -265,6 +270,7 @@ class _Run:
         }
         if error is not None:
             data["error"] = f"{type(error).__name__}: {error}"
+        hide_in_response(data, known)
         with self.lock:
             self.cassette.append(vreq, data)
 
@@ -327,8 +333,11 @@ def use_cassette(
             with no match fails), ``once`` records when the file does not exist, ``new_episodes``
             adds new interactions, ``all`` re-records everything.
         strict: in ``none`` mode, fail when the block leaves interactions unplayed.
-        secrets: values (the configured api key) replaced by ``<API_KEY>`` wherever they
-            appear in what is recorded, and put back when the cassette is loaded.
+        secrets: more values replaced by ``<API_KEY>`` wherever they appear in an
+            interaction (the request's own credentials always are: the ``Authorization``
+            token, api-key headers, credential-like query and JSON values; see
+            :mod:`~boxmaker.cassettes.scrub`); on replay they are hidden in each request before
+            matching and the first is put back for ``<API_KEY>`` in the replayed response.
         ignore_body_keys: top-level request-body keys left out of matching.
 
     A response being recorded is appended when it ends, so close (or read to the end) every
@@ -351,9 +360,9 @@ def use_cassette(
     p = Path(path)
     if record_mode == "none" and not p.exists():
         raise CassetteError(f"{p}: no such cassette (record it with record_mode='once')")
-    v = make_vcr(record_mode, secrets=secrets, ignore_body_keys=ignore_body_keys)
+    v = make_vcr(record_mode, ignore_body_keys=ignore_body_keys)
     with v.use_cassette(str(p)) as cassette:
-        run = _Run(cassette, p, ignore_body_keys)
+        run = _Run(cassette, p, ignore_body_keys, secrets)
         cassette.failures = run.failures
         with _patched_transports(run):
             yield cassette
