@@ -117,16 +117,24 @@ _HARVEST_MIN = 8
 """Shortest query or body-field value hidden everywhere (a shorter one is only removed where
 it stands: replacing a 3-letter value everywhere would garble the file)."""
 
-_JSON_PAIR = re.compile(rb'"((?:[^"\\]|\\.)*)"(\s*:\s*)"((?:[^"\\]|\\.)*)"', re.S)
-"""A JSON ``"key": "string value"`` pair in body text (escapes kept whole)."""
-
 
 def _norm(name: str) -> str:
     return name.strip().lower().replace("-", "_")
 
 
-_FIELDS = frozenset(_norm(n) for n in SECRET_FIELDS)
 _QUERY = frozenset(_norm(n) for n in SECRET_QUERY_PARAMETERS)
+
+_FIELD_PAIR = re.compile(
+    b'"('
+    + b"|".join(
+        re.escape(_norm(n)).encode().replace(b"_", b"[-_]")
+        for n in sorted(SECRET_FIELDS, key=len, reverse=True)
+    )
+    + rb')"\s*:\s*"((?:[^"\\]|\\.)*)"',
+    re.IGNORECASE,
+)
+"""A credential-like JSON key with its string value, ``"Api-Key": "..."``, in body text (the
+value's escapes kept whole; a key written with escapes is not recognised)."""
 
 
 def _json_text(raw: bytes) -> str | None:
@@ -139,10 +147,8 @@ def _json_text(raw: bytes) -> str | None:
 
 
 def _credential_fields(body: bytes) -> Iterable[tuple[re.Match[bytes], str]]:
-    for match in _JSON_PAIR.finditer(body):
-        key = _json_text(match.group(1))
-        if key is not None and _norm(key) in _FIELDS:
-            yield match, _json_text(match.group(3)) or ""
+    for match in _FIELD_PAIR.finditer(body):
+        yield match, _json_text(match.group(2)) or ""
 
 
 def _scrub_fields(body: bytes) -> bytes:
@@ -151,8 +157,8 @@ def _scrub_fields(body: bytes) -> bytes:
         return body
     out, start = [], 0
     for match, _ in _credential_fields(body):
-        out += [body[start : match.start(3)], SECRET_PLACEHOLDER.encode()]
-        start = match.end(3)
+        out += [body[start : match.start(2)], SECRET_PLACEHOLDER.encode()]
+        start = match.end(2)
     return b"".join([*out, body[start:]]) if out else body
 
 
