@@ -177,3 +177,13 @@ def test_the_replay_takes_the_config_s_own_limits_where_none_is_off(recording: P
         "tool_result_cap none, thinking_tokens none"
     )
     assert report.stopped is None and report.hits == []
+
+
+def test_cli_minus_one_turns_a_limit_off(
+    recording: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(["replay", str(recording), "--tool-result-cap", "-1", "--thinking-tokens", "5"]) == 0
+    )
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].endswith("tool_result_cap none, thinking_tokens 5")
