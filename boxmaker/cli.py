@@ -33,6 +33,7 @@ from .demo import DEMO_PROMPTS, DEMO_SYSTEM, ConsoleView, demo_registry, format_
 from .errors import BoxmakerError, TurnError
 from .logfile import upgrade_log
 from .records import SCHEMA_VERSION, Baseline, CacheLoss
+from .render import terminal_safe
 from .session import Session
 from .turn import Runtime, run_turn
 
@@ -139,17 +140,43 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _cassette(args: argparse.Namespace) -> int:
-    from . import cassettes
+    """``cassette show``: each transcript; ``cassette check``: one line per cassette and one per
+    break of the prefix (exit 1 when one fails)."""
+    from . import cassettes  # vcrpy: imported only when a cassette command runs
 
     if args.action == "show":
-        return cassettes.cli_show(args.paths)
-    return cassettes.cli_check(args.paths)
+        for n, path in enumerate(args.paths):
+            print(("\n" if n else "") + terminal_safe(cassettes.transcript(path)))
+        return 0
+    failed = False
+    for path in args.paths:
+        check = cassettes.check_prefix(path)
+        if check.ok:
+            print(f"{path}: ok, {check.chat_requests} chat requests, each extends the previous one")
+            continue
+        failed = True
+        n = len(check.problems)
+        print(f"{path}: FAIL, {n} of {check.chat_requests} chat requests break the prefix")
+        for line in check.problems:
+            print(f"  {line}")
+    return 1 if failed else 0
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from .cassettes import cli_replay
+    """``replay``: print the what-if report (exit 0 also when the replay stopped where the
+    cassette ends: that is a finding, printed last)."""
+    from .cassettes import what_if  # vcrpy: imported only when a cassette command runs
 
-    return cli_replay(args)
+    given = {
+        "tool_iterations": args.tool_iterations,
+        "tool_result_cap": args.tool_result_cap,
+        "thinking_tokens": args.thinking_tokens,
+        "repeat_detection": False if args.no_repeat_detection else None,
+    }  # a flag not given keeps LoopLimits' default; -1 turns a limit off
+    limits = dataclasses.replace(Config().loop, **{k: v for k, v in given.items() if v is not None})
+    report = what_if(args.cassette, limits)
+    print(terminal_safe("\n".join(report.lines)))
+    return 0
 
 
 def _log(args: argparse.Namespace) -> int:
@@ -207,10 +234,14 @@ def _parser() -> argparse.ArgumentParser:
 
     replay = sub.add_parser("replay", help="re-run the loop on a cassette with other limits")
     replay.add_argument("cassette", help="cassette YAML file")
-    replay.add_argument("--tool-iterations", type=int, default=None, help="loop.tool_iterations")
+    replay.add_argument(
+        "--tool-iterations", type=int, default=None, help="loop.tool_iterations (-1: off)"
+    )
     replay.add_argument("--no-repeat-detection", action="store_true", help="repeat_detection off")
-    replay.add_argument("--tool-result-cap", type=int, default=None, help="characters")
-    replay.add_argument("--thinking-tokens", type=int, default=None, help="thinking.turn_tokens")
+    replay.add_argument("--tool-result-cap", type=int, default=None, help="characters (-1: no cap)")
+    replay.add_argument(
+        "--thinking-tokens", type=int, default=None, help="loop.thinking_tokens (default: off)"
+    )
     replay.set_defaults(run=_replay)
 
     log = sub.add_parser("log", help="session log maintenance")

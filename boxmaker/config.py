@@ -8,14 +8,14 @@ A config file names sections and keys exactly as the dataclasses below do::
     [loop]
     tool_iterations = 6
     tool_result_cap = 4000
-
-    [thinking]
-    turn_tokens = 256
+    thinking_tokens = 256
 
 Unknown sections or keys, values of the wrong type and values out of range raise
-:class:`ConfigError` naming the file and the key. TOML has no null: write ``-1`` for
-``tool_result_cap`` to turn the cap off. Every dataclass is frozen and keyword-only; use
-:func:`dataclasses.replace` to derive a variant.
+:class:`ConfigError` naming the file and the key. Every limit is in :class:`LoopLimits`, and
+for each of them ``None`` means "off"; TOML has no null, so write ``-1`` there to turn a limit
+off. The thinking cap's old place, ``[thinking] turn_tokens`` (``ThinkingConfig.turn_tokens``),
+still loads, moved to ``loop.thinking_tokens`` with a ``FutureWarning``. Every dataclass is
+frozen and keyword-only; use :func:`dataclasses.replace` to derive a variant.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import tomllib
 import types
 import typing
 import urllib.parse
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,42 +116,82 @@ class SlotsConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class LoopLimits:
-    """The limits of one turn (see the spec's limits table)."""
+    """Every limit of one turn in one object (see the spec's limits table).
 
-    tool_iterations: int = 8
-    """Completions with tool calls allowed in one turn; one more ends the turn (``TurnLimit``)."""
+    For each limit, ``None`` means "off" (``-1`` in a TOML file, which has no null). The
+    limits that end a turn raise :class:`~boxmaker.errors.TurnLimit` with the kind, the value
+    reached and the bound; each limit that fires leaves a ``LimitHit`` record.
+    """
+
+    tool_iterations: int | None = 8
+    """Completions with tool calls allowed in one turn; one more ends the turn (``TurnLimit``
+    of kind ``tool_iterations``). ``None``: no limit."""
     repeat_detection: bool = True
-    """Detect identical (name, arguments) calls in one turn: the first repeat is answered
-    without running, the second ends the turn."""
+    """Count identical (name, canonical JSON arguments) tool calls within one turn and apply
+    :attr:`repeat_answered_at` and :attr:`repeat_ends_turn_at`; ``False`` turns both off."""
+    repeat_answered_at: int | None = 2
+    """The n-th identical call of a turn (and every later one) is answered "already made with
+    these arguments in this turn" without running (at least 2: the first call always runs).
+    ``None``: repeats run."""
+    repeat_ends_turn_at: int | None = 3
+    """The n-th identical call of a turn ends the turn (``TurnLimit`` of kind
+    ``repeated_call``, bound n - 1) before it runs; at least 2. ``None``: repeats never end
+    the turn."""
     tool_result_cap: int | None = 4_000
     """Longest tool result in characters sent to the model; longer ones are cut and marked
-    ``truncated``. ``None`` (or ``-1`` in a TOML file): no cap. About 1,000 tokens of a
-    sub-word model, 4,000 of the shipped char-level one: keep it well below the context."""
+    ``truncated``. ``None``: no cap. About 1,000 tokens of a sub-word model, 4,000 of the
+    shipped char-level one: keep it well below the context."""
+    thinking_tokens: int | None = None
+    """Reasoning tokens allowed per turn (all completions of the turn together, as llama.cpp
+    counts them); each request carries what is left as ``thinking_budget_tokens``, and when it
+    is reached reasoning is ended through llama.cpp's reasoning control. ``None``: no cap."""
 
     def __post_init__(self) -> None:
-        if self.tool_result_cap == -1:
-            object.__setattr__(self, "tool_result_cap", None)
-        cap = self.tool_result_cap
+        for name in _OFF_WITH_MINUS_ONE:
+            if getattr(self, name) == -1:
+                object.__setattr__(self, name, None)
+        it, answered, ends = self.tool_iterations, self.repeat_answered_at, self.repeat_ends_turn_at
+        cap, think = self.tool_result_cap, self.thinking_tokens
         _check(
             "loop",
-            tool_iterations=(self.tool_iterations, self.tool_iterations >= 0),
+            tool_iterations=(it, it is None or it >= 0),
+            repeat_answered_at=(answered, answered is None or answered >= 2),
+            repeat_ends_turn_at=(ends, ends is None or ends >= 2),
             tool_result_cap=(cap, cap is None or cap >= 0),
+            thinking_tokens=(think, think is None or think >= 0),
         )
+
+
+_OFF_WITH_MINUS_ONE = (
+    "tool_iterations",
+    "repeat_answered_at",
+    "repeat_ends_turn_at",
+    "tool_result_cap",
+    "thinking_tokens",
+)
+"""The :class:`LoopLimits` fields where ``-1`` (TOML's stand-in for null) means ``None``."""
+
+_TURN_TOKENS_MOVED = (
+    "ThinkingConfig.turn_tokens is deprecated: the thinking cap is LoopLimits.thinking_tokens "
+    "(config.loop.thinking_tokens, [loop] thinking_tokens in TOML)"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
 class ThinkingConfig:
-    """Reasoning ("thinking") settings."""
+    """Reasoning ("thinking") settings. The thinking cap is :attr:`LoopLimits.thinking_tokens`."""
 
     enabled: bool = True
     """Ask for reasoning (``chat_template_kwargs.enable_thinking``)."""
     turn_tokens: int | None = None
-    """Reasoning tokens allowed per turn (all completions of the turn together); when reached,
-    reasoning is ended through llama.cpp's reasoning control. ``None``: no cap."""
+    """Deprecated: the thinking cap's old place. A value given here is moved by :class:`Config`
+    to ``loop.thinking_tokens`` (with a ``FutureWarning``) and this field is then ``None``."""
 
     def __post_init__(self) -> None:
         t = self.turn_tokens
         _check("thinking", turn_tokens=(t, t is None or t >= 0))
+        if t is not None:
+            warnings.warn(_TURN_TOKENS_MOVED, FutureWarning, stacklevel=3)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -193,6 +234,19 @@ class Config:
     thinking: ThinkingConfig = field(default_factory=ThinkingConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
 
+    def __post_init__(self) -> None:
+        moved = self.thinking.turn_tokens
+        if moved is None:
+            return
+        if self.loop.thinking_tokens not in (None, moved):
+            raise ConfigError(
+                f"thinking.turn_tokens = {moved} and loop.thinking_tokens = "
+                f"{self.loop.thinking_tokens} disagree: keep only loop.thinking_tokens"
+            )
+        object.__setattr__(self, "loop", dataclasses.replace(self.loop, thinking_tokens=moved))
+        thinking = dataclasses.replace(self.thinking, turn_tokens=None)
+        object.__setattr__(self, "thinking", thinking)
+
     @classmethod
     def from_toml(cls, path: str | os.PathLike[str]) -> Config:
         """Load a config from a TOML file; missing keys keep their defaults.
@@ -212,6 +266,7 @@ class Config:
         """
         sections: dict[str, Any] = {}
         hints = typing.get_type_hints(cls)
+        data = _moved_turn_tokens(data, source)
         for name, value in data.items():
             if name not in hints:
                 raise ConfigError(f"{source}: unknown section [{name}]")
@@ -236,6 +291,31 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{p}: invalid TOML: {exc}") from exc
     return Config.from_dict(data, source=str(p))
+
+
+def _moved_turn_tokens(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """``[thinking] turn_tokens`` moved to ``[loop] thinking_tokens``, with a FutureWarning."""
+    thinking = data.get("thinking")
+    if not isinstance(thinking, dict) or "turn_tokens" not in thinking:
+        return data
+    value = thinking["turn_tokens"]
+    where = f"{source}: [thinking]"
+    if not _fits(int, value):
+        raise ConfigError(f"{where}: turn_tokens = {value!r} is not of type int")
+    if value < 0:
+        raise ConfigError(f"{where}: thinking.turn_tokens = {value!r} is out of range")
+    loop = data.get("loop", {})
+    if not isinstance(loop, dict):
+        return data  # Config.from_dict names the bad [loop]
+    if loop.get("thinking_tokens", value) != value:
+        raise ConfigError(f"{where}: turn_tokens and [loop] thinking_tokens disagree")
+    warnings.warn(
+        f"{where}: turn_tokens is deprecated, write [loop] thinking_tokens = {value}",
+        FutureWarning,
+        stacklevel=4,
+    )
+    rest = {k: v for k, v in thinking.items() if k != "turn_tokens"}
+    return {**data, "thinking": rest, "loop": {**loop, "thinking_tokens": value}}
 
 
 def _build(cls: Any, values: dict[str, Any], where: str) -> Any:

@@ -7,8 +7,9 @@ Load it with the entry point (``[project.entry-points.pytest11] boxmaker =
 - a ``cassette`` fixture: the test runs inside a cassette and gets vcrpy's ``Cassette``;
 - a ``cassette`` marker, ``@pytest.mark.cassette("name.yaml", secrets=("sk-...",))``: the
   same without asking for the fixture, and the way to name the file (relative to the test
-  file's folder). Unnamed, a test's cassette is ``cassettes/<module>/<test name>.yaml``
-  beside the test file.
+  file's folder); ``secrets`` adds values to hide to the request's own credentials, which
+  are always hidden (:mod:`boxmaker.cassettes.scrub`). Unnamed, a test's cassette is
+  ``cassettes/<module>/<test name>.yaml`` beside the test file.
 
 In record mode ``none`` (CI) no request reaches the network: an httpx request with no
 recorded match fails at once with the :class:`~boxmaker.errors.CassetteError` that names the

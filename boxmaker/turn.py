@@ -127,7 +127,8 @@ def run_turn(
             if not calls:
                 return TurnOutcome(content=completion.content or "", usage=usage)
             state.iterations += 1
-            if (n := state.iterations) > (cap := runtime.config.loop.tool_iterations):
+            cap = runtime.config.loop.tool_iterations
+            if cap is not None and (n := state.iterations) > cap:
                 why = f"{n} completions with tool calls in this turn, the cap is {cap}"
                 _end_turn(session, TurnLimit("tool_iterations", n, cap, why), emit)
             try:
@@ -150,9 +151,8 @@ def _complete(
         body["tools"] = [dict(t) for t in session.baseline.tools]
     body["chat_template_kwargs"] = {"enable_thinking": cfg.thinking.enabled}
     body.update(cfg.sampling.request_fields())
-    budget = None
-    if cfg.thinking.turn_tokens is not None:
-        budget = max(0, cfg.thinking.turn_tokens - state.reasoning_tokens)
+    cap = cfg.loop.thinking_tokens
+    budget = None if cap is None else max(0, cap - state.reasoning_tokens)
 
     def relay(event: ClientEvent) -> None:
         if not isinstance(event, ToolCallDelta):
@@ -212,11 +212,11 @@ def _run_calls(
         key = (call.name, canonical_arguments(call.arguments))
         seen = state.seen.get(key, 0) + 1 if loop.repeat_detection else 1
         state.seen[key] = seen
-        if seen >= 3:
+        if (ends := loop.repeat_ends_turn_at) is not None and seen >= ends:
             why = f"{call.name} was called {seen} times with the same arguments in this turn"
-            _end_turn(session, TurnLimit("repeated_call", seen, 2, why), emit)
+            _end_turn(session, TurnLimit("repeated_call", seen, ends - 1, why), emit)
         not_run = None
-        if seen == 2:
+        if (answered := loop.repeat_answered_at) is not None and seen >= answered:
             text, data_class, untrusted, not_run = ALREADY_MADE, "public", False, "repeat"
         else:
             result = dispatch(

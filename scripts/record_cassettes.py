@@ -19,7 +19,7 @@ from pathlib import Path
 
 from boxmaker.cassettes import use_cassette
 from boxmaker.client import Client
-from boxmaker.config import ClientConfig, Config, ThinkingConfig
+from boxmaker.config import ClientConfig, Config, LoopLimits
 from boxmaker.demo import DEMO_PROMPTS, DEMO_SYSTEM, ConsoleView, demo_registry
 from boxmaker.errors import TurnError
 from boxmaker.records import Baseline
@@ -35,10 +35,12 @@ RECORDINGS: dict[str, tuple[tuple[str, ...], int | None]] = {
     "demo-thinking-cap": (DEMO_PROMPTS[:1], 8),
 }
 """Cassette name -> (the user messages of its session, one turn each; the thinking cap,
-``thinking.turn_tokens``, or ``None``). The capped one holds reasoning-control requests."""
+``loop.thinking_tokens``, or ``None``). The capped one holds reasoning-control requests."""
 
 
-def record(name: str, prompts: tuple[str, ...], turn_tokens: int | None, model: str | None) -> Path:
+def record(
+    name: str, prompts: tuple[str, ...], thinking_tokens: int | None, model: str | None
+) -> Path:
     """Record one conversation; returns the cassette path."""
     cassette = CASSETTES / f"{name}.yaml"
     log_copy = CASSETTES / f"{name}.session.jsonl"
@@ -46,7 +48,7 @@ def record(name: str, prompts: tuple[str, ...], turn_tokens: int | None, model: 
     registry = demo_registry()
     with EmbeddedServer(model, n_ctx=4096, n_threads=1) as server:
         config = Config(
-            client=ClientConfig(url=server.url), thinking=ThinkingConfig(turn_tokens=turn_tokens)
+            client=ClientConfig(url=server.url), loop=LoopLimits(thinking_tokens=thinking_tokens)
         )
         with tempfile.TemporaryDirectory() as tmp, use_cassette(cassette, "all"):
             session = Session.create(
@@ -73,8 +75,8 @@ def main() -> int:
     parser.add_argument("--model", default=None, help="GGUF to record from (default: shipped)")
     args = parser.parse_args()
     CASSETTES.mkdir(exist_ok=True)
-    for name, (prompts, turn_tokens) in RECORDINGS.items():
-        record(name, prompts, turn_tokens, args.model)
+    for name, (prompts, thinking_tokens) in RECORDINGS.items():
+        record(name, prompts, thinking_tokens, args.model)
     return 0
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from boxmaker.cassettes import CHAT_PATH, load_interactions, use_cassette
 from boxmaker.client import Client
-from boxmaker.config import ClientConfig, Config, LoopLimits, SamplingConfig, ThinkingConfig
+from boxmaker.config import ClientConfig, Config, LoopLimits, SamplingConfig
 from boxmaker.demo import demo_registry
 from boxmaker.errors import TurnError
 from boxmaker.events import Content, Reasoning, ThinkingCapped
@@ -28,9 +28,8 @@ MODEL = os.environ.get("BOXMAKER_TEST_MODEL") or None
 def _config(url: str) -> Config:
     return Config(
         client=ClientConfig(url=url, retry_attempts=0),
-        loop=LoopLimits(tool_iterations=2),
+        loop=LoopLimits(tool_iterations=2, thinking_tokens=3),
         sampling=SamplingConfig(max_tokens=120),
-        thinking=ThinkingConfig(turn_tokens=3),
     )
 
 

@@ -113,7 +113,7 @@ def test_same_limits_replay_every_turn(recording: Path) -> None:
 
 
 def test_fewer_tool_iterations_fire_then_stop_where_the_cassette_ends(recording: Path) -> None:
-    report = what_if(recording, tool_iterations=1)
+    report = what_if(recording, LoopLimits(tool_iterations=1))
     assert report.hits[0][:3] == (1, 2, "tool_iterations")
     assert report.stopped is not None
     assert report.stopped.startswith(f"turn 2 ({PROMPTS[1]!r}), completion 1: the loop needs")
@@ -123,7 +123,7 @@ def test_fewer_tool_iterations_fire_then_stop_where_the_cassette_ends(recording:
 
 
 def test_a_smaller_tool_result_cap_fires_at_the_first_call(recording: Path) -> None:
-    report = what_if(recording, tool_result_cap=10)
+    report = what_if(recording, LoopLimits(tool_result_cap=10))
     assert [h[:3] for h in report.hits] == [(1, 1, "tool_result_cap")]
     assert report.stopped is not None and "completion 2" in report.stopped
 
@@ -131,7 +131,7 @@ def test_a_smaller_tool_result_cap_fires_at_the_first_call(recording: Path) -> N
 def test_a_thinking_cap_stops_where_reasoning_end_would_change_the_answer(
     recording: Path,
 ) -> None:
-    report = what_if(recording, thinking_tokens=2)
+    report = what_if(recording, LoopLimits(thinking_tokens=2))
     assert report.stopped is not None
     assert "the thinking cap fires in completion 1" in report.stopped
     assert report.lines[-1] == "played 1 of 5 recorded interactions"
@@ -164,7 +164,26 @@ def test_cli(recording: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cap = LoopLimits().tool_result_cap  # the default stays in force
     assert out[1] == (
         f"limits: tool_iterations 1, repeat_detection off, tool_result_cap {cap}, "
-        "thinking turn_tokens none"
+        "thinking_tokens none"
     )
     assert out[3].startswith("turn 1, completion 2: tool_iterations fired")
     assert out[-2].startswith("stopped at turn 2")
+
+
+def test_the_replay_takes_the_config_s_own_limits_where_none_is_off(recording: Path) -> None:
+    report = what_if(recording, LoopLimits(tool_result_cap=None, tool_iterations=None))
+    assert report.lines[1] == (
+        "limits: tool_iterations none, repeat_detection on (answered at 2, ends the turn at 3), "
+        "tool_result_cap none, thinking_tokens none"
+    )
+    assert report.stopped is None and report.hits == []
+
+
+def test_cli_minus_one_turns_a_limit_off(
+    recording: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(["replay", str(recording), "--tool-result-cap", "-1", "--thinking-tokens", "5"]) == 0
+    )
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].endswith("tool_result_cap none, thinking_tokens 5")

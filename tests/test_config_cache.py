@@ -5,14 +5,15 @@ from pathlib import Path
 import pytest
 
 from boxmaker.cache import cache_outcome
-from boxmaker.config import Config, load_config
+from boxmaker.config import Config, LoopLimits, ThinkingConfig, load_config
 from boxmaker.errors import ConfigError
 
 
 def test_defaults_work() -> None:
     c = Config()
     assert c.loop.tool_iterations == 8 and c.loop.repeat_detection is True
-    assert c.thinking.turn_tokens is None
+    assert c.thinking.turn_tokens is None and c.loop.thinking_tokens is None
+    assert (c.loop.repeat_answered_at, c.loop.repeat_ends_turn_at) == (2, 3)
     assert c.slots.main == 0
 
 
@@ -21,13 +22,13 @@ def test_toml_round(tmp_path: Path) -> None:
     p.write_text(
         '[client]\nurl = "http://127.0.0.1:9"\nretry_base_delay_s = 1\n'
         "[loop]\ntool_iterations = 3\nrepeat_detection = false\n"
-        "[thinking]\nturn_tokens = 64\n"
+        "thinking_tokens = 64\n"
     )
     c = load_config(p)
     assert c.client.url == "http://127.0.0.1:9"
     assert c.client.retry_base_delay_s == 1.0 and isinstance(c.client.retry_base_delay_s, float)
     assert (c.loop.tool_iterations, c.loop.repeat_detection) == (3, False)
-    assert c.thinking.turn_tokens == 64
+    assert c.loop.thinking_tokens == 64
     assert c.loop.tool_result_cap == Config().loop.tool_result_cap
 
 
@@ -68,6 +69,9 @@ def test_cache_outcome_without_timings_is_none() -> None:
     [
         ("loop", "tool_iterations", -3),
         ("loop", "tool_result_cap", -2),
+        ("loop", "thinking_tokens", -2),
+        ("loop", "repeat_answered_at", 1),
+        ("loop", "repeat_ends_turn_at", 0),
         ("client", "retry_attempts", -2),
         ("client", "retry_base_delay_s", -1.0),
         ("client", "connect_timeout_s", 0),
@@ -94,3 +98,32 @@ def test_minus_one_turns_the_result_cap_off_and_bad_utf8_is_a_config_error(tmp_p
     p.write_bytes(b"[loop]\n# \xff\xfe\n")
     with pytest.raises(ConfigError, match="invalid TOML"):
         load_config(p)
+
+
+def test_the_old_thinking_cap_key_still_loads_with_a_warning_naming_the_new_one(
+    tmp_path: Path,
+) -> None:
+    p = tmp_path / "old.toml"
+    p.write_text("[thinking]\nenabled = false\nturn_tokens = 64\n")
+    with pytest.warns(FutureWarning, match=r"write \[loop\] thinking_tokens = 64") as caught:
+        c = load_config(p)
+    assert "old.toml" in str(caught[0].message)
+    assert (c.loop.thinking_tokens, c.thinking.turn_tokens, c.thinking.enabled) == (64, None, False)
+    with pytest.warns(FutureWarning, match=r"LoopLimits\.thinking_tokens"):
+        moved = Config(thinking=ThinkingConfig(turn_tokens=8))
+    assert (moved.loop.thinking_tokens, moved.thinking.turn_tokens) == (8, None)
+    p.write_text("[thinking]\nturn_tokens = 64\n[loop]\nthinking_tokens = 32\n")
+    with pytest.raises(ConfigError, match="disagree"):
+        load_config(p)
+
+
+def test_none_turns_every_limit_off_and_minus_one_is_none_in_toml() -> None:
+    text = {k: -1 for k in ("tool_iterations", "repeat_answered_at", "repeat_ends_turn_at")}
+    loop = Config.from_dict({"loop": {**text, "tool_result_cap": -1, "thinking_tokens": -1}}).loop
+    assert loop == LoopLimits(
+        tool_iterations=None,
+        repeat_answered_at=None,
+        repeat_ends_turn_at=None,
+        tool_result_cap=None,
+        thinking_tokens=None,
+    )

@@ -130,3 +130,16 @@ def test_a_turn_streamed_to_the_console_shows_hostile_text_inert(tmp_path: Path)
     own = out.getvalue().replace("\x1b[2m", "").replace("\x1b[0m", "")
     assert CONTROL.search(own) is None, own
     assert "page says: hi\\x1b[2J" in own and "\\x1b[2J\\x9b31mdone" in own
+
+
+def test_cassette_show_and_replay_print_no_escape_from_a_recording(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recorded model text that carries terminal escapes is printed inert by the CLI."""
+    import boxmaker.cassettes as cassettes
+    from boxmaker.cli import main
+
+    monkeypatch.setattr(cassettes, "transcript", lambda path: "answer: Os\x1b]0;pwned\x07lo")
+    assert main(["cassette", "show", str(tmp_path / "any.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "Os\\x1b]0;pwned\\x07lo" in out and "\x1b" not in out and "\x07" not in out

@@ -19,7 +19,7 @@ from fakes import ScriptedClient, Step, answer, call, context_full, timings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from boxmaker.config import Config, LoopLimits, ThinkingConfig
+from boxmaker.config import Config, LoopLimits
 from boxmaker.errors import InferError, RequestCancelled, TurnError
 from boxmaker.records import Baseline
 from boxmaker.session import Session, messages
@@ -61,8 +61,9 @@ turns = st.lists(
 )
 configs = st.builds(
     lambda it, rep, cap, think: Config(
-        loop=LoopLimits(tool_iterations=it, repeat_detection=rep, tool_result_cap=cap),
-        thinking=ThinkingConfig(turn_tokens=think),
+        loop=LoopLimits(
+            tool_iterations=it, repeat_detection=rep, tool_result_cap=cap, thinking_tokens=think
+        ),
     ),
     st.integers(1, 3),
     st.booleans(),

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from fakes import ScriptedClient, Step, answer, call, calls, context_full, timings
 
-from boxmaker.config import Config, LoopLimits, ThinkingConfig
+from boxmaker.config import Config, LoopLimits
 from boxmaker.errors import (
     InferError,
     RequestCancelled,
@@ -159,6 +159,30 @@ def test_repeated_call_detection_off_runs_every_call(tmp_path: Path) -> None:
     assert [json.loads(r.content)["city"] for r in results] == ["Oslo"] * 3
 
 
+def test_repeat_thresholds_are_named_limits_and_none_turns_each_off(tmp_path: Path) -> None:
+    oslo = [calls(call("weather", {"city": "Oslo"}, f"x{i}")) for i in range(4)]
+    session, runtime, _ = make(
+        tmp_path, [*oslo, answer("done")], repeat_answered_at=3, repeat_ends_turn_at=None
+    )
+    assert run_turn(session, runtime, "go").content == "done"
+    results = [r.content for r in session.records if isinstance(r, ToolResult)]
+    assert [r == ALREADY_MADE for r in results] == [False, False, True, True]
+    session, runtime, _ = make(
+        tmp_path / "b", oslo, repeat_answered_at=None, repeat_ends_turn_at=2, tool_iterations=None
+    )
+    with pytest.raises(TurnLimit) as info:
+        run_turn(session, runtime, "go")
+    assert (info.value.kind, info.value.value, info.value.limit) == ("repeated_call", 2, 1)
+    assert_well_formed(session)
+
+
+def test_tool_iterations_none_is_no_limit(tmp_path: Path) -> None:
+    steps = [calls(call("weather", {"city": f"c{i}"}, f"x{i}")) for i in range(12)]
+    session, runtime, _ = make(tmp_path, [*steps, answer("done")], tool_iterations=None)
+    assert run_turn(session, runtime, "go").content == "done"
+    assert len([r for r in session.records if isinstance(r, ToolResult)]) == 12
+
+
 def test_repeated_call_counts_per_turn_only(tmp_path: Path) -> None:
     steps = [calls(call("weather", {"city": "Oslo"}, "a")), answer("one")]
     steps += [calls(call("weather", {"city": "Oslo"}, "b")), answer("two")]
@@ -175,7 +199,7 @@ def test_thinking_cap_budget_spans_the_turn(tmp_path: Path) -> None:
         Step(content="done", reasoning="y" * 10),
     ]
     session, runtime, client = make(tmp_path, steps)
-    runtime.config = dataclasses.replace(runtime.config, thinking=ThinkingConfig(turn_tokens=8))
+    runtime.config = dataclasses.replace(runtime.config, loop=LoopLimits(thinking_tokens=8))
     events: list[Any] = []
     run_turn(session, runtime, "go", events.append)
     assert client.budgets == [8, 2]

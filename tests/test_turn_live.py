@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from boxmaker.client import Client
-from boxmaker.config import ClientConfig, Config, LoopLimits, SamplingConfig, ThinkingConfig
+from boxmaker.config import ClientConfig, Config, LoopLimits, SamplingConfig
 from boxmaker.demo import demo_registry
 from boxmaker.errors import SessionFull, TurnCancelled, TurnLimit
 from boxmaker.events import Content, Progress, Reasoning, ThinkingCapped
@@ -32,12 +32,11 @@ def server() -> Iterator[EmbeddedServer]:
         yield running
 
 
-def _runtime(url: str, **thinking: Any) -> tuple[Runtime, Client]:
+def _runtime(url: str, **loop: Any) -> tuple[Runtime, Client]:
     config = Config(
         client=ClientConfig(url=url, retry_attempts=0),
-        loop=LoopLimits(tool_iterations=2),
+        loop=LoopLimits(tool_iterations=2, **loop),
         sampling=SamplingConfig(max_tokens=200),  # bounded even if the model rambles
-        thinking=ThinkingConfig(**thinking),
     )
     client = Client(config.client)
     return Runtime(config=config, client=client, registry=demo_registry()), client
@@ -87,7 +86,7 @@ def test_follow_up_inside_a_turn_keeps_the_cache_live(
 def test_thinking_cap_live_through_reasoning_control(
     server: EmbeddedServer, tmp_path: Path
 ) -> None:
-    runtime, client = _runtime(server.url, turn_tokens=3)
+    runtime, client = _runtime(server.url, thinking_tokens=3)
     session = _session(tmp_path)
     events: list[Any] = []
     with client, contextlib.suppress(TurnLimit):

@@ -1,0 +1,95 @@
+"""Record and replay inference traffic with vcrpy: live recording, readable files, no secrets.
+
+The parts, one role each:
+
+- :mod:`~boxmaker.cassettes.serializer`: the readable YAML form of a cassette (request bodies
+  parsed, llama.cpp's SSE streams as literal blocks, JSON answers as mappings) and
+  :func:`load_interactions`;
+- :mod:`~boxmaker.cassettes.scrub`: what never reaches a cassette (every header but
+  ``Accept`` and ``Content-Type``; the request's credentials, the ``Authorization`` token
+  among them, wherever they appear; credential-like query parameters and JSON fields);
+- :mod:`~boxmaker.cassettes.matching`: requests match on method, path and body compared as
+  parsed JSON; :func:`first_difference` names where two bodies differ;
+- :mod:`~boxmaker.cassettes.transport`: :func:`use_cassette` and :func:`make_vcr`, a streaming
+  record/replay patch of the sync httpx transports (the widgets, Stop and the thinking cap see
+  the stream as it arrives while it is recorded);
+- :mod:`~boxmaker.cassettes.inspection`: a :func:`transcript`, the prefix check
+  (:func:`prefix_problems`), a recorded stream read with the client's decoder
+  (:func:`read_stream`), the :func:`recorded_session`;
+- :mod:`~boxmaker.cassettes.whatif`: :func:`what_if`, the loop run again on a recording with
+  other limits (the layer above :mod:`boxmaker.turn`).
+
+Nothing here prints: ``boxmaker cassette show|check`` and ``boxmaker replay`` print what these
+functions return (:mod:`boxmaker.cli`). In record mode ``none`` (the default, used in CI) no
+real request is made: a request with no match fails at once with a
+:class:`~boxmaker.errors.CassetteError` naming the cassette, the request's number and the
+first differing place in the body, e.g. ``messages[5].content``.
+
+Example::
+
+    with use_cassette("cassettes/demo.yaml", record_mode="none"):
+        run_turn(session, runtime, "What is the weather in Lisbon?")
+
+The pytest side (fixture, marker, ``--record-mode``) is :mod:`boxmaker.pytest_plugin`.
+"""
+
+from __future__ import annotations
+
+from .inspection import (
+    CHAT_PATH,
+    PrefixCheck,
+    RecordedSession,
+    StreamReading,
+    check_prefix,
+    prefix_problems,
+    read_stream,
+    recorded_session,
+    transcript,
+)
+from .matching import MISSING, first_difference
+from .scrub import (
+    API_KEY_PLACEHOLDER,
+    SECRET_FIELDS,
+    SECRET_HEADERS,
+    SECRET_PLACEHOLDER,
+    SECRET_QUERY_PARAMETERS,
+)
+from .serializer import load_interactions, serializer
+from .transport import (
+    RECORD_MODES,
+    RecordMode,
+    UnrecordedRequest,
+    make_vcr,
+    unplayed_message,
+    use_cassette,
+)
+from .whatif import WhatIf, what_if
+
+__all__ = [
+    "API_KEY_PLACEHOLDER",
+    "CHAT_PATH",
+    "MISSING",
+    "RECORD_MODES",
+    "SECRET_FIELDS",
+    "SECRET_HEADERS",
+    "SECRET_PLACEHOLDER",
+    "SECRET_QUERY_PARAMETERS",
+    "PrefixCheck",
+    "RecordMode",
+    "RecordedSession",
+    "StreamReading",
+    "UnrecordedRequest",
+    "WhatIf",
+    "check_prefix",
+    "first_difference",
+    "load_interactions",
+    "make_vcr",
+    "prefix_problems",
+    "read_stream",
+    "recorded_session",
+    "serializer",
+    "transcript",
+    "unplayed_message",
+    "use_cassette",
+    "what_if",
+]

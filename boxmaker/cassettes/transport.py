@@ -1,0 +1,379 @@
+"""Recording and replaying: a streaming httpx transport patch over vcrpy's cassette.
+
+Recording passes the stream on as it arrives. vcrpy's own httpx stub reads a whole response
+before handing it over, which would freeze the widgets, Stop, and the thinking cap (it must
+send ``reasoning_end`` while reasoning streams). Here the sync httpx transports
+(``HTTPTransport``, ``MockTransport``) are patched instead: a response to record gets its
+stream teed into a buffer, and the interaction is appended to vcrpy's cassette when the
+response ends (read to the end, closed by the client, or broken: then what arrived is kept
+with the error in ``response.error``, and replay raises the same httpx error after the same
+bytes). Interactions are therefore stored in the order their responses ended: a
+reasoning-control request sent during a stream comes before that stream's interaction.
+A compressed response is stored decoded and without its ``Content-Encoding`` header.
+
+Each interaction plays once, the first unplayed match first (matching:
+:mod:`boxmaker.cassettes.matching`). In record mode ``none`` (the default, used in CI) no real
+request is made: a request with no match fails at once with :class:`UnrecordedRequest`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
+from unittest import mock
+
+import httpx
+import vcr
+from vcr.request import Request as VcrRequest
+
+from ..errors import CassetteError
+from .matching import body_for_matching, describe_difference, first_difference, json_body_matcher
+from .scrub import (
+    credentials,
+    hide_in_request,
+    hide_in_response,
+    restore,
+    scrub_request,
+    scrub_response,
+)
+from .serializer import FilePersister, serializer
+
+__all__ = [
+    "RECORD_MODES",
+    "RecordMode",
+    "UnrecordedRequest",
+    "make_vcr",
+    "unplayed_message",
+    "use_cassette",
+]
+
+RecordMode = Literal["none", "once", "new_episodes", "all"]
+"""vcrpy's record modes: ``none`` replays only, ``once`` records a cassette that does not
+exist yet, ``new_episodes`` replays what matches and records the rest, ``all`` re-records."""
+
+RECORD_MODES: tuple[RecordMode, ...] = ("none", "once", "new_episodes", "all")
+"""The record modes, in the order ``--record-mode`` lists them."""
+
+
+class UnrecordedRequest(CassetteError):
+    """A request that matched no recorded interaction in a replay-only cassette.
+
+    A :class:`~boxmaker.errors.CassetteError`; the message names the cassette, the request's
+    number and the first differing place in its body.
+
+    Attributes:
+        number: the request's number among the requests made inside the cassette (from 1).
+        method: its HTTP method.
+        path: its URL path (``/v1/chat/completions``, ``.../control``).
+    """
+
+    def __init__(self, message: str, *, number: int, method: str, path: str) -> None:
+        super().__init__(message)
+        self.number = number
+        self.method = method
+        self.path = path
+
+
+def make_vcr(record_mode: RecordMode = "none", *, ignore_body_keys: Sequence[str] = ()) -> vcr.VCR:
+    """A vcrpy ``VCR`` set up for llama-server traffic.
+
+    Matching on method, path and JSON body; headers, credential-like query parameters and
+    JSON fields scrubbed (:func:`~boxmaker.cassettes.scrub.scrub_request`,
+    :func:`~boxmaker.cassettes.scrub.scrub_response`); compressed responses stored decoded;
+    the readable serializer, and a file persister that refuses a broken cassette with a
+    CassetteError naming the file; each interaction played once. vcrpy's own httpx patch is
+    skipped: :func:`use_cassette` installs the streaming one, which also hides each request's
+    credentials (:class:`_Run`).
+
+    Args:
+        record_mode: see :data:`RecordMode`.
+        ignore_body_keys: top-level request-body keys left out of matching (the what-if
+            replay leaves out ``reasoning_control``, which only says a thinking cap is armed).
+    """
+    v = vcr.VCR(
+        record_mode=record_mode,
+        serializer="boxmaker",
+        match_on=("method", "path", "json_body"),
+        before_record_request=scrub_request,
+        before_record_response=scrub_response,
+        decode_compressed_response=True,
+        skip_patchers=("httpx",),
+    )
+    v.register_serializer("boxmaker", serializer)
+    v.register_persister(FilePersister)
+    v.register_matcher("json_body", json_body_matcher(tuple(ignore_body_keys)))
+    return v
+
+
+class _Tee(httpx.SyncByteStream):
+    """A response stream passed on chunk by chunk while a copy is kept; ``on_end(body, error)``
+    runs once, when the stream is exhausted, breaks, or is closed."""
+
+    def __init__(
+        self, inner: httpx.SyncByteStream, on_end: Callable[[bytes, Exception | None], None]
+    ) -> None:
+        self._inner = inner
+        self._parts: list[bytes] = []
+        self._on_end: Callable[[bytes, Exception | None], None] | None = on_end
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            for chunk in self._inner:
+                self._parts.append(chunk)
+                yield chunk
+        except Exception as exc:
+            self._end(exc)
+            raise
+        self._end(None)
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            self._end(None)
+
+    def _end(self, error: Exception | None) -> None:
+        on_end, self._on_end = self._on_end, None
+        if on_end is not None:
+            on_end(b"".join(self._parts), error)
+
+
+class _Replay(httpx.SyncByteStream):
+    """A recorded body played back one SSE event per chunk (like llama-server sends it),
+    then the recorded transport error, if any."""
+
+    def __init__(self, body: bytes, error: str | None) -> None:
+        self._body = body
+        self._error = error
+
+    def __iter__(self) -> Iterator[bytes]:
+        body = self._body
+        start = 0
+        while start < len(body):
+            end = body.find(b"\n\n", start)
+            end = len(body) if end < 0 else end + 2
+            yield body[start:end]
+            start = end
+        if self._error:
+            name, _, message = self._error.partition(": ")
+            kind = getattr(httpx, name, None)
+            if not (isinstance(kind, type) and issubclass(kind, httpx.TransportError)):
+                kind, message = httpx.RemoteProtocolError, self._error
+            raise kind(message)
+
+
+def _replayed(
+    recorded: Mapping[str, Any], request: httpx.Request, secret: str | None
+) -> httpx.Response:
+    status = recorded.get("status") or {}
+    message = status.get("message")
+    headers = [
+        (name, str(value))
+        for name, values in (recorded.get("headers") or {}).items()
+        for value in (values if isinstance(values, list) else [values])
+    ]
+    body = recorded["body"]["string"] or b""
+    body = restore(body if isinstance(body, bytes) else str(body).encode(), secret)
+    return httpx.Response(
+        int(status.get("code", 200)),
+        headers=headers,
+        stream=_Replay(body, recorded.get("error")),
+        extensions={"reason_phrase": str(message).encode("ascii")} if message else {},
+        request=request,
+    )
+
+
+class _Run:
+    """One open cassette: the vcrpy cassette, the requests seen, the no-match failures.
+
+    Each request is scrubbed (:mod:`~boxmaker.cassettes.scrub`: its credentials, with
+    ``secrets``, hidden in its URI and body) before it is matched or recorded, and its
+    credentials are hidden in the response recorded for it."""
+
+    def __init__(
+        self, cassette: Any, path: Path, ignore: Sequence[str] = (), secrets: Sequence[str] = ()
+    ) -> None:
+        self.cassette = cassette
+        self.path = path
+        self.ignore = tuple(ignore)
+        self.secrets = tuple(s for s in secrets if s)
+        self.requests = 0
+        self.failures: list[UnrecordedRequest] = []
+        self.lock = threading.Lock()
+
+    def handle(
+        self,
+        original: Callable[[Any, httpx.Request], httpx.Response],
+        transport: Any,
+        request: httpx.Request,
+    ) -> httpx.Response:
+        body = request.read()
+        vreq = VcrRequest(request.method, str(request.url), body, dict(request.headers))
+        known = credentials(vreq, self.secrets)
+        vreq = scrub_request(hide_in_request(vreq, known))
+        with self.lock:
+            self.requests += 1
+            number = self.requests
+            cassette = self.cassette
+            if cassette.can_play_response_for(vreq):
+                return _replayed(cassette.play_response(vreq), request, next(iter(known), None))
+            if cassette.write_protected and cassette.filter_request(vreq):
+                error = UnrecordedRequest(
+                    self.no_match(number, vreq), number=number, method=vreq.method, path=vreq.path
+                )
+                self.failures.append(error)
+                raise error
+        response = original(transport, request)
+        if hasattr(response, "_content"):  # already read and decoded (MockTransport content=)
+            self.record(vreq, response, response.content, None, known, decoded=True)
+            return response
+        stream = response.stream
+        if isinstance(stream, httpx.SyncByteStream):
+            response.stream = _Tee(
+                stream, lambda data, error: self.record(vreq, response, data, error, known)
+            )
+        return response
+
+    def record(
+        self,
+        vreq: VcrRequest,
+        response: httpx.Response,
+        body: bytes,
+        error: Exception | None,
+        known: Sequence[str],
+        *,
+        decoded: bool = False,
+    ) -> None:
+        """Append one interaction: the body as it reached the client (decoded with httpx's
+        own decoders, ``Content-Encoding`` dropped) and the error that broke it, if any, with
+        the request's credentials ``known`` hidden."""
+        if not decoded and "content-encoding" in response.headers:
+            try:  # the same decoding httpx applied for the client (gzip, deflate, br, zstd)
+                plain = httpx.Response(200, headers=response.headers, stream=httpx.ByteStream(body))
+                body = plain.read()
+                decoded = True
+            except httpx.DecodingError:
+                pass  # a compressed body cut mid-way is stored as it came
+        headers: dict[str, list[str]] = {}
+        for name, value in response.headers.multi_items():
+            if not (decoded and name.lower() in ("content-encoding", "content-length")):
+                headers.setdefault(name, []).append(value)
+        data: dict[str, Any] = {
+            "status": {"code": response.status_code, "message": response.reason_phrase},
+            "headers": headers,
+            "body": {"string": body},
+        }
+        if error is not None:
+            data["error"] = f"{type(error).__name__}: {error}"
+        hide_in_response(data, known)
+        with self.lock:
+            self.cassette.append(vreq, data)
+
+    def no_match(self, number: int, vreq: VcrRequest) -> str:
+        what = f"{self.path}: request {number} ({vreq.method} {vreq.path}) matches no recorded"
+        cassette = self.cassette
+        unplayed = [i for i in range(len(cassette.data)) if cassette.play_counts[i] == 0]
+        for i in unplayed:
+            recorded = cassette.data[i][0]
+            if recorded.method == vreq.method and recorded.path == vreq.path:
+                found = first_difference(
+                    body_for_matching(recorded.body, self.ignore),
+                    body_for_matching(vreq.body, self.ignore),
+                )
+                where = describe_difference(found) if found else "a place the matcher rejects"
+                return (
+                    f"{what} interaction: its body differs from recorded interaction {i + 1} "
+                    f"at {where}"
+                )
+        if unplayed:
+            nxt = cassette.data[unplayed[0]][0]
+            return (
+                f"{what} interaction: no unplayed one has this method and path "
+                f"(the next unplayed, {unplayed[0] + 1}, is {nxt.method} {nxt.path})"
+            )
+        return f"{what} interaction: all {len(cassette.data)} recorded interactions were played"
+
+
+@contextmanager
+def _patched_transports(run: _Run) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for cls in (httpx.HTTPTransport, httpx.MockTransport):
+            original = cls.handle_request
+
+            def handle(
+                self: Any,
+                request: httpx.Request,
+                _original: Callable[[Any, httpx.Request], httpx.Response] = original,
+            ) -> httpx.Response:
+                return run.handle(_original, self, request)
+
+            stack.enter_context(mock.patch.object(cls, "handle_request", handle))
+        yield
+
+
+@contextmanager
+def use_cassette(
+    path: str | os.PathLike[str],
+    record_mode: RecordMode = "none",
+    *,
+    strict: bool = True,
+    secrets: Sequence[str] = (),
+    ignore_body_keys: Sequence[str] = (),
+) -> Iterator[Any]:
+    """Record or replay every sync httpx request inside the block with the cassette at ``path``.
+
+    Args:
+        path: the YAML file (created when recording).
+        record_mode: vcrpy's mode: ``none`` replays only (no real request is made; a request
+            with no match fails), ``once`` records when the file does not exist, ``new_episodes``
+            adds new interactions, ``all`` re-records everything.
+        strict: in ``none`` mode, fail when the block leaves interactions unplayed.
+        secrets: more values replaced by ``<API_KEY>`` wherever they appear in an
+            interaction (the request's own credentials always are: the ``Authorization``
+            token, api-key headers, credential-like query and JSON values; see
+            :mod:`~boxmaker.cassettes.scrub`); on replay they are hidden in each request before
+            matching and the first is put back for ``<API_KEY>`` in the replayed response.
+        ignore_body_keys: top-level request-body keys left out of matching.
+
+    A response being recorded is appended when it ends, so close (or read to the end) every
+    response inside the block: one still open when the block ends is not saved.
+
+    Yields:
+        vcrpy's ``Cassette`` (``play_count``, ``all_played``, ``data``...), with one more
+        attribute, ``failures``: the :class:`UnrecordedRequest` of each request that matched
+        nothing (so a caller that swallowed one can still fail).
+
+    Raises:
+        CassetteError: the file exists but is not a readable cassette (not UTF-8, not YAML,
+            not shaped like a cassette); ``none`` mode and the file does not exist; a request
+            matched no recorded interaction (:class:`UnrecordedRequest`, raised by the
+            request itself; the message names the cassette, the request's number and the
+            first place where its body differs, e.g. ``messages[3].content``); or
+            (``strict``, ``none`` mode) the block ended normally with recorded interactions
+            unplayed.
+    """
+    p = Path(path)
+    if record_mode == "none" and not p.exists():
+        raise CassetteError(f"{p}: no such cassette (record it with record_mode='once')")
+    v = make_vcr(record_mode, ignore_body_keys=ignore_body_keys)
+    with v.use_cassette(str(p)) as cassette:
+        run = _Run(cassette, p, ignore_body_keys, secrets)
+        cassette.failures = run.failures
+        with _patched_transports(run):
+            yield cassette
+    if strict and record_mode == "none" and not cassette.all_played:
+        raise CassetteError(unplayed_message(cassette, p))
+
+
+def unplayed_message(cassette: Any, path: str | os.PathLike[str]) -> str:
+    """The message for a cassette whose recorded interactions were not all played: how many,
+    and the first one's number, method and path."""
+    unplayed = [i for i in range(len(cassette.data)) if cassette.play_counts[i] == 0]
+    first = cassette.data[unplayed[0]][0] if unplayed else None
+    where = f", the first is {unplayed[0] + 1} ({first.method} {first.path})" if first else ""
+    return f"{path}: {len(unplayed)} recorded interaction(s) were not played{where}"

@@ -1,0 +1,203 @@
+"""The what-if replay: run the loop again on a recorded session with other limits.
+
+This module is the layer above :mod:`boxmaker.turn`: it builds a session, a runtime and a
+tool port from a cassette (:func:`~boxmaker.cassettes.inspection.recorded_session`), replays
+each completion from the cassette, and reports which limits fire and when. It returns a
+:class:`WhatIf`; ``boxmaker replay`` prints it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..client import Client
+from ..config import ClientConfig, LoopLimits
+from ..demo import demo_registry
+from ..errors import SessionFull, TurnError, TurnInferError, TurnLimit
+from ..events import Queued
+from ..records import Baseline, LimitHit
+from ..session import Session
+from ..tools import Failed, Registry, Result, ToolAnswer, ToolRequest, canonical_arguments
+from ..turn import Runtime, run_turn
+from .inspection import recorded_session
+from .matching import short
+from .transport import UnrecordedRequest, use_cassette
+
+__all__ = ["WhatIf", "what_if"]
+
+
+class _RecordedPort:
+    """A tool port answering each call with the result the cassette recorded for the same
+    tool and arguments (in order); a call never recorded fails, saying so."""
+
+    def __init__(self, results: Mapping[tuple[str, str], list[str]]) -> None:
+        self._results = {key: list(values) for key, values in results.items()}
+        self.missing: list[str] = []
+
+    def request(self, request: ToolRequest) -> ToolAnswer:
+        """The recorded result of this tool with these arguments, else ``Failed``."""
+        key = (request.tool, canonical_arguments(json.dumps(dict(request.arguments))))
+        values = self._results.get(key)
+        if not values:
+            self.missing.append(f"{request.tool} {key[1]}")
+            return Failed(message=f"no result recorded for {request.tool} with {key[1]}")
+        return Result(content=values.pop(0) if len(values) > 1 else values[0])
+
+
+_DEFAULT_LIMITS = LoopLimits()
+
+
+def _limits_text(limits: LoopLimits) -> str:
+    """The limits in force, one phrase each (``none``: off)."""
+
+    def value(v: int | None) -> str:
+        return "none" if v is None else str(v)
+
+    repeat = "off"
+    if limits.repeat_detection:
+        answered, ends = limits.repeat_answered_at, limits.repeat_ends_turn_at
+        repeat = f"on (answered at {value(answered)}, ends the turn at {value(ends)})"
+    return (
+        f"tool_iterations {value(limits.tool_iterations)}, repeat_detection {repeat}, "
+        f"tool_result_cap {value(limits.tool_result_cap)}, "
+        f"thinking_tokens {value(limits.thinking_tokens)}"
+    )
+
+
+@dataclass
+class WhatIf:
+    """The outcome of :func:`what_if`.
+
+    Attributes:
+        lines: the report, one line each: the limits in force, the tools used, then per turn
+            each limit that fired (turn, completion within the turn, kind, detail) and how the
+            turn ended, and where the replay stopped, if it did.
+        stopped: why the replay stopped early (the loop needed traffic the cassette does not
+            hold), ``None`` when every turn ran.
+        hits: ``(turn, completion, kind, detail)`` of each limit that fired.
+    """
+
+    lines: list[str] = field(default_factory=list)
+    stopped: str | None = None
+    hits: list[tuple[int, int, str, str]] = field(default_factory=list)
+
+
+def what_if(path: str | os.PathLike[str], limits: LoopLimits = _DEFAULT_LIMITS) -> WhatIf:
+    """Run the loop again on a recorded session with other limits; say which fire and when.
+
+    The user messages, system prompt, tools and sampling come from the cassette
+    (:func:`~boxmaker.cassettes.inspection.recorded_session`); the limits are ``limits``, the
+    same object as ``config.loop``, each field meaning what it means there (``None``: that
+    limit off). Tools: the demo tools when the recorded tool names are theirs, else a port
+    answering from the results recorded in the cassette. Each completion is replayed from the
+    cassette (record mode ``none``; ``reasoning_control`` is left out of matching, so a cap can
+    be armed or not); the replay stops, with the reason, at the first request the cassette does
+    not hold, since what the model would answer to it is unknown (a thinking cap that fires
+    where the recording had none, a tool result cut differently, a turn that goes on where the
+    recorded one ended...).
+
+    Args:
+        path: the cassette.
+        limits: the loop limits to replay with (default: ``LoopLimits()``, the defaults).
+
+    Raises:
+        CassetteError: not a readable cassette, or no chat request in it.
+    """
+    recorded = recorded_session(path)
+    config = dataclasses.replace(
+        recorded.config,
+        client=ClientConfig(url="http://127.0.0.1:9", retry_attempts=4),
+        loop=limits,
+    )
+    names = [str((t.get("function") or {}).get("name")) for t in recorded.tools]
+    demo = demo_registry()
+    port: _RecordedPort | None = None
+    if sorted(names) == sorted(demo.names):
+        registry, tools_text = demo, f"the demo tools ({', '.join(names)})"
+    else:
+        registry = Registry()
+        for t in recorded.tools:
+            fn = t.get("function") or {}
+            registry.add_port_tool(
+                str(fn.get("name")), str(fn.get("description") or ""), fn.get("parameters") or {}
+            )
+        port = _RecordedPort(recorded.results)
+        tools_text = f"results recorded in the cassette ({', '.join(names) or 'none'})"
+    report = WhatIf()
+    report.lines += [
+        f"what-if replay of {path}: {len(recorded.users)} turn(s), "
+        f"{recorded.chat_requests} chat request(s) recorded",
+        f"limits: {_limits_text(limits)}",
+        f"tools: {tools_text}",
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        session = Session.create(tmp, Baseline(system=recorded.system, tools=recorded.tools))
+        with (
+            use_cassette(path, "none", strict=False, ignore_body_keys=("reasoning_control",)) as c,
+            Client(config.client, sleep=lambda s: None) as client,
+        ):
+            runtime = Runtime(config=config, client=client, registry=registry, port=port)
+            for number, text in enumerate(recorded.users, 1):
+                completions = [0]
+                head = f"turn {number} ({short(text)})"
+
+                def on_event(
+                    event: Any, turn: int = number, count: list[int] = completions
+                ) -> None:
+                    if isinstance(event, Queued):
+                        count[0] += 1
+                    elif isinstance(event, LimitHit):
+                        report.hits.append((turn, count[0], event.kind, event.detail))
+                        report.lines.append(
+                            f"turn {turn}, completion {count[0]}: {event.kind} fired: "
+                            f"{event.detail}"
+                        )
+
+                try:
+                    run_turn(session, runtime, text, on_event)
+                    report.lines.append(f"{head}: answered after {completions[0]} completion(s)")
+                except UnrecordedRequest as exc:
+                    if exc.path.endswith("/control"):  # during the current completion
+                        where = completions[0]
+                        why = (
+                            f"the thinking cap fires in completion {where} "
+                            f"(reasoning_end after {limits.thinking_tokens} reasoning tokens of "
+                            "the turn), where the recording went on reasoning: what the model "
+                            "does after reasoning_end is not in the cassette"
+                        )
+                    else:  # the next completion's request, refused before any event
+                        where = completions[0] + 1
+                        why = f"the loop needs traffic the cassette does not hold: {exc}"
+                    report.stopped = f"{head}, completion {where}: {why}"
+                    report.lines.append(f"stopped at {report.stopped}")
+                    break
+                except (TurnLimit, SessionFull) as exc:
+                    report.lines.append(f"{head}: ended by {type(exc).__name__}: {exc}")
+                except TurnInferError as exc:
+                    report.lines.append(f"{head}: the completion failed: {exc}")
+                except TurnError as exc:
+                    report.lines.append(f"{head}: ended: {exc}")
+            played = c.play_count
+            total = len(c.data)
+            capped = sum(
+                1
+                for i, (request, _) in enumerate(c.data)
+                if request.path.endswith("/control") and c.play_counts[i] == 0
+            )
+        session.close()
+    if port is not None and port.missing:
+        report.lines.append(f"tool calls with no recorded result: {', '.join(port.missing)}")
+    if capped and report.stopped is None:
+        report.lines.append(
+            f"note: the recording's thinking cap ended reasoning early {capped} time(s); this "
+            "replay streams those completions as recorded (the cassette cannot show what an "
+            "uncapped model would have reasoned)"
+        )
+    report.lines.append(f"played {played} of {total} recorded interactions")
+    return report
