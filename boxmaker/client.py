@@ -29,7 +29,9 @@ parsed ``error`` object kept); :func:`~boxmaker.stream.is_context_full` tells ll
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -41,12 +43,14 @@ import httpx
 from .config import ClientConfig
 from .errors import InferError, RequestCancelled, StreamCut
 from .events import ClientEvent, Queued, Retrying
-from .stream import ChunkDecoder, Completion, StreamDecoder
+from .stream import ChunkDecoder, Completion, StreamDecoder, context_full_error
 
 __all__ = ["ChatClient", "Client"]
 
 _QUEUED = Queued()
 _SSE_HEADERS = {"Accept": "text/event-stream"}
+_WATCH_S = 0.05
+"""How often, in seconds, a cancel watch checks that its request is still running."""
 
 
 def _http_error(response: httpx.Response, what: str) -> InferError:
@@ -71,7 +75,77 @@ def _http_error(response: httpx.Response, what: str) -> InferError:
         status=response.status_code,
         body=text,
         error=error,
+        context_full=context_full_error(error, text),
     )
+
+
+# --------------------------------------------------------------------------------------------
+# cancelling a blocked read
+
+
+class _CancelWatch:
+    """Ends a blocked read of one request attempt as soon as ``cancel`` is set.
+
+    httpx cannot interrupt a read in progress, and closing a socket from another thread does
+    not wake a thread blocked reading it (Linux), but ``shutdown()`` does: the read then
+    returns end-of-file at once. The watch learns the attempt's socket from httpcore's
+    ``trace`` request extension (``connection.connect_tcp.complete`` carries the new network
+    stream; :class:`Client` keeps no idle connections, so every request opens one) and from
+    the response's ``network_stream`` extension; a daemon thread waits for ``cancel`` and
+    shuts the sockets down. Transports without sockets (``httpx.MockTransport``, cassettes)
+    give none; there cancel is seen between reads.
+    """
+
+    __slots__ = ("_cancel", "_fired", "_lock", "_over", "_sockets")
+
+    def __init__(self, cancel: threading.Event) -> None:
+        self._cancel = cancel
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._fired = False  # cancel was seen: shut every socket, also ones added later
+        self._over = False  # the attempt ended: touch nothing any more
+        threading.Thread(target=self._watch, name="boxmaker-cancel", daemon=True).start()
+
+    def trace(self, name: str, info: dict[str, Any]) -> None:
+        """httpcore's trace hook: keep the socket of each new connection."""
+        if name == "connection.connect_tcp.complete":
+            self.add(info.get("return_value"))
+
+    def add(self, stream: object) -> None:
+        """Watch the socket of an httpcore network stream (anything else is ignored)."""
+        get = getattr(stream, "get_extra_info", None)
+        sock = get("socket") if callable(get) else None
+        if not isinstance(sock, socket.socket):
+            return
+        with self._lock:
+            if self._over:
+                return
+            self._sockets.append(sock)
+            fired = self._fired
+        if fired:
+            _shut(sock)
+
+    def stop(self) -> None:
+        """The attempt is over: the watch thread ends and touches no socket."""
+        with self._lock:
+            self._over = True
+
+    def _watch(self) -> None:
+        while not self._cancel.wait(_WATCH_S):
+            if self._over:
+                return
+        with self._lock:
+            if self._over:
+                return
+            self._fired = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # already closed
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 # --------------------------------------------------------------------------------------------
@@ -120,11 +194,15 @@ class Client:
 
     Timeouts: connecting may take ``config.connect_timeout_s`` seconds; once connected, the
     request fails if the server sends no byte for ``config.idle_timeout_s`` seconds (an idle
-    timeout per read, not a total one: a stream that keeps sending never times out). The
-    ``Authorization: Bearer`` header is sent only when ``config.api_key`` is set.
+    timeout per read, not a total one: a stream that keeps sending never times out), or no
+    data event for ``config.silence_timeout_s`` seconds (SSE comments such as ``: ping``
+    are bytes but not data). The ``Authorization: Bearer`` header is sent only when
+    ``config.api_key`` is set.
 
     One :class:`httpx.Client` (connection pool) serves the stream and the reasoning-control
-    request sent while the stream is open. Use as a context manager, or call :meth:`close`.
+    request sent while the stream is open. It keeps no idle connection: each request opens
+    its own (a local TCP connect is far below a millisecond), so a cancel can always reach
+    the socket of the request it stops. Use as a context manager, or call :meth:`close`.
     A client may be shared by threads (httpx's pool is thread-safe); each :meth:`chat` call
     keeps its state local.
     """
@@ -149,6 +227,7 @@ class Client:
         self._http = httpx.Client(
             headers=headers,
             timeout=httpx.Timeout(connect=connect, read=idle, write=idle, pool=connect),
+            limits=httpx.Limits(max_keepalive_connections=0),
             transport=transport,
         )
 
@@ -180,17 +259,22 @@ class Client:
                 sent once, :class:`~boxmaker.events.ThinkingCapped` is emitted and the stream
                 is read on (the server ends reasoning and continues with content).
                 ``None``: no cap and no reasoning control.
-            cancel: when set, the stream is closed (llama.cpp then stops generating) and
-                :class:`~boxmaker.errors.RequestCancelled` is raised. Checked before the
-                request and after each chunk.
+            cancel: when set, the request ends within about 0.1 s whatever the server does
+                (silent before answering, stalled mid-stream, sending only ``: ping``
+                comments): the connection is shut down (llama.cpp then stops generating) and
+                :class:`~boxmaker.errors.RequestCancelled` is raised, never another
+                :class:`InferError`. Checked before the request, after each chunk and each
+                read, and by a watch thread that interrupts a blocked read (on transports
+                without sockets, such as ``httpx.MockTransport``, only between reads).
 
         Returns:
             The :class:`Completion`.
 
         Raises:
-            InferError: connection failed (``status`` None), idle timeout (``status`` None),
-                HTTP status other than 200 (``status``, ``body`` and llama.cpp's ``error``
-                kept; see :func:`is_context_full` for the context-full 400), a malformed
+            InferError: connection failed (``status`` None), idle timeout or silence
+                timeout (``status`` None), HTTP status other than 200 (``status``,
+                ``body`` and llama.cpp's ``error`` kept; see :func:`is_context_full` for a
+                full context), a malformed
                 chunk, an error object inside the stream (``status`` = its ``code``), or the
                 server refused reasoning control.
             StreamCut: the stream ended or broke before ``finish_reason`` / ``[DONE]``.
@@ -301,6 +385,7 @@ class Client:
                         status=error.status,
                         body=error.body,
                         error=error.error,
+                        context_full=error.context_full,
                     ) from error.__cause__
                 attempt += 1
                 cfg = self.config
@@ -324,12 +409,30 @@ class Client:
         reasoning_budget: int | None,
         cancel: threading.Event | None,
     ) -> Completion:
+        watch = None if cancel is None else _CancelWatch(cancel)
+        try:
+            return self._request(payload, on_event, reasoning_budget, cancel, watch)
+        finally:
+            if watch is not None:
+                watch.stop()
+
+    def _request(
+        self,
+        payload: dict[str, Any],
+        on_event: Callable[[ClientEvent], None],
+        reasoning_budget: int | None,
+        cancel: threading.Event | None,
+        watch: _CancelWatch | None,
+    ) -> Completion:
         started = False
+        extensions = {} if watch is None else {"trace": watch.trace}
         try:
             with self._http.stream(
-                "POST", self._chat_url, json=payload, headers=_SSE_HEADERS
+                "POST", self._chat_url, json=payload, headers=_SSE_HEADERS, extensions=extensions
             ) as response:
                 started = True
+                if watch is not None:
+                    watch.add(response.extensions.get("network_stream"))
                 if response.status_code != 200:
                     response.read()
                     error = _http_error(response, "chat completion")
@@ -338,21 +441,27 @@ class Client:
                     raise error
                 on_event(_QUEUED)
                 return self._read(response, on_event, reasoning_budget, cancel)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        except httpx.TransportError as exc:
+            if cancel is not None and cancel.is_set():  # the watch shut the connection
+                raise RequestCancelled("request cancelled; connection closed") from exc
+            raise self._transport_error(exc, started) from exc
+
+    def _transport_error(self, exc: httpx.TransportError, started: bool) -> Exception:
+        """The error to raise for an httpx transport error of the chat request."""
+        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
             error = InferError(f"cannot connect to llama-server at {self.url}: {exc}")
             error.__cause__ = exc
-            raise _Retryable(error, f"connection failed: {exc}") from exc
-        except httpx.ReadTimeout as exc:
-            raise InferError(
+            return _Retryable(error, f"connection failed: {exc}")
+        if isinstance(exc, httpx.ReadTimeout):
+            return InferError(
                 f"llama-server at {self.url} sent nothing for {self.config.idle_timeout_s} s "
                 "(idle timeout, ClientConfig.idle_timeout_s)"
-            ) from exc
-        except httpx.TransportError as exc:
-            if started:
-                raise StreamCut(
-                    f"stream cut: the connection to llama-server broke mid-stream: {exc!r}"
-                ) from exc
-            raise InferError(f"request to llama-server at {self.url} failed: {exc!r}") from exc
+            )
+        if started:
+            return StreamCut(
+                f"stream cut: the connection to llama-server broke mid-stream: {exc!r}"
+            )
+        return InferError(f"request to llama-server at {self.url} failed: {exc!r}")
 
     def _read(
         self,
@@ -364,6 +473,10 @@ class Client:
         decoder = StreamDecoder()
         chunks = decoder.chunks
         cap_at = None if reasoning_budget is None else max(reasoning_budget, 1)
+        silence = self.config.silence_timeout_s
+        clock = time.monotonic
+        last_data = clock()  # when the last data event (or the response head) came
+        seen = 0  # chunks at that time
         stream = response.iter_bytes()
         while True:
             raw = next(stream, None)
@@ -375,6 +488,7 @@ class Client:
                     cap_at is not None
                     and chunks.reasoning_tokens >= cap_at
                     and not chunks.thinking_capped
+                    and not chunks.reasoning_from_tag  # that reasoning has already ended
                 ):
                     self._cap(chunks, on_event)
                 if cancel is not None and cancel.is_set():
@@ -382,8 +496,23 @@ class Client:
                     raise RequestCancelled(
                         f"request cancelled after {chunks.chunks} chunks; stream closed"
                     )
+            if cancel is not None and cancel.is_set():  # a read of comments, or cut by the watch
+                response.close()
+                raise RequestCancelled(
+                    f"request cancelled after {chunks.chunks} chunks; stream closed"
+                )
             if decoder.done or raw is None:
                 return chunks.finish()
+            if silence is not None:
+                if chunks.chunks != seen:
+                    seen = chunks.chunks
+                    last_data = clock()
+                elif clock() - last_data > silence:
+                    response.close()
+                    raise InferError(
+                        f"llama-server at {self.url} sent no data event for {silence} s, only "
+                        "SSE comments (silence timeout, ClientConfig.silence_timeout_s)"
+                    )
 
     def _cap(self, chunks: ChunkDecoder, on_event: Callable[[ClientEvent], None]) -> None:
         """Send reasoning_end for the running completion; raise if the server refuses."""
@@ -394,7 +523,11 @@ class Client:
             success, text = self._control(chunks.id)
         except InferError as exc:
             raise InferError(
-                f"{what}: {exc}", status=exc.status, body=exc.body, error=exc.error
+                f"{what}: {exc}",
+                status=exc.status,
+                body=exc.body,
+                error=exc.error,
+                context_full=exc.context_full,
             ) from exc
         if not success:
             raise InferError(f"{what}: it answered {text}", status=200, body=text)

@@ -1,0 +1,154 @@
+"""The client against a real socket server that misbehaves: cancel and the silence limit.
+
+Each test runs :class:`fakeserver.FakeServer` on 127.0.0.1 and a real :class:`Client`
+(httpx over TCP). Bounds on elapsed time are generous behaviour checks (a cancel that waits
+for the idle timeout takes 5 s here, one that works takes about 0.1 s), not benchmarks.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+import pytest
+from fakeserver import SSE_HEAD, Every, FakeServer, chunk, sse
+
+from boxmaker.client import Client
+from boxmaker.config import ClientConfig
+from boxmaker.errors import InferError, RequestCancelled, StreamCut
+from boxmaker.events import ClientEvent, Content, Progress, Queued
+
+BODY: dict[str, Any] = {"messages": [{"role": "user", "content": "Hi"}], "id_slot": 0}
+CID = "chatcmpl-faults"
+PING = chunk(b": ping\n\n")
+
+
+def delta(d: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+    obj = {"choices": [{"index": 0, "delta": d, "finish_reason": finish}], "id": CID, **extra}
+    return sse(json.dumps(obj))
+
+
+def config(url: str, **kw: Any) -> ClientConfig:
+    # an idle timeout of 5 s: a cancel that is not seen fails with InferError after 5 s
+    return ClientConfig(url=url, idle_timeout_s=5.0, retry_attempts=0, **kw)
+
+
+def cancelled_after(
+    server: FakeServer, delay_s: float = 0.3, **kw: Any
+) -> tuple[float, list[ClientEvent]]:
+    """Run one chat with a cancel set after ``delay_s``; return the seconds it took and the
+    events; the chat must raise RequestCancelled."""
+    cancel = threading.Event()
+    events: list[ClientEvent] = []
+    timer = threading.Timer(delay_s, cancel.set)
+    with Client(config(server.url, **kw)) as client:
+        start = time.monotonic()
+        timer.start()
+        try:
+            with pytest.raises(RequestCancelled):
+                client.chat_with_retry(BODY, events.append, cancel=cancel)
+        finally:
+            timer.cancel()
+        return time.monotonic() - start, events
+
+
+def test_cancel_while_the_server_says_nothing_after_the_request() -> None:
+    with FakeServer([]) as server:
+        elapsed, events = cancelled_after(server)
+        assert elapsed < 2.0
+        assert events == []
+        assert server.disconnected.wait(2.0)  # the server saw the connection go
+        assert len(server.requests) == 1
+
+
+def test_cancel_while_the_stream_is_stalled_mid_stream() -> None:
+    script = [SSE_HEAD, delta({"role": "assistant", "content": None}), delta({"content": "a"})]
+    with FakeServer(script) as server:
+        elapsed, events = cancelled_after(server)
+        assert elapsed < 2.0
+        assert Content("a") in events
+        assert server.disconnected.wait(2.0)
+
+
+def test_cancel_while_the_server_only_pings() -> None:
+    with FakeServer([SSE_HEAD, Every(PING, 0.1, for_s=6.0)]) as server:
+        elapsed, events = cancelled_after(server)
+        assert [e for e in events if not isinstance(e, Queued)] == []
+        assert elapsed < 2.0
+        assert server.disconnected.wait(2.0)
+
+
+def test_cancel_set_before_the_connection_is_made_still_cuts_a_silent_answer() -> None:
+    with FakeServer([]) as server:
+        elapsed, _ = cancelled_after(server, delay_s=0.0)
+        assert elapsed < 2.0
+
+
+def test_client_is_usable_after_a_cancelled_request() -> None:
+    answer = [
+        SSE_HEAD,
+        delta({"content": "ok"}),
+        delta({}, finish="stop"),
+        chunk(b"data: [DONE]\n\n"),
+        b"0\r\n\r\n",
+    ]
+    with FakeServer([]) as silent, FakeServer(answer, hold=False) as good:
+        cancel = threading.Event()
+        threading.Timer(0.2, cancel.set).start()
+        with Client(config(silent.url)) as client, pytest.raises(RequestCancelled):
+            client.chat(BODY, lambda e: None, cancel=cancel)
+        with Client(config(good.url)) as client:
+            completion = client.chat(BODY, lambda e: None, cancel=threading.Event())
+        assert completion.content == "ok"
+
+
+def test_only_pings_for_longer_than_the_silence_limit_is_a_clear_error() -> None:
+    with FakeServer([SSE_HEAD, Every(PING, 0.1, for_s=6.0)]) as server:
+        client = Client(config(server.url, silence_timeout_s=0.5))
+        start = time.monotonic()
+        with client, pytest.raises(InferError) as info:
+            client.chat(BODY, lambda e: None)
+        elapsed = time.monotonic() - start
+    assert type(info.value) is InferError
+    assert not isinstance(info.value, StreamCut | RequestCancelled)
+    assert "silence timeout" in str(info.value)
+    assert "silence_timeout_s" in str(info.value)
+    assert info.value.status is None
+    assert 0.5 <= elapsed < 3.0
+
+
+def test_progress_events_count_as_life_for_the_silence_limit() -> None:
+    progress = [
+        delta({}, prompt_progress={"total": 20, "cache": 0, "processed": i, "time_ms": i})
+        for i in range(10)
+    ]
+    script: list[bytes | float | Every] = [SSE_HEAD]
+    for event in progress:  # 10 progress events 0.1 s apart, pings between: 1 s in all
+        script += [event, PING, 0.1]
+    script += [delta({"content": "ok"}), delta({}, finish="stop"), chunk(b"data: [DONE]\n\n")]
+    script.append(b"0\r\n\r\n")
+    events: list[ClientEvent] = []
+    with FakeServer(script, hold=False) as server:
+        client = Client(config(server.url, silence_timeout_s=0.5))
+        with client:
+            completion = client.chat(BODY, events.append)
+    assert completion.content == "ok"
+    assert sum(isinstance(e, Progress) for e in events) == 10
+
+
+def test_silence_limit_none_waits_for_the_stream() -> None:
+    script: list[bytes | float | Every] = [
+        SSE_HEAD,
+        Every(PING, 0.1, for_s=0.6),
+        delta({"content": "late"}),
+        delta({}, finish="stop"),
+        chunk(b"data: [DONE]\n\n"),
+        b"0\r\n\r\n",
+    ]
+    with FakeServer(script, hold=False) as server:
+        client = Client(config(server.url, silence_timeout_s=None))
+        with client:
+            completion = client.chat(BODY, lambda e: None)
+    assert completion.content == "late"
