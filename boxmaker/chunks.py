@@ -6,9 +6,6 @@ The chunks follow the OpenAI chat-completions streaming format (``choices[0].del
 other OpenAI-compatible servers send (``delta.reasoning``, arguments as a JSON object, tool
 calls without ``index``, ``</think>`` in content). :class:`ChunkDecoder` is the second layer of
 :class:`boxmaker.stream.StreamDecoder`; no I/O.
-
-Whether a server's error answer means "the context is full" is decided here, once, by
-:func:`context_full_error`, when the :class:`~boxmaker.errors.InferError` is made.
 """
 
 from __future__ import annotations
@@ -28,36 +25,11 @@ from .events import (
     ToolCallDelta,
     Waiting,
 )
+from .infer_errors import stream_error
 from .records import ToolCall, Usage
 from .tools import canonical_arguments
 
-__all__ = [
-    "CONTEXT_FULL",
-    "CONTEXT_FULL_MESSAGES",
-    "ChunkDecoder",
-    "Completion",
-    "context_full_error",
-    "is_context_full",
-    "stream_error",
-]
-
-CONTEXT_FULL = "exceed_context_size_error"
-"""llama.cpp's ``error.type`` when the prompt does not fit in the slot's context."""
-
-CONTEXT_FULL_MESSAGES = (
-    "exceeds the available context size",
-    "context size has been exceeded",
-    "context length exceeded",
-    "context_length_exceeded",
-    "maximum context length",
-)
-"""Lower-case fragments of a server's error message that mean "the context is full" when the
-error has no ``exceed_context_size_error`` type: llama.cpp's 400 message ("request (N tokens)
-exceeds the available context size"), llama.cpp's "Context size has been exceeded." (HTTP 500,
-or an error event inside a 200 stream, when generation runs out of context), OpenAI's
-``context_length_exceeded`` code and vLLM/OpenAI's "maximum context length is N tokens".
-Only :func:`context_full_error` reads them."""
-
+__all__ = ["ChunkDecoder", "Completion"]
 
 _WAITING = Waiting()
 
@@ -120,49 +92,6 @@ class Completion:
 
 def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def is_context_full(error: BaseException) -> bool:
-    """Whether ``error`` is a server's "the context is full" answer.
-
-    True for an :class:`~boxmaker.errors.InferError` whose ``context_full`` flag is set (the
-    flag is decided once, where the error is made from the server's answer, an HTTP error
-    body or an error inside a 200 stream, by :func:`context_full_error`), or whose
-    ``error.type`` is ``"exceed_context_size_error"`` (an error made elsewhere, e.g. by a
-    test's fake client). False for anything else (other errors, other exceptions).
-    """
-    return isinstance(error, InferError) and (
-        error.context_full or error.error_type == CONTEXT_FULL
-    )
-
-
-def context_full_error(error: dict[str, Any] | None, text: str) -> bool:
-    """Whether a server's error answer says the context is full.
-
-    The one place that decides it (the client and the stream decoder call it when they make an
-    :class:`~boxmaker.errors.InferError` from an answer, and set its ``context_full``).
-
-    Args:
-        error: the parsed ``error`` object (``{"code", "message", "type", ...}``), or ``None``.
-        text: the answer's body text (used when there is no ``error.message``).
-
-    Returns:
-        True when ``error.type`` (or ``error.code``) is ``exceed_context_size_error`` or
-        ``context_length_exceeded``, or the message contains one of
-        :data:`CONTEXT_FULL_MESSAGES` (case-insensitive): servers other than llama.cpp's 400,
-        and llama.cpp's own "Context size has been exceeded." (HTTP 500 or in-stream), have no
-        type for it, so their message is matched here and nowhere else.
-    """
-    message = text
-    if error is not None:
-        kind = error.get("type")
-        if kind == CONTEXT_FULL or error.get("code") == "context_length_exceeded":
-            return True
-        found = error.get("message")
-        if isinstance(found, str):
-            message = found
-    lowered = message[:2000].lower()
-    return any(fragment in lowered for fragment in CONTEXT_FULL_MESSAGES)
 
 
 class _CallParts:
@@ -513,27 +442,3 @@ class ChunkDecoder:
 def _made_up_call_id(completion_id: str, index: int) -> str:
     digest = hashlib.sha256(f"{completion_id}/{index}".encode()).hexdigest()
     return f"call_{digest[:24]}"
-
-
-def stream_error(payload: Any, text: str) -> InferError:
-    """The :class:`InferError` for an error sent inside a 200 stream.
-
-    ``payload`` is the parsed event: ``{"error": {...}}`` (newer llama.cpp, as ``data:``) or
-    the bare error object (older builds' ``error:`` line). ``status`` is ``error.code`` when
-    it is an integer, ``body`` is ``text``.
-    """
-    error = payload.get("error", payload) if isinstance(payload, dict) else payload
-    if not isinstance(error, dict):
-        error = {"message": str(error)}
-    code = error.get("code")
-    status = code if isinstance(code, int) and not isinstance(code, bool) else None
-    kind = error.get("type")
-    what = f" ({kind})" if isinstance(kind, str) else ""
-    message = error.get("message") or text
-    return InferError(
-        f"llama-server sent an error inside the stream{what}: {message}",
-        status=status,
-        body=text,
-        error=error,
-        context_full=context_full_error(error, text),
-    )

@@ -29,9 +29,7 @@ parsed ``error`` object kept); :func:`~boxmaker.stream.is_context_full` tells ll
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -40,112 +38,17 @@ from typing import Any, Protocol
 
 import httpx
 
+from .cancel import CancelWatch
 from .config import ClientConfig
 from .errors import InferError, RequestCancelled, StreamCut
 from .events import ClientEvent, Queued, Retrying
-from .stream import ChunkDecoder, Completion, StreamDecoder, context_full_error
+from .infer_errors import http_error
+from .stream import ChunkDecoder, Completion, StreamDecoder
 
 __all__ = ["ChatClient", "Client"]
 
 _QUEUED = Queued()
 _SSE_HEADERS = {"Accept": "text/event-stream"}
-_WATCH_S = 0.05
-"""How often, in seconds, a cancel watch checks that its request is still running."""
-
-
-def _http_error(response: httpx.Response, what: str) -> InferError:
-    """The :class:`InferError` for a non-200 answer (the body must have been read)."""
-    text = response.text
-    error: dict[str, Any] | None = None
-    message = text[:500] or response.reason_phrase
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        parsed = None
-    if isinstance(parsed, dict):
-        found = parsed.get("error")
-        if isinstance(found, dict):
-            error = found
-            message = str(found.get("message", message))
-        elif isinstance(found, str):
-            message = found
-    kind = f" ({error['type']})" if error and isinstance(error.get("type"), str) else ""
-    return InferError(
-        f"{what}: llama-server answered HTTP {response.status_code}{kind}: {message}",
-        status=response.status_code,
-        body=text,
-        error=error,
-        context_full=context_full_error(error, text),
-    )
-
-
-# --------------------------------------------------------------------------------------------
-# cancelling a blocked read
-
-
-class _CancelWatch:
-    """Ends a blocked read of one request attempt as soon as ``cancel`` is set.
-
-    httpx cannot interrupt a read in progress, and closing a socket from another thread does
-    not wake a thread blocked reading it (Linux), but ``shutdown()`` does: the read then
-    returns end-of-file at once. The watch learns the attempt's socket from httpcore's
-    ``trace`` request extension (``connection.connect_tcp.complete`` carries the new network
-    stream; :class:`Client` keeps no idle connections, so every request opens one) and from
-    the response's ``network_stream`` extension; a daemon thread waits for ``cancel`` and
-    shuts the sockets down. Transports without sockets (``httpx.MockTransport``, cassettes)
-    give none; there cancel is seen between reads.
-    """
-
-    __slots__ = ("_cancel", "_fired", "_lock", "_over", "_sockets")
-
-    def __init__(self, cancel: threading.Event) -> None:
-        self._cancel = cancel
-        self._lock = threading.Lock()
-        self._sockets: list[socket.socket] = []
-        self._fired = False  # cancel was seen: shut every socket, also ones added later
-        self._over = False  # the attempt ended: touch nothing any more
-        threading.Thread(target=self._watch, name="boxmaker-cancel", daemon=True).start()
-
-    def trace(self, name: str, info: dict[str, Any]) -> None:
-        """httpcore's trace hook: keep the socket of each new connection."""
-        if name == "connection.connect_tcp.complete":
-            self.add(info.get("return_value"))
-
-    def add(self, stream: object) -> None:
-        """Watch the socket of an httpcore network stream (anything else is ignored)."""
-        get = getattr(stream, "get_extra_info", None)
-        sock = get("socket") if callable(get) else None
-        if not isinstance(sock, socket.socket):
-            return
-        with self._lock:
-            if self._over:
-                return
-            self._sockets.append(sock)
-            fired = self._fired
-        if fired:
-            _shut(sock)
-
-    def stop(self) -> None:
-        """The attempt is over: the watch thread ends and touches no socket."""
-        with self._lock:
-            self._over = True
-
-    def _watch(self) -> None:
-        while not self._cancel.wait(_WATCH_S):
-            if self._over:
-                return
-        with self._lock:
-            if self._over:
-                return
-            self._fired = True
-            sockets = list(self._sockets)
-        for sock in sockets:
-            _shut(sock)
-
-
-def _shut(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):  # already closed
-        sock.shutdown(socket.SHUT_RDWR)
 
 
 # --------------------------------------------------------------------------------------------
@@ -409,7 +312,7 @@ class Client:
         reasoning_budget: int | None,
         cancel: threading.Event | None,
     ) -> Completion:
-        watch = None if cancel is None else _CancelWatch(cancel)
+        watch = None if cancel is None else CancelWatch(cancel)
         try:
             return self._request(payload, on_event, reasoning_budget, cancel, watch)
         finally:
@@ -422,7 +325,7 @@ class Client:
         on_event: Callable[[ClientEvent], None],
         reasoning_budget: int | None,
         cancel: threading.Event | None,
-        watch: _CancelWatch | None,
+        watch: CancelWatch | None,
     ) -> Completion:
         started = False
         extensions = {} if watch is None else {"trace": watch.trace}
@@ -435,7 +338,12 @@ class Client:
                     watch.add(response.extensions.get("network_stream"))
                 if response.status_code != 200:
                     response.read()
-                    error = _http_error(response, "chat completion")
+                    error = http_error(
+                        response.status_code,
+                        response.text,
+                        "chat completion",
+                        response.reason_phrase,
+                    )
                     if response.status_code == 503:
                         raise _Retryable(error, f"HTTP 503: {_short(error)}")
                     raise error
@@ -543,7 +451,9 @@ class Client:
                 f"reasoning control request to llama-server at {self.url} failed: {exc!r}"
             ) from exc
         if response.status_code != 200:
-            raise _http_error(response, "reasoning control")
+            raise http_error(
+                response.status_code, response.text, "reasoning control", response.reason_phrase
+            )
         text = response.text
         answer = _loads_or_text(text)
         if not isinstance(answer, dict):

@@ -25,16 +25,10 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from .chunks import (
-    CONTEXT_FULL,
-    ChunkDecoder,
-    Completion,
-    context_full_error,
-    is_context_full,
-    stream_error,
-)
+from .chunks import ChunkDecoder, Completion
 from .errors import InferError
 from .events import ClientEvent
+from .infer_errors import CONTEXT_FULL, context_full_error, is_context_full, stream_error
 from .sse import SSEDecoder
 
 __all__ = [
