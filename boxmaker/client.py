@@ -177,9 +177,8 @@ class Client:
             InferError: connection failed (``status`` None), idle timeout or silence
                 timeout (``status`` None), HTTP status other than 200 (``status``,
                 ``body`` and llama.cpp's ``error`` kept; see :func:`is_context_full` for a
-                full context), a malformed
-                chunk, an error object inside the stream (``status`` = its ``code``), or the
-                server refused reasoning control.
+                full context), a malformed chunk, an error object inside the stream
+                (``status`` = its ``code``), or the server refused reasoning control.
             StreamCut: the stream ended or broke before ``finish_reason`` / ``[DONE]``.
             RequestCancelled: ``cancel`` was set.
         """
