@@ -2,7 +2,8 @@
 
 :class:`FakeServer` listens on 127.0.0.1 on a free port and serves from daemon threads. For
 each connection it reads one request (head, then ``Content-Length`` bytes of body), keeps it
-in :attr:`FakeServer.requests`, then plays its script, the same for every connection:
+in :attr:`FakeServer.requests`, then plays its script (``later``, when given, for every
+connection after the first):
 
 - ``bytes``: sent as they are (use :data:`SSE_HEAD` and :func:`chunk` to build a chunked SSE
   answer, or any raw HTTP);
@@ -63,17 +64,24 @@ class FakeServer:
 
     Args:
         script: what to do after reading each request (see the module docstring).
-        hold: keep the connection open after the script until the client closes it.
+        hold: keep the connection open after the script until the client closes it (a
+            request sent again on a held connection is read and left unanswered).
+        later: the script for the second and later connections (``None``: ``script``).
 
     Attributes:
         url: ``http://127.0.0.1:PORT``.
         requests: the raw bytes (head and body) of each request received.
         disconnected: set once a client closed its connection (seen by a read or a send).
+        connections: connections accepted so far.
     """
 
-    def __init__(self, script: Sequence[Step], *, hold: bool = True) -> None:
+    def __init__(
+        self, script: Sequence[Step], *, hold: bool = True, later: Sequence[Step] | None = None
+    ) -> None:
         self.script = list(script)
+        self.later = self.script if later is None else list(later)
         self.hold = hold
+        self.connections = 0
         self.requests: list[bytes] = []
         self.disconnected = threading.Event()
         self._closing = threading.Event()
@@ -111,18 +119,20 @@ class FakeServer:
                 continue
             except OSError:
                 return
-            thread = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            script = self.script if self.connections == 0 else self.later
+            self.connections += 1
+            thread = threading.Thread(target=self._serve, args=(conn, script), daemon=True)
             self._threads.append(thread)
             thread.start()
 
-    def _serve(self, conn: socket.socket) -> None:
+    def _serve(self, conn: socket.socket, script: list[Step]) -> None:
         with conn:
             conn.settimeout(0.05)
             request = self._read_request(conn)
             if request is None:
                 return
             self.requests.append(request)
-            for step in self.script:
+            for step in script:
                 if not self._play(conn, step):
                     return
             while self.hold and not self._closing.is_set():

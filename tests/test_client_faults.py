@@ -37,7 +37,7 @@ def delta(d: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
 
 def config(url: str, **kw: Any) -> ClientConfig:
     # an idle timeout of 5 s: a cancel that is not seen fails with InferError after 5 s
-    return ClientConfig(url=url, idle_timeout_s=5.0, retry_attempts=0, **kw)
+    return ClientConfig(**{"url": url, "idle_timeout_s": 5.0, "retry_attempts": 0, **kw})
 
 
 def cancelled_after(
@@ -83,6 +83,28 @@ def test_cancel_while_the_server_only_pings() -> None:
         assert [e for e in events if not isinstance(e, Queued)] == []
         assert elapsed < 2.0
         assert server.disconnected.wait(2.0)
+
+
+def test_cancel_of_a_retry_when_the_server_goes_silent() -> None:
+    """A fully read answer (here a 503) would leave its connection pooled for the retry, and
+    a cancel could not reach a reused socket before the answer's head; the client keeps no
+    idle connection, so the retry opens its own and the cancel reaches it."""
+    loading = b'{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}'
+    answer = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    answer += b"Content-Length: %d\r\n\r\n%s" % (len(loading), loading)
+    with (
+        FakeServer([answer], later=[]) as server,
+        Client(config(server.url, retry_attempts=1, retry_base_delay_s=0.0)) as client,
+    ):
+        cancel = threading.Event()
+        timer = threading.Timer(0.3, cancel.set)
+        start = time.monotonic()
+        timer.start()
+        with pytest.raises(RequestCancelled):
+            client.chat_with_retry(BODY, lambda e: None, cancel=cancel)
+        assert time.monotonic() - start < 2.0
+        assert len(server.requests) == 2
+        assert server.connections == 2
 
 
 def test_client_is_usable_after_a_cancelled_request() -> None:
