@@ -258,12 +258,8 @@ class ChunkDecoder:
             choice = choices[0]
             delta = choice.get("delta")
             if delta:
-                text = delta.get("reasoning_content")
-                if not text:
-                    text = delta.get("reasoning")
-                    if text.__class__ is not str:
-                        text = None
-                if text:
+                text = delta.get("reasoning_content") or delta.get("reasoning")
+                if text and text.__class__ is str:
                     if self._undecided:
                         self._decide(events)
                     self._reasoning.append(text)
@@ -339,7 +335,11 @@ class ChunkDecoder:
     def _tool_calls(self, calls: list[dict[str, Any]], events: list[ClientEvent]) -> None:
         for call in calls:
             call_id = call.get("id") or ""
-            self._last = number = self._call_number(call.get("index"), call_id)
+            index = call.get("index")
+            number = self._at_index.get(index) if index.__class__ is int else None
+            if number is None or (call_id and self._calls[number].id not in ("", call_id)):
+                number = self._call_number(index, call_id)
+            self._last = number
             parts = self._calls[number]
             new_id = None
             if call_id and not parts.id:

@@ -382,8 +382,8 @@ class Client:
         cap_at = None if reasoning_budget is None else max(reasoning_budget, 1)
         silence = self.config.silence_timeout_s
         clock = time.monotonic
-        last_data = clock()  # when the last data event (or the response head) came
-        seen = 0  # chunks at that time
+        quiet_since: float | None = clock()  # first read after the last data event, or None
+        seen = 0  # chunks when the last data event came
         stream = response.iter_bytes()
         while True:
             raw = next(stream, None)
@@ -413,8 +413,10 @@ class Client:
             if silence is not None:
                 if chunks.chunks != seen:
                     seen = chunks.chunks
-                    last_data = clock()
-                elif clock() - last_data > silence:
+                    quiet_since = None
+                elif quiet_since is None:
+                    quiet_since = clock()
+                elif clock() - quiet_since > silence:
                     response.close()
                     raise InferError(
                         f"llama-server at {self.url} sent no data event for {silence} s, only "

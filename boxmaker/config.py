@@ -73,8 +73,10 @@ class ClientConfig:
     """Seconds a streaming answer may go without a single data event before the request fails
     with :class:`~boxmaker.errors.InferError`: SSE comments (llama.cpp's ``: ping``) keep the
     connection from the idle timeout but do not count as life here; progress events, tokens
-    and every other data event do. The default allows llama.cpp's long prompt processing of
-    a server without progress events. ``None`` (or ``-1`` in a TOML file): no limit."""
+    and every other data event do. Counted from the response head, or from the first read
+    without data after the last data event (so up to one ping interval more in all). The
+    default allows llama.cpp's long prompt processing of a server without progress events.
+    ``None`` (or ``-1`` in a TOML file): no limit."""
     retry_attempts: int = 4
     """Retries after the first attempt on connection refused and HTTP 503 (0: no retry)."""
     retry_base_delay_s: float = 0.5
