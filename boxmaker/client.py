@@ -38,40 +38,17 @@ from typing import Any, Protocol
 
 import httpx
 
+from .cancel import CancelWatch
 from .config import ClientConfig
 from .errors import InferError, RequestCancelled, StreamCut
 from .events import ClientEvent, Queued, Retrying
+from .infer_errors import http_error
 from .stream import ChunkDecoder, Completion, StreamDecoder
 
 __all__ = ["ChatClient", "Client"]
 
 _QUEUED = Queued()
 _SSE_HEADERS = {"Accept": "text/event-stream"}
-
-
-def _http_error(response: httpx.Response, what: str) -> InferError:
-    """The :class:`InferError` for a non-200 answer (the body must have been read)."""
-    text = response.text
-    error: dict[str, Any] | None = None
-    message = text[:500] or response.reason_phrase
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        parsed = None
-    if isinstance(parsed, dict):
-        found = parsed.get("error")
-        if isinstance(found, dict):
-            error = found
-            message = str(found.get("message", message))
-        elif isinstance(found, str):
-            message = found
-    kind = f" ({error['type']})" if error and isinstance(error.get("type"), str) else ""
-    return InferError(
-        f"{what}: llama-server answered HTTP {response.status_code}{kind}: {message}",
-        status=response.status_code,
-        body=text,
-        error=error,
-    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -120,11 +97,15 @@ class Client:
 
     Timeouts: connecting may take ``config.connect_timeout_s`` seconds; once connected, the
     request fails if the server sends no byte for ``config.idle_timeout_s`` seconds (an idle
-    timeout per read, not a total one: a stream that keeps sending never times out). The
-    ``Authorization: Bearer`` header is sent only when ``config.api_key`` is set.
+    timeout per read, not a total one: a stream that keeps sending never times out), or no
+    data event for ``config.silence_timeout_s`` seconds (SSE comments such as ``: ping``
+    are bytes but not data). The ``Authorization: Bearer`` header is sent only when
+    ``config.api_key`` is set.
 
     One :class:`httpx.Client` (connection pool) serves the stream and the reasoning-control
-    request sent while the stream is open. Use as a context manager, or call :meth:`close`.
+    request sent while the stream is open. It keeps no idle connection: each request opens
+    its own (a local TCP connect is far below a millisecond), so a cancel can always reach
+    the socket of the request it stops. Use as a context manager, or call :meth:`close`.
     A client may be shared by threads (httpx's pool is thread-safe); each :meth:`chat` call
     keeps its state local.
     """
@@ -149,6 +130,7 @@ class Client:
         self._http = httpx.Client(
             headers=headers,
             timeout=httpx.Timeout(connect=connect, read=idle, write=idle, pool=connect),
+            limits=httpx.Limits(max_keepalive_connections=0),
             transport=transport,
         )
 
@@ -180,19 +162,23 @@ class Client:
                 sent once, :class:`~boxmaker.events.ThinkingCapped` is emitted and the stream
                 is read on (the server ends reasoning and continues with content).
                 ``None``: no cap and no reasoning control.
-            cancel: when set, the stream is closed (llama.cpp then stops generating) and
-                :class:`~boxmaker.errors.RequestCancelled` is raised. Checked before the
-                request and after each chunk.
+            cancel: when set, the request ends within about 0.1 s whatever the server does
+                (silent before answering, stalled mid-stream, sending only ``: ping``
+                comments): the connection is shut down (llama.cpp then stops generating) and
+                :class:`~boxmaker.errors.RequestCancelled` is raised, never another
+                :class:`InferError`. Checked before the request, after each chunk and each
+                read, and by a watch thread that interrupts a blocked read (on transports
+                without sockets, such as ``httpx.MockTransport``, only between reads).
 
         Returns:
             The :class:`Completion`.
 
         Raises:
-            InferError: connection failed (``status`` None), idle timeout (``status`` None),
-                HTTP status other than 200 (``status``, ``body`` and llama.cpp's ``error``
-                kept; see :func:`is_context_full` for the context-full 400), a malformed
-                chunk, an error object inside the stream (``status`` = its ``code``), or the
-                server refused reasoning control.
+            InferError: connection failed (``status`` None), idle timeout or silence
+                timeout (``status`` None), HTTP status other than 200 (``status``,
+                ``body`` and llama.cpp's ``error`` kept; see :func:`is_context_full` for a
+                full context), a malformed chunk, an error object inside the stream
+                (``status`` = its ``code``), or the server refused reasoning control.
             StreamCut: the stream ended or broke before ``finish_reason`` / ``[DONE]``.
             RequestCancelled: ``cancel`` was set.
         """
@@ -301,6 +287,7 @@ class Client:
                         status=error.status,
                         body=error.body,
                         error=error.error,
+                        context_full=error.context_full,
                     ) from error.__cause__
                 attempt += 1
                 cfg = self.config
@@ -324,35 +311,64 @@ class Client:
         reasoning_budget: int | None,
         cancel: threading.Event | None,
     ) -> Completion:
+        watch = None if cancel is None else CancelWatch(cancel)
+        try:
+            return self._request(payload, on_event, reasoning_budget, cancel, watch)
+        finally:
+            if watch is not None:
+                watch.stop()
+
+    def _request(
+        self,
+        payload: dict[str, Any],
+        on_event: Callable[[ClientEvent], None],
+        reasoning_budget: int | None,
+        cancel: threading.Event | None,
+        watch: CancelWatch | None,
+    ) -> Completion:
         started = False
+        extensions = {} if watch is None else {"trace": watch.trace}
         try:
             with self._http.stream(
-                "POST", self._chat_url, json=payload, headers=_SSE_HEADERS
+                "POST", self._chat_url, json=payload, headers=_SSE_HEADERS, extensions=extensions
             ) as response:
                 started = True
+                if watch is not None:
+                    watch.add(response.extensions.get("network_stream"))
                 if response.status_code != 200:
                     response.read()
-                    error = _http_error(response, "chat completion")
+                    error = http_error(
+                        response.status_code,
+                        response.text,
+                        "chat completion",
+                        response.reason_phrase,
+                    )
                     if response.status_code == 503:
                         raise _Retryable(error, f"HTTP 503: {_short(error)}")
                     raise error
                 on_event(_QUEUED)
                 return self._read(response, on_event, reasoning_budget, cancel)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        except httpx.TransportError as exc:
+            if cancel is not None and cancel.is_set():  # the watch shut the connection
+                raise RequestCancelled("request cancelled; connection closed") from exc
+            raise self._transport_error(exc, started) from exc
+
+    def _transport_error(self, exc: httpx.TransportError, started: bool) -> Exception:
+        """The error to raise for an httpx transport error of the chat request."""
+        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
             error = InferError(f"cannot connect to llama-server at {self.url}: {exc}")
             error.__cause__ = exc
-            raise _Retryable(error, f"connection failed: {exc}") from exc
-        except httpx.ReadTimeout as exc:
-            raise InferError(
+            return _Retryable(error, f"connection failed: {exc}")
+        if isinstance(exc, httpx.ReadTimeout):
+            return InferError(
                 f"llama-server at {self.url} sent nothing for {self.config.idle_timeout_s} s "
                 "(idle timeout, ClientConfig.idle_timeout_s)"
-            ) from exc
-        except httpx.TransportError as exc:
-            if started:
-                raise StreamCut(
-                    f"stream cut: the connection to llama-server broke mid-stream: {exc!r}"
-                ) from exc
-            raise InferError(f"request to llama-server at {self.url} failed: {exc!r}") from exc
+            )
+        if started:
+            return StreamCut(
+                f"stream cut: the connection to llama-server broke mid-stream: {exc!r}"
+            )
+        return InferError(f"request to llama-server at {self.url} failed: {exc!r}")
 
     def _read(
         self,
@@ -364,6 +380,10 @@ class Client:
         decoder = StreamDecoder()
         chunks = decoder.chunks
         cap_at = None if reasoning_budget is None else max(reasoning_budget, 1)
+        silence = self.config.silence_timeout_s
+        clock = time.monotonic
+        quiet_since: float | None = clock()  # first read after the last data event, or None
+        seen = 0  # chunks when the last data event came
         stream = response.iter_bytes()
         while True:
             raw = next(stream, None)
@@ -375,6 +395,7 @@ class Client:
                     cap_at is not None
                     and chunks.reasoning_tokens >= cap_at
                     and not chunks.thinking_capped
+                    and not chunks.reasoning_from_tag  # that reasoning has already ended
                 ):
                     self._cap(chunks, on_event)
                 if cancel is not None and cancel.is_set():
@@ -382,8 +403,25 @@ class Client:
                     raise RequestCancelled(
                         f"request cancelled after {chunks.chunks} chunks; stream closed"
                     )
+            if cancel is not None and cancel.is_set():  # a read of comments, or cut by the watch
+                response.close()
+                raise RequestCancelled(
+                    f"request cancelled after {chunks.chunks} chunks; stream closed"
+                )
             if decoder.done or raw is None:
                 return chunks.finish()
+            if silence is not None:
+                if chunks.chunks != seen:
+                    seen = chunks.chunks
+                    quiet_since = None
+                elif quiet_since is None:
+                    quiet_since = clock()
+                elif clock() - quiet_since > silence:
+                    response.close()
+                    raise InferError(
+                        f"llama-server at {self.url} sent no data event for {silence} s, only "
+                        "SSE comments (silence timeout, ClientConfig.silence_timeout_s)"
+                    )
 
     def _cap(self, chunks: ChunkDecoder, on_event: Callable[[ClientEvent], None]) -> None:
         """Send reasoning_end for the running completion; raise if the server refuses."""
@@ -394,7 +432,11 @@ class Client:
             success, text = self._control(chunks.id)
         except InferError as exc:
             raise InferError(
-                f"{what}: {exc}", status=exc.status, body=exc.body, error=exc.error
+                f"{what}: {exc}",
+                status=exc.status,
+                body=exc.body,
+                error=exc.error,
+                context_full=exc.context_full,
             ) from exc
         if not success:
             raise InferError(f"{what}: it answered {text}", status=200, body=text)
@@ -410,7 +452,9 @@ class Client:
                 f"reasoning control request to llama-server at {self.url} failed: {exc!r}"
             ) from exc
         if response.status_code != 200:
-            raise _http_error(response, "reasoning control")
+            raise http_error(
+                response.status_code, response.text, "reasoning control", response.reason_phrase
+            )
         text = response.text
         answer = _loads_or_text(text)
         if not isinstance(answer, dict):

@@ -13,9 +13,10 @@ A config file names sections and keys exactly as the dataclasses below do::
 Unknown sections or keys, values of the wrong type and values out of range raise
 :class:`ConfigError` naming the file and the key. Every limit is in :class:`LoopLimits`, and
 for each of them ``None`` means "off"; TOML has no null, so write ``-1`` there to turn a limit
-off. The thinking cap's old place, ``[thinking] turn_tokens`` (``ThinkingConfig.turn_tokens``),
-still loads, moved to ``loop.thinking_tokens`` with a ``FutureWarning``. Every dataclass is
-frozen and keyword-only; use :func:`dataclasses.replace` to derive a variant.
+off (also ``client.silence_timeout_s``). The thinking cap's old place, ``[thinking]
+turn_tokens`` (``ThinkingConfig.turn_tokens``), still loads, moved to ``loop.thinking_tokens``
+with a ``FutureWarning``. Every dataclass is frozen and keyword-only; use
+:func:`dataclasses.replace` to derive a variant.
 """
 
 from __future__ import annotations
@@ -70,6 +71,14 @@ class ClientConfig:
     """Seconds without a single byte from the server before the request fails (not a total
     timeout: a long stream that keeps sending never times out). Prompt processing of a long
     prompt with ``return_progress`` sends progress events, so this can stay moderate."""
+    silence_timeout_s: float | None = 600.0
+    """Seconds a streaming answer may go without a single data event before the request fails
+    with :class:`~boxmaker.errors.InferError`: SSE comments (llama.cpp's ``: ping``) keep the
+    connection from the idle timeout but do not count as life here; progress events, tokens
+    and every other data event do. Counted from the response head, or from the first read
+    without data after the last data event (so up to one ping interval more in all). The
+    default allows llama.cpp's long prompt processing of a server without progress events.
+    ``None`` (or ``-1`` in a TOML file): no limit."""
     retry_attempts: int = 4
     """Retries after the first attempt on connection refused and HTTP 503 (0: no retry)."""
     retry_base_delay_s: float = 0.5
@@ -78,6 +87,9 @@ class ClientConfig:
     """Upper bound of one retry delay in seconds."""
 
     def __post_init__(self) -> None:
+        if self.silence_timeout_s == -1:
+            object.__setattr__(self, "silence_timeout_s", None)
+        silence = self.silence_timeout_s
         try:
             parts = urllib.parse.urlsplit(self.url)
             ok = parts.scheme in ("http", "https") and bool(parts.hostname)
@@ -96,6 +108,7 @@ class ClientConfig:
                 self.idle_timeout_s,
                 _nonneg(self.idle_timeout_s) and self.idle_timeout_s > 0,
             ),
+            silence_timeout_s=(silence, silence is None or (_nonneg(silence) and silence > 0)),
             retry_attempts=(self.retry_attempts, self.retry_attempts >= 0),
             retry_base_delay_s=(self.retry_base_delay_s, _nonneg(self.retry_base_delay_s)),
             retry_max_delay_s=(self.retry_max_delay_s, _nonneg(self.retry_max_delay_s)),

@@ -11,7 +11,7 @@ Tree::
     ├── ServerError               the embedded llama.cpp server could not start or answer
     ├── CassetteError             a cassette that cannot be recorded or replayed
     └── TurnError                 a turn that ended without an answer
-        ├── SessionFull           llama.cpp answered 400 exceed_context_size_error
+        ├── SessionFull           the server said the context is full
         ├── TurnLimit             a loop limit fired (kind, value, limit)
         ├── TurnCancelled         the runtime's cancel event was set
         └── TurnInferError        the completion failed for another reason (wraps InferError)
@@ -60,6 +60,8 @@ class InferError(BoxmakerError):
             JSON text), ``""`` when there was none.
         error: the parsed ``error`` object of llama.cpp's error body
             (``{"code", "message", "type", ...}``), or ``None`` when the body is not such JSON.
+        context_full: the server said the context is full (decided once, where the error is
+            made from the server's answer, by :func:`boxmaker.infer_errors.context_full_error`).
     """
 
     def __init__(
@@ -69,11 +71,13 @@ class InferError(BoxmakerError):
         status: int | None = None,
         body: str = "",
         error: dict[str, Any] | None = None,
+        context_full: bool = False,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.body = body
         self.error = error
+        self.context_full = context_full
 
     @property
     def error_type(self) -> str | None:
@@ -108,7 +112,8 @@ class TurnError(BoxmakerError):
 
 
 class SessionFull(TurnError):
-    """llama.cpp answered HTTP 400 ``exceed_context_size_error``: the session no longer fits.
+    """The server said the context is full (llama.cpp's HTTP 400 ``exceed_context_size_error``,
+    or another form, see :func:`boxmaker.infer_errors.is_context_full`): the session no longer fits.
 
     Attributes:
         n_prompt_tokens: tokens the request would have needed, when the server said.

@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from boxmaker.client import Client
-from boxmaker.config import ClientConfig
-from boxmaker.errors import InferError, RequestCancelled, StreamCut
+from boxmaker.config import ClientConfig, Config
+from boxmaker.errors import ConfigError, InferError, RequestCancelled, StreamCut
 from boxmaker.events import (
     ClientEvent,
     Content,
@@ -729,3 +730,22 @@ def test_chunk_decoder_error_chunk_raises() -> None:
     with pytest.raises(InferError) as info:
         decoder.feed({"error": {"code": 400, "type": "exceed_context_size_error", "message": "m"}})
     assert is_context_full(info.value)
+
+
+# --- silence limit config ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [0, 0.0, -2.0, float("nan"), float("inf")])
+def test_silence_timeout_out_of_range_is_a_config_error(bad: float) -> None:
+    with pytest.raises(ConfigError, match=r"client\.silence_timeout_s"):
+        ClientConfig(silence_timeout_s=bad)
+
+
+def test_silence_timeout_default_none_and_minus_one_from_toml(tmp_path: Path) -> None:
+    assert ClientConfig().silence_timeout_s == 600.0  # allows llama.cpp's pinged prompt work
+    assert ClientConfig(silence_timeout_s=None).silence_timeout_s is None
+    path = tmp_path / "boxmaker.toml"
+    path.write_text("[client]\nsilence_timeout_s = -1\n")
+    assert Config.from_toml(path).client.silence_timeout_s is None
+    path.write_text("[client]\nsilence_timeout_s = 30\n")
+    assert Config.from_toml(path).client.silence_timeout_s == 30

@@ -18,8 +18,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "boxmaker"
 LAYERS: list[set[str]] = [
     {"records", "model"},
     {"errors"},
-    {"events", "migrations", "config"},
-    {"logfile", "stream", "cache", "tools"},
+    {"events", "migrations", "config", "sse", "infer_errors", "cancel"},
+    {"logfile", "cache", "tools"},
+    {"chunks"},
+    {"stream"},
     {"session", "client"},
     {"turn", "transcript", "columns"},
     {"frames", "render"},

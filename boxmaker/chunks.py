@@ -1,0 +1,444 @@
+"""Parsed chat-completion chunks -> client events and one :class:`Completion`.
+
+The chunks follow the OpenAI chat-completions streaming format (``choices[0].delta`` with
+``content``, ``tool_calls``) plus llama.cpp's additions (``delta.reasoning_content``,
+``prompt_progress``, ``timings``; see llama.cpp's ``tools/server/README.md``) and the shapes
+other OpenAI-compatible servers send (``delta.reasoning``, arguments as a JSON object, tool
+calls without ``index``, ``</think>`` in content). :class:`ChunkDecoder` is the second layer of
+:class:`boxmaker.stream.StreamDecoder`; no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import InferError, StreamCut
+from .events import (
+    ClientEvent,
+    Content,
+    Progress,
+    Reasoning,
+    ThinkingCapped,
+    ToolCallDelta,
+    Waiting,
+)
+from .infer_errors import stream_error
+from .records import ToolCall, Usage
+from .tools import canonical_arguments
+
+__all__ = ["ChunkDecoder", "Completion"]
+
+_WAITING = Waiting()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Completion:
+    """One finished streamed chat completion, joined from its chunks.
+
+    Attributes:
+        id: the stream's ``id`` (``"chatcmpl-..."``), ``""`` if the server sent none.
+        content: the joined ``delta.content`` fragments, ``None`` if none came.
+        reasoning: the joined ``delta.reasoning_content`` (llama.cpp's reasoning parser, the
+            model's ``<think>`` text) or ``delta.reasoning`` (Ollama, vLLM) fragments, or the
+            content before a ``</think>`` that had no opening tag (see :class:`ChunkDecoder`);
+            ``None`` if none came.
+        tool_calls: the calls of ``delta.tool_calls`` in ``index`` order (see
+            :class:`ChunkDecoder` for how deltas are matched to calls); ``arguments`` is the
+            exact joined text (neither parsed nor re-serialised, so it may be invalid JSON),
+            except arguments sent as a JSON object, which become canonical JSON text. A call
+            the server sent without ``id`` gets a made-up one derived from the completion id
+            and the call's number (stable when a recording is replayed).
+        finish_reason: ``"stop"``, ``"length"``, ``"tool_calls"``..., ``None`` if the stream
+            ended with ``[DONE]`` but no finish reason.
+        timings: llama.cpp's ``timings`` of the last chunk that carried them (``cache_n``,
+            ``prompt_n``, ``predicted_n`` in tokens; ``prompt_ms``, ``predicted_ms`` in ms;
+            ``*_per_second``...), ``{}`` if none.
+        usage: the OpenAI ``usage`` object of the last chunk that carried it
+            (``prompt_tokens``, ``completion_tokens``, ``total_tokens``,
+            ``prompt_tokens_details.cached_tokens``), ``{}`` if none.
+        reasoning_tokens: number of reasoning deltas received (llama.cpp sends about one token
+            per delta, so this counts reasoning tokens), content deltas moved to ``reasoning``
+            by a ``</think>`` included.
+        thinking_capped: ``reasoning_end`` was sent for this completion (budget reached).
+    """
+
+    id: str
+    content: str | None
+    reasoning: str | None
+    tool_calls: tuple[ToolCall, ...]
+    finish_reason: str | None
+    timings: dict[str, float] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)
+    reasoning_tokens: int = 0
+    thinking_capped: bool = False
+
+    def usage_record(self) -> Usage:
+        """The session log's :class:`~boxmaker.records.Usage` record of this completion:
+        ``timings`` as sent, reasoning tokens, the thinking-cap flag, the OpenAI
+        ``usage.prompt_tokens`` / ``completion_tokens`` (``None`` when absent) and the
+        ``finish_reason``."""
+        return Usage(
+            timings=dict(self.timings),
+            reasoning_tokens=self.reasoning_tokens,
+            thinking_capped=self.thinking_capped,
+            prompt_tokens=_int_or_none(self.usage.get("prompt_tokens")),
+            completion_tokens=_int_or_none(self.usage.get("completion_tokens")),
+            finish_reason=self.finish_reason,
+        )
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class _CallParts:
+    __slots__ = ("arguments", "id", "name")
+
+    def __init__(self) -> None:
+        self.id = ""
+        self.name = ""
+        self.arguments: list[str] = []
+
+
+_THINK_OPEN = "<think>"
+_THINK_CLOSE = "</think>"
+
+
+class ChunkDecoder:
+    """Parsed stream chunks -> client events, accumulating one :class:`Completion`.
+
+    Feed each ``data:`` JSON object (OpenAI ``chat.completion.chunk`` with llama.cpp's
+    additions) to :meth:`feed`; call :meth:`mark_done` on ``data: [DONE]``; then
+    :meth:`finish` gives the :class:`Completion`.
+
+    Events per chunk, in this order:
+
+    - ``prompt_progress`` -> :class:`~boxmaker.events.Progress`; when ``processed`` reaches
+      ``total`` -> :class:`~boxmaker.events.Waiting`;
+    - the first chunk without ``prompt_progress`` before any token -> ``Waiting`` (builds
+      without progress), so ``Waiting`` comes exactly once, before the first token;
+    - ``delta.reasoning_content`` (llama.cpp), or ``delta.reasoning`` when that is absent
+      (Ollama, vLLM, routers) -> :class:`~boxmaker.events.Reasoning` (counted in
+      :attr:`reasoning_tokens`), ``delta.content`` -> :class:`~boxmaker.events.Content`,
+      each ``delta.tool_calls[i]`` -> :class:`~boxmaker.events.ToolCallDelta`.
+
+    Tool calls: a delta belongs to the call last seen at its ``index``, unless it carries an
+    ``id`` other than that call's: then it starts a new call (parallel calls sent at one
+    index). A delta without ``index`` continues the last call (or the call with its ``id``);
+    a new ``id`` starts a new call. ``ToolCallDelta.index`` is the call's number: the
+    server's ``index``, or, for a call started at a taken index or without index, one more
+    than the highest number so far; :attr:`Completion.tool_calls` are in number order. A
+    call's ``id`` and ``name`` are kept from the first delta that carries them and appear in
+    the event only then (``None`` later even if repeated). ``arguments`` sent as a JSON
+    object become canonical JSON text (:func:`boxmaker.tools.canonical_arguments`' form).
+
+    ``</think>`` in ``content`` with no opening tag (templates that put ``<think>`` in the
+    prompt): until a reasoning delta or a ``<think>`` in content comes, a possible partial
+    tag at the end of a content delta is held back (``"</th"`` waits for ``"ink>"``). When
+    ``</think>`` completes, all content before it becomes ``reasoning`` (its deltas counted
+    in :attr:`reasoning_tokens`), the tag is dropped, what follows is ``content``; the
+    :class:`Completion` is the same wherever the deltas were cut. Events: earlier deltas were
+    already emitted as ``Content`` (nothing tells before the tag), the closing delta's text
+    before the tag comes as ``Reasoning``, the rest as ``Content``, the tag never. A held-back
+    piece that is no tag comes with the next content, or at ``finish_reason``/``[DONE]``.
+
+    ``timings`` and ``usage`` are taken from the last chunk that carries them (llama.cpp puts
+    them on the finish chunk, or on a trailing ``"choices": []`` chunk when
+    ``stream_options.include_usage`` is set).
+
+    Attributes:
+        id: the stream's completion id (``"chatcmpl-..."``), ``""`` until one arrives.
+        finish_reason: the ``finish_reason`` once a chunk carried one, else ``None``.
+        done: ``data: [DONE]`` was received (:meth:`mark_done`).
+        chunks: number of chunks fed.
+        reasoning_tokens: reasoning deltas received so far (both reasoning fields, and the
+            content deltas moved to reasoning by a ``</think>``).
+        reasoning_from_tag: the reasoning came as content closed by ``</think>``, and it has
+            ended (a thinking cap has nothing left to stop).
+        thinking_capped: :meth:`mark_capped` was called.
+        timings: llama.cpp ``timings`` so far (``{}`` if none).
+        usage: OpenAI ``usage`` so far (``{}`` if none).
+    """
+
+    __slots__ = (
+        "_at_index",
+        "_by_id",
+        "_calls",
+        "_content",
+        "_last",
+        "_reasoning",
+        "_tag_deltas",
+        "_tail",
+        "_undecided",
+        "_waiting",
+        "chunks",
+        "done",
+        "finish_reason",
+        "id",
+        "reasoning_from_tag",
+        "reasoning_tokens",
+        "thinking_capped",
+        "timings",
+        "usage",
+    )
+
+    def __init__(self) -> None:
+        self.id = ""
+        self.finish_reason: str | None = None
+        self.done = False
+        self.chunks = 0
+        self.reasoning_tokens = 0
+        self.thinking_capped = False
+        self.timings: dict[str, float] = {}
+        self.usage: dict[str, Any] = {}
+        self.reasoning_from_tag = False
+        self._content: list[str] = []
+        self._reasoning: list[str] = []
+        self._calls: dict[int, _CallParts] = {}  # call number -> its parts
+        self._at_index: dict[int, int] = {}  # server index -> number of its latest call
+        self._by_id: dict[str, int] = {}  # call id -> number of its latest call
+        self._last = 0  # number of the call of the last tool-call delta
+        self._waiting = False  # Waiting was emitted (or cannot be any more)
+        self._undecided = True  # content may still be reasoning closed by </think>
+        self._tail = ""  # held-back end of content that may be the start of a tag
+        self._tag_deltas = 0  # content deltas that carried text while undecided
+
+    @property
+    def finished(self) -> bool:
+        """Whether the stream has ended properly: a ``finish_reason`` or ``[DONE]`` came."""
+        return self.finish_reason is not None or self.done
+
+    def feed(self, obj: dict[str, Any]) -> list[ClientEvent]:
+        """Take one parsed chunk; return the events it carries.
+
+        Raises:
+            InferError: the chunk is an error object (``{"error": {...}}``; ``status`` is
+                ``error.code`` when present), or its shape is not a chat-completion chunk.
+        """
+        self.chunks += 1
+        try:
+            return self._feed(obj)
+        except (AttributeError, TypeError, ValueError, KeyError, RecursionError) as exc:
+            text = json.dumps(obj, ensure_ascii=False)[:500]
+            raise InferError(
+                f"malformed chunk from llama-server ({exc!r}): {text}", body=text
+            ) from exc
+
+    def _feed(self, obj: dict[str, Any]) -> list[ClientEvent]:
+        events: list[ClientEvent] = []
+        if not self.id:
+            cid = obj.get("id")
+            if isinstance(cid, str):
+                self.id = cid
+        if "error" in obj:
+            raise stream_error(obj, json.dumps(obj, ensure_ascii=False))
+        progress = obj.get("prompt_progress")
+        if progress is not None:
+            total = int(progress.get("total", 0))
+            processed = int(progress.get("processed", 0))
+            events.append(
+                Progress(
+                    total=total,
+                    cache=int(progress.get("cache", 0)),
+                    processed=processed,
+                    time_ms=float(progress.get("time_ms", 0.0)),
+                )
+            )
+            if not self._waiting and processed >= total:
+                self._waiting = True
+                events.append(_WAITING)
+        elif not self._waiting:
+            self._waiting = True
+            events.append(_WAITING)
+        choices = obj.get("choices")
+        if choices:
+            choice = choices[0]
+            delta = choice.get("delta")
+            if delta:
+                text = delta.get("reasoning_content") or delta.get("reasoning")
+                if text and text.__class__ is str:
+                    if self._undecided:
+                        self._decide(events)
+                    self._reasoning.append(text)
+                    self.reasoning_tokens += 1
+                    events.append(Reasoning(text))
+                text = delta.get("content")
+                if text:
+                    if self._undecided:
+                        self._split_content(text, events)
+                    else:
+                        self._content.append(text)
+                        events.append(Content(text))
+                calls = delta.get("tool_calls")
+                if calls:
+                    self._tool_calls(calls, events)
+            reason = choice.get("finish_reason")
+            if reason is not None:
+                self.finish_reason = reason
+                if self._tail:
+                    self._decide(events)
+        timings = obj.get("timings")
+        if timings is not None:
+            self.timings = dict(timings)
+        usage = obj.get("usage")
+        if usage is not None:
+            self.usage = dict(usage)
+        return events
+
+    def _decide(self, events: list[ClientEvent]) -> None:
+        """Content is content from now on: emit and keep a held-back partial tag."""
+        self._undecided = False
+        if self._tail:
+            self._content.append(self._tail)
+            events.append(Content(self._tail))
+            self._tail = ""
+
+    def _split_content(self, text: str, events: list[ClientEvent]) -> None:
+        """A content delta while undecided: look for ``</think>`` (see the class docstring)."""
+        if self._tail:
+            text = self._tail + text
+            self._tail = ""
+        if "<" in text:
+            close = text.find(_THINK_CLOSE)
+            opened = text.find(_THINK_OPEN)
+            if opened >= 0 and (close < 0 or opened < close):  # the model's own <think>
+                self._undecided = False
+            elif close >= 0:
+                before = text[:close]
+                if before:
+                    self._content.append(before)
+                    self._tag_deltas += 1
+                    events.append(Reasoning(before))
+                self._reasoning, self._content = self._content, []
+                self.reasoning_tokens += self._tag_deltas
+                self.reasoning_from_tag = True
+                self._undecided = False
+                text = text[close + len(_THINK_CLOSE) :]
+                if text:
+                    self._content.append(text)
+                    events.append(Content(text))
+                return
+            else:
+                cut = text.rfind("<")
+                end = text[cut:]
+                if _THINK_CLOSE.startswith(end) or _THINK_OPEN.startswith(end):
+                    self._tail = end
+                    text = text[:cut]
+        if text:
+            self._content.append(text)
+            self._tag_deltas += 1
+            events.append(Content(text))
+
+    def _tool_calls(self, calls: list[dict[str, Any]], events: list[ClientEvent]) -> None:
+        for call in calls:
+            call_id = call.get("id") or ""
+            index = call.get("index")
+            number = self._at_index.get(index) if index.__class__ is int else None
+            if number is None or (call_id and self._calls[number].id not in ("", call_id)):
+                number = self._call_number(index, call_id)
+            self._last = number
+            parts = self._calls[number]
+            new_id = None
+            if call_id and not parts.id:
+                parts.id = new_id = call_id
+                self._by_id[call_id] = number
+            new_name = None
+            arguments = ""
+            function = call.get("function")
+            if function:
+                name = function.get("name")
+                if name and not parts.name:
+                    parts.name = new_name = name
+                arguments = function.get("arguments")
+                if arguments is None:
+                    arguments = ""
+                elif arguments.__class__ is not str:  # a JSON value instead of its text
+                    arguments = canonical_arguments(json.dumps(arguments, ensure_ascii=False))
+                if arguments:
+                    parts.arguments.append(arguments)
+            events.append(ToolCallDelta(number, new_id, new_name, arguments))
+
+    def _call_number(self, index: Any, call_id: str) -> int:
+        """The number of the call a tool-call delta belongs to (a new call if needed)."""
+        calls = self._calls
+        if index is not None:
+            index = int(index)
+            number = self._at_index.get(index)
+            if number is not None:
+                known = calls[number].id
+                if not call_id or not known or call_id == known:
+                    return number
+            number = index if index not in calls else max(calls) + 1
+            self._at_index[index] = number
+        elif calls:
+            number = self._last
+            known = calls[number].id
+            if not call_id or not known or call_id == known:
+                return number
+            found = self._by_id.get(call_id)
+            if found is not None:
+                return found
+            number = max(calls) + 1
+        else:
+            number = 0
+        calls[number] = _CallParts()
+        return number
+
+    def mark_done(self) -> list[ClientEvent]:
+        """Record that ``data: [DONE]`` arrived (the stream ended properly); return the
+        events still due (a held-back partial ``</think>`` that was content after all)."""
+        self.done = True
+        events: list[ClientEvent] = []
+        if self._tail:
+            self._decide(events)
+        return events
+
+    def mark_capped(self) -> ThinkingCapped:
+        """Record that ``reasoning_end`` was sent; return the event to emit."""
+        self.thinking_capped = True
+        return ThinkingCapped(reasoning_tokens=self.reasoning_tokens)
+
+    def finish(self) -> Completion:
+        """The accumulated completion.
+
+        Raises:
+            StreamCut: the stream ended with neither a ``finish_reason`` nor ``[DONE]``.
+        """
+        if not self.finished:
+            raise StreamCut(
+                f"stream cut: llama-server's stream ended after {self.chunks} chunks without "
+                "finish_reason or [DONE]"
+            )
+        return self.partial()
+
+    def partial(self) -> Completion:
+        """What arrived so far as a :class:`Completion`, whether or not the stream finished
+        (for a cut or failed stream: the text and calls received before it broke)."""
+        calls = tuple(
+            ToolCall(
+                id=parts.id or _made_up_call_id(self.id, number),
+                name=parts.name,
+                arguments="".join(parts.arguments),
+            )
+            for number, parts in sorted(self._calls.items())
+        )
+        content = "".join(self._content) + self._tail
+        return Completion(
+            id=self.id,
+            content=content or None,
+            reasoning="".join(self._reasoning) if self._reasoning else None,
+            tool_calls=calls,
+            finish_reason=self.finish_reason,
+            timings=self.timings,
+            usage=self.usage,
+            reasoning_tokens=self.reasoning_tokens,
+            thinking_capped=self.thinking_capped,
+        )
+
+
+def _made_up_call_id(completion_id: str, index: int) -> str:
+    digest = hashlib.sha256(f"{completion_id}/{index}".encode()).hexdigest()
+    return f"call_{digest[:24]}"
