@@ -100,12 +100,12 @@ class StreamDecoder:
                 return
             try:  # raw_decode skips json.loads' whitespace regexes (the hot path)
                 obj, end = raw_decode(data)
-            except ValueError:
+            except (ValueError, RecursionError):
                 end = -1
             if end != len(data):  # surrounding whitespace, or not JSON: the strict parse
                 try:
                     obj = json.loads(data)
-                except ValueError as exc:
+                except (ValueError, RecursionError) as exc:
                     raise InferError(
                         f"malformed chunk from llama-server (not JSON: {exc}): {data[:500]}",
                         body=data,
@@ -121,5 +121,5 @@ class StreamDecoder:
 def _loads_or_text(text: str) -> Any:
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text

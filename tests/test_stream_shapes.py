@@ -390,3 +390,10 @@ def test_any_split_gives_the_same_completion(
         assert not any(isinstance(e, Reasoning) for e in events)
     shown = "".join(e.text for e in events if isinstance(e, Content | Reasoning))
     assert shown == reasoning + (answer if tag else "")  # every character once, never the tag
+
+
+def test_a_chunk_nested_too_deeply_is_a_malformed_chunk_not_a_recursion_error() -> None:
+    decoder = StreamDecoder()
+    deep = '{"choices":[{"delta":{"content":' + "[" * 5000 + "]" * 5000 + "}}]}"
+    with pytest.raises(InferError, match="malformed chunk"):
+        decoder.feed(f"data: {deep}\n\n".encode())
