@@ -5,8 +5,9 @@ Two kinds of tool live in a :class:`Registry`:
 - a *local* tool is a Python function; its JSON schema is derived from its type hints and
   docstring (or given), it runs in-process and its result is public, trusted text;
 - a *port* tool is only a name and a schema; calls go to a :class:`ToolPort` as a
-  :class:`ToolRequest` and come back as :data:`ToolAnswer` (``Result``, ``Failed``,
-  ``Denied`` or ``PendingApproval``). :class:`InProcessPort` is a port made of Python handlers.
+  :class:`ToolRequest` and come back as :data:`ToolAnswer` (``ToolOk``, ``ToolFailed``,
+  ``ToolDenied`` or ``ToolPendingApproval``: each outcome's name says it is a tool's).
+  :class:`InProcessPort` is a port made of Python handlers.
 
 :func:`dispatch` never raises for what the model sent: an unknown tool, arguments that are not
 JSON or do not fit the schema (checked with ``jsonschema``), and exceptions inside a tool all
@@ -28,15 +29,15 @@ from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 import jsonschema
 
 __all__ = [
-    "Denied",
     "Dispatched",
-    "Failed",
     "InProcessPort",
-    "PendingApproval",
     "Registry",
-    "Result",
     "Tool",
     "ToolAnswer",
+    "ToolDenied",
+    "ToolFailed",
+    "ToolOk",
+    "ToolPendingApproval",
     "ToolPort",
     "ToolRequest",
     "canonical_arguments",
@@ -61,7 +62,7 @@ class ToolRequest:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Result:
+class ToolOk:
     """The port ran the call: ``content`` goes to the model; ``data_class`` labels the data
     (e.g. ``"public"``, ``"internal"``); ``untrusted`` marks content from outside."""
 
@@ -71,28 +72,33 @@ class Result:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Failed:
+class ToolFailed:
     """The port tried the call and it failed; ``message`` says why."""
 
     message: str
 
 
 @dataclass(frozen=True, kw_only=True)
-class Denied:
+class ToolDenied:
     """The port refused the call; ``reason`` says why."""
 
     reason: str
 
 
 @dataclass(frozen=True, kw_only=True)
-class PendingApproval:
+class ToolPendingApproval:
     """The call needs a person's approval first; the loop cannot wait for it."""
 
     reason: str = ""
 
 
-ToolAnswer: TypeAlias = Result | Failed | Denied | PendingApproval
+ToolAnswer: TypeAlias = ToolOk | ToolFailed | ToolDenied | ToolPendingApproval
 """What a tool port answers to a :class:`ToolRequest`."""
+
+Result = ToolOk
+"""Deprecated: the old name of :class:`ToolOk` (kept for the cassette replay port only)."""
+Failed = ToolFailed
+"""Deprecated: the old name of :class:`ToolFailed` (kept for the cassette replay port only)."""
 
 
 @runtime_checkable
@@ -116,11 +122,11 @@ class InProcessPort:
         self.requests: list[ToolRequest] = []
 
     def request(self, request: ToolRequest) -> ToolAnswer:
-        """Answer with the tool's handler; ``Failed`` when the port has none for it."""
+        """Answer with the tool's handler; ``ToolFailed`` when the port has none for it."""
         self.requests.append(request)
         handler = self.handlers.get(request.tool)
         if handler is None:
-            return Failed(message=f"this port has no handler for {request.tool!r}")
+            return ToolFailed(message=f"this port has no handler for {request.tool!r}")
         return handler(request)
 
 
@@ -347,9 +353,9 @@ def dispatch(
 
     Returns:
         A local tool's result (``str`` as is, anything else as JSON), public and trusted; a port
-        ``Result`` with its labels; or a text saying why the call was not run or failed:
-        unknown tool, arguments not JSON or not fitting the schema, ``Failed`` -> "The tool
-        failed: ...", ``Denied`` -> "The call was denied: ...", ``PendingApproval``, or an
+        ``ToolOk`` with its labels; or a text saying why the call was not run or failed:
+        unknown tool, arguments not JSON or not fitting the schema, ``ToolFailed`` -> "The tool
+        failed: ...", ``ToolDenied`` -> "The call was denied: ...", ``ToolPendingApproval``, or an
         exception inside the tool or port.
     """
     tool = registry.get(name)
@@ -388,17 +394,17 @@ def dispatch(
         answer = port.request(request)
     except Exception as exc:  # the port's failure is the model's to read
         return Dispatched(content=f"The tool failed: {type(exc).__name__}: {exc}")
-    if isinstance(answer, Result):
+    if isinstance(answer, ToolOk):
         return Dispatched(
             content=_valid_text(answer.content),
             data_class=answer.data_class,
             untrusted=answer.untrusted,
         )
-    if isinstance(answer, Failed):
+    if isinstance(answer, ToolFailed):
         return Dispatched(content=f"The tool failed: {answer.message}")
-    if isinstance(answer, Denied):
+    if isinstance(answer, ToolDenied):
         return Dispatched(content=f"The call was denied: {answer.reason}")
-    if isinstance(answer, PendingApproval):
+    if isinstance(answer, ToolPendingApproval):
         why = f" ({answer.reason})" if answer.reason else ""
         return Dispatched(
             content=f"The call needs approval{why}, and this loop cannot wait for approval: "
