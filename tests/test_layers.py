@@ -20,7 +20,7 @@ LAYERS: list[set[str]] = [
     {"errors"},
     {"events", "migrations", "config"},
     {"logfile", "stream", "cache", "tools"},
-    {"session", "client"},
+    {"session", "client", "approval", "mcp_port"},
     {"turn", "transcript", "columns"},
     {"frames", "render"},
     {"plots", "widgets", "demo", "server"},
