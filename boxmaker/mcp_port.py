@@ -33,7 +33,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -200,26 +200,35 @@ class McpPort:
         """The servers' tools by registry name, in server order then the servers' order."""
         return dict(self._tools)
 
-    def register(self, registry: Registry) -> tuple[str, ...]:
-        """Offer every tool of the servers in ``registry`` as a port tool (the server's
-        description and JSON schema); returns the names added.
+    def register(self, registry: Registry, only: Collection[str] | None = None) -> tuple[str, ...]:
+        """Offer the servers' tools in ``registry`` as port tools (the server's description and
+        JSON schema), in order; returns the names added.
+
+        Args:
+            registry: where the tools go.
+            only: registry names of the tools to offer (``None``: all of them).
 
         Raises:
-            ConfigError: a name is taken in the registry already, or a server's tool name or
-                schema is not valid for the registry (the message names the server).
+            ConfigError: a name is taken in the registry already, a name in ``only`` is not a
+                tool of this port, or a server's tool name or schema is not valid for the
+                registry (the message names the server).
         """
-        for tool in self._tools.values():
+        unknown = sorted(set(only or ()) - set(self._tools))
+        if unknown:
+            raise ConfigError(f"no MCP server of this port offers {', '.join(unknown)}")
+        chosen = [t for t in self._tools.values() if only is None or t.name in only]
+        for tool in chosen:
             if tool.name in registry:
                 raise ConfigError(
                     f"tool {tool.name!r} of MCP server {tool.server!r} is registered already; "
                     "give the server a prefix"
                 )
-        for tool in self._tools.values():
+        for tool in chosen:
             try:
                 registry.add_port_tool(tool.name, tool.description, tool.parameters)
             except ValueError as exc:
                 raise ConfigError(f"MCP server {tool.server!r}: {exc}") from exc
-        return tuple(self._tools)
+        return tuple(t.name for t in chosen)
 
     def hints(self, tool: str) -> ToolHints | None:
         """The annotations of ``tool`` (a registry name); ``None`` for a tool not of this port."""

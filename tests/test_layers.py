@@ -29,8 +29,8 @@ LAYERS: list[set[str]] = [
     {"__init__", "__main__"},
 ]
 
-LAZY = {"widgets", "server", "plots", "frames", "report", "cassettes"}
-"""Modules that pull a heavy library (ipywidgets, xllamacpp, matplotlib, pandas, vcrpy): a
+LAZY = {"widgets", "server", "plots", "frames", "report", "cassettes", "mcp_port"}
+"""Modules that pull a heavy library (ipywidgets, xllamacpp, matplotlib, pandas, vcrpy, mcp): a
 higher layer may import them inside a function, so ``import boxmaker`` stays light."""
 
 

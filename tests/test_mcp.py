@@ -3,21 +3,34 @@ stdio (a subprocess) and streamable HTTP (a subprocess on 127.0.0.1, a free port
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fakes import ScriptedClient, answer, call, calls
 from mcp_servers import start_http, stdio_command
 
-from boxmaker.config import Config, McpServerConfig, load_config
+from boxmaker.approval import ApprovalPort, PendingCall
+from boxmaker.client import Client
+from boxmaker.config import (
+    ApprovalPolicy,
+    ClientConfig,
+    Config,
+    LoopLimits,
+    McpServerConfig,
+    SamplingConfig,
+    load_config,
+)
 from boxmaker.demo import get_time, get_weather
 from boxmaker.errors import ConfigError, ToolPortError
 from boxmaker.mcp_port import McpPort
 from boxmaker.records import Baseline, ToolResult
+from boxmaker.server import EmbeddedServer
 from boxmaker.session import Session
 from boxmaker.tools import InProcessPort, Registry, ToolHints, ToolOk, ToolRequest, dispatch
 from boxmaker.turn import Runtime, run_turn
@@ -40,6 +53,10 @@ def http_url() -> Iterator[str]:
     finally:
         process.kill()
         process.wait()
+
+
+def _of_type(session: Session, kind: type) -> list[Any]:
+    return [r for r in session.records if isinstance(r, kind)]
 
 
 def _registry(port: McpPort) -> Registry:
@@ -143,6 +160,8 @@ def test_two_servers_with_one_tool_name_are_refused_or_prefixed(http_url: str) -
         assert "get_weather" in registry and "b_get_weather" in registry
         out = dispatch(registry, "b_get_weather", OSLO, port=port, call=1)
         assert (out.content, out.server) == (get_weather("Oslo"), "b")
+        with pytest.raises(ConfigError, match="offers nope"):
+            port.register(Registry(), only=("get_time", "nope"))
         taken = Registry()
         taken.add(get_weather)
         with pytest.raises(ConfigError, match="'get_weather' of MCP server 'a' is registered"):
@@ -241,3 +260,49 @@ def test_a_turn_through_mcp_logs_the_server_and_replays_without_it(
     assert json.loads(client.bodies[1]["messages"][-2]["content"]) == json.loads(
         get_weather("Oslo")
     )
+
+
+def test_approval_by_the_servers_destructive_hint(stdio_port: McpPort) -> None:
+    registry = _registry(stdio_port)
+    asked: list[str] = []
+
+    def ask(pending: PendingCall) -> bool:
+        asked.append(pending.tool)
+        return pending.tool == "get_time"
+
+    port = ApprovalPort(stdio_port, ApprovalPolicy(destructive=True), ask)
+    weather = dispatch(registry, "get_weather", OSLO, port=port, call=1)  # read-only: not asked
+    forget = dispatch(registry, "forget_city", OSLO, port=port, call=2)  # destructive: denied
+    clock = dispatch(registry, "get_time", OSLO, port=port, call=3)  # no hints: destructive
+    assert asked == ["forget_city", "get_time"]
+    assert (weather.content, weather.approvals) == (get_weather("Oslo"), ())
+    assert forget.content == "The call was denied: denied by callback"
+    assert (forget.not_run, forget.approvals[0].decision) == ("denied", "denied")
+    assert (clock.content, clock.server) == (get_time("Oslo"), "local")
+    assert [(a.call, a.name, a.decision, a.by) for a in clock.approvals] == [
+        (3, "get_time", "approved", "callback")
+    ]
+
+
+@pytest.mark.live
+def test_live_turn_of_the_shipped_model_through_mcp(stdio_port: McpPort, tmp_path: Path) -> None:
+    registry = Registry()
+    assert stdio_port.register(registry, only=("get_weather", "get_time")) == (
+        "get_weather",
+        "get_time",
+    )
+    config = Config(
+        client=ClientConfig(retry_attempts=0),
+        loop=LoopLimits(tool_iterations=2),
+        sampling=SamplingConfig(max_tokens=200),
+    )
+    session = Session.create(tmp_path, Baseline(tools=registry.definitions()))
+    with EmbeddedServer(None, n_ctx=4096, n_threads=1) as server:
+        config = dataclasses.replace(config, client=ClientConfig(url=server.url, retry_attempts=0))
+        with Client(config.client) as client:
+            runtime = Runtime(config=config, client=client, registry=registry, port=stdio_port)
+            outcome = run_turn(session, runtime, "What is the weather in Paris?")
+    (result,) = _of_type(session, ToolResult)
+    assert (result.name, result.server, result.not_run) == ("get_weather", "local", None)
+    assert result.content == get_weather("Paris")
+    assert json.loads(result.content)["sky"] in outcome.content  # the model read the result
