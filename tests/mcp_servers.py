@@ -2,7 +2,8 @@
 FastMCP's name in mcp 2): the demo's ``get_weather`` and ``get_time``, and tools that fail on
 purpose.
 
-Run it as ``python mcp_servers.py stdio`` (an MCP server on stdin/stdout) or
+Run it as ``python mcp_servers.py stdio`` (an MCP server on stdin/stdout; ``stdio-demo``: the
+demo's two tools only) or
 ``python mcp_servers.py http PORT`` (streamable HTTP on ``http://127.0.0.1:PORT/mcp``).
 """
 
@@ -25,14 +26,17 @@ from mcp.types import ToolAnnotations  # noqa: E402
 from boxmaker.demo import get_time, get_weather  # noqa: E402
 
 
-def build() -> MCPServer:
+def build(faults: bool = True) -> MCPServer:
     """The server: ``get_weather`` (read-only, closed world), ``get_time`` (no annotations:
-    open world and destructive by the MCP defaults), ``forget_city`` (destructive), ``fail``
-    (``isError``), ``crash`` (the process exits mid-call) and ``hang`` (never answers)."""
+    open world and destructive by the MCP defaults), and with ``faults`` ``forget_city``
+    (destructive), ``fail`` (``isError``), ``crash`` (the process exits mid-call) and ``hang``
+    (never answers)."""
     server = MCPServer("demo", log_level="WARNING")
     closed = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     server.add_tool(get_weather, annotations=closed)
     server.add_tool(get_time)
+    if not faults:
+        return server
 
     @server.tool(annotations=ToolAnnotations(destructive_hint=True, open_world_hint=False))
     def forget_city(city: str) -> str:
@@ -60,9 +64,10 @@ def build() -> MCPServer:
     return server
 
 
-def stdio_command() -> tuple[str, ...]:
-    """The command that runs this server over stdio."""
-    return (sys.executable, str(HERE), "stdio")
+def stdio_command(faults: bool = True) -> tuple[str, ...]:
+    """The command that runs this server over stdio (only the demo's two tools without
+    ``faults``)."""
+    return (sys.executable, str(HERE), "stdio" if faults else "stdio-demo")
 
 
 def free_port() -> int:
@@ -98,7 +103,7 @@ def start_http() -> tuple[subprocess.Popen[bytes], str]:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "stdio":
-        build().run()
+    if sys.argv[1].startswith("stdio"):
+        build(faults=sys.argv[1] == "stdio").run()
     else:
         build().run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))

@@ -4,7 +4,9 @@ stdio (a subprocess) and streamable HTTP (a subprocess on 127.0.0.1, a free port
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +18,7 @@ from fakes import ScriptedClient, answer, call, calls
 from mcp_servers import start_http, stdio_command
 
 from boxmaker.approval import ApprovalPort, PendingCall
+from boxmaker.cli import main
 from boxmaker.client import Client
 from boxmaker.config import (
     ApprovalPolicy,
@@ -29,7 +32,7 @@ from boxmaker.config import (
 from boxmaker.demo import get_time, get_weather
 from boxmaker.errors import ConfigError, ToolPortError
 from boxmaker.mcp_port import McpPort
-from boxmaker.records import Baseline, ToolResult
+from boxmaker.records import Approval, Baseline, ToolResult
 from boxmaker.server import EmbeddedServer
 from boxmaker.session import Session
 from boxmaker.tools import InProcessPort, Registry, ToolHints, ToolOk, ToolRequest, dispatch
@@ -306,3 +309,28 @@ def test_live_turn_of_the_shipped_model_through_mcp(stdio_port: McpPort, tmp_pat
     assert (result.name, result.server, result.not_run) == ("get_weather", "local", None)
     assert result.content == get_weather("Paris")
     assert json.loads(result.content)["sky"] in outcome.content  # the model read the result
+
+
+@pytest.mark.live
+def test_chat_command_with_an_mcp_server_asks_on_the_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "boxmaker.toml"
+    command = ", ".join(json.dumps(part) for part in stdio_command(faults=False))
+    config.write_text(
+        f'[[mcp.servers]]\nname = "demo"\ncommand = [{command}]\n'
+        "[approval]\nevery_call = true\n[sampling]\nmax_tokens = 200\n[loop]\ntool_iterations = 2\n"
+    )
+    with EmbeddedServer(None, n_ctx=4096, n_threads=1) as server:
+        typed = "What is the weather in Paris?\ny\n/quit\n"
+        monkeypatch.setattr(sys, "stdin", io.StringIO(typed))
+        args = ["chat", "--url", server.url, "--config", str(config), "--dir", str(tmp_path)]
+        assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "(tools: get_weather, get_time; Ctrl-D ends)" in out
+    assert 'approve call #1 get_weather{"city": "Paris"}? (the policy asks for approval' in out
+    session = Session.open(next(tmp_path.glob("*.jsonl")), read_only=True)
+    (approval,) = _of_type(session, Approval)
+    assert (approval.decision, approval.by) == ("approved", "console")
+    result = _of_type(session, ToolResult)[0]
+    assert (result.server, result.content) == ("demo", get_weather("Paris"))
