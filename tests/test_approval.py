@@ -14,6 +14,7 @@ from fakes import ScriptedClient, answer, call, calls
 
 from boxmaker.approval import ApprovalPort, ConsolePrompt, PendingCall, needs_approval
 from boxmaker.config import ApprovalPolicy, Config
+from boxmaker.demo import ConsoleView
 from boxmaker.errors import TurnCancelled
 from boxmaker.records import (
     Approval,
@@ -265,3 +266,11 @@ def test_approval_record_round_trips_and_reopens(tmp_path: Path) -> None:
     session.extend([record])
     session.close()
     assert list(Session.open(session.path).records) == [record]
+
+
+def test_console_view_shows_the_decision() -> None:
+    out = io.StringIO()
+    view = ConsoleView(out)
+    view(Approval(call=1, name="wipe", decision="denied", by="console", reason="no\x1b[2J"))
+    view(Approval(call=2, name="read", decision="approved", by="timeout"))
+    assert out.getvalue() == "\n  [denied by console: no\\x1b[2J]\n  [approved by timeout]"
