@@ -353,12 +353,12 @@ class McpPort:
                 del self._links[link.server.name]
 
         def stop() -> None:
-            if link.stop is not None:
-                link.stop.set()
-            elif link.task is not None:
-                link.task.cancel()
-            else:
+            if link.task is None:  # never started
                 link.closed.set()
+            elif link.client is None:  # still connecting (or done): stop trying
+                link.task.cancel()
+            elif link.stop is not None:  # connected: leave the context, the SDK shuts down
+                link.stop.set()
 
         if not self._loop.is_closed():
             self._loop.call_soon_threadsafe(stop)

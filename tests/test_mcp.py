@@ -177,6 +177,20 @@ def test_a_server_that_cannot_start_is_a_tool_port_error(tmp_path: Path) -> None
         McpPort([missing])
 
 
+def test_a_server_that_never_answers_the_handshake_is_given_up(tmp_path: Path) -> None:
+    silent = McpServerConfig(
+        name="mute",
+        command=(sys.executable, "-c", "import time; time.sleep(600)"),
+        start_timeout_s=0.5,
+    )
+    started = time.monotonic()
+    with pytest.raises(
+        ToolPortError, match=r"'mute' could not start: mute: not ready within 0\.5 s"
+    ):
+        McpPort([silent])
+    assert time.monotonic() - started < 30  # not the 600 s the process would sleep
+
+
 def test_config_file_names_servers_and_approval(tmp_path: Path) -> None:
     path = tmp_path / "boxmaker.toml"
     path.write_text(
