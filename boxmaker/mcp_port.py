@@ -177,6 +177,7 @@ class McpPort:
         self._thread.start()
         self._lock = threading.RLock()
         self._links: dict[str, _Link] = {}
+        self._opened: list[_Link] = []  # every link made, so close() waits for each to end
         self._tools: dict[str, McpTool] = {}
         self.restarts: dict[str, int] = {s.name: 0 for s in self.servers}
         """How many times each server's connection was made anew after a failure."""
@@ -277,7 +278,7 @@ class McpPort:
         if not self._thread.is_alive():
             return
         with self._lock:
-            links, self._links = list(self._links.values()), {}
+            links, self._links = list(self._opened), {}
         for link in links:
             self._drop(link, None)
         deadline = time.monotonic() + CLOSE_TIMEOUT_S
@@ -304,6 +305,8 @@ class McpPort:
     def _open(self, server: McpServerConfig) -> tuple[_Link, concurrent.futures.Future[Any]]:
         """Start connecting to ``server``; the future gives its tools once listed."""
         link = _Link(server)
+        with self._lock:
+            self._opened = [*(k for k in self._opened if not k.closed.is_set()), link]
         return link, self._run(self._start(link))
 
     def _wait_open(
