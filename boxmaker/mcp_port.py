@@ -198,7 +198,7 @@ class McpPort:
 
     @property
     def tools(self) -> Mapping[str, McpTool]:
-        """The servers' tools by registry name, in server order then the servers' order."""
+        """The servers' tools by registry name: the servers in order, each one's tools as listed."""
         return dict(self._tools)
 
     def register(self, registry: Registry, only: Collection[str] | None = None) -> tuple[str, ...]:
