@@ -14,12 +14,16 @@ The public API, in one place (implementation lives in one module per role; see t
 
 import typing as _typing
 
+from .approval import ApprovalPort, PendingCall
 from .cache import CacheOutcome, cache_outcome
 from .client import Client
 from .config import (
+    ApprovalPolicy,
     ClientConfig,
     Config,
     LoopLimits,
+    McpConfig,
+    McpServerConfig,
     SamplingConfig,
     SlotsConfig,
     ThinkingConfig,
@@ -35,6 +39,7 @@ from .errors import (
     SessionError,
     SessionFull,
     StreamCut,
+    ToolPortError,
     TurnCancelled,
     TurnError,
     TurnInferError,
@@ -52,6 +57,7 @@ from .events import (
     Waiting,
 )
 from .records import (
+    Approval,
     Assistant,
     Baseline,
     CacheLoss,
@@ -64,12 +70,12 @@ from .records import (
 from .session import Session, messages
 from .stream import Completion, is_context_full
 from .tools import (
-    Denied,
-    Failed,
     InProcessPort,
-    PendingApproval,
     Registry,
-    Result,
+    ToolDenied,
+    ToolFailed,
+    ToolOk,
+    ToolPendingApproval,
     ToolPort,
     ToolRequest,
     cap_result,
@@ -78,6 +84,7 @@ from .tools import (
 from .turn import Runtime, TurnOutcome, run_turn
 
 if _typing.TYPE_CHECKING:
+    from .mcp_port import McpPort
     from .widgets import ChatPanel, SessionView
 
 __version__ = "0.1.0"
@@ -85,29 +92,42 @@ __version__ = "0.1.0"
 _WIDGETS = ("ChatPanel", "SessionView")
 """Names loaded from :mod:`boxmaker.widgets` on first use, so that ``import boxmaker`` does not
 import ipywidgets (a kernel-side library a script or CI run need not load)."""
+_MCP = ("McpPort",)
+"""Names loaded from :mod:`boxmaker.mcp_port` on first use, so that ``import boxmaker`` does not
+import the ``mcp`` SDK (pydantic, anyio, starlette) when no MCP server is used."""
 
 
 def __getattr__(name: str) -> object:
-    """Load :data:`_WIDGETS` names from :mod:`boxmaker.widgets` when first asked for (PEP 562).
+    """Load :data:`_WIDGETS` and :data:`_MCP` names from their modules when first asked for
+    (PEP 562).
 
     Raises:
         AttributeError: ``name`` is not a name of the package.
     """
+    value: object
     if name in _WIDGETS:
         from . import widgets  # ipywidgets on first use only (see _WIDGETS)
 
         value = getattr(widgets, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'boxmaker' has no attribute {name!r}")
+    elif name in _MCP:
+        from . import mcp_port  # the mcp SDK on first use only (see _MCP)
+
+        value = getattr(mcp_port, name)
+    else:
+        raise AttributeError(f"module 'boxmaker' has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:
-    """The package's names, the lazily loaded widget classes among them."""
-    return sorted(set(globals()) | set(_WIDGETS))
+    """The package's names, the lazily loaded classes among them."""
+    return sorted(set(globals()) | set(_WIDGETS) | set(_MCP))
 
 
 __all__ = [
+    "Approval",
+    "ApprovalPolicy",
+    "ApprovalPort",
     "Assistant",
     "Baseline",
     "BoxmakerError",
@@ -121,19 +141,19 @@ __all__ = [
     "Config",
     "ConfigError",
     "Content",
-    "Denied",
-    "Failed",
     "InProcessPort",
     "InferError",
     "LimitHit",
     "LoopLimits",
-    "PendingApproval",
+    "McpConfig",
+    "McpPort",
+    "McpServerConfig",
+    "PendingCall",
     "Progress",
     "Queued",
     "Reasoning",
     "Registry",
     "RequestCancelled",
-    "Result",
     "Retrying",
     "Runtime",
     "SamplingConfig",
@@ -149,7 +169,12 @@ __all__ = [
     "ToolCall",
     "ToolCallDelta",
     "ToolCallStarted",
+    "ToolDenied",
+    "ToolFailed",
+    "ToolOk",
+    "ToolPendingApproval",
     "ToolPort",
+    "ToolPortError",
     "ToolRequest",
     "ToolResult",
     "TurnCancelled",

@@ -4,7 +4,9 @@
   runs a short session with the demo tools, streams it to the terminal, then prints one row
   per request (``prompt_n``, ``cache_n``, ``predicted_n``, reasoning tokens, ``prompt_ms``,
   ``predicted_ms``) and the session log's path. No network.
-- ``boxmaker chat --url URL``: the same loop, interactive, against any llama-server.
+- ``boxmaker chat --url URL``: the same loop, interactive, against any llama-server. With
+  ``[[mcp.servers]]`` in ``--config``, the tools are those servers' (instead of the demo's),
+  and calls the ``[approval]`` policy names wait for a y/n answer on the terminal.
 - ``boxmaker serve [MODEL.gguf] [--port N]``: serve a model (default: the shipped one) on
   127.0.0.1 until Ctrl-C.
 - ``boxmaker report PATH... [--html FILE]``: usage, cache loss and limit hits of session logs.
@@ -21,12 +23,14 @@ Exit codes: 0 done, 1 a boxmaker error (message on stderr), 2 bad usage, 130 int
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from .approval import ApprovalPort, ConsolePrompt
 from .client import Client
 from .config import ClientConfig, Config, load_config
 from .demo import DEMO_PROMPTS, DEMO_SYSTEM, ConsoleView, demo_registry, format_usage_table
@@ -35,6 +39,7 @@ from .logfile import upgrade_log
 from .records import SCHEMA_VERSION, Baseline, CacheLoss
 from .render import terminal_safe
 from .session import Session
+from .tools import Registry, ToolPort
 from .turn import Runtime, run_turn
 
 __all__ = ["main"]
@@ -119,11 +124,25 @@ def _chat(args: argparse.Namespace) -> int:
     config = load_config(args.config) if args.config else Config()
     client_cfg = dataclasses.replace(config.client, url=args.url or config.client.url)
     config = dataclasses.replace(config, client=client_cfg)
-    with Client(config.client) as client:
-        runtime = Runtime(config=config, client=client, registry=demo_registry())
-        print(f"chatting with {client_cfg.url} (tools: get_weather, get_time; Ctrl-D ends)")
+    with Client(config.client) as client, contextlib.ExitStack() as stack:
+        registry, port = _tools(config, stack)
+        runtime = Runtime(config=config, client=client, registry=registry, port=port)
+        tools = ", ".join(registry.names)
+        print(f"chatting with {client_cfg.url} (tools: {tools}; Ctrl-D ends)")
         _run_session(runtime, Path(args.dir), None, args.system)
     return 0
+
+
+def _tools(config: Config, stack: contextlib.ExitStack) -> tuple[Registry, ToolPort | None]:
+    """The demo tools; or, with MCP servers configured, theirs behind a y/n prompt."""
+    if not config.mcp.servers:
+        return demo_registry(), None
+    from .mcp_port import McpPort  # the mcp SDK only when a server is configured
+
+    registry = Registry()
+    port = stack.enter_context(McpPort(config))
+    port.register(registry)
+    return registry, ApprovalPort(port, config.approval, ConsolePrompt())
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -10,12 +10,25 @@ A config file names sections and keys exactly as the dataclasses below do::
     tool_result_cap = 4000
     thinking_tokens = 256
 
+    [[mcp.servers]]                # an MCP server over stdio (a command) ...
+    name = "weather"
+    command = ["python", "weather_server.py"]
+
+    [[mcp.servers]]                # ... or over streamable HTTP (a URL)
+    name = "search"
+    url = "http://127.0.0.1:8000/mcp"
+    prefix = "search_"
+
+    [approval]
+    tools = ["delete_file"]
+    destructive = true
+
 Unknown sections or keys, values of the wrong type and values out of range raise
 :class:`ConfigError` naming the file and the key. Every limit is in :class:`LoopLimits`, and
 for each of them ``None`` means "off"; TOML has no null, so write ``-1`` there to turn a limit
-off (also ``client.silence_timeout_s``). The thinking cap's old place, ``[thinking]
-turn_tokens`` (``ThinkingConfig.turn_tokens``), still loads, moved to ``loop.thinking_tokens``
-with a ``FutureWarning``. Every dataclass is frozen and keyword-only; use
+off (also ``client.silence_timeout_s`` and ``approval.timeout_s``). The thinking cap's old
+place, ``[thinking] turn_tokens`` (``ThinkingConfig.turn_tokens``), still loads, moved to
+``loop.thinking_tokens`` with a ``FutureWarning``. Every dataclass is frozen and keyword-only; use
 :func:`dataclasses.replace` to derive a variant.
 """
 
@@ -24,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import tomllib
 import types
 import typing
@@ -36,9 +50,12 @@ from typing import Any
 from .errors import ConfigError
 
 __all__ = [
+    "ApprovalPolicy",
     "ClientConfig",
     "Config",
     "LoopLimits",
+    "McpConfig",
+    "McpServerConfig",
     "SamplingConfig",
     "SlotsConfig",
     "ThinkingConfig",
@@ -237,6 +254,103 @@ class SamplingConfig:
         return fields
 
 
+_SERVER_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class McpServerConfig:
+    """One MCP server whose tools a :class:`boxmaker.mcp_port.McpPort` offers: a ``command``
+    started as a subprocess (stdio transport) or a ``url`` (streamable HTTP), exactly one.
+
+    Raises:
+        ConfigError: no or both of ``command`` and ``url``, a URL that is not http(s), a name
+            that is not ``[A-Za-z0-9_.-]{1,64}``, or a timeout that is not positive.
+    """
+
+    name: str
+    """The server's name in the log (``ToolResult.server``) and in error messages."""
+    command: tuple[str, ...] = ()
+    """Program and arguments of a stdio server, e.g. ``("python", "server.py")``."""
+    url: str | None = None
+    """Endpoint of a streamable-HTTP server, e.g. ``"http://127.0.0.1:8000/mcp"``."""
+    cwd: str | None = None
+    """Working directory of a stdio server (``None``: the current one)."""
+    prefix: str = ""
+    """Put before each of the server's tool names in the registry (``"search_"``), to tell
+    apart two servers that offer a tool of the same name."""
+    timeout_s: float = 30.0
+    """Seconds one ``tools/call`` may take; then the call fails and the server is restarted."""
+    start_timeout_s: float = 30.0
+    """Seconds to start (or reach) the server and list its tools."""
+    data_class: str = "public"
+    """The ``data_class`` label of the server's results."""
+    untrusted: bool | None = None
+    """Mark the server's results untrusted (``True``) or trusted (``False``); ``None``: from
+    each tool's ``openWorldHint`` (absent counts as open world, as the MCP specification says)."""
+
+    def __post_init__(self) -> None:
+        if not _SERVER_NAME.fullmatch(self.name):
+            raise ConfigError(f"mcp server name {self.name!r} is not [A-Za-z0-9_.-]{{1,64}}")
+        where = f"mcp server {self.name!r}"
+        if bool(self.command) == (self.url is not None):
+            raise ConfigError(f"{where}: give either command (stdio) or url (HTTP), not both")
+        if self.url is not None and urllib.parse.urlsplit(self.url).scheme not in ("http", "https"):
+            raise ConfigError(f"{where}: url = {self.url!r} is not an http(s) URL")
+        _check(
+            where,
+            timeout_s=(self.timeout_s, _nonneg(self.timeout_s) and self.timeout_s > 0),
+            start_timeout_s=(
+                self.start_timeout_s,
+                _nonneg(self.start_timeout_s) and self.start_timeout_s > 0,
+            ),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class McpConfig:
+    """The MCP servers whose tools join the registry (``[[mcp.servers]]`` tables in TOML).
+
+    Raises:
+        ConfigError: two servers of the same name.
+    """
+
+    servers: tuple[McpServerConfig, ...] = ()
+    """The servers, in order (their tools join the registry in this order)."""
+
+    def __post_init__(self) -> None:
+        names = [s.name for s in self.servers]
+        for name in names:
+            if names.count(name) > 1:
+                raise ConfigError(f"mcp: two servers are named {name!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalPolicy:
+    """Which tool calls wait for a person's (or a callback's) approval before they run
+    (:class:`boxmaker.approval.ApprovalPort`). A call needs approval when any rule says so.
+
+    Raises:
+        ConfigError: a timeout that is not positive.
+    """
+
+    tools: tuple[str, ...] = ()
+    """Tool names (as registered) whose every call needs approval."""
+    destructive: bool = False
+    """Calls of tools the port marks destructive need approval (MCP ``destructiveHint``; a
+    tool with no annotation counts as destructive unless read-only, as the MCP spec says)."""
+    every_call: bool = False
+    """Every port call needs approval."""
+    timeout_s: float | None = 120.0
+    """Seconds to wait for a decision; then the call is denied (``by="timeout"``). ``None``
+    (or ``-1`` in a TOML file): wait until decided or the turn is stopped."""
+
+    def __post_init__(self) -> None:
+        if self.timeout_s == -1:
+            object.__setattr__(self, "timeout_s", None)
+        t = self.timeout_s
+        _check("approval", timeout_s=(t, t is None or (_nonneg(t) and t > 0)))
+
+
 @dataclass(frozen=True, kw_only=True)
 class Config:
     """Every knob in one object. ``Config()`` gives working defaults."""
@@ -246,6 +360,8 @@ class Config:
     loop: LoopLimits = field(default_factory=LoopLimits)
     thinking: ThinkingConfig = field(default_factory=ThinkingConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    mcp: McpConfig = field(default_factory=McpConfig)
+    approval: ApprovalPolicy = field(default_factory=ApprovalPolicy)
 
     def __post_init__(self) -> None:
         moved = self.thinking.turn_tokens
@@ -338,13 +454,30 @@ def _build(cls: Any, values: dict[str, Any], where: str) -> Any:
     for key, value in values.items():
         if key not in known:
             raise ConfigError(f"{where}: unknown key {key!r}")
-        if not _fits(hints[key], value):
-            raise ConfigError(f"{where}: {key} = {value!r} is not of type {_type_name(hints[key])}")
-        kwargs[key] = float(value) if hints[key] is float and isinstance(value, int) else value
+        kwargs[key] = _value(hints[key], value, where, key)
     try:
         return cls(**kwargs)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
+    except TypeError as exc:  # a required key is missing (e.g. an mcp server's name)
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _value(hint: Any, value: Any, where: str, key: str) -> Any:
+    """``value`` read from TOML as the type ``hint``: a list becomes a ``tuple[X, ...]`` and a
+    table a config dataclass, item by item; a whole number becomes a float where one is due."""
+    if typing.get_origin(hint) is tuple:
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: {key} = {value!r} is not a list")
+        item = typing.get_args(hint)[0]
+        return tuple(_value(item, v, where, f"{key}[{i}]") for i, v in enumerate(value))
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: {key} must be a table")
+        return _build(hint, value, f"{where} {key}")
+    if not _fits(hint, value):
+        raise ConfigError(f"{where}: {key} = {value!r} is not of type {_type_name(hint)}")
+    return float(value) if hint is float and isinstance(value, int) else value
 
 
 def _type_name(hint: Any) -> str:

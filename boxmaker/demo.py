@@ -24,7 +24,7 @@ from .events import (
     ToolCallStarted,
     TurnEvent,
 )
-from .records import CacheLoss, LimitHit, Record, ToolResult, Usage
+from .records import Approval, CacheLoss, LimitHit, Record, ToolResult, Usage
 from .render import terminal_safe
 from .tools import Registry
 
@@ -119,6 +119,10 @@ class ConsoleView:
         elif isinstance(event, ToolCallStarted):
             call = safe(f"{event.name}{event.arguments}")
             self._switch("tool", f"{self._reset}  call #{event.call} {call}")
+        elif isinstance(event, Approval):
+            said = f": {safe(event.reason)}" if event.reason else ""
+            self._switch("approval", f"{self._reset}  [{event.decision} by {safe(event.by)}{said}]")
+            self._mode = ""
         elif isinstance(event, ToolResult):
             flag = " (truncated)" if event.truncated else ""
             self._switch("result", f"  result{flag}: {safe(event.content[:200])}")

@@ -10,6 +10,7 @@ Tree::
     ├── SessionError              a session log that cannot be created, read or appended
     ├── ServerError               the embedded llama.cpp server could not start or answer
     ├── CassetteError             a cassette that cannot be recorded or replayed
+    ├── ToolPortError             a tool port that cannot start (an MCP server not reachable)
     └── TurnError                 a turn that ended without an answer
         ├── SessionFull           the server said the context is full
         ├── TurnLimit             a loop limit fired (kind, value, limit)
@@ -34,6 +35,7 @@ __all__ = [
     "SessionError",
     "SessionFull",
     "StreamCut",
+    "ToolPortError",
     "TurnCancelled",
     "TurnError",
     "TurnInferError",
@@ -105,6 +107,11 @@ class ServerError(BoxmakerError):
 
 class CassetteError(BoxmakerError):
     """A cassette that cannot be recorded or replayed (no match, unplayed interactions)."""
+
+
+class ToolPortError(BoxmakerError):
+    """A tool port could not start: an MCP server that cannot be launched, reached or listed
+    when the port connects (later failures of a call are the model's to read, not raised)."""
 
 
 class TurnError(BoxmakerError):

@@ -23,10 +23,13 @@ from datetime import UTC, datetime
 from typing import Any, Literal, TypeAlias
 
 __all__ = [
+    "APPROVAL_DECISIONS",
     "LIMIT_KINDS",
     "NOT_RUN_REASONS",
     "SCHEMA_VERSION",
     "TURN_END_OUTCOMES",
+    "Approval",
+    "ApprovalDecision",
     "Assistant",
     "Baseline",
     "CacheLoss",
@@ -53,6 +56,11 @@ SCHEMA_VERSION = 2
 
 1: the first format. 2: ``TurnEnd`` records, ``ToolResult.not_run``, the forensic fields of
 ``CacheLoss``. Older logs are upgraded on read by the steps of :mod:`boxmaker.migrations`.
+
+Added within schema 2, without a new version because nothing is lost when an older schema-2
+reader meets them: ``ToolResult.server`` (an optional field, ignored by a reader that does not
+know it, absent in older logs and read as ``None``) and :class:`Approval` records (kept as
+``Unknown`` by a reader that does not know the type; never messages).
 """
 
 LimitKind: TypeAlias = Literal[
@@ -89,7 +97,14 @@ TURN_END_OUTCOMES: tuple[TurnEndOutcome, ...] = (
 (``finish_reason: "length"``), each limit that ends a turn, a cancel, or a failed request."""
 
 NotRunReason: TypeAlias = Literal[
-    "repeat", "tool_iterations", "repeated_call", "cancelled", "infer_error", "process_died"
+    "repeat",
+    "tool_iterations",
+    "repeated_call",
+    "cancelled",
+    "infer_error",
+    "process_died",
+    "denied",
+    "needs_approval",
 ]
 NOT_RUN_REASONS: tuple[NotRunReason, ...] = (
     "repeat",
@@ -98,11 +113,19 @@ NOT_RUN_REASONS: tuple[NotRunReason, ...] = (
     "cancelled",
     "infer_error",
     "process_died",
+    "denied",
+    "needs_approval",
 )
 """Why a tool call was answered without running (:attr:`ToolResult.not_run`): ``repeat``, the
 first repeat of a call already made in the turn; the turn ended first (``tool_iterations``,
-``repeated_call``, ``cancelled``, ``infer_error``); or ``process_died``, the log was reopened
-after the process stopped inside the turn."""
+``repeated_call``, ``cancelled``, ``infer_error``); ``process_died``, the log was reopened
+after the process stopped inside the turn; ``denied``, the tool port refused the call (a
+person or a policy said no, or no one answered in time: see the :class:`Approval` record);
+``needs_approval``, the port asked for an approval no one was there to give."""
+
+ApprovalDecision: TypeAlias = Literal["approved", "denied"]
+APPROVAL_DECISIONS: tuple[ApprovalDecision, ...] = ("approved", "denied")
+"""What an :class:`Approval` decided."""
 
 
 def utc_now() -> datetime:
@@ -228,7 +251,9 @@ class ToolResult:
     characters); ``data_class`` a label for the data (``"public"`` for local tools);
     ``untrusted`` marks content from outside (e.g. the web); ``truncated`` says the content
     was cut by ``cap_result``; ``not_run`` is ``None`` for a call that ran, else why it was
-    answered without running (one of :data:`NOT_RUN_REASONS`; schema 2).
+    answered without running (one of :data:`NOT_RUN_REASONS`; schema 2); ``server`` names the
+    tool server that answered (the name an MCP server has in the config), ``None`` for a local
+    tool, a port without servers, or a call not sent to any.
     """
 
     call: int
@@ -239,6 +264,29 @@ class ToolResult:
     untrusted: bool = False
     truncated: bool = False
     not_run: str | None = None
+    server: str | None = None
+    time: datetime = field(default_factory=utc_now)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Approval:
+    """A decision on a tool call that needed approval, appended just before its ``ToolResult``.
+
+    ``call`` is the session's tool-call number (the ``ToolResult`` with the same ``call`` holds
+    the outcome), ``name`` the tool; ``decision`` is ``"approved"`` or ``"denied"``; ``by`` says
+    who or what decided: the name an ``ask`` callback gave (e.g. ``"console"``, ``"panel"``,
+    ``"code"``), or ``"timeout"`` (no answer in time) or ``"cancel"`` (the turn was stopped
+    while waiting), both denials; ``reason`` is the decider's words (``""`` when none);
+    ``waited_ms`` the time between asking and the decision, in milliseconds; ``time`` is when
+    the decision was made.
+    """
+
+    call: int
+    name: str
+    decision: str
+    by: str
+    reason: str = ""
+    waited_ms: float = 0.0
     time: datetime = field(default_factory=utc_now)
 
 
@@ -275,7 +323,9 @@ class Unknown:
     time: datetime = field(default_factory=utc_now)
 
 
-Record: TypeAlias = User | Assistant | Usage | CacheLoss | ToolResult | LimitHit | TurnEnd | Unknown
+Record: TypeAlias = (
+    User | Assistant | Usage | CacheLoss | ToolResult | Approval | LimitHit | TurnEnd | Unknown
+)
 """Any record that can follow the baseline in a session log."""
 
 _TYPES: dict[str, type[Any]] = {
@@ -284,6 +334,7 @@ _TYPES: dict[str, type[Any]] = {
     "usage": Usage,
     "cache_loss": CacheLoss,
     "tool_result": ToolResult,
+    "approval": Approval,
     "limit_hit": LimitHit,
     "turn_end": TurnEnd,
 }
@@ -375,6 +426,7 @@ _SIMPLE: dict[str, tuple[type, ...]] = {
     "str | None": (str, type(None)),
     "int": (int,),
     "int | None": (int, type(None)),
+    "float": (int, float),
     "bool": (bool,),
     "Mapping[str, float]": (dict,),
     "tuple[ToolCall, ...]": (list,),

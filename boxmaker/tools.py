@@ -5,8 +5,9 @@ Two kinds of tool live in a :class:`Registry`:
 - a *local* tool is a Python function; its JSON schema is derived from its type hints and
   docstring (or given), it runs in-process and its result is public, trusted text;
 - a *port* tool is only a name and a schema; calls go to a :class:`ToolPort` as a
-  :class:`ToolRequest` and come back as :data:`ToolAnswer` (``Result``, ``Failed``,
-  ``Denied`` or ``PendingApproval``). :class:`InProcessPort` is a port made of Python handlers.
+  :class:`ToolRequest` and come back as :data:`ToolAnswer` (``ToolOk``, ``ToolFailed``,
+  ``ToolDenied`` or ``ToolPendingApproval``: each outcome's name says it is a tool's).
+  :class:`InProcessPort` is a port made of Python handlers.
 
 :func:`dispatch` never raises for what the model sent: an unknown tool, arguments that are not
 JSON or do not fit the schema (checked with ``jsonschema``), and exceptions inside a tool all
@@ -19,6 +20,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import threading
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -27,16 +29,20 @@ from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 import jsonschema
 
+from .records import Approval
+
 __all__ = [
-    "Denied",
     "Dispatched",
-    "Failed",
+    "HintedPort",
     "InProcessPort",
-    "PendingApproval",
     "Registry",
-    "Result",
     "Tool",
     "ToolAnswer",
+    "ToolDenied",
+    "ToolFailed",
+    "ToolHints",
+    "ToolOk",
+    "ToolPendingApproval",
     "ToolPort",
     "ToolRequest",
     "canonical_arguments",
@@ -52,46 +58,75 @@ __all__ = [
 @dataclass(frozen=True, kw_only=True)
 class ToolRequest:
     """A call sent to a tool port: ``call`` is the session's tool-call number (1, 2, ...),
-    ``arguments`` the parsed, schema-checked JSON object."""
+    ``arguments`` the parsed, schema-checked JSON object. ``cancel`` is the turn's cancel
+    switch (``Runtime.cancel``; ``None`` outside a turn): a port that waits (for a server, for a
+    person) stops waiting when it is set and answers at once."""
 
     session_id: str
     call: int
     tool: str
     arguments: Mapping[str, Any]
+    cancel: threading.Event | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, kw_only=True)
-class Result:
+class ToolOk:
     """The port ran the call: ``content`` goes to the model; ``data_class`` labels the data
-    (e.g. ``"public"``, ``"internal"``); ``untrusted`` marks content from outside."""
+    (e.g. ``"public"``, ``"internal"``); ``untrusted`` marks content from outside; ``server``
+    names the tool server that answered (``None``: no server); ``approval`` is the decision
+    that let the call run, when one was needed."""
 
     content: str
     data_class: str = "public"
     untrusted: bool = False
+    server: str | None = None
+    approval: Approval | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
-class Failed:
-    """The port tried the call and it failed; ``message`` says why."""
+class ToolFailed:
+    """The port tried the call and it failed; ``message`` says why; ``server`` and
+    ``approval`` as in :class:`ToolOk`."""
 
     message: str
+    server: str | None = None
+    approval: Approval | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
-class Denied:
-    """The port refused the call; ``reason`` says why."""
+class ToolDenied:
+    """The port refused the call; ``reason`` says why; ``approval`` is the denial's record
+    when a person (or a timeout, or a cancel) decided."""
 
     reason: str
+    approval: Approval | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
-class PendingApproval:
-    """The call needs a person's approval first; the loop cannot wait for it."""
+class ToolPendingApproval:
+    """The call needs a person's approval first and this port cannot ask for it (wrap the port
+    in :class:`boxmaker.approval.ApprovalPort` to ask)."""
 
     reason: str = ""
 
 
-ToolAnswer: TypeAlias = Result | Failed | Denied | PendingApproval
+@dataclass(frozen=True, kw_only=True)
+class ToolHints:
+    """What a port knows of a tool's behaviour (MCP tool annotations; hints, not guarantees).
+
+    ``read_only``: does not change its environment; ``destructive``: may delete or overwrite
+    (only meaningful when not read-only); ``idempotent``: repeating a call changes nothing more;
+    ``open_world``: reaches outside entities (the web), so its output is untrusted. The
+    defaults are the MCP specification's for a tool that gives no annotation.
+    """
+
+    read_only: bool = False
+    destructive: bool = True
+    idempotent: bool = False
+    open_world: bool = True
+
+
+ToolAnswer: TypeAlias = ToolOk | ToolFailed | ToolDenied | ToolPendingApproval
 """What a tool port answers to a :class:`ToolRequest`."""
 
 
@@ -101,6 +136,15 @@ class ToolPort(Protocol):
 
     def request(self, request: ToolRequest) -> ToolAnswer:
         """Run (or refuse) one call and answer it. May raise; dispatch turns that into text."""
+        ...
+
+
+@runtime_checkable
+class HintedPort(Protocol):
+    """A tool port that knows its tools' :class:`ToolHints` (the MCP port does)."""
+
+    def hints(self, tool: str) -> ToolHints | None:
+        """The hints of ``tool`` (a registry name), ``None`` for a tool the port does not know."""
         ...
 
 
@@ -116,11 +160,11 @@ class InProcessPort:
         self.requests: list[ToolRequest] = []
 
     def request(self, request: ToolRequest) -> ToolAnswer:
-        """Answer with the tool's handler; ``Failed`` when the port has none for it."""
+        """Answer with the tool's handler; ``ToolFailed`` when the port has none for it."""
         self.requests.append(request)
         handler = self.handlers.get(request.tool)
         if handler is None:
-            return Failed(message=f"this port has no handler for {request.tool!r}")
+            return ToolFailed(message=f"this port has no handler for {request.tool!r}")
         return handler(request)
 
 
@@ -320,11 +364,17 @@ def _json_type(hint: Any, where: str) -> dict[str, Any]:
 
 @dataclass(frozen=True, kw_only=True)
 class Dispatched:
-    """The text a call produced (before capping) and its labels."""
+    """The text a call produced (before capping) and its labels: ``not_run`` says why the call
+    was answered without running (one of :data:`boxmaker.records.NOT_RUN_REASONS`, ``None``
+    when it ran or was tried), ``server`` which tool server answered, ``approvals`` the
+    decisions taken on the call, to be logged before its result."""
 
     content: str
     data_class: str = "public"
     untrusted: bool = False
+    not_run: str | None = None
+    server: str | None = None
+    approvals: tuple[Approval, ...] = ()
 
 
 def dispatch(
@@ -335,6 +385,7 @@ def dispatch(
     port: ToolPort | None = None,
     session_id: str = "",
     call: int = 0,
+    cancel: threading.Event | None = None,
 ) -> Dispatched:
     """Run one tool call and return its result text; never raises for what the model sent.
 
@@ -343,14 +394,16 @@ def dispatch(
         name: the tool name the model called.
         arguments: the model's arguments text (should be a JSON object).
         port: where port tools go; a port tool with no port gives a failure text.
-        session_id, call: passed on in the :class:`ToolRequest` (call = session tool-call number).
+        session_id, call, cancel: passed on in the :class:`ToolRequest` (call = session
+            tool-call number, cancel = the turn's cancel switch).
 
     Returns:
         A local tool's result (``str`` as is, anything else as JSON), public and trusted; a port
-        ``Result`` with its labels; or a text saying why the call was not run or failed:
-        unknown tool, arguments not JSON or not fitting the schema, ``Failed`` -> "The tool
-        failed: ...", ``Denied`` -> "The call was denied: ...", ``PendingApproval``, or an
-        exception inside the tool or port.
+        ``ToolOk`` with its labels; or a text saying why the call was not run or failed:
+        unknown tool, arguments not JSON or not fitting the schema, ``ToolFailed`` -> "The tool
+        failed: ...", ``ToolDenied`` -> "The call was denied: ..." (``not_run="denied"``),
+        ``ToolPendingApproval`` (``not_run="needs_approval"``), or an exception inside the tool
+        or port. A port's ``server`` and ``approval`` are passed on.
     """
     tool = registry.get(name)
     if tool is None:
@@ -383,27 +436,36 @@ def dispatch(
         return Dispatched(content=_valid_text(text))
     if port is None:
         return Dispatched(content=f"The tool failed: no tool port is connected to run {name}.")
-    request = ToolRequest(session_id=session_id, call=call, tool=name, arguments=args)
+    request = ToolRequest(
+        session_id=session_id, call=call, tool=name, arguments=args, cancel=cancel
+    )
     try:
         answer = port.request(request)
     except Exception as exc:  # the port's failure is the model's to read
         return Dispatched(content=f"The tool failed: {type(exc).__name__}: {exc}")
-    if isinstance(answer, Result):
+    if isinstance(answer, ToolPendingApproval):
+        why = f" ({answer.reason})" if answer.reason else ""
+        return Dispatched(
+            content=f"The call needs approval{why}, and this loop cannot wait for approval: "
+            "it was not run.",
+            not_run="needs_approval",
+        )
+    approval = getattr(answer, "approval", None)  # getattr: a port may answer anything
+    approvals = (approval,) if isinstance(approval, Approval) else ()
+    if isinstance(answer, ToolOk):
         return Dispatched(
             content=_valid_text(answer.content),
             data_class=answer.data_class,
             untrusted=answer.untrusted,
+            server=answer.server,
+            approvals=approvals,
         )
-    if isinstance(answer, Failed):
-        return Dispatched(content=f"The tool failed: {answer.message}")
-    if isinstance(answer, Denied):
-        return Dispatched(content=f"The call was denied: {answer.reason}")
-    if isinstance(answer, PendingApproval):
-        why = f" ({answer.reason})" if answer.reason else ""
-        return Dispatched(
-            content=f"The call needs approval{why}, and this loop cannot wait for approval: "
-            "it was not run."
-        )
+    if isinstance(answer, ToolFailed):
+        text = f"The tool failed: {answer.message}"
+        return Dispatched(content=text, server=answer.server, approvals=approvals)
+    if isinstance(answer, ToolDenied):
+        text = f"The call was denied: {answer.reason}"
+        return Dispatched(content=text, not_run="denied", approvals=approvals)
     return Dispatched(content=f"The tool failed: the port answered {answer!r}.")
 
 

@@ -42,7 +42,7 @@ from .records import (
 )
 from .session import Session
 from .stream import Completion, is_context_full
-from .tools import Registry, ToolPort, canonical_arguments, cap_result, dispatch
+from .tools import Dispatched, Registry, ToolPort, canonical_arguments, cap_result, dispatch
 
 __all__ = ["Runtime", "TurnOutcome", "run_turn"]
 
@@ -176,8 +176,7 @@ def _complete(
 def _record_completion(
     session: Session, completion: Completion, earlier: Usage | None, emit: Hook
 ) -> tuple[tuple[ToolCall, ...], Usage]:
-    """Step 4 (and 5): Assistant and Usage, then CacheLoss, the thinking cap's LimitHit, and the
-    TurnEnd when there are no calls, appended as one write."""
+    """Step 4 (and 5): Assistant, Usage, CacheLoss, thinking-cap LimitHit, TurnEnd: one write."""
     calls, usage = completion.tool_calls, completion.usage_record()
     records: list[Record] = [
         Assistant(content=completion.content, reasoning=completion.reasoning, tool_calls=calls),
@@ -215,9 +214,8 @@ def _run_calls(
         if (ends := loop.repeat_ends_turn_at) is not None and seen >= ends:
             why = f"{call.name} was called {seen} times with the same arguments in this turn"
             _end_turn(session, TurnLimit("repeated_call", seen, ends - 1, why), emit)
-        not_run = None
         if (answered := loop.repeat_answered_at) is not None and seen >= answered:
-            text, data_class, untrusted, not_run = ALREADY_MADE, "public", False, "repeat"
+            result = Dispatched(content=ALREADY_MADE, not_run="repeat")
         else:
             result = dispatch(
                 runtime.registry,
@@ -226,23 +224,25 @@ def _run_calls(
                 port=runtime.port,
                 session_id=session.id,
                 call=number,
+                cancel=runtime.cancel,
             )
-            text, data_class, untrusted = result.content, result.data_class, result.untrusted
-        capped, truncated = cap_result(text, loop.tool_result_cap)
+        capped, truncated = cap_result(result.content, loop.tool_result_cap)
         records: list[Record] = [
+            *result.approvals,  # a decision on the call goes before its result
             ToolResult(
                 call=number,
                 tool_call_id=call.id,
                 name=call.name,
                 content=capped,
-                data_class=data_class,
-                untrusted=untrusted,
+                data_class=result.data_class,
+                untrusted=result.untrusted,
                 truncated=truncated,
-                not_run=not_run,
-            )
+                not_run=result.not_run,
+                server=result.server,
+            ),
         ]
         if truncated:
-            detail = f"{call.name} result of {len(text)} characters cut to {len(capped)}"
+            detail = f"{call.name} result of {len(result.content)} characters cut to {len(capped)}"
             records.append(LimitHit(kind="tool_result_cap", detail=detail))
         _append(session, emit, *records)
 

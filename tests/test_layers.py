@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"logfile", "cache", "tools"},
     {"chunks"},
     {"stream"},
-    {"session", "client"},
+    {"session", "client", "approval", "mcp_port"},
     {"turn", "transcript", "columns"},
     {"frames", "render"},
     {"plots", "widgets", "demo", "server"},
@@ -31,8 +31,8 @@ LAYERS: list[set[str]] = [
     {"__init__", "__main__"},
 ]
 
-LAZY = {"widgets", "server", "plots", "frames", "report", "cassettes"}
-"""Modules that pull a heavy library (ipywidgets, xllamacpp, matplotlib, pandas, vcrpy): a
+LAZY = {"widgets", "server", "plots", "frames", "report", "cassettes", "mcp_port"}
+"""Modules that pull a heavy library (ipywidgets, xllamacpp, matplotlib, pandas, vcrpy, mcp): a
 higher layer may import them inside a function, so ``import boxmaker`` stays light."""
 
 

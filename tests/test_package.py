@@ -34,7 +34,7 @@ def test_exports_come_from_their_modules() -> None:
 
 
 def test_import_is_light() -> None:
-    heavy = "('torch', 'xllamacpp', 'vcr', 'pandas', 'matplotlib', 'ipywidgets')"
+    heavy = "('torch', 'xllamacpp', 'vcr', 'pandas', 'matplotlib', 'ipywidgets', 'mcp')"
     code = f"import sys, boxmaker; print(sorted(m for m in {heavy} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

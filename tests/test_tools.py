@@ -8,12 +8,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boxmaker.tools import (
-    Denied,
-    Failed,
     InProcessPort,
-    PendingApproval,
     Registry,
-    Result,
+    ToolDenied,
+    ToolFailed,
+    ToolOk,
+    ToolPendingApproval,
     ToolRequest,
     cap_result,
     dispatch,
@@ -110,7 +110,7 @@ def _port(answer: object) -> InProcessPort:
 
 
 def test_port_result_keeps_labels_and_request(registry: Registry) -> None:
-    port = _port(Result(content="page", data_class="web", untrusted=True))
+    port = _port(ToolOk(content="page", data_class="web", untrusted=True))
     out = dispatch(registry, "search", '{"q": "x"}', port=port, session_id="s1", call=7)
     assert (out.content, out.data_class, out.untrusted) == ("page", "web", True)
     assert port.requests == [
@@ -119,24 +119,26 @@ def test_port_result_keeps_labels_and_request(registry: Registry) -> None:
 
 
 def test_port_failed(registry: Registry) -> None:
-    out = dispatch(registry, "search", '{"q": "x"}', port=_port(Failed(message="timeout")))
+    out = dispatch(registry, "search", '{"q": "x"}', port=_port(ToolFailed(message="timeout")))
     assert out.content == "The tool failed: timeout"
 
 
 def test_port_denied(registry: Registry) -> None:
-    out = dispatch(registry, "search", '{"q": "x"}', port=_port(Denied(reason="policy")))
+    out = dispatch(registry, "search", '{"q": "x"}', port=_port(ToolDenied(reason="policy")))
     assert out.content == "The call was denied: policy"
 
 
 def test_port_pending_approval(registry: Registry) -> None:
-    out = dispatch(registry, "search", '{"q": "x"}', port=_port(PendingApproval(reason="admin")))
+    out = dispatch(
+        registry, "search", '{"q": "x"}', port=_port(ToolPendingApproval(reason="admin"))
+    )
     assert out.content == (
         "The call needs approval (admin), and this loop cannot wait for approval: it was not run."
     )
 
 
 def test_port_exception_and_missing_port(registry: Registry) -> None:
-    def raises(req: ToolRequest) -> Result:
+    def raises(req: ToolRequest) -> ToolOk:
         raise ConnectionError("port down")
 
     port = InProcessPort({"search": raises})

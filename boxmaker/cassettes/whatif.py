@@ -23,7 +23,7 @@ from ..errors import SessionFull, TurnError, TurnInferError, TurnLimit
 from ..events import Queued
 from ..records import Baseline, LimitHit
 from ..session import Session
-from ..tools import Failed, Registry, Result, ToolAnswer, ToolRequest, canonical_arguments
+from ..tools import Registry, ToolAnswer, ToolFailed, ToolOk, ToolRequest, canonical_arguments
 from ..turn import Runtime, run_turn
 from .inspection import recorded_session
 from .matching import short
@@ -41,13 +41,13 @@ class _RecordedPort:
         self.missing: list[str] = []
 
     def request(self, request: ToolRequest) -> ToolAnswer:
-        """The recorded result of this tool with these arguments, else ``Failed``."""
+        """The recorded result of this tool with these arguments, else ``ToolFailed``."""
         key = (request.tool, canonical_arguments(json.dumps(dict(request.arguments))))
         values = self._results.get(key)
         if not values:
             self.missing.append(f"{request.tool} {key[1]}")
-            return Failed(message=f"no result recorded for {request.tool} with {key[1]}")
-        return Result(content=values.pop(0) if len(values) > 1 else values[0])
+            return ToolFailed(message=f"no result recorded for {request.tool} with {key[1]}")
+        return ToolOk(content=values.pop(0) if len(values) > 1 else values[0])
 
 
 _DEFAULT_LIMITS = LoopLimits()
