@@ -6,7 +6,13 @@ completions with their usage and tool results, a final answer, an occasional cac
 limit hit), then times, in one run, reading every log with ``pandas.read_json(lines=True)``
 (concatenated into one frame) and with ``requests()`` over the directory.
 
-    python benchmarks/frames.py [--logs N] [--records N]
+    PYTHONPATH=. python benchmarks/frames.py [--logs N] [--records N] [--schema 1|2]
+
+``--schema 1`` (the default, so figures compare across versions) writes logs as schema 1 did
+(the frames upgrade them on read, :mod:`boxmaker.migrations`); ``--schema 2`` as the loop
+writes them now (``not_run`` on tool results, a ``turn_end`` record ending each turn). The
+first line names the ``boxmaker`` measured: a script's own folder, not the current one, is
+on ``sys.path``, so without ``PYTHONPATH=.`` an installed copy may be measured instead.
 
 The last line printed is ``speedup X.XX``: read_json's wall time divided by ``requests()``'s
 (above 1: ``requests()`` is faster). CPU times are printed too: on a busy machine they say
@@ -24,6 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
+import boxmaker
 from boxmaker.frames import requests
 
 
@@ -35,13 +42,16 @@ def _stamp(i: int) -> str:
     return f"2026-11-30T07:{(i // 60000) % 60:02d}:{(i // 1000) % 60:02d}.{i % 1000:03d}123Z"
 
 
-def make_log(path: Path, session_id: str, records: int, rng: random.Random) -> None:
-    """Write one session log of ``records`` records after the baseline."""
+def make_log(
+    path: Path, session_id: str, records: int, rng: random.Random, schema: int = 1
+) -> None:
+    """Write one session log of ``records`` records after the baseline, in ``schema``."""
+    extra: dict[str, object] = {"not_run": None} if schema >= 2 else {}
     lines = [
         _dumps(
             {
                 "type": "baseline",
-                "schema": 1,
+                "schema": schema,
                 "session_id": session_id,
                 "system": "You are a helpful assistant.",
                 "tools": [],
@@ -88,6 +98,7 @@ def make_log(path: Path, session_id: str, records: int, rng: random.Random) -> N
                         "data_class": "public",
                         "untrusted": False,
                         "truncated": False,
+                        **extra,
                         "time": _stamp(i + 3),
                     }
                 )
@@ -110,6 +121,11 @@ def make_log(path: Path, session_id: str, records: int, rng: random.Random) -> N
             )
         )
         lines.append(_usage(cache, 30, rng, _stamp(i + 2)))
+        if schema >= 2:
+            lines.append(
+                _dumps({"type": "turn_end", "outcome": "answered", "detail": "", "status": None,
+                        "time": _stamp(i + 2)})
+            )  # fmt: skip
         i += 3
     path.write_text("\n".join(lines[: records + 1]) + "\n", encoding="utf-8")
 
@@ -143,15 +159,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--logs", type=int, default=1000, help="session logs to make")
     parser.add_argument("--records", type=int, default=1000, help="records per log")
+    parser.add_argument("--schema", type=int, choices=(1, 2), default=1, help="log schema")
     args = parser.parse_args()
+    print(f"boxmaker from {Path(boxmaker.__file__).parent}")
     rng = random.Random(5)
     with tempfile.TemporaryDirectory(prefix="boxmaker-bench-") as tmp:
         folder = Path(tmp)
         started = time.perf_counter()
         for n in range(args.logs):
-            make_log(folder / f"s{n:05d}.jsonl", f"s{n:05d}", args.records, rng)
+            make_log(folder / f"s{n:05d}.jsonl", f"s{n:05d}", args.records, rng, args.schema)
         made = time.perf_counter() - started
-        print(f"corpus: {args.logs} logs, {args.logs * args.records} records ({made:.1f} s)")
+        total = args.logs * args.records
+        print(f"corpus: {args.logs} logs, {total} records, schema {args.schema} ({made:.1f} s)")
         files = sorted(folder.glob("*.jsonl"))
 
         started, cpu = time.perf_counter(), time.process_time()

@@ -77,16 +77,27 @@ def _tool_result_not_run(records: Records) -> Records:
         if type(rec) is not dict or rec.get("type") != "tool_result" or "not_run" in rec:
             continue
         content = rec.get("content")
-        limit = None
-        for later in records[i + 1 :]:
-            kind = later.get("type") if type(later) is dict else None
-            if kind in ("user", "assistant"):
-                break
-            if kind == "limit_hit":
-                limit = later.get("kind")
-                break
-        rec["not_run"] = _v1_reason(content, limit) if isinstance(content, str) else None
+        if not isinstance(content, str):
+            rec["not_run"] = None
+            continue
+        # only a result that was not run needs the look ahead (the frames read every log
+        # through this step: no copy of the rest of the log per tool result)
+        limit = _limit_after(records, i) if content.startswith(_V1_NOT_RUN) else None
+        rec["not_run"] = _v1_reason(content, limit)
     return records
+
+
+def _limit_after(records: Records, i: int) -> str | None:
+    """The kind of the ``LimitHit`` after ``records[i]`` and before the next message."""
+    for j in range(i + 1, len(records)):
+        later = records[j]
+        kind = later.get("type") if type(later) is dict else None
+        if kind in ("user", "assistant"):
+            break
+        if kind == "limit_hit":
+            found = later.get("kind")
+            return found if isinstance(found, str) else None
+    return None
 
 
 MIGRATIONS: tuple[Migration, ...] = (

@@ -12,14 +12,21 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from fakes import ScriptedClient, Step, answer, calls, context_full
+from fakes import call as fake_call
+from fakes import timings as fake_timings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pandas.testing import assert_frame_equal
 
 from boxmaker import frames
+from boxmaker.config import Config, LoopLimits
+from boxmaker.errors import InferError, SessionError, TurnError
 from boxmaker.frames import COLUMNS, LogReadWarning
 from boxmaker.records import (
     LIMIT_KINDS,
+    NOT_RUN_REASONS,
+    TURN_END_OUTCOMES,
     Assistant,
     Baseline,
     CacheLoss,
@@ -27,12 +34,14 @@ from boxmaker.records import (
     Record,
     ToolCall,
     ToolResult,
+    TurnEnd,
     Usage,
     User,
     record_to_json,
 )
 from boxmaker.session import Session
-from boxmaker.turn import ALREADY_MADE
+from boxmaker.tools import Registry
+from boxmaker.turn import ALREADY_MADE, Runtime, run_turn
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = datetime(2026, 11, 30, 7, 0, 0, tzinfo=UTC)
@@ -72,7 +81,15 @@ RECORDS: list[Record] = [
     ToolResult(call=1, tool_call_id="c1", name="get_weather", content="sunny", time=at(2)),
     Assistant(content="It is sunny.", time=at(3)),
     usage(80, 40, 10, 3.5, finish_reason="stop"),
-    CacheLoss(expected=120, reused=80, time=at(3.5)),
+    CacheLoss(
+        expected=120,
+        reused=80,
+        position=80,
+        cause="history_edited",
+        old_window="sunny",
+        new_window="rainy",
+        time=at(3.5),
+    ),
     # turn 2: tool iterations limit (the second call was not run)
     User(content="again", time=at(10)),
     Assistant(content=None, tool_calls=(call(2),), time=at(11)),
@@ -84,7 +101,14 @@ RECORDS: list[Record] = [
     LimitHit(kind="tool_result_cap", detail="cut", time=at(12)),
     Assistant(content=None, tool_calls=(call(3, "{}"),), time=at(13)),
     usage(145, 10, 5, 13.5),
-    ToolResult(call=3, tool_call_id="c3", name="get_weather", content=NOT_RUN_LIMIT, time=at(14)),
+    ToolResult(
+        call=3,
+        tool_call_id="c3",
+        name="get_weather",
+        content=NOT_RUN_LIMIT,
+        not_run="tool_iterations",
+        time=at(14),
+    ),
     LimitHit(kind="tool_iterations", detail="2 completions", time=at(14)),
     # turn 3: context full
     User(content="more", time=at(20)),
@@ -93,9 +117,24 @@ RECORDS: list[Record] = [
     User(content="twice", time=at(30)),
     Assistant(content=None, tool_calls=(call(4), call(5)), time=at(31)),
     usage(160, 20, 8, 31.5),
-    ToolResult(call=4, tool_call_id="c4", name="get_weather", content=ALREADY_MADE, time=at(32)),
-    ToolResult(call=5, tool_call_id="c5", name="get_weather", content=NOT_RUN_CANCEL, time=at(33)),
-    # turn 5: the completion failed: nothing after the user message
+    ToolResult(
+        call=4,
+        tool_call_id="c4",
+        name="get_weather",
+        content=ALREADY_MADE,
+        not_run="repeat",
+        time=at(32),
+    ),
+    ToolResult(
+        call=5,
+        tool_call_id="c5",
+        name="get_weather",
+        content=NOT_RUN_CANCEL,
+        not_run="cancelled",
+        time=at(33),
+    ),
+    # turn 5: the completion failed: nothing after the user message (a log without TurnEnd
+    # records, as schema 1 wrote them: the outcomes are inferred from the records)
     User(content="fail", time=at(40)),
 ]
 
@@ -105,6 +144,11 @@ def log(tmp_path: Path) -> Path:
     with Session.create(tmp_path, Baseline(time=at(-1)), session_id="s1") as session:
         session.extend(RECORDS)
     return session.path
+
+
+def plain(series: pd.Series) -> list[Any]:
+    """The column's values, missing ones as None."""
+    return [None if pd.isna(v) else v for v in series]
 
 
 def cat(values: list[Any], categories: list[str]) -> pd.Series:
@@ -159,6 +203,8 @@ def test_turns_exact(log: Path) -> None:
                 ["answered", "tool_iterations", "session_full", "cancelled", "no_answer"],
                 list(frames.TURN_OUTCOMES),
             ),
+            "end_detail": [None] * 5,
+            "http_status": [None] * 5,
             "requests": [2, 2, 0, 1, 0],
             "iterations": [1, 2, 0, 1, 0],
             "tool_calls": [1, 2, 0, 2, 0],
@@ -193,6 +239,10 @@ def test_cache_losses_limit_hits_tool_calls_exact(log: Path) -> None:
                 "lost_tokens": [40],
                 "prompt_ms_per_token": [0.5],
                 "lost_ms": [20.0],
+                "position": [80],
+                "cause": cat(["history_edited"], ["history_edited"]),
+                "old_window": ["sunny"],
+                "new_window": ["rainy"],
             },
             "cache_losses",
         ),
@@ -231,6 +281,9 @@ def test_cache_losses_limit_hits_tool_calls_exact(log: Path) -> None:
                 "data_class": cat(["public"] * 5, ["public"]),
                 "untrusted": [False] * 5,
                 "ran": [True, True, False, False, False],
+                "not_run": cat(
+                    [None, None, "tool_iterations", "repeat", "cancelled"], list(NOT_RUN_REASONS)
+                ),
             },
             "tool_calls",
         ),
@@ -357,6 +410,10 @@ def test_corrupt_log_names_file_and_line_and_others_are_read(tmp_path: Path, log
         ("[1, 2]", r"bad\.jsonl:3: line is not a JSON object"),
         ('{"a": 1}, {"b": 2}', r"bad\.jsonl:3: corrupt line"),
         ('{"type": "tool_result", "call": 1}', r"bad\.jsonl:3: tool_result record without"),
+        ('{"type": "turn_end", "outcome": 5}', r"bad\.jsonl:3: turn_end record: outcome"),
+        ('{"type": "turn_end", "outcome": "x", "status": "500"}', r"bad\.jsonl:3: .* status"),
+        ('{"type": "tool_result", "content": "", "not_run": 1}', r"bad\.jsonl:3: not_run"),
+        ('{"type": "cache_loss", "position": "1"}', r"bad\.jsonl:3: position"),
     ],
 )
 def test_malformed_record_leaves_out_the_whole_log(tmp_path: Path, line: str, message: str) -> None:
@@ -452,8 +509,15 @@ a_record = st.one_of(
         name=st.sampled_from(["f", "g"]),
         content=st.text(max_size=20),
         truncated=st.booleans(),
+        not_run=st.none() | st.sampled_from(NOT_RUN_REASONS),
     ),
     st.builds(LimitHit, kind=st.sampled_from(LIMIT_KINDS), detail=st.text(max_size=5)),
+    st.builds(
+        TurnEnd,
+        outcome=st.sampled_from(TURN_END_OUTCOMES),
+        detail=st.text(max_size=5),
+        status=st.none() | st.integers(100, 599),
+    ),
 )
 
 
@@ -492,7 +556,21 @@ def test_totals_equal_sums_over_records(tmp_path: Path, sessions: list[list[Reco
     assert s.limit_hits.sum() == len(hits) == len(loaded.limit_hits)
     for kind in LIMIT_KINDS:
         assert s[f"{kind}_hits"].sum() == sum(h.kind == kind for h in hits)
-    assert len(loaded.tool_calls) == sum(isinstance(r, ToolResult) for r in every)
+    results = [r for r in every if isinstance(r, ToolResult)]
+    assert len(loaded.tool_calls) == len(results)
+    assert loaded.tool_calls.ran.sum() == sum(r.not_run is None for r in results)
+    # a turn with TurnEnd records has the last one's outcome
+    ends: list[TurnEnd | None] = []
+    for records in sessions:
+        in_turn = False
+        for r in records:
+            if isinstance(r, User):
+                ends.append(None)
+                in_turn = True
+            elif isinstance(r, TurnEnd) and in_turn:
+                ends[-1] = r
+    for outcome, end in zip(loaded.turns.outcome, ends, strict=True):
+        assert end is None or outcome == end.outcome
     assert s[[f"{o}_turns" for o in frames.TURN_OUTCOMES]].sum(axis=1).tolist() == list(s.turns)
     # what belongs to a turn adds up to what the session has after its first user message
     in_turns = loaded.requests[loaded.requests.turn.notna()]
@@ -504,14 +582,6 @@ def test_totals_equal_sums_over_records(tmp_path: Path, sessions: list[list[Reco
 
 
 def test_turn_outcomes_of_the_real_loop(tmp_path: Path) -> None:
-    from fakes import ScriptedClient, Step, answer, calls, context_full, timings
-    from fakes import call as fake_call
-
-    from boxmaker.config import Config, LoopLimits
-    from boxmaker.errors import InferError, TurnError
-    from boxmaker.tools import Registry
-    from boxmaker.turn import Runtime, run_turn
-
     box: dict[str, Runtime] = {}
 
     def weather(city: str) -> str:
@@ -525,10 +595,13 @@ def test_turn_outcomes_of_the_real_loop(tmp_path: Path) -> None:
     oslo = {"city": "Oslo"}
     steps = [
         # 1 answered after one tool call
-        calls(fake_call("weather", oslo, "a"), timings=timings(0, 50)),
-        answer("clear", timings=timings(50, 20)),
+        calls(fake_call("weather", oslo, "a"), timings=fake_timings(0, 50)),
+        answer("clear", timings=fake_timings(50, 20)),
         # 2 repeated call: the same call three times
-        *(calls(fake_call("weather", oslo, f"r{i}"), timings=timings(70, 10)) for i in range(3)),
+        *(
+            calls(fake_call("weather", oslo, f"r{i}"), timings=fake_timings(70, 10))
+            for i in range(3)
+        ),
         # 3 tool iterations (cap 3): four completions with calls
         *(calls(fake_call("weather", {"city": f"c{i}"}, f"t{i}")) for i in range(4)),
         # 4 context full
@@ -547,14 +620,10 @@ def test_turn_outcomes_of_the_real_loop(tmp_path: Path) -> None:
             run_turn(session, runtime, text)
     session.close()
     got = frames.turns(session.path)
-    assert got.outcome.tolist() == [
-        "answered",
-        "repeated_call",
-        "tool_iterations",
-        "session_full",
-        "cancelled",
-        "no_answer",
-    ]
+    outcomes = ["answered", "repeated_call", "tool_iterations", "session_full", "cancelled"]
+    assert got.outcome.tolist() == [*outcomes, "infer_error"]  # from the TurnEnd records
+    assert plain(got.http_status) == [None] * 5 + [500]
+    assert got.end_detail.tolist()[0] == "" and "HTTP 500" in got.end_detail.tolist()[5]
     assert got.requests.tolist() == [2, 3, 4, 0, 1, 0]
     assert got.iterations.tolist() == [1, 3, 4, 0, 1, 0]
     calls_frame = frames.tool_calls(session.path)
@@ -562,7 +631,127 @@ def test_turn_outcomes_of_the_real_loop(tmp_path: Path) -> None:
         True,
         False,
     ]
+    assert plain(calls_frame.not_run) == [
+        *(None, None, "repeat", "repeated_call"),
+        *(None, None, None, "tool_iterations"),
+        *(None, "cancelled"),
+    ]
     assert frames.summary(session).tool_calls.tolist() == [1 + 3 + 4 + 2]
+    assert frames.summary(session).infer_error_turns.tolist() == [1]
+    # without its TurnEnd records (as schema 1 wrote turns) the same log gives the same
+    # outcomes from its records' structure, but for the failed request, which left no trace
+    bare = without_turn_ends(session.path, tmp_path / "bare" / "bare.jsonl")
+    assert frames.turns(bare).outcome.tolist() == [*outcomes, "no_answer"]
+    assert frames.turns(bare).http_status.isna().all()
+
+
+def without_turn_ends(path: Path, dest: Path) -> Path:
+    """A copy of the log at ``dest`` without its turn_end lines."""
+    dest.parent.mkdir(parents=True)
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    assert any('"type":"turn_end"' in line for line in lines)
+    dest.write_text("".join(x for x in lines if '"type":"turn_end"' not in x), encoding="utf-8")
+    return dest
+
+
+def run_one_turn(tmp_path: Path, tool: Any, steps: list[Step]) -> Path:
+    """Run one turn of the real loop with ``tool`` and the scripted completions; the log."""
+    registry = Registry()
+    registry.add(tool)
+    session = Session.create(tmp_path, Baseline(tools=registry.definitions()))
+    runtime = Runtime(config=Config(), client=ScriptedClient(steps), registry=registry)
+    try:
+        run_turn(session, runtime, "go")
+    finally:
+        session.close()
+    return session.path
+
+
+def test_a_keyboard_interrupt_in_a_tool_is_a_cancelled_turn(tmp_path: Path) -> None:
+    def weather(city: str) -> str:
+        """Weather for a city; Ctrl-C arrives while it runs."""
+        raise KeyboardInterrupt
+
+    steps = [calls(fake_call("weather", {"city": "Oslo"}, "k1"), fake_call("weather", {}, "k2"))]
+    with pytest.raises(KeyboardInterrupt):
+        run_one_turn(tmp_path, weather, steps)
+    (log,) = tmp_path.glob("*.jsonl")
+    got = frames.turns(log)
+    assert got.outcome.tolist() == ["cancelled"]  # the loop's words say "interrupted"
+    calls_frame = frames.tool_calls(log)
+    assert calls_frame.ran.tolist() == [False, False]
+    assert calls_frame.not_run.tolist() == ["cancelled", "cancelled"]
+    # a log without TurnEnd records: the not_run reason still says cancelled
+    bare = without_turn_ends(log, tmp_path / "bare" / "bare.jsonl")
+    assert frames.turns(bare).outcome.tolist() == ["cancelled"]
+
+
+def test_the_loop_s_words_in_a_tool_result_are_not_read(tmp_path: Path) -> None:
+    words = "This call was not run: the turn ended (the turn was cancelled)."
+
+    def echo(text: str) -> str:
+        """Says what it is given."""
+        return words
+
+    steps = [calls(fake_call("echo", {"text": "x"}, "e1")), answer("done")]
+    log = run_one_turn(tmp_path, echo, steps)
+    got = frames.tool_calls(log)
+    assert got.ran.tolist() == [True]
+    assert got.not_run.isna().tolist() == [True]
+    assert got.result_chars.tolist() == [len(words)]
+    assert frames.turns(log).outcome.tolist() == ["answered"]
+    bare = without_turn_ends(log, tmp_path / "bare" / "bare.jsonl")
+    assert frames.turns(bare).outcome.tolist() == ["answered"]
+    # the same texts ending a turn without a TurnEnd record: not cancelled (no not_run)
+    lines = [
+        {**HEAD, "schema": 2},
+        record_to_json(User(content="go", time=at(0))),
+        record_to_json(Assistant(content=None, tool_calls=(call(1),), time=at(1))),
+        record_to_json(usage(0, 10, 5, 1.5)),
+        record_to_json(ToolResult(call=1, tool_call_id="c1", name="f", content=words)),
+    ]
+    path = write_lines(tmp_path / "texts.jsonl", lines)
+    assert frames.turns(path).outcome.tolist() == ["no_answer"]
+    assert frames.tool_calls(path).ran.tolist() == [True]
+
+
+@pytest.mark.parametrize("schema", [0, None, True, 3, "2"])
+def test_a_log_session_open_refuses_is_left_out(tmp_path: Path, schema: Any) -> None:
+    head = {k: v for k, v in HEAD.items() if k != "schema"}
+    if schema is not None:
+        head["schema"] = schema
+    user = {"type": "user", "content": "x", "time": "2026-11-30T07:00:00Z"}
+    path = write_lines(tmp_path / "old.jsonl", [head, user])
+    with pytest.raises(SessionError, match=r"old\.jsonl:1: log schema"):
+        Session.open(path, read_only=True)
+    with pytest.warns(LogReadWarning, match=r"old\.jsonl:1: log schema .* the log is left out"):
+        loaded = frames.load(path)
+    assert all(getattr(loaded, name).empty for name in loaded._fields)
+
+
+def test_a_schema_1_log_is_read_through_the_migrations(tmp_path: Path) -> None:
+    """Schema 1 said "not run" in the result text only; the upgrade on read gives not_run."""
+    v1: list[dict[str, Any]] = [dict(HEAD)]
+    for rec in RECORDS:
+        data = record_to_json(rec)
+        data.pop("not_run", None)
+        if rec.__class__ is CacheLoss:
+            data = {k: data[k] for k in ("type", "expected", "reused", "time")}
+        v1.append(data)
+    path = write_lines(tmp_path / "v1.jsonl", v1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = frames.load(path)
+    not_run = [None, None, "tool_iterations", "repeat", "cancelled"]
+    assert plain(loaded.tool_calls.not_run) == not_run
+    assert loaded.turns.outcome.tolist() == [
+        "answered",
+        "tool_iterations",
+        "session_full",
+        "cancelled",
+        "no_answer",
+    ]
+    assert loaded.cache_losses.position.isna().all() and loaded.cache_losses.cause.isna().all()
 
 
 def test_a_completion_cut_at_max_tokens_is_not_an_answer(tmp_path: Path) -> None:
