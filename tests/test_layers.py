@@ -24,6 +24,7 @@ LAYERS: list[set[str]] = [
     {"stream"},
     {"session", "client", "approval", "mcp_port"},
     {"turn", "transcript", "columns"},
+    {"frame_rows"},
     {"frames", "render"},
     {"plots", "widgets", "demo", "server"},
     {"report", "cassettes"},
