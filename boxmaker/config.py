@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import reprlib
 import tomllib
 import types
 import typing
@@ -44,9 +45,24 @@ __all__ = [
 ]
 
 
+MAX_SECONDS = 86_400.0
+"""Upper bound of every duration knob (names ending in ``_s``): one day. Larger values are
+typos or overflow the socket layer (``1e308`` seconds cannot be a socket timeout)."""
+
+
 def _check(where: str, **bounds: tuple[object, bool]) -> None:
-    """Raise ConfigError for the first ``name=(value, ok)`` whose ``ok`` is false."""
+    """Raise ConfigError for the first ``name=(value, ok)`` whose ``ok`` is false.
+
+    Whatever ``ok`` says, a float that is infinite or NaN is refused, and so is a duration
+    (a name ending in ``_s``) above :data:`MAX_SECONDS`.
+    """
     for name, (value, ok) in bounds.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            ok = False
+        if name.endswith("_s") and isinstance(value, int | float) and value > MAX_SECONDS:
+            raise ConfigError(
+                f"{where}.{name} = {value!r} is out of range: at most {MAX_SECONDS:.0f} s (a day)"
+            )
         if not ok:
             raise ConfigError(f"{where}.{name} = {value!r} is out of range")
 
@@ -215,7 +231,9 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     """Load a :class:`Config` from a TOML file (see the module docstring for the layout).
 
     Raises:
-        ConfigError: unreadable or invalid file, unknown key, or wrong type.
+        ConfigError: unreadable or invalid file (also one nested too deeply for the parser,
+            about 300 levels), unknown key, wrong type, or a value out of range (durations:
+            finite, at most :data:`MAX_SECONDS`). The message names the file.
     """
     p = Path(path)
     try:
@@ -225,6 +243,8 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         raise ConfigError(f"{p}: cannot read config: {exc}") from exc
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{p}: invalid TOML: {exc}") from exc
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise ConfigError(f"{p}: invalid TOML: arrays or tables nested too deeply") from None
     return Config.from_dict(data, source=str(p))
 
 
@@ -236,12 +256,22 @@ def _build(cls: Any, values: dict[str, Any], where: str) -> Any:
         if key not in known:
             raise ConfigError(f"{where}: unknown key {key!r}")
         if not _fits(hints[key], value):
-            raise ConfigError(f"{where}: {key} = {value!r} is not of type {_type_name(hints[key])}")
+            hint = _type_name(hints[key])
+            raise ConfigError(f"{where}: {key} = {_short(value)} is not of type {hint}")
         kwargs[key] = float(value) if hints[key] is float and isinstance(value, int) else value
     try:
         return cls(**kwargs)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 3, 60, 60
+
+
+def _short(value: Any) -> str:
+    """``repr`` cut to a line: a value in an error message may be a huge or deep TOML value."""
+    return _REPR.repr(value)
 
 
 def _type_name(hint: Any) -> str:
