@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import errno
 import os
 import signal
 import sys
@@ -41,7 +42,8 @@ from .client import Client
 from .config import ClientConfig, Config, load_config
 from .demo import DEMO_PROMPTS, DEMO_SYSTEM, ConsoleView, demo_registry, format_usage_table
 from .errors import BoxmakerError, ServerError, SessionFull, TurnCancelled, TurnError
-from .records import Baseline, CacheLoss
+from .events import TurnEvent
+from .records import Baseline, CacheLoss, Record
 from .server import LIMITS, EmbeddedServer, check_param, serve_forever
 from .session import Session
 from .turn import Runtime, run_turn
@@ -76,6 +78,26 @@ class _Interrupts:
             self._installed = False
 
 
+class _PipeGuard:
+    """The console view as the turn's worker calls it: once stdout's reader has gone (a broken
+    pipe, ``boxmaker demo | head``) it stops writing and cancels the turn; :func:`_turn` then
+    raises ``BrokenPipeError`` on the main thread."""
+
+    def __init__(self, view: ConsoleView, cancel: threading.Event) -> None:
+        self.view = view
+        self.cancel = cancel
+        self.broken = False
+
+    def __call__(self, event: TurnEvent | Record) -> None:
+        if self.broken:
+            return
+        try:
+            self.view(event)
+        except BrokenPipeError:
+            self.broken = True
+            self.cancel.set()
+
+
 def _turn(
     session: Session, runtime: Runtime, text: str, view: ConsoleView, interrupts: _Interrupts
 ) -> BaseException | None:
@@ -91,10 +113,11 @@ def _turn(
     """
     failure: list[BaseException] = []
     done = threading.Event()
+    guard = _PipeGuard(view, runtime.cancel)
 
     def work() -> None:
         try:
-            run_turn(session, runtime, text, view)
+            run_turn(session, runtime, text, guard)
         except BaseException as exc:  # reported on the main thread
             failure.append(exc)
         finally:
@@ -110,6 +133,8 @@ def _turn(
         if interrupts.presses:
             runtime.cancel.set()
     worker.join()
+    if guard.broken:
+        raise BrokenPipeError(errno.EPIPE, "stdout was closed by its reader")
     view.end()
     if not failure:
         return None

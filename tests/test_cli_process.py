@@ -1,5 +1,6 @@
-"""Ctrl-C in ``boxmaker chat`` and ``demo``, for real: the command runs as its own process
-against a fake llama-server on a socket, and gets SIGINT while a turn streams."""
+"""``boxmaker chat`` and ``demo`` as their own processes against a fake llama-server on a
+socket: SIGINT while a turn streams or at the prompt, and stdout closed in the middle of a
+turn."""
 
 from __future__ import annotations
 
@@ -168,3 +169,32 @@ def test_ctrl_c_in_the_demo_cancels_the_turn_and_ends_the_demo(
     assert "LATE" not in out
     assert len(stalling.bodies) == 1  # no other demo prompt was sent
     assert _kinds(log) == ["User"]
+
+
+def test_stdout_closed_in_a_demo_turn_cancels_it_and_exits_141_quietly(
+    tmp_path: Path, stalling: FakeLlama
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "boxmaker.cli", "demo", "--url", stalling.url, "--dir", "."],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        seen = b""
+        while b"model> abc" not in seen:  # the reply stalls after "abc": no more comes
+            data = proc.stdout.read1(4096)
+            assert data, seen
+            seen += data
+        proc.stdout.close()  # like `| head -3` going away in the middle of the turn
+        stalling.release.set()
+        err = proc.stderr.read().decode()
+        assert (proc.wait(WAIT_S), err) == (141, "")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert len(stalling.bodies) == 1
+    assert _kinds(next(tmp_path.glob("*.jsonl"))) == ["User"]
