@@ -334,20 +334,33 @@ def _replay(args: argparse.Namespace) -> int:
     return cli_replay(args)
 
 
+def _number(
+    parser: argparse.ArgumentParser, flag: str, param: str, default: int | None, text: str
+) -> None:
+    """Add an int flag for the server parameter ``param``, its bounds in its help."""
+    low, high = LIMITS[param]
+    shown = "; default: llama.cpp's choice" if default is None else f"; default {default}"
+    parser.add_argument(
+        flag,
+        type=_bounded(param),
+        metavar="N",
+        default=default,
+        help=f"{text} ({low} to {high}{shown})",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="boxmaker", description="Agent turn loops on llama.cpp's server, for research."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    ctx, threads = _bounded("n_ctx"), _bounded("n_threads")
+    ctx_help = "context size in tokens, all slots together"
 
     demo = sub.add_parser("demo", help="run a short session on the embedded server, offline")
     demo.add_argument("--dir", default="sessions", help="where session logs go (./sessions)")
     demo.add_argument("--model", default=None, help="GGUF to serve (default: shipped model)")
-    demo.add_argument("--ctx", type=ctx, default=4096, help="context size in tokens")
-    demo.add_argument(
-        "--threads", type=threads, default=1, help="CPU threads for llama.cpp (1: the tiny model)"
-    )
+    _number(demo, "--ctx", "n_ctx", 4096, ctx_help)
+    _number(demo, "--threads", "n_threads", 1, "CPU threads")
     demo.add_argument(
         "--url", default=None, help="use this running llama-server instead of the embedded one"
     )
@@ -362,16 +375,10 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="serve a GGUF model on 127.0.0.1 until Ctrl-C")
     serve.add_argument("model", nargs="?", default=None, help="GGUF (default: shipped model)")
-    serve.add_argument(
-        "--port", type=_bounded("port"), default=8080, help="TCP port (0 picks a free one)"
-    )
-    serve.add_argument("--ctx", type=ctx, default=4096, help="context size in tokens, all slots")
-    serve.add_argument(
-        "--parallel", type=_bounded("n_parallel"), default=1, help="slots (parallel sequences)"
-    )
-    serve.add_argument(
-        "--threads", type=threads, default=None, help="CPU threads (default: llama.cpp's choice)"
-    )
+    _number(serve, "--port", "port", 8080, "TCP port, 0 picks a free one")
+    _number(serve, "--ctx", "n_ctx", 4096, ctx_help)
+    _number(serve, "--parallel", "n_parallel", 1, "slots, sequences served at once")
+    _number(serve, "--threads", "n_threads", None, "CPU threads")
     serve.set_defaults(run=_serve)
 
     report = sub.add_parser("report", help="usage, cache loss and limit hits of session logs")
