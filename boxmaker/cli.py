@@ -108,7 +108,8 @@ def _turn(
     overlap a cancelled turn still writing: the worker's own ``done`` event is waited for, not
     ``Thread.join(timeout)``, which on Python 3.11 can return at once after a
     ``KeyboardInterrupt`` (it marks the thread stopped while it runs). Ctrl-C while waiting sets
-    ``runtime.cancel`` (again, in case the turn cleared it as it started) and is otherwise
+    ``runtime.cancel`` (again, in case the turn cleared it as it started), prints
+    ``[stopping the turn]`` (``[still stopping the turn]`` on later presses) and is otherwise
     absorbed. Errors other than :class:`TurnError` (a log that cannot be written) are raised.
     """
     failure: list[BaseException] = []
@@ -125,6 +126,7 @@ def _turn(
 
     worker = threading.Thread(target=work, name="boxmaker-turn", daemon=True)
     worker.start()
+    seen = 0
     while not done.is_set():
         try:
             done.wait(0.1)
@@ -132,6 +134,10 @@ def _turn(
             interrupts.presses += 1
         if interrupts.presses:
             runtime.cancel.set()
+        if interrupts.presses > seen:
+            view.end()
+            print(f"  [{'still ' if seen else ''}stopping the turn]", flush=True)
+            seen = interrupts.presses
     worker.join()
     if guard.broken:
         raise BrokenPipeError(errno.EPIPE, "stdout was closed by its reader")

@@ -109,9 +109,11 @@ def test_ctrl_c_in_a_chat_turn_stops_it_before_the_prompt_comes_back(
         child.send("first")
         assert stalling.chunks_sent.wait(WAIT_S)
         child.wait_for("model> abc")
-        # The turn is stuck in a read: Ctrl-C, pressed three times, must wait for it.
+        # The stream has stalled: Ctrl-C, pressed three times, must wait for the turn to end
+        # and is acknowledged before the stream goes on (so the cancel is seen in it).
         for _ in range(3):
             os.kill(child.proc.pid, signal.SIGINT)
+        child.wait_for("  [stopping the turn]\n")
         stalling.release.set()
         child.wait_for("you> ", count=2)
         child.send("second")
@@ -123,6 +125,7 @@ def test_ctrl_c_in_a_chat_turn_stops_it_before_the_prompt_comes_back(
     assert "Traceback" not in err
     cancelled = out.index("[turn cancelled]")
     prompt = out.index("you> ", out.index("you> ") + 1)
+    assert out.index("model> abc") < out.index("  [stopping the turn]\n") < cancelled
     assert cancelled < prompt < out.index("model> ok")
     assert "abc" not in out[cancelled:] and "LATE" not in out[cancelled:]
     assert len(stalling.bodies) == 2
@@ -157,6 +160,7 @@ def test_ctrl_c_in_the_demo_cancels_the_turn_and_ends_the_demo(
         assert stalling.chunks_sent.wait(WAIT_S)
         child.wait_for("model> abc")
         os.kill(child.proc.pid, signal.SIGINT)
+        child.wait_for("[stopping the turn]")
         stalling.release.set()
         code, out, err = child.finish()
     finally:
