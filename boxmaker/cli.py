@@ -134,9 +134,12 @@ def _turn(
             interrupts.presses += 1
         if interrupts.presses:
             runtime.cancel.set()
-        if interrupts.presses > seen:
-            view.end()
-            print(f"  [{'still ' if seen else ''}stopping the turn]", flush=True)
+        if interrupts.presses > seen and not guard.broken:
+            try:
+                view.end()
+                print(f"  [{'still ' if seen else ''}stopping the turn]", flush=True)
+            except BrokenPipeError:
+                guard.broken = True  # raised below, once the worker has finished
             seen = interrupts.presses
     worker.join()
     if guard.broken:
