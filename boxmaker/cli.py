@@ -1,14 +1,20 @@
 """``boxmaker ...`` commands.
 
-- ``boxmaker demo [--dir DIR]``: starts the embedded llama.cpp server on the shipped model,
-  runs a short session with the demo tools, streams it to the terminal, then prints one row
-  per request (``prompt_n``, ``cache_n``, ``predicted_n``, reasoning tokens, ``prompt_ms``,
-  ``predicted_ms``) and the session log's path. No network.
-- ``boxmaker chat --url URL``: the same loop, interactive, against any llama-server. With
-  ``[[mcp.servers]]`` in ``--config``, the tools are those servers' (instead of the demo's),
-  and calls the ``[approval]`` policy names wait for a y/n answer on the terminal.
-- ``boxmaker serve [MODEL.gguf] [--port N]``: serve a model (default: the shipped one) on
-  127.0.0.1 until Ctrl-C.
+- ``boxmaker demo [--dir DIR] [--url URL]``: starts the embedded llama.cpp server on the
+  shipped model (or uses the llama-server at ``URL``), runs a short session with the demo
+  tools, streams it to the terminal, then prints one row per request (``prompt_n``,
+  ``cache_n``, ``predicted_n``, reasoning tokens, ``prompt_ms``, ``predicted_ms``) and the
+  session log's path. No network without ``--url``. Ctrl-C cancels the running turn and ends
+  the demo (the table and the path are still printed).
+- ``boxmaker chat --url URL``: the same loop, interactive, against any llama-server. Ctrl-C
+  in a turn cancels it (``[turn cancelled]``, the prompt comes back once it has stopped);
+  Ctrl-C or Ctrl-D at the prompt ends the chat. Once the session no longer fits the server's
+  context nothing more is sent to it; ``/new`` starts a new session. With ``[[mcp.servers]]``
+  in ``--config``, the tools are those servers' (instead of the demo's), and calls the
+  ``[approval]`` policy names wait for a y/n answer on the terminal.
+- ``boxmaker serve [MODEL.gguf] [--port N] [--ctx N] [--parallel N] [--threads N]``: serve a
+  model (default: the shipped one) on 127.0.0.1 until Ctrl-C. Numbers out of
+  :data:`boxmaker.server.LIMITS` are refused as bad usage, before llama.cpp could abort.
 - ``boxmaker report PATH... [--html FILE]``: usage, cache loss and limit hits of session logs.
 - ``boxmaker cassette show|check PATH...``: a cassette's transcript; check that every chat
   request extends the previous one.
@@ -17,7 +23,9 @@
 - ``boxmaker log upgrade PATH...``: rewrite session logs of an older schema in the current one
   (atomically; :func:`boxmaker.logfile.upgrade_log`).
 
-Exit codes: 0 done, 1 a boxmaker error (message on stderr), 2 bad usage, 130 interrupted.
+Exit codes: 0 done, 1 a boxmaker error or an OS error (one line on stderr, no traceback; also
+a demo stopped by a full session), 2 bad usage, 130 interrupted, 141 stdout closed by its
+reader (a broken pipe).
 """
 
 from __future__ import annotations
@@ -25,19 +33,25 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import errno
+import os
+import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from .approval import ApprovalPort, ConsolePrompt
 from .client import Client
 from .config import ClientConfig, Config, load_config
 from .demo import DEMO_PROMPTS, DEMO_SYSTEM, ConsoleView, demo_registry, format_usage_table
-from .errors import BoxmakerError, TurnError
+from .errors import BoxmakerError, ServerError, SessionFull, TurnCancelled, TurnError
+from .events import TurnEvent
 from .logfile import upgrade_log
-from .records import SCHEMA_VERSION, Baseline, CacheLoss
+from .records import SCHEMA_VERSION, Baseline, CacheLoss, Record
 from .render import terminal_safe
+from .server import LIMITS, EmbeddedServer, check_param, serve_forever
 from .session import Session
 from .tools import Registry, ToolPort
 from .turn import Runtime, run_turn
@@ -45,56 +59,122 @@ from .turn import Runtime, run_turn
 __all__ = ["main"]
 
 
-def _turn(session: Session, runtime: Runtime, text: str, view: ConsoleView) -> None:
-    """Run one turn in a worker thread so Ctrl-C can cancel it and leave the log well formed."""
+class _Interrupts:
+    """While active (a ``with`` block on the main thread), Ctrl-C (SIGINT) sets ``cancel`` and is
+    counted in :attr:`presses` instead of raising ``KeyboardInterrupt``; the old handler comes
+    back at the end. Off the main thread (no signal handlers there) it does nothing."""
+
+    def __init__(self, cancel: threading.Event) -> None:
+        self.cancel = cancel
+        self.presses = 0
+        self._installed = False
+        self._old: Any = None
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.presses += 1
+        self.cancel.set()
+
+    def __enter__(self) -> _Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._handle)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, signal.SIG_DFL if self._old is None else self._old)
+            self._installed = False
+
+
+class _PipeGuard:
+    """The console view as the turn's worker calls it: once stdout's reader has gone (a broken
+    pipe, ``boxmaker demo | head``) it stops writing and cancels the turn; :func:`_turn` then
+    raises ``BrokenPipeError`` on the main thread."""
+
+    def __init__(self, view: ConsoleView, cancel: threading.Event) -> None:
+        self.view = view
+        self.cancel = cancel
+        self.broken = False
+
+    def __call__(self, event: TurnEvent | Record) -> None:
+        if self.broken:
+            return
+        try:
+            self.view(event)
+        except BrokenPipeError:
+            self.broken = True
+            self.cancel.set()
+
+
+def _turn(
+    session: Session, runtime: Runtime, text: str, view: ConsoleView, interrupts: _Interrupts
+) -> BaseException | None:
+    """Run one turn in a worker thread so Ctrl-C can cancel it; return how it failed (None:
+    answered).
+
+    Returns only once the worker has finished, so nothing else (a prompt, another turn) can
+    overlap a cancelled turn still writing: the worker's own ``done`` event is waited for, not
+    ``Thread.join(timeout)``, which on Python 3.11 can return at once after a
+    ``KeyboardInterrupt`` (it marks the thread stopped while it runs). Ctrl-C while waiting sets
+    ``runtime.cancel`` (again, in case the turn cleared it as it started), prints
+    ``[stopping the turn]`` (``[still stopping the turn]`` on later presses) and is otherwise
+    absorbed. Errors other than :class:`TurnError` (a log that cannot be written) are raised.
+    """
     failure: list[BaseException] = []
+    done = threading.Event()
+    guard = _PipeGuard(view, runtime.cancel)
 
     def work() -> None:
         try:
-            run_turn(session, runtime, text, view)
+            run_turn(session, runtime, text, guard)
         except BaseException as exc:  # reported on the main thread
             failure.append(exc)
+        finally:
+            done.set()
 
     worker = threading.Thread(target=work, name="boxmaker-turn", daemon=True)
     worker.start()
-    try:
-        while worker.is_alive():
-            worker.join(0.1)
-    except KeyboardInterrupt:
-        runtime.cancel.set()
-        worker.join()
+    seen = 0
+    while not done.is_set():
+        try:
+            done.wait(0.1)
+        except KeyboardInterrupt:  # only when no SIGINT handler could be installed
+            interrupts.presses += 1
+        if interrupts.presses:
+            runtime.cancel.set()
+        if interrupts.presses > seen and not guard.broken:
+            try:
+                view.end()
+                print(f"  [{'still ' if seen else ''}stopping the turn]", flush=True)
+            except BrokenPipeError:
+                guard.broken = True  # raised below, once the worker has finished
+            seen = interrupts.presses
+    worker.join()
+    if guard.broken:
+        raise BrokenPipeError(errno.EPIPE, "stdout was closed by its reader")
     view.end()
-    if failure:
-        exc = failure[0]
-        if isinstance(exc, TurnError):
-            print(f"  [turn ended: {type(exc).__name__}: {exc}]", flush=True)
-        else:
-            raise exc
+    if not failure:
+        return None
+    exc = failure[0]
+    if isinstance(exc, TurnCancelled):
+        print("  [turn cancelled]", flush=True)
+    elif isinstance(exc, SessionFull):
+        print(f"  [session full: {exc}]", flush=True)
+    elif isinstance(exc, TurnError):
+        print(f"  [turn ended: {type(exc).__name__}: {exc}]", flush=True)
+    else:
+        raise exc
+    return exc
 
 
-def _run_session(
-    runtime: Runtime, directory: Path, prompts: Sequence[str] | None, system: str
-) -> Session:
-    baseline = Baseline(system=system, tools=runtime.registry.definitions())
-    session = Session.create(directory, baseline)
-    view = ConsoleView()
+def _finish(session: Session) -> None:
+    """Close ``session`` and print its usage table and path; a failed close is raised after
+    printing (the records are in memory)."""
+    failure: BoxmakerError | OSError | None = None
     try:
-        if prompts is not None:
-            for text in prompts:
-                print(f"\nyou> {text}", flush=True)
-                _turn(session, runtime, text, view)
-        else:
-            while True:
-                try:
-                    text = input("\nyou> ").strip()
-                except EOFError:
-                    break
-                if text in ("/quit", "/exit"):
-                    break
-                if text:
-                    _turn(session, runtime, text, view)
-    finally:
         session.close()
+    except (BoxmakerError, OSError) as exc:
+        failure = exc
     print("\n" + format_usage_table(session.records))
     if any(isinstance(r, CacheLoss) for r in session.records):
         print(
@@ -102,22 +182,107 @@ def _run_session(
             "they drop the\nreasoning of earlier turns once a new user message comes, so the "
             "prompt re-renders from there."
         )
-    print(f"\nsession log: {session.path}")
-    return session
+    print(f"\nsession log: {session.path}", flush=True)
+    if failure is not None:
+        raise failure
+
+
+def _abandon(session: Session) -> None:
+    """Close ``session`` while another exception is on its way out (which it must not mask)."""
+    with contextlib.suppress(BoxmakerError, OSError):
+        session.close()
+
+
+FULL_DEMO = (
+    "  The session no longer fits the server's context, so the demo stops here. Run it again "
+    "with a larger --ctx (tokens)."
+)
+FULL_CHAT = (
+    "  The session no longer fits the server's context; nothing more is sent to it. Type /new "
+    "to start a new session (the conversation starts over), or Ctrl-D to end; or restart the "
+    "server with a larger context (llama-server -c N, boxmaker serve --ctx N)."
+)
+
+
+def _demo_session(runtime: Runtime, directory: Path) -> int:
+    """Run the demo's prompts; Ctrl-C cancels the running turn and ends the demo (130), a full
+    session ends it too (1). The usage table and the log path are printed in every case."""
+    baseline = Baseline(system=DEMO_SYSTEM, tools=runtime.registry.definitions())
+    session = Session.create(directory, baseline)
+    view = ConsoleView()
+    code = 0
+    try:
+        with _Interrupts(runtime.cancel) as interrupts:
+            for text in DEMO_PROMPTS:
+                print(f"\nyou> {text}", flush=True)
+                failure = _turn(session, runtime, text, view, interrupts)
+                if interrupts.presses:
+                    code = 130
+                    break
+                if isinstance(failure, SessionFull):
+                    print(FULL_DEMO, flush=True)
+                    code = 1
+                    break
+    except BaseException:
+        _abandon(session)
+        raise
+    _finish(session)
+    return code
+
+
+def _chat_session(runtime: Runtime, directory: Path, system: str) -> int:
+    """Read messages until Ctrl-D, ``/quit`` or Ctrl-C at the prompt; one turn each. Ctrl-C in a
+    turn cancels it. After :class:`SessionFull` nothing is sent to that session; ``/new``
+    starts a new one."""
+    baseline = Baseline(system=system, tools=runtime.registry.definitions())
+    session = Session.create(directory, baseline)
+    view = ConsoleView()
+    full = False
+    try:
+        while True:
+            try:
+                text = input("\nyou> ").strip()
+            except (EOFError, KeyboardInterrupt):
+                break
+            if text in ("/quit", "/exit"):
+                break
+            if text == "/new":
+                old, session = session, Session.create(directory, baseline)
+                _finish(old)
+                print(f"[new session: {session.path}]", flush=True)
+                full = False
+            elif full and text:
+                print(FULL_CHAT, flush=True)
+            elif text:
+                with _Interrupts(runtime.cancel) as interrupts:
+                    failure = _turn(session, runtime, text, view, interrupts)
+                if isinstance(failure, SessionFull):
+                    full = True
+                    print(FULL_CHAT, flush=True)
+    except BaseException:
+        _abandon(session)
+        raise
+    _finish(session)
+    return 0
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .server import EmbeddedServer
-
+    config = Config(client=ClientConfig(url=args.url or "http://127.0.0.1:8080"))
+    if args.url:
+        print(f"running the demo against {args.url}", flush=True)
+        return _demo_with(config, Path(args.dir))
     server = EmbeddedServer(args.model, n_ctx=args.ctx, n_threads=args.threads)
     print(f"starting the embedded llama.cpp server on {server.model_path.name} ...", flush=True)
     with server:
         print(f"server at {server.url}", flush=True)
         config = Config(client=ClientConfig(url=server.url))
-        with Client(config.client) as client:
-            runtime = Runtime(config=config, client=client, registry=demo_registry())
-            _run_session(runtime, Path(args.dir), DEMO_PROMPTS, DEMO_SYSTEM)
-    return 0
+        return _demo_with(config, Path(args.dir))
+
+
+def _demo_with(config: Config, directory: Path) -> int:
+    with Client(config.client) as client:
+        runtime = Runtime(config=config, client=client, registry=demo_registry())
+        return _demo_session(runtime, directory)
 
 
 def _chat(args: argparse.Namespace) -> int:
@@ -128,9 +293,8 @@ def _chat(args: argparse.Namespace) -> int:
         registry, port = _tools(config, stack)
         runtime = Runtime(config=config, client=client, registry=registry, port=port)
         tools = ", ".join(registry.names)
-        print(f"chatting with {client_cfg.url} (tools: {tools}; Ctrl-D ends)")
-        _run_session(runtime, Path(args.dir), None, args.system)
-    return 0
+        print(f"chatting with {client_cfg.url} (tools: {tools}; Ctrl-D ends; Ctrl-C stops a turn)")
+        return _chat_session(runtime, Path(args.dir), args.system)
 
 
 def _tools(config: Config, stack: contextlib.ExitStack) -> tuple[Registry, ToolPort | None]:
@@ -146,10 +310,36 @@ def _tools(config: Config, stack: contextlib.ExitStack) -> tuple[Registry, ToolP
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .server import serve_forever
-
-    serve_forever(args.model, port=args.port, n_ctx=args.ctx, n_threads=args.threads)
+    serve_forever(
+        args.model,
+        port=args.port,
+        n_ctx=args.ctx,
+        n_parallel=args.parallel,
+        n_threads=args.threads,
+    )
     return 0
+
+
+def _bounded(param: str) -> Callable[[str], int]:
+    """An argparse ``type`` for an int flag checked against :data:`boxmaker.server.LIMITS`
+    (argparse then names the flag: ``argument --threads: ...``, exit 2)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        try:
+            check_param(param, value)
+        except ServerError:
+            low, high = LIMITS[param]
+            raise argparse.ArgumentTypeError(
+                f"{value} is out of range: it must be from {low} to {high}"
+            ) from None
+        return value
+
+    parse.__name__ = param  # argparse names the type in some messages
+    return parse
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -208,18 +398,35 @@ def _log(args: argparse.Namespace) -> int:
     return 0
 
 
+def _number(
+    parser: argparse.ArgumentParser, flag: str, param: str, default: int | None, text: str
+) -> None:
+    """Add an int flag for the server parameter ``param``, its bounds in its help."""
+    low, high = LIMITS[param]
+    shown = "; default: llama.cpp's choice" if default is None else f"; default {default}"
+    parser.add_argument(
+        flag,
+        type=_bounded(param),
+        metavar="N",
+        default=default,
+        help=f"{text} ({low} to {high}{shown})",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="boxmaker", description="Agent turn loops on llama.cpp's server, for research."
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    ctx_help = "context size in tokens, all slots together"
 
     demo = sub.add_parser("demo", help="run a short session on the embedded server, offline")
     demo.add_argument("--dir", default="sessions", help="where session logs go (./sessions)")
     demo.add_argument("--model", default=None, help="GGUF to serve (default: shipped model)")
-    demo.add_argument("--ctx", type=int, default=4096, help="context size in tokens")
+    _number(demo, "--ctx", "n_ctx", 4096, ctx_help)
+    _number(demo, "--threads", "n_threads", 1, "CPU threads")
     demo.add_argument(
-        "--threads", type=int, default=1, help="CPU threads for llama.cpp (1: the tiny model)"
+        "--url", default=None, help="use this running llama-server instead of the embedded one"
     )
     demo.set_defaults(run=_demo)
 
@@ -232,9 +439,10 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="serve a GGUF model on 127.0.0.1 until Ctrl-C")
     serve.add_argument("model", nargs="?", default=None, help="GGUF (default: shipped model)")
-    serve.add_argument("--port", type=int, default=8080, help="TCP port (0 picks a free one)")
-    serve.add_argument("--ctx", type=int, default=4096, help="context size in tokens")
-    serve.add_argument("--threads", type=int, default=None, help="CPU threads for llama.cpp")
+    _number(serve, "--port", "port", 8080, "TCP port, 0 picks a free one")
+    _number(serve, "--ctx", "n_ctx", 4096, ctx_help)
+    _number(serve, "--parallel", "n_parallel", 1, "slots, sequences served at once")
+    _number(serve, "--threads", "n_threads", None, "CPU threads")
     serve.set_defaults(run=_serve)
 
     report = sub.add_parser("report", help="usage, cache loss and limit hits of session logs")
@@ -273,11 +481,24 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``boxmaker`` console script; returns the exit code."""
-    args = _parser().parse_args(argv)
+    """Entry point of the ``boxmaker`` console script; returns the exit code.
+
+    Every :class:`BoxmakerError` and ``OSError`` ends as one line ``boxmaker: <message>`` on
+    stderr (exit 1), never a traceback; Ctrl-C outside a turn exits 130. When stdout is a pipe
+    its reader closed (``boxmaker report ... | head -1``), the rest of the output is dropped and
+    the exit code is 141 (128 + SIGPIPE, what a shell shows for a program SIGPIPE ended), as the
+    Python docs recommend for ``BrokenPipeError`` (stdout is pointed at ``os.devnull`` so the
+    final flush at exit cannot fail again).
+    """
     try:
+        args = _parser().parse_args(argv)
         code: int = args.run(args)
-    except BoxmakerError as exc:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        with contextlib.suppress(OSError, ValueError):  # a stdout without a descriptor
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except (BoxmakerError, OSError) as exc:
         print(f"boxmaker: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -38,6 +38,7 @@ import dataclasses
 import math
 import os
 import re
+import reprlib
 import tomllib
 import types
 import typing
@@ -63,9 +64,24 @@ __all__ = [
 ]
 
 
+MAX_SECONDS = 86_400.0
+"""Upper bound of every duration knob (names ending in ``_s``): one day. Larger values are
+typos or overflow the socket layer (``1e308`` seconds cannot be a socket timeout)."""
+
+
 def _check(where: str, **bounds: tuple[object, bool]) -> None:
-    """Raise ConfigError for the first ``name=(value, ok)`` whose ``ok`` is false."""
+    """Raise ConfigError for the first ``name=(value, ok)`` whose ``ok`` is false.
+
+    Whatever ``ok`` says, a float that is infinite or NaN is refused, and so is a duration
+    (a name ending in ``_s``) above :data:`MAX_SECONDS`.
+    """
     for name, (value, ok) in bounds.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            ok = False
+        if name.endswith("_s") and isinstance(value, int | float) and value > MAX_SECONDS:
+            raise ConfigError(
+                f"{where}.{name} = {value!r} is out of range: at most {MAX_SECONDS:.0f} s (a day)"
+            )
         if not ok:
             raise ConfigError(f"{where}.{name} = {value!r} is out of range")
 
@@ -409,7 +425,9 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     """Load a :class:`Config` from a TOML file (see the module docstring for the layout).
 
     Raises:
-        ConfigError: unreadable or invalid file, unknown key, or wrong type.
+        ConfigError: unreadable or invalid file (also one nested too deeply for the parser,
+            about 300 levels), unknown key, wrong type, or a value out of range (durations:
+            finite, at most :data:`MAX_SECONDS`). The message names the file.
     """
     p = Path(path)
     try:
@@ -419,6 +437,8 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         raise ConfigError(f"{p}: cannot read config: {exc}") from exc
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{p}: invalid TOML: {exc}") from exc
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise ConfigError(f"{p}: invalid TOML: arrays or tables nested too deeply") from None
     return Config.from_dict(data, source=str(p))
 
 
@@ -468,7 +488,7 @@ def _value(hint: Any, value: Any, where: str, key: str) -> Any:
     table a config dataclass, item by item; a whole number becomes a float where one is due."""
     if typing.get_origin(hint) is tuple:
         if not isinstance(value, list):
-            raise ConfigError(f"{where}: {key} = {value!r} is not a list")
+            raise ConfigError(f"{where}: {key} = {_short(value)} is not a list")
         item = typing.get_args(hint)[0]
         return tuple(_value(item, v, where, f"{key}[{i}]") for i, v in enumerate(value))
     if dataclasses.is_dataclass(hint):
@@ -476,8 +496,17 @@ def _value(hint: Any, value: Any, where: str, key: str) -> Any:
             raise ConfigError(f"{where}: {key} must be a table")
         return _build(hint, value, f"{where} {key}")
     if not _fits(hint, value):
-        raise ConfigError(f"{where}: {key} = {value!r} is not of type {_type_name(hint)}")
+        raise ConfigError(f"{where}: {key} = {_short(value)} is not of type {_type_name(hint)}")
     return float(value) if hint is float and isinstance(value, int) else value
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 3, 60, 60
+
+
+def _short(value: Any) -> str:
+    """``repr`` cut to a line: a value in an error message may be a huge or deep TOML value."""
+    return _REPR.repr(value)
 
 
 def _type_name(hint: Any) -> str:

@@ -29,11 +29,40 @@ import httpx
 from boxmaker.errors import ServerError
 from boxmaker.model import default_model_path
 
-__all__ = ["EmbeddedServer", "serve_forever"]
+__all__ = ["LIMITS", "EmbeddedServer", "check_param", "serve_forever"]
 
 _HOST = "127.0.0.1"
 _QUIET_VERBOSITY = -1
 _VERBOSE_VERBOSITY = 3
+
+LIMITS: dict[str, tuple[int, int]] = {
+    "n_ctx": (16, 1 << 24),
+    "n_parallel": (1, 256),
+    "n_threads": (1, 512),
+    "port": (0, 65_535),
+}
+"""Inclusive bounds of the server's numeric parameters, checked before llama.cpp sees them:
+llama.cpp aborts the whole process (an assert and a backtrace) on ``n_threads = 0`` or
+``n_ctx = 1`` and hangs on ``n_parallel = 0``. 512 threads is ggml's ``GGML_MAX_N_THREADS``,
+256 slots llama.cpp's ``LLAMA_MAX_SEQ``; ``n_ctx`` is in tokens (16 M is far beyond any model's
+training context)."""
+
+
+def check_param(name: str, value: int) -> None:
+    """Check one numeric server parameter against :data:`LIMITS`.
+
+    Args:
+        name: ``"n_ctx"``, ``"n_parallel"``, ``"n_threads"`` or ``"port"``.
+        value: the value to check.
+
+    Raises:
+        ServerError: ``value`` is not an int (bools are refused) or is outside the bounds; the
+            message names the parameter, the value and the bounds.
+    """
+    low, high = LIMITS[name]
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ServerError(f"{name} = {value!r} is out of range: it must be from {low} to {high}")
+
 
 # Serialises model loading: two servers loading at once in one process share llama.cpp's
 # global backend state.
@@ -61,6 +90,10 @@ class EmbeddedServer:
             ``{"status": "ok"}``.
         verbose: keep llama.cpp's log on stderr; when ``False`` only errors are logged.
 
+    Raises:
+        ServerError: ``n_ctx``, ``n_parallel``, ``n_threads`` or ``port`` is outside
+            :data:`LIMITS` (checked here, before llama.cpp could abort the process).
+
     Attributes:
         url: ``"http://127.0.0.1:PORT"``, set by :meth:`start` (``""`` before and after).
         model_path: the resolved model path.
@@ -79,6 +112,10 @@ class EmbeddedServer:
         startup_timeout_s: float = 60.0,
         verbose: bool = False,
     ) -> None:
+        for name, value in (("n_ctx", n_ctx), ("n_parallel", n_parallel), ("port", port)):
+            check_param(name, value)
+        if n_threads is not None:
+            check_param("n_threads", n_threads)
         self.model_path: Path = _resolve_model(model_path)
         self.n_ctx = n_ctx
         self.n_parallel = n_parallel
@@ -202,6 +239,7 @@ def serve_forever(
     *,
     port: int = 8080,
     n_ctx: int = 4096,
+    n_parallel: int = 1,
     n_threads: int | None = None,
 ) -> None:
     """Serve a model on 127.0.0.1 until Ctrl-C (used by ``boxmaker serve``).
@@ -212,13 +250,16 @@ def serve_forever(
     Args:
         model_path: GGUF to serve; ``None`` serves the shipped tiny model.
         port: TCP port on 127.0.0.1 (``0`` picks a free one).
-        n_ctx: context size in tokens.
+        n_ctx: context size in tokens, shared by all slots.
+        n_parallel: number of slots (concurrent sequences).
         n_threads: CPU threads; ``None`` lets llama.cpp choose.
 
     Raises:
-        ServerError: as :meth:`EmbeddedServer.start`.
+        ServerError: a parameter outside :data:`LIMITS`, or as :meth:`EmbeddedServer.start`.
     """
-    server = EmbeddedServer(model_path, n_ctx=n_ctx, n_threads=n_threads, port=port)
+    server = EmbeddedServer(
+        model_path, n_ctx=n_ctx, n_parallel=n_parallel, n_threads=n_threads, port=port
+    )
     with server:
         print(f"serving {server.model_path} at {server.url} (Ctrl-C stops)", flush=True)
         try:

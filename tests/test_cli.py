@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import re
 import signal
 import subprocess
@@ -11,8 +12,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fake_llama import Reply, context_full, running
 
+import boxmaker
 from boxmaker.cli import main
+from boxmaker.records import Assistant, Baseline, Usage, User
+from boxmaker.server import EmbeddedServer
 from boxmaker.session import Session
 
 
@@ -51,8 +56,6 @@ def test_bad_config_file_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_chat_live(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from boxmaker.server import EmbeddedServer
-
     with EmbeddedServer(n_threads=1) as server:
         monkeypatch.setattr(sys, "stdin", io.StringIO("Hello!\n/quit\n"))
         assert main(["chat", "--url", server.url, "--dir", str(tmp_path)]) == 0
@@ -83,3 +86,126 @@ def test_serve_prints_url_answers_health_and_stops_on_ctrl_c() -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def _kinds(log: Path) -> list[str]:
+    return [type(r).__name__ for r in Session.open(log).records if type(r).__name__ != "TurnEnd"]
+
+
+def test_a_full_session_gets_nothing_more_in_chat_and_new_starts_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("first\nagain\n/new\nthird\n"))
+    with running([context_full(), Reply(content="ok")]) as fake:
+        assert main(["chat", "--url", fake.url, "--dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert len(fake.bodies) == 2  # "again" was not sent
+    assert out.count("nothing more is sent to it. Type /new to start a new session") == 2
+    assert "[session full: the session no longer fits the context" in out
+    first, second = sorted(tmp_path.glob("*.jsonl"), key=lambda p: p.stat().st_mtime_ns)
+    assert out.index(f"session log: {first}") < out.index(f"[new session: {second}]")
+    assert _kinds(first) == ["User", "LimitHit"]
+    assert _kinds(second) == ["User", "Assistant", "Usage"]
+    assert [m["content"] for m in fake.bodies[1]["messages"]] == ["third"]
+
+
+def test_a_full_session_ends_the_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with running([context_full()]) as fake:
+        assert main(["demo", "--url", fake.url, "--dir", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert len(fake.bodies) == 1  # the other demo prompts were not sent
+    assert "the demo stops here. Run it again with a larger --ctx (tokens)." in out
+    log = next(tmp_path.glob("*.jsonl"))
+    assert out.rstrip().endswith(f"session log: {log}")
+
+
+def test_demo_against_a_server_runs_every_prompt(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with running([Reply(content="sunny")]) as fake:
+        assert main(["demo", "--url", fake.url, "--dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert len(fake.bodies) == 3 and out.count("model> sunny") == 3
+    kinds = _kinds(next(tmp_path.glob("*.jsonl")))
+    assert [kinds.count(k) for k in ("User", "Assistant", "Usage")] == [3, 3, 3]
+
+
+def test_a_failed_close_is_one_line_on_stderr_after_the_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def close(self: Session) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Session, "close", close)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+    with running([Reply(content="hi")]) as fake:
+        assert main(["chat", "--url", fake.url, "--dir", str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == "boxmaker: [Errno 28] No space left on device\n"
+    assert f"session log: {next(tmp_path.glob('*.jsonl'))}" in captured.out
+
+
+def test_an_os_error_in_a_turn_is_one_line_on_stderr(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def extend(self: Session, records: object) -> None:  # every append of the loop
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(Session, "extend", extend)
+    with running([Reply(content="hi")]) as fake:
+        assert main(["demo", "--url", fake.url, "--dir", str(tmp_path)]) == 1
+    assert capsys.readouterr().err == "boxmaker: [Errno 5] Input/output error\n"
+    assert fake.bodies == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["serve", "--threads", "0"], "argument --threads: 0 is out of range: it must be from 1"),
+        (["serve", "--threads", "-2"], "argument --threads: -2 is out of range"),
+        (["serve", "--threads", "99999"], "argument --threads: 99999 is out of range"),
+        (["serve", "--threads", "two"], "argument --threads: not an integer: 'two'"),
+        (["serve", "--ctx", "1"], "argument --ctx: 1 is out of range: it must be from 16"),
+        (["serve", "--parallel", "0"], "argument --parallel: 0 is out of range"),
+        (["serve", "--port", "70000"], "argument --port: 70000 is out of range"),
+        (["demo", "--threads", "0"], "argument --threads: 0 is out of range"),
+        (["demo", "--ctx", "-5"], "argument --ctx: -5 is out of range"),
+    ],
+)
+def test_numeric_flags_out_of_range_are_usage_errors(
+    argv: list[str],
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def start(self: EmbeddedServer) -> EmbeddedServer:
+        raise AssertionError("llama.cpp would have been started (and aborted)")
+
+    monkeypatch.setattr(EmbeddedServer, "start", start)
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_report_into_a_pipe_closed_early_exits_141_without_a_traceback(tmp_path: Path) -> None:
+    session = Session.create(tmp_path, Baseline(system=""))
+    session.extend(
+        [
+            User(content="hi"),
+            Assistant(content="hello", reasoning=None, tool_calls=()),
+            Usage(timings={"cache_n": 0, "prompt_n": 5, "predicted_n": 2}),
+        ]
+    )
+    session.close()
+    root = Path(boxmaker.__file__).resolve().parent.parent
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "boxmaker.cli", "report", str(session.path)],
+        env={**os.environ, "PYTHONPATH": str(root)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # like `| head -1` gone before the report is written
+    err = proc.stderr.read().decode()
+    assert (proc.wait(60), err) == (141, "")

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from boxmaker.cache import cache_outcome
-from boxmaker.config import Config, LoopLimits, ThinkingConfig, load_config
+from boxmaker.config import ClientConfig, Config, LoopLimits, ThinkingConfig, load_config
 from boxmaker.errors import ConfigError
 
 
@@ -127,3 +128,50 @@ def test_none_turns_every_limit_off_and_minus_one_is_none_in_toml() -> None:
         tool_result_cap=None,
         thinking_tokens=None,
     )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[client]\nidle_timeout_s = " + "[" * 1000 + "]" * 1000 + "\n",
+        "[client]\nidle_timeout_s = " + "{a = " * 1000 + "1" + "}" * 1000 + "\n",
+    ],
+)
+def test_deeply_nested_toml_is_a_config_error_naming_the_file(tmp_path: Path, text: str) -> None:
+    p = tmp_path / "deep.toml"
+    p.write_text(text)
+    with pytest.raises(ConfigError, match=r"deep\.toml: invalid TOML: .*nested too deeply"):
+        load_config(p)
+
+
+def test_a_deep_value_of_the_wrong_type_gives_a_short_message(tmp_path: Path) -> None:
+    p = tmp_path / "deep.toml"
+    p.write_text("[loop]\ntool_iterations = " + "[" * 200 + "]" * 200 + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(p)
+    message = str(info.value)
+    assert message == f"{p}: [loop]: tool_iterations = [[[[...]]]] is not of type int | None"
+
+
+@pytest.mark.parametrize(
+    ("line", "bound"),
+    [
+        ("idle_timeout_s = 1e308", "at most 86400 s"),
+        ("connect_timeout_s = 86400.5", "at most 86400 s"),
+        ("retry_max_delay_s = 1e20", "at most 86400 s"),
+        ("retry_base_delay_s = 100000", "at most 86400 s"),
+    ],
+)
+def test_absurd_durations_are_refused(tmp_path: Path, line: str, bound: str) -> None:
+    p = tmp_path / "t.toml"
+    p.write_text(f"[client]\n{line}\n")
+    key = line.split(" = ")[0]
+    with pytest.raises(ConfigError, match=rf"t\.toml: \[client\]: client\.{key} = .* {bound}"):
+        load_config(p)
+
+
+def test_a_day_is_the_longest_duration() -> None:
+    day = Config.from_dict(tomllib.loads("[client]\nidle_timeout_s = 86400\n"))
+    assert day.client.idle_timeout_s == 86400.0
+    with pytest.raises(ConfigError, match=r"client\.retry_max_delay_s = 86401\.0 is out of range"):
+        ClientConfig(retry_max_delay_s=86401.0)

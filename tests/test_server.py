@@ -158,3 +158,28 @@ def test_unloadable_file_raises_server_error(tmp_path: Path) -> None:
     bad.write_bytes(b"not a gguf file at all")
     with pytest.raises(ServerError, match=r"bad\.gguf"):
         EmbeddedServer(bad, n_threads=1).start()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"n_threads": 0}, "n_threads = 0 is out of range: it must be from 1 to 512"),
+        ({"n_threads": -3}, "n_threads = -3 is out of range"),
+        ({"n_threads": 100_000}, "n_threads = 100000 is out of range"),
+        ({"n_ctx": 1}, "n_ctx = 1 is out of range: it must be from 16 to 16777216"),
+        ({"n_ctx": 2**31}, "n_ctx = 2147483648 is out of range"),
+        ({"n_parallel": 0}, "n_parallel = 0 is out of range: it must be from 1 to 256"),
+        ({"n_parallel": 4096}, "n_parallel = 4096 is out of range"),
+        ({"port": 65_536}, "port = 65536 is out of range: it must be from 0 to 65535"),
+        ({"port": -1}, "port = -1 is out of range"),
+        ({"n_threads": True}, "n_threads = True is out of range"),
+    ],
+)
+def test_numbers_llama_cpp_would_abort_on_are_refused_first(
+    kwargs: dict[str, Any], message: str
+) -> None:
+    """llama.cpp aborts the process on ``n_threads = 0`` and ``n_ctx = 1`` and hangs on
+    ``n_parallel = 0``: the constructor refuses them before anything is loaded."""
+    with pytest.raises(ServerError) as info:
+        EmbeddedServer(**kwargs)
+    assert message in str(info.value)
