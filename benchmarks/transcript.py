@@ -48,10 +48,10 @@ def refresh_ms(turns: int) -> float:
     box = _TranscriptBox()
     for i in range(turns):
         transcript.extend([User(content=f"q{i}"), Assistant(content=f"**answer** {i} " * 50)])
-        box.show(transcript.turns, streaming=True)
+        box.show(transcript, live=True)
     transcript.apply(Content("one more token"), 0.0)
     started = time.perf_counter()
-    box.show(transcript.turns, streaming=True)
+    box.show(transcript, live=True)
     return (time.perf_counter() - started) * 1000
 
 

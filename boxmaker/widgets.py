@@ -34,47 +34,237 @@ import html
 import os
 import threading
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import ipywidgets as ipw
+from IPython import display as ipd
 
 from .errors import TurnError
 from .events import TurnEvent
 from .records import Record
-from .render import render_turn
+from .render import (
+    TRANSCRIPT_CSS,
+    render_block,
+    render_stream_head,
+    render_text,
+    render_turn,
+    render_turn_foot,
+    render_user,
+)
 from .session import Session
-from .transcript import Transcript, TurnView
+from .transcript import AnswerBlock, Block, ReasoningBlock, ToolBlock, Transcript, TurnView
 from .turn import Runtime, run_turn
 
-__all__ = ["MAX_FLUSHES_PER_S", "SUBMIT", "ChatPanel", "SessionView"]
+__all__ = ["CHUNK_CHARS", "MAX_FLUSHES_PER_S", "SUBMIT", "ChatPanel", "SessionView"]
 
 MAX_FLUSHES_PER_S = 15.0
 """Most widget refreshes :class:`ChatPanel` makes per second while a turn streams."""
 
+CHUNK_CHARS = 1024
+"""Characters of streaming text per widget: a refresh re-sends at most this much text."""
+
+_PAGE = 32
+"""Widgets per page of a :class:`_Pages` box."""
+
+_WIDGET_CSS = (
+    "<style>"
+    ".bxm-transcript .widget-html-content{line-height:1.45;}"
+    ".bxm-transcript .widget-html{margin:0;flex-shrink:0;}"
+    ".bxm-transcript .widget-box{flex-shrink:0!important;overflow:visible!important;}"
+    ".bxm-scroll{resize:vertical;}"
+    ".bxm-live-text,.bxm-live-text .widget-box{display:block!important;overflow:visible!important;"
+    "white-space:pre-wrap;margin:0!important;}"
+    ".bxm-live-text .widget-html,.bxm-live-text .widget-html-content{display:inline!important;"
+    "margin:0!important;padding:0!important;}"
+    ".bxm-live-reasoning .bxm-live-text{color:#666;font-size:90%;font-family:monospace;}"
+    "</style>"
+)
+"""Layout of the transcript's widgets (ipywidgets' own class names): streaming text flows
+across its chunk widgets as one text; lines are not spaced out like one-line controls."""
+
+
+class _Pages:
+    """Widgets in order inside ``box``, held in pages of up to :data:`_PAGE` widgets.
+
+    Appending sets the children of the last page (at most :data:`_PAGE`) and, once every
+    :data:`_PAGE` widgets, those of ``box`` (one per page), so adding the 2,000th turn or
+    chunk costs about what the 20th does (a flat children list would be re-sent whole).
+    """
+
+    def __init__(self, box: Any, new_page: Callable[[], Any]) -> None:
+        self.box = box
+        self._new_page = new_page
+        self._pages: list[Any] = []
+        self._last: list[Any] = []
+
+    def append(self, widget: Any) -> None:
+        """Add ``widget`` after the others."""
+        if not self._pages or len(self._last) == _PAGE:
+            self._last = []
+            self._pages.append(self._new_page())
+            self.box.children = tuple(self._pages)
+        self._last.append(widget)
+        self._pages[-1].children = tuple(self._last)
+
+
+class _LiveBlock:
+    """A reasoning or answer block while it streams: a head line (reasoning: its token count)
+    and its text, escaped, in widgets of up to :data:`CHUNK_CHARS` characters shown as one
+    text (``white-space: pre-wrap``). A draw sends only the text that came since the last:
+    the chunk it lands in, and new chunks. Its Markdown is rendered once, when it ends."""
+
+    def __init__(self, block: ReasoningBlock | AnswerBlock) -> None:
+        self.block = block
+        self.head = ipw.HTML(render_stream_head(block))
+        self.body = ipw.Box()
+        self.body.add_class("bxm-live-text")
+        self._chunks = _Pages(self.body, ipw.Box)
+        self._chunk: Any = None
+        self._text = ""
+        self.drawn = 0
+        kind = "reasoning" if isinstance(block, ReasoningBlock) else "answer"
+        self.widget = ipw.VBox([self.head, self.body] if kind == "reasoning" else [self.body])
+        self.widget.add_class("bxm-live")
+        self.widget.add_class(f"bxm-live-{kind}")
+
+    def draw(self) -> None:
+        """Append what the block gained since the last draw (O(new text))."""
+        _set(self.head, "value", render_stream_head(self.block))
+        new = self.block.tail(self.drawn)
+        self.drawn += len(new)
+        while new:
+            if self._chunk is not None and len(self._text) < CHUNK_CHARS:
+                room = CHUNK_CHARS - len(self._text)
+                self._text += new[:room]
+                new = new[room:]
+                self._chunk.value = render_text(self._text)
+            else:
+                self._text, new = new[:CHUNK_CHARS], new[CHUNK_CHARS:]
+                self._chunk = ipw.HTML(render_text(self._text))
+                self._chunks.append(self._chunk)
+
+
+def _key(block: Block) -> tuple[object, ...]:
+    """What of a block not streaming can still change its HTML (a tool call gets its number
+    and result; reasoning its token count from the log, or the capped mark; text fed through
+    the hook while no turn runs grows)."""
+    if isinstance(block, ToolBlock):
+        return ("tool", block.call, block.result is None)
+    if isinstance(block, ReasoningBlock):
+        return ("reasoning", block.tokens, block.capped, block.size)
+    return ("answer", block.size)
+
+
+class _TurnView:
+    """The widgets of a turn shown as it happens: the user message, one widget per block and
+    a foot (counters, badges, how it ended). A draw renders only what changed: a finished
+    block once (the Markdown of an answer when its completion ends), the streaming block as
+    appended text (:class:`_LiveBlock`), the foot when its text changes."""
+
+    def __init__(self, turn: TurnView) -> None:
+        self.turn = turn
+        self.head = ipw.HTML(render_user(turn))
+        self.foot = ipw.HTML("")
+        self.views: list[tuple[Any, tuple[object, ...] | None]] = []  # (view, key or live)
+        self.widget = ipw.VBox([self.head, self.foot])
+        self.widget.add_class("bxm-turn")
+
+    def draw(self, streaming: Block | None) -> None:
+        """Bring the widgets up to the turn; ``streaming`` is the block still growing."""
+        changed = False
+        for i, block in enumerate(self.turn.blocks):
+            view, key = self.views[i] if i < len(self.views) else (None, None)
+            if block is streaming:
+                assert isinstance(block, ReasoningBlock | AnswerBlock)
+                if not isinstance(view, _LiveBlock):
+                    view, changed = _LiveBlock(block), True
+                    self._put(i, view, None)
+                view.draw()
+                continue
+            new_key = _key(block)
+            if key == new_key and view is not None:
+                continue
+            if isinstance(view, ipw.HTML):
+                view.value = render_block(block)
+            else:
+                view, changed = ipw.HTML(render_block(block)), True
+            self._put(i, view, new_key)
+        _set(self.foot, "value", render_turn_foot(self.turn))
+        if changed:
+            widgets = [v.widget if isinstance(v, _LiveBlock) else v for v, _ in self.views]
+            self.widget.children = (self.head, *widgets, self.foot)
+
+    def _put(self, i: int, view: Any, key: tuple[object, ...] | None) -> None:
+        if i < len(self.views):
+            self.views[i] = (view, key)
+        else:
+            self.views.append((view, key))
+
+    def html(self) -> str:
+        """The turn as one HTML string; equal to ``render_turn(turn)`` once it is drawn with
+        nothing streaming (the blocks' HTML is reused, not rendered again)."""
+        blocks = [
+            render_block(v.block, streaming=True) if isinstance(v, _LiveBlock) else v.value
+            for v, _ in self.views
+        ]
+        blocks += [render_block(b) for b in self.turn.blocks[len(self.views) :]]
+        head = [TRANSCRIPT_CSS, "<div class='bxm-turn'>", self.head.value]
+        return "".join([*head, *blocks, render_turn_foot(self.turn), "</div>"])
+
 
 class _TranscriptBox:
-    """A VBox with one HTML widget per turn.
+    """A VBox with the transcript's turns, in pages of :data:`_PAGE` (see :class:`_Pages`).
 
-    Only the last turn of a transcript changes (see :class:`~boxmaker.transcript.Transcript`),
-    so :meth:`show` re-renders the turn shown last and any new ones; the turns before keep
-    their HTML. A refresh costs the same after 2 turns or 2,000.
+    Turns given to :meth:`add_finished` (a stored log) are one HTML widget each, rendered once.
+    Turns that arrive later are :class:`_TurnView` s; :meth:`show` draws the last one (and the
+    one before it once more when a new turn starts), never the others, so a refresh costs the
+    same after 2 turns or 2,000, and within a turn the same after 10 or 100,000 fragments.
     """
 
     def __init__(self) -> None:
         self.box = ipw.VBox([])
         self.box.add_class("bxm-transcript")
-        self.items: list[Any] = []
+        self._pages = _Pages(self.box, ipw.VBox)
+        self.views: list[Any] = []  # ipw.HTML (a finished turn) or _TurnView
 
-    def show(self, turns: Sequence[TurnView], streaming: bool) -> None:
-        """Bring the widgets up to ``turns``; the last turn is rendered as ``streaming``."""
-        for i in range(max(len(self.items) - 1, 0), len(turns)):
-            if i == len(self.items):
-                self.items.append(ipw.HTML())
-                self.box.children = tuple(self.items)
-            value = render_turn(turns[i], streaming=streaming and i == len(turns) - 1)
-            if self.items[i].value != value:
-                self.items[i].value = value
+    def add_finished(self, turns: Sequence[TurnView]) -> None:
+        """Show ``turns`` (turns of a stored log that will not change) after the others."""
+        for turn in turns:
+            item = ipw.HTML(render_turn(turn))
+            self.views.append(item)
+            self._pages.append(item)
+
+    def show(self, transcript: Transcript, live: bool) -> None:
+        """Bring the widgets up to ``transcript``; ``live``: a turn is running (its streaming
+        block is drawn as appended text)."""
+        turns = transcript.turns
+        streaming = transcript.streaming_block if live else None
+        for i in range(max(len(self.views) - 1, 0), len(turns)):
+            if i == len(self.views):
+                view = _TurnView(turns[i])
+                self.views.append(view)
+                self._pages.append(view.widget)
+            view = self.views[i]
+            if isinstance(view, _TurnView):
+                view.draw(streaming if i == len(turns) - 1 else None)
+
+    def html(self) -> str:
+        """Every turn as one HTML string (the widgets' HTML, nothing rendered again but a
+        block still streaming)."""
+        return "".join(v.html() if isinstance(v, _TurnView) else v.value for v in self.views)
+
+
+def _static(content: str, key: str) -> dict[str, str]:
+    """A ``text/html`` bundle of a transcript's static HTML, marked with ``key`` so that a live
+    view on the page can hide it (a saved notebook, nbconvert or a notebook viewer shows it)."""
+    return {"text/html": f"<div class='bxm-static bxm-static-{key}'>{content}</div>"}
+
+
+def _hide_static(key: str) -> str:
+    """A ``<style>`` that hides the static HTML marked ``key`` while the live widget is shown."""
+    return f"<style>.bxm-static-{key}{{display:none}}</style>"
 
 
 class SessionView:
@@ -104,16 +294,26 @@ class SessionView:
             title = str(path_or_session)
         self.transcript = Transcript().extend(records)
         self._box = _TranscriptBox()
-        self._box.show(self.transcript.turns, streaming=False)
-        header = ipw.HTML(f"<b>Session log</b> {html.escape(title)} ({len(records)} records)")
+        self._box.add_finished(self.transcript.turns)
+        self._key = uuid.uuid4().hex
+        header = ipw.HTML(
+            f"{_WIDGET_CSS}{_hide_static(self._key)}"
+            f"<b>Session log</b> {html.escape(title)} ({len(records)} records)"
+        )
         self.widget = ipw.VBox([header, self._box.box])
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
 
+    def _ipython_display_(self) -> None:
+        """Display the widget and, as a second output, :meth:`html` as static ``text/html``
+        (hidden while the widget is live; what a saved notebook shows without a kernel)."""
+        _display(self.widget)
+        _display(_static(self.html(), self._key), raw=True)
+
     def html(self) -> str:
         """The whole transcript as one HTML string (no widgets needed to read it)."""
-        return "".join(render_turn(t) for t in self.transcript.turns)
+        return self._box.html()
 
 
 SUBMIT = "\ue000"
@@ -124,8 +324,10 @@ _KEYS_JS = (
     "(function(img){var root=img.closest('.bxm-panel')||document;"
     "var area=root.querySelector('.bxm-input textarea');"
     "var send=root.querySelector('.bxm-send');"
-    "if(!area||!send){setTimeout(function(){img.onerror();},200);return;}"
+    "var box=root.querySelector('.bxm-transcript');"
+    "if(!area||!send||!box){setTimeout(function(){img.onerror();},200);return;}"
     "if(area.dataset.bxm)return;area.dataset.bxm='1';"
+    "area.setAttribute('data-lm-suppress-shortcuts','true');"
     "function submit(){area.value+='\\ue000';"
     "area.dispatchEvent(new Event('input',{bubbles:true}));}"
     "area.addEventListener('keydown',function(ev){"
@@ -133,11 +335,24 @@ _KEYS_JS = (
     "ev.preventDefault();ev.stopPropagation();submit();}});"
     "send.addEventListener('click',function(ev){"
     "ev.stopImmediatePropagation();ev.preventDefault();submit();},true);"
+    "var stick=true;"
+    "box.addEventListener('scroll',function(){"
+    "stick=box.scrollTop+box.clientHeight>=box.scrollHeight-24;});"
+    "new MutationObserver(function(){if(stick){box.scrollTop=box.scrollHeight;}})"
+    ".observe(box,{childList:true,subtree:true,characterData:true});"
+    "box.scrollTop=box.scrollHeight;"
     '})(this)">'
 )
-"""Enter, and a click on Send, append :data:`SUBMIT` to the value (synced like any typing, so
-the kernel gets the whole text, in order); Shift+Enter keeps the textarea's new line. Run by the
-browser; without it, the Send button's own click handler sends."""
+"""Run by the browser (an ``<img onerror>`` handler: ``innerHTML`` does not run ``<script>``).
+
+- Enter, and a click on Send, append :data:`SUBMIT` to the value (synced like any typing, so
+  the kernel gets the whole text, in order); Shift+Enter keeps the textarea's new line.
+  Without the script, the Send button's own click handler sends.
+- The textarea gets ``data-lm-suppress-shortcuts``: Lumino (JupyterLab, Notebook 7) then
+  skips its keyboard shortcuts for keys typed there, so Shift+Enter does not run the cell and
+  letters are not notebook commands.
+- The transcript box (bounded height) follows new text, unless the reader scrolled up.
+"""
 
 
 class ChatPanel:
@@ -153,6 +368,9 @@ class ChatPanel:
         runtime: config, client, tools and cancel switch (shared with the worker thread).
         session: the log the turns extend; turns already in it are shown first.
         max_flushes_per_s: cap on widget refreshes per second.
+        transcript_height: CSS height of the transcript box (it scrolls, follows new text
+            unless the reader scrolled up, and can be resized by its corner), so the input,
+            Send and Stop stay in one place while an answer streams.
 
     Attributes:
         transcript: the folded :class:`Transcript` (read it under :attr:`lock` while a turn runs).
@@ -172,6 +390,7 @@ class ChatPanel:
         session: Session,
         *,
         max_flushes_per_s: float = MAX_FLUSHES_PER_S,
+        transcript_height: str = "360px",
     ) -> None:
         self.runtime = runtime
         self.session = session
@@ -205,15 +424,23 @@ class ChatPanel:
         self.status = ipw.HTML("")
         self.status.add_class("bxm-status")
         self._box = _TranscriptBox()
-        self._keys = ipw.HTML(_KEYS_JS)
+        self._box.add_finished(self.transcript.turns)
+        self._box.box.layout = ipw.Layout(height=transcript_height, overflow="auto")
+        self._box.box.add_class("bxm-scroll")
+        self._key = uuid.uuid4().hex
+        self._displayed = False
+        self._keys = ipw.HTML(TRANSCRIPT_CSS + _WIDGET_CSS + _hide_static(self._key) + _KEYS_JS)
         self.send_button.on_click(lambda _b: self.send(self.input.value))
         self.input.observe(self._on_input, names="value")
         self.stop_button.on_click(lambda _b: self.stop())
         self.widget = ipw.VBox(
             [
                 self._box.box,
-                self.progress_row,
-                self.status,
+                # one row of fixed height: the controls below never move when it changes
+                ipw.HBox(
+                    [self.progress_row, self.status],
+                    layout=ipw.Layout(height="2.5em", align_items="center", overflow="hidden"),
+                ),
                 self.input,
                 ipw.HBox([self.send_button, self.stop_button]),
                 self._keys,
@@ -225,6 +452,20 @@ class ChatPanel:
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
 
+    def _ipython_display_(self) -> None:
+        """Display the widget and, as a second output, the transcript as static ``text/html``
+        (:meth:`static_html`; a display that each turn's end updates). The live widget hides
+        it; a saved notebook keeps it, so the conversation reads without a kernel (reopened,
+        on a notebook viewer, converted by nbconvert)."""
+        _display(self.widget)
+        _display(self.static_html(), raw=True, display_id=self._key)
+        self._displayed = True
+
+    def static_html(self) -> dict[str, str]:
+        """The transcript as a ``text/html`` bundle, marked so the live panel can hide it."""
+        with self.lock:
+            return _static(self._box.html(), self._key)
+
     def _on_input(self, change: dict[str, Any]) -> None:
         """Enter was pressed (the value holds :data:`SUBMIT`): send the text before it."""
         value = change["new"]
@@ -234,8 +475,9 @@ class ChatPanel:
                 self.input.value = text  # busy or blank: keep what was typed
 
     def html(self) -> str:
-        """The transcript as shown now (what the widgets hold), as one HTML string."""
-        return "".join(item.value for item in self._box.items)
+        """The transcript as shown now, as one HTML string (a streaming block as Markdown)."""
+        with self.lock:
+            return self._box.html()
 
     # -- the hook ---------------------------------------------------------------------------
 
@@ -253,24 +495,28 @@ class ChatPanel:
         with self.lock:
             for at, event in events:
                 self.transcript.apply(event, at)
-            live = self.transcript.live
-            self._box.show(self.transcript.turns, streaming=self._running)
-            processed, total, cache = live.progress or (0, 0, 0)
-            if live.progress is not None:
-                _set(self.progress, "max", max(total, 1))
-                _set(self.progress, "value", processed)
-                _set(
-                    self.progress_label,
-                    "value",
-                    f"{processed} / {total} tokens ({cache} cached, "
-                    f"{max(processed - cache, 0)} new)",
-                )
-            elif not self._running:
-                _set(self.progress, "value", 0)
-                _set(self.progress_label, "value", "")
-            _set(self.progress_row.layout, "display", None if live.progress else "none")
-            _set(self.status, "value", html.escape(live.status))
+            self._box.show(self.transcript, live=self._running)
+            self._draw_live()
             self.flushes += 1
+
+    def _draw_live(self) -> None:
+        """Copy the running request's state (progress, status) to the widgets; the progress
+        row shows only while a prompt is processed (hidden at every turn end)."""
+        live = self.transcript.live
+        processed, total, cache = live.progress or (0, 0, 0)
+        if live.progress is not None:
+            _set(self.progress, "max", max(total, 1))
+            _set(self.progress, "value", processed)
+            _set(
+                self.progress_label,
+                "value",
+                f"{processed} / {total} tokens ({cache} cached, {max(processed - cache, 0)} new)",
+            )
+        elif not self._running:
+            _set(self.progress, "value", 0)
+            _set(self.progress_label, "value", "")
+        _set(self.progress_row.layout, "display", None if live.progress else "none")
+        _set(self.status, "value", html.escape(live.status))
 
     def _flusher(self) -> None:
         """Flush while the turn runs: at most once per interval, and idle at least as long as
@@ -329,10 +575,12 @@ class ChatPanel:
             self.flush()  # the final flush: everything buffered reaches the widgets
             with self.lock:
                 self.transcript.end_turn(reason)
-                self._box.show(self.transcript.turns, streaming=False)
-                _set(self.status, "value", html.escape(self.transcript.live.status))
+                self._box.show(self.transcript, live=False)
+                self._draw_live()
             self.send_button.disabled = False
             self.stop_button.disabled = True
+            if self._displayed:  # the saved notebook's copy follows each turn
+                _display(self.static_html(), raw=True, display_id=self._key, update=True)
 
     def stop(self) -> None:
         """Cancel the running turn (sets ``runtime.cancel``); the worker ends it cleanly."""
@@ -361,6 +609,12 @@ class ChatPanel:
         if not self.wait(timeout):
             raise TimeoutError(f"the turn is still running after {timeout} s")
         return self.outcomes[-1] if self.outcomes else None
+
+
+def _display(obj: Any, **kwargs: Any) -> None:
+    """``IPython.display.display`` (untyped there)."""
+    show: Callable[..., Any] = ipd.display
+    show(obj, **kwargs)
 
 
 def _set(widget: Any, name: str, value: Any) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import subprocess
 import sys
 import threading
@@ -10,11 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import ipywidgets as ipw
 import pytest
 from fakes import ScriptedClient, Step, answer, call, calls, timings
 from hostile import HOSTILE_MARKDOWN, live_hazards
 
 import boxmaker
+import boxmaker.render
 import boxmaker.widgets
 from boxmaker.config import Config, LoopLimits
 from boxmaker.demo import demo_registry
@@ -40,12 +43,12 @@ from boxmaker.records import (
     User,
 )
 from boxmaker.records import ToolCall as Call
-from boxmaker.render import render_markdown, render_turn
+from boxmaker.render import render_block, render_markdown, render_turn
 from boxmaker.session import Session
 from boxmaker.stream import Completion
 from boxmaker.transcript import AnswerBlock, ReasoningBlock, ToolBlock, Transcript
 from boxmaker.turn import Runtime
-from boxmaker.widgets import SUBMIT, ChatPanel, SessionView
+from boxmaker.widgets import CHUNK_CHARS, SUBMIT, ChatPanel, SessionView
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -207,22 +210,95 @@ def test_a_refresh_renders_only_the_last_turn(
         panel.on_event(User(content=f"q{i}"))
         panel.on_event(Assistant(content=f"a{i}"))
     panel.flush()
-    assert len(panel._box.items) == 30
+    assert len(panel._box.views) == 30
     rendered: list[str] = []
 
-    def counting(turn: Any, *, streaming: bool = False) -> str:
-        rendered.append(turn.user)
-        return render_turn(turn, streaming=streaming)
+    def counting(block: Any, *, streaming: bool = False) -> str:
+        rendered.append(block.text)
+        return render_block(block, streaming=streaming)
 
-    monkeypatch.setattr(boxmaker.widgets, "render_turn", counting)
+    def never(turn: Any, *, streaming: bool = False) -> str:
+        raise AssertionError(f"turn {turn.user} rendered whole")
+
+    monkeypatch.setattr(boxmaker.widgets, "render_block", counting)
+    monkeypatch.setattr(boxmaker.widgets, "render_turn", never)
     panel.on_event(Content(" more"))
     panel.flush()
-    assert rendered == ["q29"]
-    assert "a29 more" in panel._box.items[29].value
+    assert rendered == ["a29 more"]  # the block that grew, nothing else
+    assert "a29 more" in panel._box.views[29].html()
     panel.on_event(User(content="q30"))
+    panel.on_event(Assistant(content="a30"))
     panel.flush()
-    assert rendered == ["q29", "q29", "q30"]  # the one before loses its streaming state
-    assert len(panel._box.items) == 31 and "q30" in panel.html()
+    assert rendered == ["a29 more", "a30"]
+    assert len(panel._box.views) == 31 and "q30" in panel.html()
+    assert panel._box.box.children and len(panel._box.box.children) == 1  # one page of turns
+    assert all(len(page.children) <= 32 for page in panel._box.box.children)
+
+
+def _html_changes(root: Any) -> list[str]:
+    """Every ``value`` an HTML widget under ``root`` is set to from now on (widgets added
+    later too)."""
+    changes: list[str] = []
+    watched: set[int] = set()
+
+    def watch(widget: Any) -> None:
+        if id(widget) in watched:
+            return
+        watched.add(id(widget))
+        if isinstance(widget, ipw.HTML):
+            changes.append(widget.value)  # a new widget sends its value once
+            widget.observe(lambda ch: changes.append(ch["new"]), names="value")
+        if isinstance(widget, ipw.Box):
+            for child in widget.children:
+                watch(child)
+            widget.observe(lambda ch: [watch(c) for c in ch["new"]], names="children")
+
+    watch(root)
+    changes.clear()
+    return changes
+
+
+def test_a_streaming_answer_is_drawn_by_appending(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    panel = _panel(tmp_path, ScriptedClient([]))
+    panel._running = True
+    panel.on_event(User(content="write"))
+    panel.on_event(Reasoning("<think> & "))
+    panel.flush()
+    changes = _html_changes(panel._box.box)
+    markdown_calls: list[int] = []
+    original = boxmaker.render.render_markdown
+
+    def counting(text: str) -> str:
+        markdown_calls.append(len(text))
+        return original(text)
+
+    monkeypatch.setattr(boxmaker.render, "render_markdown", counting)
+    pieces = [f"w{i} <b>&" if i % 7 == 0 else f"w{i} **x**\n" for i in range(4000)]
+    for i, piece in enumerate(pieces):
+        panel.on_event(Content(piece))
+        if i % 40 == 39:
+            panel.flush()
+    text = "".join(pieces)
+    sent = sum(len(c) for c in changes)
+    assert markdown_calls == []  # nothing rendered as Markdown while it streams
+    assert max(len(c) for c in changes) <= len(html.escape(text[:CHUNK_CHARS])) + 200
+    assert sent < 3 * len(html.escape(text))  # each piece sent about once (was: every draw)
+    live = panel._box.views[0].views[1][0]
+    chunks = [w.value for page in live.body.children for w in page.children]
+    assert "".join(chunks) == html.escape(text, quote=False)  # shown as text, escaped
+    assert live_hazards("".join(chunks), tags=PANEL_TAGS) == []
+    reasoning_view = panel._box.views[0].views[0][0]
+    assert "&lt;think&gt; &amp;" in reasoning_view.value  # the reasoning ended: rendered once
+    panel.on_event(Assistant(content=text, reasoning="<think> & "))
+    panel.flush()
+    assert markdown_calls == [len(text)]  # the answer's Markdown, once, when it ended
+    panel.on_event(Usage(timings=timings(0, 10, 4000)))
+    panel._running = False
+    panel.flush()
+    assert markdown_calls == [len(text)]
+    assert panel.html() == render_turn(panel.transcript.turns[0])
 
 
 # -- untrusted model text ---------------------------------------------------------------------
@@ -452,17 +528,9 @@ class BurstClient:
 
 def _count_updates(panel: ChatPanel) -> list[str]:
     """Record every ``value`` change of the panel's widgets, turn widgets added later too."""
-    changes: list[str] = []
-    watched: set[int] = set()
-
-    def watch(widgets: Any) -> None:
-        for w in widgets:
-            if id(w) not in watched:
-                watched.add(id(w))
-                w.observe(lambda ch: changes.append(ch["name"]), names="value")
-
-    watch((panel.status, panel.progress, panel.progress_label, *panel._box.items))
-    panel._box.box.observe(lambda ch: watch(ch["new"]), names="children")
+    changes = _html_changes(panel._box.box)
+    for w in (panel.status, panel.progress, panel.progress_label):
+        w.observe(lambda ch: changes.append(str(ch["new"])), names="value")
     return changes
 
 
