@@ -421,6 +421,7 @@ class ChatPanel:
         self.progress_row = ipw.HBox(
             [self.progress, self.progress_label], layout=ipw.Layout(display="none")
         )
+        self.progress_row.add_class("bxm-progress")
         self.status = ipw.HTML("")
         self.status.add_class("bxm-status")
         self._box = _TranscriptBox()

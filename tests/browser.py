@@ -90,7 +90,7 @@ class DevTools:
     def wait_for(self, expression: str, timeout: float = 60.0) -> Any:
         deadline = time.monotonic() + timeout
         while True:
-            value = self.js(expression)
+            value = self.js(f"!!({expression})")  # a DOM node is not returned by value
             if value:
                 return value
             if time.monotonic() > deadline:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import ipywidgets as ipw
+import nbformat
 import pytest
 from fakes import ScriptedClient, Step, answer, call, calls, timings
 from hostile import HOSTILE_MARKDOWN, live_hazards
@@ -687,3 +688,115 @@ def test_stop_live_ends_the_request_at_the_server(tmp_path: Path) -> None:
             kinds = [type(r).__name__ for r in panel.session.records]
             assert kinds[:2] == ["User", "User"] and "Assistant" in kinds
             assert panel.transcript.turns[-1].completions >= 1
+
+
+# -- what a saved notebook keeps --------------------------------------------------------------
+
+
+class PromptThenWait:
+    """Reports prompt progress, then waits on ``cancel`` as a long prompt would."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+
+    def chat_with_retry(
+        self,
+        body: dict[str, Any],
+        on_event: Callable[[ClientEvent], None],
+        *,
+        reasoning_budget: int | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Completion:
+        assert cancel is not None
+        on_event(Queued())
+        on_event(Progress(total=2155, cache=0, processed=2155, time_ms=900.0))
+        self.started.set()
+        if not cancel.wait(10):
+            raise AssertionError("never cancelled")
+        raise RequestCancelled("the stream was closed")
+
+
+def test_progress_row_hidden_after_a_cancel_in_prompt_processing(tmp_path: Path) -> None:
+    client = PromptThenWait()
+    panel = _panel(tmp_path, client)
+    assert panel.send("a long prompt")
+    assert client.started.wait(5)
+    deadline = time.monotonic() + 5
+    while panel.progress_row.layout.display == "none":  # the flusher shows the row
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert panel.progress_label.value.startswith("2155 / 2155 tokens")
+    panel.stop()
+    assert panel.wait(5)
+    assert isinstance(panel.outcomes[-1], TurnCancelled)
+    assert panel.progress_row.layout.display == "none"
+    assert panel.progress_label.value == "" and panel.progress.value == 0
+    assert panel.status.value.startswith("Ended: TurnCancelled")
+
+
+def test_static_html_of_panel_and_view_is_the_transcript_and_inert(tmp_path: Path) -> None:
+    bad = "<img src=x onerror=alert(1)>"
+    panel = _panel(tmp_path, ScriptedClient([answer(f"**two** {bad}"), answer("ok")]))
+    panel.ask(f"first\nsecond {bad}", timeout=10)
+    bundle = panel.static_html()
+    assert set(bundle) == {"text/html"}
+    page = bundle["text/html"]
+    assert page.startswith(f"<div class='bxm-static bxm-static-{panel._key}'>")
+    assert panel.html() in page and "<strong>two</strong>" in page
+    assert "first\nsecond &lt;img" in page  # the two lines as written
+    assert live_hazards(page, tags=PANEL_TAGS) == []
+    assert f".bxm-static-{panel._key}{{display:none}}" in panel._keys.value  # live: hidden
+    view = SessionView(panel.session.path)
+    assert view.html() == panel.html()
+
+
+@pytest.mark.live  # starts a kernel
+def test_an_executed_saved_notebook_shows_the_conversation_in_html(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nbclient import NotebookClient
+    from nbconvert import HTMLExporter
+    from nbformat.v4 import new_code_cell, new_notebook
+    from test_notebooks import _kernel_name
+
+    monkeypatch.setenv("JUPYTER_PLATFORM_DIRS", "1")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # this checkout's boxmaker in the kernel
+    setup = (
+        "import tempfile\n"
+        "from fakes import ScriptedClient, answer\n"
+        "from boxmaker import Baseline, Config, Runtime, Session, SessionView\n"
+        "from boxmaker.demo import demo_registry\n"
+        "from boxmaker.widgets import ChatPanel\n"
+        "client = ScriptedClient([answer('Sunny in **Oslo**.'), answer('Rome: <b>warm</b>.')])\n"
+        "runtime = Runtime(config=Config(), client=client, registry=demo_registry())\n"
+        "session = Session.create(tempfile.mkdtemp(), Baseline())\n"
+        "panel = ChatPanel(runtime, session)"
+    )
+    cells = [
+        new_code_cell(setup),
+        new_code_cell("panel"),
+        new_code_cell("_ = panel.ask('Weather in Oslo?', timeout=30)"),
+        new_code_cell("_ = panel.ask('And in\\nRome?', timeout=30)"),
+        new_code_cell("SessionView(session.path)"),
+    ]
+    nb = new_notebook(cells=cells)
+    NotebookClient(
+        nb,
+        timeout=60,
+        kernel_name=_kernel_name(),
+        resources={"metadata": {"path": str(ROOT / "tests")}},
+        store_widget_state=False,  # as JupyterLab and Notebook 7 save by default
+    ).execute()
+    saved = tmp_path / "saved.ipynb"
+    nbformat.write(nb, saved)
+    panel_outputs = nbformat.read(saved, as_version=4).cells[1].outputs
+    kinds = [sorted(o.get("data", {})) for o in panel_outputs]
+    assert kinds == [
+        ["application/vnd.jupyter.widget-view+json", "text/plain"],
+        ["text/html"],  # the static copy, updated at the end of each turn
+    ]
+    exporter = HTMLExporter(exclude_input=True)
+    page, _ = exporter.from_notebook_node(nbformat.read(saved, as_version=4))
+    for text in ("Weather in Oslo?", "<strong>Oslo</strong>", "And in\nRome?", "&lt;b&gt;warm"):
+        assert page.count(text) == 2, text  # the panel's copy and the SessionView's
+    assert "model not found" not in page
