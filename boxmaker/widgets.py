@@ -5,10 +5,12 @@ Both consume only the public hooks: the events :func:`boxmaker.turn.run_turn` pa
 (:mod:`boxmaker.records`). Nothing here is called by the loop.
 
 The widgets hold no logic of their own: :class:`~boxmaker.transcript.Transcript` folds events
-and records into plain turns (:mod:`boxmaker.transcript`), :func:`~boxmaker.render.render_turn`
-turns one into safe HTML (:mod:`boxmaker.render`, where the rules for untrusted model text are),
-and the widgets copy the result into widget values. Only the last turn of a transcript ever
-changes, so a refresh re-renders that one alone, however long the session.
+and records into plain turns (:mod:`boxmaker.transcript`), :mod:`boxmaker.render` turns them
+into safe HTML (the rules for untrusted model text are there), and
+:class:`~boxmaker.widget_transcript.TranscriptBox` draws them by appending
+(:mod:`boxmaker.widget_transcript`): a finished block is rendered once, the block still
+streaming is sent as the text that came since the last refresh, and only the last turn is
+ever drawn again, so a refresh costs the same however long the session and the answer.
 
 Coalescing: :class:`ChatPanel`'s hook only appends the event to a buffer (thread-safe, cheap).
 A flusher thread folds the buffer into the transcript and copies it to the widgets at most
@@ -23,6 +25,16 @@ which the panel sees as a send; Shift+Enter inserts a new line as usual. The mar
 with the text itself, so the kernel always sends the whole text (a button's click message can
 overtake a value update that ipywidgets holds back while the kernel is busy). Where a front end
 strips that handler, Enter makes a new line and the Send button sends through its own click.
+The same script marks the textarea ``data-lm-suppress-shortcuts`` (JupyterLab and Notebook 7
+then leave its keys alone: Shift+Enter does not run the cell) and keeps the transcript box,
+of fixed height so that the input, Send and Stop never move, scrolled to the new text unless
+the reader scrolled up. Tested in JupyterLab, Notebook 7 and Voila in headless Chromium.
+
+Saved notebooks: displaying a panel or a view shows the widget and, as a second output, the
+transcript as static ``text/html`` (the panel updates it at the end of each turn). The live
+widget hides that copy with a style; a notebook saved without widget state (JupyterLab's and
+Notebook 7's default), a notebook viewer or nbconvert shows it, so the conversation stays
+readable without a kernel. It is the same sanitized HTML the widgets show.
 
 This module imports ipywidgets; ``import boxmaker`` does not import it (the package loads
 :class:`ChatPanel` and :class:`SessionView` on first use).
@@ -35,7 +47,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as ipw
@@ -44,216 +56,16 @@ from IPython import display as ipd
 from .errors import TurnError
 from .events import TurnEvent
 from .records import Record
-from .render import (
-    TRANSCRIPT_CSS,
-    render_block,
-    render_stream_head,
-    render_text,
-    render_turn,
-    render_turn_foot,
-    render_user,
-)
+from .render import TRANSCRIPT_CSS
 from .session import Session
-from .transcript import AnswerBlock, Block, ReasoningBlock, ToolBlock, Transcript, TurnView
+from .transcript import Transcript
 from .turn import Runtime, run_turn
+from .widget_transcript import WIDGET_CSS, TranscriptBox, set_if_changed
 
-__all__ = ["CHUNK_CHARS", "MAX_FLUSHES_PER_S", "SUBMIT", "ChatPanel", "SessionView"]
+__all__ = ["MAX_FLUSHES_PER_S", "SUBMIT", "ChatPanel", "SessionView"]
 
 MAX_FLUSHES_PER_S = 15.0
 """Most widget refreshes :class:`ChatPanel` makes per second while a turn streams."""
-
-CHUNK_CHARS = 1024
-"""Characters of streaming text per widget: a refresh re-sends at most this much text."""
-
-_PAGE = 32
-"""Widgets per page of a :class:`_Pages` box."""
-
-_WIDGET_CSS = (
-    "<style>"
-    ".bxm-transcript .widget-html-content{line-height:1.45;}"
-    ".bxm-transcript .widget-html{margin:0;flex-shrink:0;}"
-    ".bxm-transcript .widget-box{flex-shrink:0!important;overflow:visible!important;}"
-    ".bxm-scroll{resize:vertical;}"
-    ".bxm-live-text,.bxm-live-text .widget-box{display:block!important;overflow:visible!important;"
-    "white-space:pre-wrap;margin:0!important;}"
-    ".bxm-live-text .widget-html,.bxm-live-text .widget-html-content{display:inline!important;"
-    "margin:0!important;padding:0!important;}"
-    ".bxm-live-reasoning .bxm-live-text{color:#666;font-size:90%;font-family:monospace;}"
-    "</style>"
-)
-"""Layout of the transcript's widgets (ipywidgets' own class names): streaming text flows
-across its chunk widgets as one text; lines are not spaced out like one-line controls."""
-
-
-class _Pages:
-    """Widgets in order inside ``box``, held in pages of up to :data:`_PAGE` widgets.
-
-    Appending sets the children of the last page (at most :data:`_PAGE`) and, once every
-    :data:`_PAGE` widgets, those of ``box`` (one per page), so adding the 2,000th turn or
-    chunk costs about what the 20th does (a flat children list would be re-sent whole).
-    """
-
-    def __init__(self, box: Any, new_page: Callable[[], Any]) -> None:
-        self.box = box
-        self._new_page = new_page
-        self._pages: list[Any] = []
-        self._last: list[Any] = []
-
-    def append(self, widget: Any) -> None:
-        """Add ``widget`` after the others."""
-        if not self._pages or len(self._last) == _PAGE:
-            self._last = []
-            self._pages.append(self._new_page())
-            self.box.children = tuple(self._pages)
-        self._last.append(widget)
-        self._pages[-1].children = tuple(self._last)
-
-
-class _LiveBlock:
-    """A reasoning or answer block while it streams: a head line (reasoning: its token count)
-    and its text, escaped, in widgets of up to :data:`CHUNK_CHARS` characters shown as one
-    text (``white-space: pre-wrap``). A draw sends only the text that came since the last:
-    the chunk it lands in, and new chunks. Its Markdown is rendered once, when it ends."""
-
-    def __init__(self, block: ReasoningBlock | AnswerBlock) -> None:
-        self.block = block
-        self.head = ipw.HTML(render_stream_head(block))
-        self.body = ipw.Box()
-        self.body.add_class("bxm-live-text")
-        self._chunks = _Pages(self.body, ipw.Box)
-        self._chunk: Any = None
-        self._text = ""
-        self.drawn = 0
-        kind = "reasoning" if isinstance(block, ReasoningBlock) else "answer"
-        self.widget = ipw.VBox([self.head, self.body] if kind == "reasoning" else [self.body])
-        self.widget.add_class("bxm-live")
-        self.widget.add_class(f"bxm-live-{kind}")
-
-    def draw(self) -> None:
-        """Append what the block gained since the last draw (O(new text))."""
-        _set(self.head, "value", render_stream_head(self.block))
-        new = self.block.tail(self.drawn)
-        self.drawn += len(new)
-        while new:
-            if self._chunk is not None and len(self._text) < CHUNK_CHARS:
-                room = CHUNK_CHARS - len(self._text)
-                self._text += new[:room]
-                new = new[room:]
-                self._chunk.value = render_text(self._text)
-            else:
-                self._text, new = new[:CHUNK_CHARS], new[CHUNK_CHARS:]
-                self._chunk = ipw.HTML(render_text(self._text))
-                self._chunks.append(self._chunk)
-
-
-def _key(block: Block) -> tuple[object, ...]:
-    """What of a block not streaming can still change its HTML (a tool call gets its number
-    and result; reasoning its token count from the log, or the capped mark; text fed through
-    the hook while no turn runs grows)."""
-    if isinstance(block, ToolBlock):
-        return ("tool", block.call, block.result is None)
-    if isinstance(block, ReasoningBlock):
-        return ("reasoning", block.tokens, block.capped, block.size)
-    return ("answer", block.size)
-
-
-class _TurnView:
-    """The widgets of a turn shown as it happens: the user message, one widget per block and
-    a foot (counters, badges, how it ended). A draw renders only what changed: a finished
-    block once (the Markdown of an answer when its completion ends), the streaming block as
-    appended text (:class:`_LiveBlock`), the foot when its text changes."""
-
-    def __init__(self, turn: TurnView) -> None:
-        self.turn = turn
-        self.head = ipw.HTML(render_user(turn))
-        self.foot = ipw.HTML("")
-        self.views: list[tuple[Any, tuple[object, ...] | None]] = []  # (view, key or live)
-        self.widget = ipw.VBox([self.head, self.foot])
-        self.widget.add_class("bxm-turn")
-
-    def draw(self, streaming: Block | None) -> None:
-        """Bring the widgets up to the turn; ``streaming`` is the block still growing."""
-        changed = False
-        for i, block in enumerate(self.turn.blocks):
-            view, key = self.views[i] if i < len(self.views) else (None, None)
-            if block is streaming:
-                assert isinstance(block, ReasoningBlock | AnswerBlock)
-                if not isinstance(view, _LiveBlock):
-                    view, changed = _LiveBlock(block), True
-                    self._put(i, view, None)
-                view.draw()
-                continue
-            new_key = _key(block)
-            if key == new_key and view is not None:
-                continue
-            if isinstance(view, ipw.HTML):
-                view.value = render_block(block)
-            else:
-                view, changed = ipw.HTML(render_block(block)), True
-            self._put(i, view, new_key)
-        _set(self.foot, "value", render_turn_foot(self.turn))
-        if changed:
-            widgets = [v.widget if isinstance(v, _LiveBlock) else v for v, _ in self.views]
-            self.widget.children = (self.head, *widgets, self.foot)
-
-    def _put(self, i: int, view: Any, key: tuple[object, ...] | None) -> None:
-        if i < len(self.views):
-            self.views[i] = (view, key)
-        else:
-            self.views.append((view, key))
-
-    def html(self) -> str:
-        """The turn as one HTML string; equal to ``render_turn(turn)`` once it is drawn with
-        nothing streaming (the blocks' HTML is reused, not rendered again)."""
-        blocks = [
-            render_block(v.block, streaming=True) if isinstance(v, _LiveBlock) else v.value
-            for v, _ in self.views
-        ]
-        blocks += [render_block(b) for b in self.turn.blocks[len(self.views) :]]
-        head = [TRANSCRIPT_CSS, "<div class='bxm-turn'>", self.head.value]
-        return "".join([*head, *blocks, render_turn_foot(self.turn), "</div>"])
-
-
-class _TranscriptBox:
-    """A VBox with the transcript's turns, in pages of :data:`_PAGE` (see :class:`_Pages`).
-
-    Turns given to :meth:`add_finished` (a stored log) are one HTML widget each, rendered once.
-    Turns that arrive later are :class:`_TurnView` s; :meth:`show` draws the last one (and the
-    one before it once more when a new turn starts), never the others, so a refresh costs the
-    same after 2 turns or 2,000, and within a turn the same after 10 or 100,000 fragments.
-    """
-
-    def __init__(self) -> None:
-        self.box = ipw.VBox([])
-        self.box.add_class("bxm-transcript")
-        self._pages = _Pages(self.box, ipw.VBox)
-        self.views: list[Any] = []  # ipw.HTML (a finished turn) or _TurnView
-
-    def add_finished(self, turns: Sequence[TurnView]) -> None:
-        """Show ``turns`` (turns of a stored log that will not change) after the others."""
-        for turn in turns:
-            item = ipw.HTML(render_turn(turn))
-            self.views.append(item)
-            self._pages.append(item)
-
-    def show(self, transcript: Transcript, live: bool) -> None:
-        """Bring the widgets up to ``transcript``; ``live``: a turn is running (its streaming
-        block is drawn as appended text)."""
-        turns = transcript.turns
-        streaming = transcript.streaming_block if live else None
-        for i in range(max(len(self.views) - 1, 0), len(turns)):
-            if i == len(self.views):
-                view = _TurnView(turns[i])
-                self.views.append(view)
-                self._pages.append(view.widget)
-            view = self.views[i]
-            if isinstance(view, _TurnView):
-                view.draw(streaming if i == len(turns) - 1 else None)
-
-    def html(self) -> str:
-        """Every turn as one HTML string (the widgets' HTML, nothing rendered again but a
-        block still streaming)."""
-        return "".join(v.html() if isinstance(v, _TurnView) else v.value for v in self.views)
 
 
 def _static(content: str, key: str) -> dict[str, str]:
@@ -293,11 +105,11 @@ class SessionView:
             records = list(Session.open(path_or_session, read_only=True).records)
             title = str(path_or_session)
         self.transcript = Transcript().extend(records)
-        self._box = _TranscriptBox()
+        self._box = TranscriptBox()
         self._box.add_finished(self.transcript.turns)
         self._key = uuid.uuid4().hex
         header = ipw.HTML(
-            f"{_WIDGET_CSS}{_hide_static(self._key)}"
+            f"{WIDGET_CSS}{_hide_static(self._key)}"
             f"<b>Session log</b> {html.escape(title)} ({len(records)} records)"
         )
         self.widget = ipw.VBox([header, self._box.box])
@@ -424,13 +236,13 @@ class ChatPanel:
         self.progress_row.add_class("bxm-progress")
         self.status = ipw.HTML("")
         self.status.add_class("bxm-status")
-        self._box = _TranscriptBox()
+        self._box = TranscriptBox()
         self._box.add_finished(self.transcript.turns)
         self._box.box.layout = ipw.Layout(height=transcript_height, overflow="auto")
         self._box.box.add_class("bxm-scroll")
         self._key = uuid.uuid4().hex
         self._displayed = False
-        self._keys = ipw.HTML(TRANSCRIPT_CSS + _WIDGET_CSS + _hide_static(self._key) + _KEYS_JS)
+        self._keys = ipw.HTML(TRANSCRIPT_CSS + WIDGET_CSS + _hide_static(self._key) + _KEYS_JS)
         self.send_button.on_click(lambda _b: self.send(self.input.value))
         self.input.observe(self._on_input, names="value")
         self.stop_button.on_click(lambda _b: self.stop())
@@ -506,18 +318,18 @@ class ChatPanel:
         live = self.transcript.live
         processed, total, cache = live.progress or (0, 0, 0)
         if live.progress is not None:
-            _set(self.progress, "max", max(total, 1))
-            _set(self.progress, "value", processed)
-            _set(
+            set_if_changed(self.progress, "max", max(total, 1))
+            set_if_changed(self.progress, "value", processed)
+            set_if_changed(
                 self.progress_label,
                 "value",
                 f"{processed} / {total} tokens ({cache} cached, {max(processed - cache, 0)} new)",
             )
         elif not self._running:
-            _set(self.progress, "value", 0)
-            _set(self.progress_label, "value", "")
-        _set(self.progress_row.layout, "display", None if live.progress else "none")
-        _set(self.status, "value", html.escape(live.status))
+            set_if_changed(self.progress, "value", 0)
+            set_if_changed(self.progress_label, "value", "")
+        set_if_changed(self.progress_row.layout, "display", None if live.progress else "none")
+        set_if_changed(self.status, "value", html.escape(live.status))
 
     def _flusher(self) -> None:
         """Flush while the turn runs: at most once per interval, and idle at least as long as
@@ -616,9 +428,3 @@ def _display(obj: Any, **kwargs: Any) -> None:
     """``IPython.display.display`` (untyped there)."""
     show: Callable[..., Any] = ipd.display
     show(obj, **kwargs)
-
-
-def _set(widget: Any, name: str, value: Any) -> None:
-    """Set a trait only when it changes (each change is one message to the front end)."""
-    if getattr(widget, name) != value:
-        setattr(widget, name, value)

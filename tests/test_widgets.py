@@ -19,6 +19,7 @@ from hostile import HOSTILE_MARKDOWN, live_hazards
 
 import boxmaker
 import boxmaker.render
+import boxmaker.widget_transcript
 import boxmaker.widgets
 from boxmaker.config import Config, LoopLimits
 from boxmaker.demo import demo_registry
@@ -49,7 +50,8 @@ from boxmaker.session import Session
 from boxmaker.stream import Completion
 from boxmaker.transcript import AnswerBlock, ReasoningBlock, ToolBlock, Transcript
 from boxmaker.turn import Runtime
-from boxmaker.widgets import CHUNK_CHARS, SUBMIT, ChatPanel, SessionView
+from boxmaker.widget_transcript import CHUNK_CHARS
+from boxmaker.widgets import SUBMIT, ChatPanel, SessionView
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -221,8 +223,8 @@ def test_a_refresh_renders_only_the_last_turn(
     def never(turn: Any, *, streaming: bool = False) -> str:
         raise AssertionError(f"turn {turn.user} rendered whole")
 
-    monkeypatch.setattr(boxmaker.widgets, "render_block", counting)
-    monkeypatch.setattr(boxmaker.widgets, "render_turn", never)
+    monkeypatch.setattr(boxmaker.widget_transcript, "render_block", counting)
+    monkeypatch.setattr(boxmaker.widget_transcript, "render_turn", never)
     panel.on_event(Content(" more"))
     panel.flush()
     assert rendered == ["a29 more"]  # the block that grew, nothing else
@@ -686,7 +688,7 @@ def test_stop_live_ends_the_request_at_the_server(tmp_path: Path) -> None:
             panel.on_event = hook  # type: ignore[method-assign]
             panel.ask("Hello!", timeout=60)
             kinds = [type(r).__name__ for r in panel.session.records]
-            assert kinds[:2] == ["User", "User"] and "Assistant" in kinds
+            assert kinds[:3] == ["User", "TurnEnd", "User"] and "Assistant" in kinds
             assert panel.transcript.turns[-1].completions >= 1
 
 
