@@ -16,6 +16,8 @@ import nbformat
 import pytest
 from fakes import ScriptedClient, Step, answer, call, calls, timings
 from hostile import HOSTILE_MARKDOWN, live_hazards
+from hypothesis import given
+from hypothesis import strategies as st
 
 import boxmaker
 import boxmaker.render
@@ -203,6 +205,25 @@ def test_streamed_fragments_are_joined_once_when_read() -> None:
     assert answer.parts == [answer.text]  # joined once, kept joined
     t.apply(Content("end"))
     assert t.turns[0].answer().endswith("c999 end") and reasoning.tokens == 1000
+
+
+@given(
+    fragments=st.lists(st.text(max_size=6), max_size=30),
+    start=st.integers(min_value=0, max_value=200),
+    read_at=st.integers(min_value=0, max_value=30),
+)
+def test_tail_is_the_text_from_a_character_on(
+    fragments: list[str], start: int, read_at: int
+) -> None:
+    block = AnswerBlock()
+    for i, fragment in enumerate(fragments):
+        if i == read_at:
+            _ = block.text  # reading joins the fragments: tail must still be right
+        block.append(fragment)
+    whole = "".join(fragments)
+    assert block.size == len(whole)
+    assert block.tail(start) == whole[start:]
+    assert ReasoningBlock(parts=list(fragments)).tail(start) == whole[start:]
 
 
 def test_a_refresh_renders_only_the_last_turn(
