@@ -21,7 +21,7 @@ import time
 from boxmaker.events import Content, Reasoning
 from boxmaker.records import Assistant, User
 from boxmaker.transcript import Transcript
-from boxmaker.widgets import _TranscriptBox
+from boxmaker.widget_transcript import TranscriptBox
 
 
 def fold_stream(tokens: int, chars: int) -> list[float]:
@@ -45,13 +45,13 @@ def fold_stream(tokens: int, chars: int) -> list[float]:
 def refresh_ms(turns: int) -> float:
     """Milliseconds for one refresh of the panel's transcript box after ``turns`` turns."""
     transcript = Transcript(clock=lambda: 0.0)
-    box = _TranscriptBox()
+    box = TranscriptBox()
     for i in range(turns):
         transcript.extend([User(content=f"q{i}"), Assistant(content=f"**answer** {i} " * 50)])
-        box.show(transcript.turns, streaming=True)
+        box.show(transcript, live=True)
     transcript.apply(Content("one more token"), 0.0)
     started = time.perf_counter()
-    box.show(transcript.turns, streaming=True)
+    box.show(transcript, live=True)
     return (time.perf_counter() - started) * 1000
 
 

@@ -5,15 +5,16 @@ which may come from the web) is untrusted. This module is the one place that tur
 something shown, for the widgets (:mod:`boxmaker.widgets`), the console view
 (:class:`boxmaker.demo.ConsoleView`) and ``boxmaker cassette show``:
 
-- HTML (:func:`render_turn`, :func:`render_block`): reasoning, tool calls and results are
-  escaped into ``<pre>``; answers are rendered as Markdown by :func:`render_markdown`, which
-  treats raw HTML in the text as text, leaves images as their Markdown source text (a rendered
-  answer fetches nothing, so a model cannot send the conversation to a server through an image
-  address), and passes the result through the ``nh3`` sanitizer (Python bindings of the Rust
-  ``ammonia`` library): an allow-list of tags and attributes, links kept only with an ``http``,
-  ``https`` or ``mailto`` address. Relative links (``/logout``, ``../x``, ``#top``) lose their
-  address too, since in a notebook they would point into the Jupyter server. A link that loses
-  its address stays as its text.
+- HTML (:func:`render_turn`, :func:`render_block`, and the pieces a live view draws while a
+  block streams, :func:`render_stream_head` and :func:`render_text`): reasoning, tool calls
+  and results are escaped into ``<pre>``; answers are rendered as Markdown by
+  :func:`render_markdown`, which treats raw HTML in the text as text, leaves images as their
+  Markdown source text (a rendered answer fetches nothing, so a model cannot send the
+  conversation to a server through an image address), and passes the result through the
+  ``nh3`` sanitizer (Python bindings of the Rust ``ammonia`` library): an allow-list of tags
+  and attributes, links kept only with an ``http``, ``https`` or ``mailto`` address. Relative
+  links (``/logout``, ``../x``, ``#top``) lose their address too, since in a notebook they
+  would point into the Jupyter server. A link that loses its address stays as its text.
 - Terminal (:func:`terminal_safe`): control characters, which would let model text move the
   cursor, retitle the window, clear the screen or hide text, are shown as ``\\x1b``-style
   escapes.
@@ -36,10 +37,15 @@ from .transcript import AnswerBlock, Block, ReasoningBlock, TurnView
 
 __all__ = [
     "LINK_SCHEMES",
+    "TRANSCRIPT_CSS",
     "counters_text",
     "render_block",
     "render_markdown",
+    "render_stream_head",
+    "render_text",
     "render_turn",
+    "render_turn_foot",
+    "render_user",
     "terminal_safe",
 ]
 
@@ -132,7 +138,7 @@ def terminal_safe(text: str) -> str:
 # -- the transcript as HTML -------------------------------------------------------------------
 
 _BADGE_COLOURS = {"cache_loss": "#b36b00"}
-_CSS = (
+TRANSCRIPT_CSS = (
     "<style>"
     ".bxm-turn{font-family:var(--jp-ui-font-family,sans-serif);margin:6px 0;}"
     ".bxm-user{background:#eef3ff;border-radius:6px;padding:4px 8px;margin:4px 0;"
@@ -143,8 +149,10 @@ _CSS = (
     ".bxm-badge{display:inline-block;border-radius:8px;padding:0 6px;margin:2px;"
     "color:white;font-size:85%;}"
     ".bxm-counters{color:#555;font-size:85%;}"
+    ".bxm-stream-head{color:#666;}"
     "</style>"
 )
+"""The ``<style>`` for the ``bxm-`` classes, at the head of every rendered turn."""
 
 
 def _pretty(arguments: str) -> str:
@@ -203,16 +211,16 @@ def counters_text(turn: TurnView) -> str:
     )
 
 
-def render_turn(turn: TurnView, *, streaming: bool = False) -> str:
-    """One turn as an HTML fragment: a ``<style>`` for the ``bxm-`` classes, the user message,
-    the blocks (:func:`render_block`; the last one open while ``streaming``), counters
-    (:func:`counters_text`), badges and how the turn ended, all but the answers escaped."""
+def render_user(turn: TurnView) -> str:
+    """The turn's user message as an escaped ``bxm-user`` block (``""`` when it has none)."""
+    return f"<div class='bxm-user'><b>You:</b> {html.escape(turn.user)}</div>" if turn.user else ""
+
+
+def render_turn_foot(turn: TurnView) -> str:
+    """What follows a turn's blocks: counters (:func:`counters_text`), one badge per limit hit
+    or cache loss, and how the turn ended; all escaped."""
     e = html.escape
-    last = len(turn.blocks) - 1
-    parts = [_CSS, "<div class='bxm-turn'>"]
-    if turn.user:
-        parts.append(f"<div class='bxm-user'><b>You:</b> {e(turn.user)}</div>")
-    parts += [render_block(b, streaming=streaming and i == last) for i, b in enumerate(turn.blocks)]
+    parts = []
     if turn.completions:
         parts.append(f"<div class='bxm-counters'>{e(counters_text(turn))}</div>")
     for kind, text in turn.badges:
@@ -223,5 +231,34 @@ def render_turn(turn: TurnView, *, streaming: bool = False) -> str:
         )
     if turn.ended:
         parts.append(f"<div class='bxm-ended'><i>Turn ended: {e(turn.ended)}</i></div>")
-    parts.append("</div>")
     return "".join(parts)
+
+
+def render_turn(turn: TurnView, *, streaming: bool = False) -> str:
+    """One turn as an HTML fragment: a ``<style>`` for the ``bxm-`` classes, the user message
+    (:func:`render_user`), the blocks (:func:`render_block`; the last one open while
+    ``streaming``) and :func:`render_turn_foot`, all but the answers escaped."""
+    last = len(turn.blocks) - 1
+    parts = [TRANSCRIPT_CSS, "<div class='bxm-turn'>", render_user(turn)]
+    parts += [render_block(b, streaming=streaming and i == last) for i, b in enumerate(turn.blocks)]
+    parts += [render_turn_foot(turn), "</div>"]
+    return "".join(parts)
+
+
+# -- a block while it streams ----------------------------------------------------------------
+
+
+def render_stream_head(block: ReasoningBlock | AnswerBlock) -> str:
+    """The line above a block that is still streaming: ``Reasoning (N tokens)…`` for
+    reasoning, nothing for an answer (its text follows as :func:`render_text`)."""
+    if isinstance(block, ReasoningBlock):
+        return f"<div class='bxm-stream-head'>Reasoning ({block.tokens} tokens)…</div>"
+    return ""
+
+
+def render_text(text: str) -> str:
+    """A piece of streaming model text, escaped, to be shown as it is (``white-space:
+    pre-wrap``); pieces escaped apart and shown one after the other read as the whole text
+    escaped (escaping is per character). Its Markdown is rendered once, when the block ends
+    (:func:`render_block`)."""
+    return html.escape(text, quote=False)

@@ -59,6 +59,19 @@ def _joined(parts: list[str]) -> str:
     return parts[0] if parts else ""
 
 
+def _tail(parts: list[str], size: int, start: int) -> str:
+    """The text of ``parts`` (``size`` characters in all) from character ``start`` on, read
+    from the last fragments back: O(characters returned), however long the text before."""
+    taken: list[str] = []
+    at = size
+    for part in reversed(parts):
+        if at <= start:
+            break
+        taken.append(part)
+        at -= len(part)
+    return "".join(reversed(taken))[max(start - at, 0) :]
+
+
 @dataclass
 class ReasoningBlock:
     """Reasoning of one completion.
@@ -71,11 +84,25 @@ class ReasoningBlock:
     parts: list[str] = field(default_factory=list)
     tokens: int = 0
     capped: bool = False
+    size: int = field(init=False, default=0)
+    """Characters in :attr:`text` (kept as fragments arrive)."""
+
+    def __post_init__(self) -> None:
+        self.size = sum(map(len, self.parts))
 
     @property
     def text(self) -> str:
         """The reasoning text: the fragments joined, in order."""
         return _joined(self.parts)
+
+    def append(self, text: str) -> None:
+        """Add one streamed fragment (O(1))."""
+        self.parts.append(text)
+        self.size += len(text)
+
+    def tail(self, start: int) -> str:
+        """The text from character ``start`` on; costs O(characters returned)."""
+        return _tail(self.parts, self.size, start)
 
 
 @dataclass
@@ -86,11 +113,25 @@ class AnswerBlock:
     """
 
     parts: list[str] = field(default_factory=list)
+    size: int = field(init=False, default=0)
+    """Characters in :attr:`text` (kept as fragments arrive)."""
+
+    def __post_init__(self) -> None:
+        self.size = sum(map(len, self.parts))
 
     @property
     def text(self) -> str:
         """The answer text: the fragments joined, in order."""
         return _joined(self.parts)
+
+    def append(self, text: str) -> None:
+        """Add one streamed fragment (O(1))."""
+        self.parts.append(text)
+        self.size += len(text)
+
+    def tail(self, start: int) -> str:
+        """The text from character ``start`` on; costs O(characters returned)."""
+        return _tail(self.parts, self.size, start)
 
 
 @dataclass
@@ -173,6 +214,15 @@ class Transcript:
         self._clock = clock
         self._streamed = False
 
+    @property
+    def streaming_block(self) -> ReasoningBlock | AnswerBlock | None:
+        """The block the running completion is streaming into (the last block of the last
+        turn, still growing), or ``None`` between completions and for turns from a log."""
+        if not (self._streamed and self.turns and self.turns[-1].blocks):
+            return None
+        last = self.turns[-1].blocks[-1]
+        return last if isinstance(last, ReasoningBlock | AnswerBlock) else None
+
     def extend(self, events: Iterable[TurnEvent | Record]) -> Transcript:
         """Apply each event in order; returns ``self``."""
         for event in events:
@@ -238,6 +288,7 @@ class Transcript:
         elif isinstance(event, LimitHit):
             self._turn().badges.append((event.kind, f"{event.kind}: {event.detail}"))
         elif isinstance(event, TurnEnd) and self.turns:
+            self._streamed = False
             # schema 2: a stored log says how each turn ended (a live panel says it too)
             early = event.outcome not in ("answered", "length")
             self.turns[-1].ended = f"{event.outcome}: {event.detail}" if early else None
@@ -254,10 +305,10 @@ class Transcript:
         self._streamed = True
         if isinstance(event, Reasoning):
             block = self._last(ReasoningBlock)
-            block.parts.append(event.text)
+            block.append(event.text)
             block.tokens += 1
         else:
-            self._last(AnswerBlock).parts.append(event.text)
+            self._last(AnswerBlock).append(event.text)
 
     def _assistant(self, record: Assistant) -> None:
         turn = self._turn()
@@ -305,6 +356,7 @@ class Transcript:
 
     def end_turn(self, reason: str | None) -> None:
         """Mark the last turn finished; ``reason`` says why it ended early (``None``: answered)."""
+        self._streamed = False
         if self.turns:
             self.turns[-1].ended = reason
         self.live.status = f"Ended: {reason}" if reason else "Done"

@@ -5,10 +5,12 @@ Both consume only the public hooks: the events :func:`boxmaker.turn.run_turn` pa
 (:mod:`boxmaker.records`). Nothing here is called by the loop.
 
 The widgets hold no logic of their own: :class:`~boxmaker.transcript.Transcript` folds events
-and records into plain turns (:mod:`boxmaker.transcript`), :func:`~boxmaker.render.render_turn`
-turns one into safe HTML (:mod:`boxmaker.render`, where the rules for untrusted model text are),
-and the widgets copy the result into widget values. Only the last turn of a transcript ever
-changes, so a refresh re-renders that one alone, however long the session.
+and records into plain turns (:mod:`boxmaker.transcript`), :mod:`boxmaker.render` turns them
+into safe HTML (the rules for untrusted model text are there), and
+:class:`~boxmaker.widget_transcript.TranscriptBox` draws them by appending
+(:mod:`boxmaker.widget_transcript`): a finished block is rendered once, the block still
+streaming is sent as the text that came since the last refresh, and only the last turn is
+ever drawn again, so a refresh costs the same however long the session and the answer.
 
 Coalescing: :class:`ChatPanel`'s hook only appends the event to a buffer (thread-safe, cheap).
 A flusher thread folds the buffer into the transcript and copies it to the widgets at most
@@ -23,6 +25,16 @@ which the panel sees as a send; Shift+Enter inserts a new line as usual. The mar
 with the text itself, so the kernel always sends the whole text (a button's click message can
 overtake a value update that ipywidgets holds back while the kernel is busy). Where a front end
 strips that handler, Enter makes a new line and the Send button sends through its own click.
+The same script marks the textarea ``data-lm-suppress-shortcuts`` (JupyterLab and Notebook 7
+then leave its keys alone: Shift+Enter does not run the cell) and keeps the transcript box,
+of fixed height so that the input, Send and Stop never move, scrolled to the new text unless
+the reader scrolled up. Tested in JupyterLab, Notebook 7 and Voila in headless Chromium.
+
+Saved notebooks: displaying a panel or a view shows the widget and, as a second output, the
+transcript as static ``text/html`` (the panel updates it at the end of each turn). The live
+widget hides that copy with a style; a notebook saved without widget state (JupyterLab's and
+Notebook 7's default), a notebook viewer or nbconvert shows it, so the conversation stays
+readable without a kernel. It is the same sanitized HTML the widgets show.
 
 This module imports ipywidgets; ``import boxmaker`` does not import it (the package loads
 :class:`ChatPanel` and :class:`SessionView` on first use).
@@ -34,18 +46,21 @@ import html
 import os
 import threading
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as ipw
+from IPython import display as ipd
 
 from .errors import TurnError
 from .events import TurnEvent
 from .records import Record
-from .render import render_turn
+from .render import TRANSCRIPT_CSS
 from .session import Session
-from .transcript import Transcript, TurnView
+from .transcript import Transcript
 from .turn import Runtime, run_turn
+from .widget_transcript import WIDGET_CSS, TranscriptBox, set_if_changed
 
 __all__ = ["MAX_FLUSHES_PER_S", "SUBMIT", "ChatPanel", "SessionView"]
 
@@ -53,28 +68,15 @@ MAX_FLUSHES_PER_S = 15.0
 """Most widget refreshes :class:`ChatPanel` makes per second while a turn streams."""
 
 
-class _TranscriptBox:
-    """A VBox with one HTML widget per turn.
+def _static(content: str, key: str) -> dict[str, str]:
+    """A ``text/html`` bundle of a transcript's static HTML, marked with ``key`` so that a live
+    view on the page can hide it (a saved notebook, nbconvert or a notebook viewer shows it)."""
+    return {"text/html": f"<div class='bxm-static bxm-static-{key}'>{content}</div>"}
 
-    Only the last turn of a transcript changes (see :class:`~boxmaker.transcript.Transcript`),
-    so :meth:`show` re-renders the turn shown last and any new ones; the turns before keep
-    their HTML. A refresh costs the same after 2 turns or 2,000.
-    """
 
-    def __init__(self) -> None:
-        self.box = ipw.VBox([])
-        self.box.add_class("bxm-transcript")
-        self.items: list[Any] = []
-
-    def show(self, turns: Sequence[TurnView], streaming: bool) -> None:
-        """Bring the widgets up to ``turns``; the last turn is rendered as ``streaming``."""
-        for i in range(max(len(self.items) - 1, 0), len(turns)):
-            if i == len(self.items):
-                self.items.append(ipw.HTML())
-                self.box.children = tuple(self.items)
-            value = render_turn(turns[i], streaming=streaming and i == len(turns) - 1)
-            if self.items[i].value != value:
-                self.items[i].value = value
+def _hide_static(key: str) -> str:
+    """A ``<style>`` that hides the static HTML marked ``key`` while the live widget is shown."""
+    return f"<style>.bxm-static-{key}{{display:none}}</style>"
 
 
 class SessionView:
@@ -103,17 +105,27 @@ class SessionView:
             records = list(Session.open(path_or_session, read_only=True).records)
             title = str(path_or_session)
         self.transcript = Transcript().extend(records)
-        self._box = _TranscriptBox()
-        self._box.show(self.transcript.turns, streaming=False)
-        header = ipw.HTML(f"<b>Session log</b> {html.escape(title)} ({len(records)} records)")
+        self._box = TranscriptBox()
+        self._box.add_finished(self.transcript.turns)
+        self._key = uuid.uuid4().hex
+        header = ipw.HTML(
+            f"{WIDGET_CSS}{_hide_static(self._key)}"
+            f"<b>Session log</b> {html.escape(title)} ({len(records)} records)"
+        )
         self.widget = ipw.VBox([header, self._box.box])
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
 
+    def _ipython_display_(self) -> None:
+        """Display the widget and, as a second output, :meth:`html` as static ``text/html``
+        (hidden while the widget is live; what a saved notebook shows without a kernel)."""
+        _display(self.widget)
+        _display(_static(self.html(), self._key), raw=True)
+
     def html(self) -> str:
         """The whole transcript as one HTML string (no widgets needed to read it)."""
-        return "".join(render_turn(t) for t in self.transcript.turns)
+        return self._box.html()
 
 
 SUBMIT = "\ue000"
@@ -124,8 +136,10 @@ _KEYS_JS = (
     "(function(img){var root=img.closest('.bxm-panel')||document;"
     "var area=root.querySelector('.bxm-input textarea');"
     "var send=root.querySelector('.bxm-send');"
-    "if(!area||!send){setTimeout(function(){img.onerror();},200);return;}"
+    "var box=root.querySelector('.bxm-transcript');"
+    "if(!area||!send||!box){setTimeout(function(){img.onerror();},200);return;}"
     "if(area.dataset.bxm)return;area.dataset.bxm='1';"
+    "area.setAttribute('data-lm-suppress-shortcuts','true');"
     "function submit(){area.value+='\\ue000';"
     "area.dispatchEvent(new Event('input',{bubbles:true}));}"
     "area.addEventListener('keydown',function(ev){"
@@ -133,11 +147,24 @@ _KEYS_JS = (
     "ev.preventDefault();ev.stopPropagation();submit();}});"
     "send.addEventListener('click',function(ev){"
     "ev.stopImmediatePropagation();ev.preventDefault();submit();},true);"
+    "var stick=true;"
+    "box.addEventListener('scroll',function(){"
+    "stick=box.scrollTop+box.clientHeight>=box.scrollHeight-24;});"
+    "new MutationObserver(function(){if(stick){box.scrollTop=box.scrollHeight;}})"
+    ".observe(box,{childList:true,subtree:true,characterData:true});"
+    "box.scrollTop=box.scrollHeight;"
     '})(this)">'
 )
-"""Enter, and a click on Send, append :data:`SUBMIT` to the value (synced like any typing, so
-the kernel gets the whole text, in order); Shift+Enter keeps the textarea's new line. Run by the
-browser; without it, the Send button's own click handler sends."""
+"""Run by the browser (an ``<img onerror>`` handler: ``innerHTML`` does not run ``<script>``).
+
+- Enter, and a click on Send, append :data:`SUBMIT` to the value (synced like any typing, so
+  the kernel gets the whole text, in order); Shift+Enter keeps the textarea's new line.
+  Without the script, the Send button's own click handler sends.
+- The textarea gets ``data-lm-suppress-shortcuts``: Lumino (JupyterLab, Notebook 7) then
+  skips its keyboard shortcuts for keys typed there, so Shift+Enter does not run the cell and
+  letters are not notebook commands.
+- The transcript box (bounded height) follows new text, unless the reader scrolled up.
+"""
 
 
 class ChatPanel:
@@ -153,6 +180,9 @@ class ChatPanel:
         runtime: config, client, tools and cancel switch (shared with the worker thread).
         session: the log the turns extend; turns already in it are shown first.
         max_flushes_per_s: cap on widget refreshes per second.
+        transcript_height: CSS height of the transcript box (it scrolls, follows new text
+            unless the reader scrolled up, and can be resized by its corner), so the input,
+            Send and Stop stay in one place while an answer streams.
 
     Attributes:
         transcript: the folded :class:`Transcript` (read it under :attr:`lock` while a turn runs).
@@ -172,6 +202,7 @@ class ChatPanel:
         session: Session,
         *,
         max_flushes_per_s: float = MAX_FLUSHES_PER_S,
+        transcript_height: str = "360px",
     ) -> None:
         self.runtime = runtime
         self.session = session
@@ -202,18 +233,27 @@ class ChatPanel:
         self.progress_row = ipw.HBox(
             [self.progress, self.progress_label], layout=ipw.Layout(display="none")
         )
+        self.progress_row.add_class("bxm-progress")
         self.status = ipw.HTML("")
         self.status.add_class("bxm-status")
-        self._box = _TranscriptBox()
-        self._keys = ipw.HTML(_KEYS_JS)
+        self._box = TranscriptBox()
+        self._box.add_finished(self.transcript.turns)
+        self._box.box.layout = ipw.Layout(height=transcript_height, overflow="auto")
+        self._box.box.add_class("bxm-scroll")
+        self._key = uuid.uuid4().hex
+        self._displayed = False
+        self._keys = ipw.HTML(TRANSCRIPT_CSS + WIDGET_CSS + _hide_static(self._key) + _KEYS_JS)
         self.send_button.on_click(lambda _b: self.send(self.input.value))
         self.input.observe(self._on_input, names="value")
         self.stop_button.on_click(lambda _b: self.stop())
         self.widget = ipw.VBox(
             [
                 self._box.box,
-                self.progress_row,
-                self.status,
+                # one row of fixed height: the controls below never move when it changes
+                ipw.HBox(
+                    [self.progress_row, self.status],
+                    layout=ipw.Layout(height="2.5em", align_items="center", overflow="hidden"),
+                ),
                 self.input,
                 ipw.HBox([self.send_button, self.stop_button]),
                 self._keys,
@@ -225,6 +265,20 @@ class ChatPanel:
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
 
+    def _ipython_display_(self) -> None:
+        """Display the widget and, as a second output, the transcript as static ``text/html``
+        (:meth:`static_html`; a display that each turn's end updates). The live widget hides
+        it; a saved notebook keeps it, so the conversation reads without a kernel (reopened,
+        on a notebook viewer, converted by nbconvert)."""
+        _display(self.widget)
+        _display(self.static_html(), raw=True, display_id=self._key)
+        self._displayed = True
+
+    def static_html(self) -> dict[str, str]:
+        """The transcript as a ``text/html`` bundle, marked so the live panel can hide it."""
+        with self.lock:
+            return _static(self._box.html(), self._key)
+
     def _on_input(self, change: dict[str, Any]) -> None:
         """Enter was pressed (the value holds :data:`SUBMIT`): send the text before it."""
         value = change["new"]
@@ -234,8 +288,9 @@ class ChatPanel:
                 self.input.value = text  # busy or blank: keep what was typed
 
     def html(self) -> str:
-        """The transcript as shown now (what the widgets hold), as one HTML string."""
-        return "".join(item.value for item in self._box.items)
+        """The transcript as shown now, as one HTML string (a streaming block as Markdown)."""
+        with self.lock:
+            return self._box.html()
 
     # -- the hook ---------------------------------------------------------------------------
 
@@ -253,24 +308,28 @@ class ChatPanel:
         with self.lock:
             for at, event in events:
                 self.transcript.apply(event, at)
-            live = self.transcript.live
-            self._box.show(self.transcript.turns, streaming=self._running)
-            processed, total, cache = live.progress or (0, 0, 0)
-            if live.progress is not None:
-                _set(self.progress, "max", max(total, 1))
-                _set(self.progress, "value", processed)
-                _set(
-                    self.progress_label,
-                    "value",
-                    f"{processed} / {total} tokens ({cache} cached, "
-                    f"{max(processed - cache, 0)} new)",
-                )
-            elif not self._running:
-                _set(self.progress, "value", 0)
-                _set(self.progress_label, "value", "")
-            _set(self.progress_row.layout, "display", None if live.progress else "none")
-            _set(self.status, "value", html.escape(live.status))
+            self._box.show(self.transcript, live=self._running)
+            self._draw_live()
             self.flushes += 1
+
+    def _draw_live(self) -> None:
+        """Copy the running request's state (progress, status) to the widgets; the progress
+        row shows only while a prompt is processed (hidden at every turn end)."""
+        live = self.transcript.live
+        processed, total, cache = live.progress or (0, 0, 0)
+        if live.progress is not None:
+            set_if_changed(self.progress, "max", max(total, 1))
+            set_if_changed(self.progress, "value", processed)
+            set_if_changed(
+                self.progress_label,
+                "value",
+                f"{processed} / {total} tokens ({cache} cached, {max(processed - cache, 0)} new)",
+            )
+        elif not self._running:
+            set_if_changed(self.progress, "value", 0)
+            set_if_changed(self.progress_label, "value", "")
+        set_if_changed(self.progress_row.layout, "display", None if live.progress else "none")
+        set_if_changed(self.status, "value", html.escape(live.status))
 
     def _flusher(self) -> None:
         """Flush while the turn runs: at most once per interval, and idle at least as long as
@@ -329,10 +388,12 @@ class ChatPanel:
             self.flush()  # the final flush: everything buffered reaches the widgets
             with self.lock:
                 self.transcript.end_turn(reason)
-                self._box.show(self.transcript.turns, streaming=False)
-                _set(self.status, "value", html.escape(self.transcript.live.status))
+                self._box.show(self.transcript, live=False)
+                self._draw_live()
             self.send_button.disabled = False
             self.stop_button.disabled = True
+            if self._displayed:  # the saved notebook's copy follows each turn
+                _display(self.static_html(), raw=True, display_id=self._key, update=True)
 
     def stop(self) -> None:
         """Cancel the running turn (sets ``runtime.cancel``); the worker ends it cleanly."""
@@ -363,7 +424,7 @@ class ChatPanel:
         return self.outcomes[-1] if self.outcomes else None
 
 
-def _set(widget: Any, name: str, value: Any) -> None:
-    """Set a trait only when it changes (each change is one message to the front end)."""
-    if getattr(widget, name) != value:
-        setattr(widget, name, value)
+def _display(obj: Any, **kwargs: Any) -> None:
+    """``IPython.display.display`` (untyped there)."""
+    show: Callable[..., Any] = ipd.display
+    show(obj, **kwargs)

@@ -10,22 +10,16 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import shutil
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import nbformat
 import pytest
+from browser import CHROMIUM, DevTools, chromium, free_port, running
 from nbformat.v4 import new_code_cell, new_notebook
 
-CHROMIUM = Path("/usr/bin/chromium")
 ANSWER = "The weather in Oslo is sunny and mild."
 SECOND = "Rome is warm today, with a light breeze from the sea and clear skies until the evening."
 THIRD = " ".join(["A very long story that goes on."] * 200)
@@ -91,13 +85,6 @@ panel = ChatPanel(runtime, session)
 '''
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _write_notebook(path: Path) -> None:
     setup = NOTEBOOK.replace("ANSWERS", json.dumps([ANSWER, SECOND, THIRD]))
     nb = new_notebook(
@@ -115,147 +102,16 @@ def _write_notebook(path: Path) -> None:
 def voila_url(tmp_path: Path) -> Iterator[str]:
     notebook = tmp_path / "panel.ipynb"
     _write_notebook(notebook)
-    port = _free_port()
-    log = (tmp_path / "voila.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "voila",
-            str(notebook),
-            "--no-browser",
-            f"--port={port}",
-            "--Voila.ip=127.0.0.1",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=tmp_path,
-        env={**os.environ, "JUPYTER_PLATFORM_DIRS": "1"},
-    )
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with socket.socket() as s:  # listening? (a GET of the page would start a kernel)
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(
-                    "voila did not start:\n" + (tmp_path / "voila.log").read_text()
-                )
-            time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
-
-
-class DevTools:
-    """A minimal Chrome DevTools protocol client over one page's websocket."""
-
-    def __init__(self, ws_url: str) -> None:
-        import websocket  # websocket-client, installed with jupyter_server
-
-        self.ws = websocket.create_connection(ws_url, timeout=30, suppress_origin=True)
-        self.next_id = 0
-
-    def call(self, method: str, **params: Any) -> dict[str, Any]:
-        self.next_id += 1
-        self.ws.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
-        while True:
-            message = json.loads(self.ws.recv())
-            if message.get("id") == self.next_id:
-                if "error" in message:
-                    raise AssertionError(f"{method}: {message['error']}")
-                result: dict[str, Any] = message["result"]
-                return result
-
-    def js(self, expression: str) -> Any:
-        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
-        return result["result"].get("value")
-
-    def wait_for(self, expression: str, timeout: float = 60.0) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            value = self.js(expression)
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                text = self.js("document.body ? document.body.innerText : ''")
-                raise AssertionError(f"timed out waiting for {expression}; page text:\n{text}")
-            time.sleep(0.25)
-
-    def key(self, key: str, code: int, modifiers: int = 0, text: str = "") -> None:
-        for kind in ("keyDown", "keyUp"):
-            params: dict[str, Any] = {
-                "type": kind,
-                "key": key,
-                "code": key,
-                "windowsVirtualKeyCode": code,
-                "nativeVirtualKeyCode": code,
-                "modifiers": modifiers,
-            }
-            if kind == "keyDown" and text:
-                params["text"] = text
-            self.call("Input.dispatchKeyEvent", **params)
-
-    def close(self) -> None:
-        self.ws.close()
+    port = free_port()
+    command = [sys.executable, "-m", "voila", str(notebook), "--no-browser", f"--port={port}"]
+    with running([*command, "--Voila.ip=127.0.0.1"], port, tmp_path / "voila.log", tmp_path):
+        yield f"http://127.0.0.1:{port}/"
 
 
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[DevTools]:
-    profile = tmp_path / "chromium-profile"
-    profile.mkdir()
-    proc = subprocess.Popen(
-        [
-            str(CHROMIUM),
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-dev-shm-usage",
-            f"--user-data-dir={profile}",
-            "--remote-debugging-address=127.0.0.1",
-            "--remote-debugging-port=0",
-            "--window-size=1200,1600",
-            "about:blank",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=(tmp_path / "chromium.log").open("wb"),
-    )
-    try:
-        port_file = profile / "DevToolsActivePort"
-        deadline = time.monotonic() + 30
-        while not (port_file.exists() and port_file.read_text().strip()):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(
-                    "chromium did not start:\n" + (tmp_path / "chromium.log").read_text()
-                )
-            time.sleep(0.1)
-        port = port_file.read_text().split()[0]
-        targets = httpx.get(f"http://127.0.0.1:{port}/json/list", timeout=5).json()
-        page = next(t for t in targets if t["type"] == "page")
-        tools = DevTools(page["webSocketDebuggerUrl"])
-        try:
-            yield tools
-        finally:
-            tools.close()
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        shutil.rmtree(profile, ignore_errors=True)
+    with chromium(tmp_path) as tools:
+        yield tools
 
 
 def test_chat_panel_in_voila_in_chromium(voila_url: str, browser: DevTools, tmp_path: Path) -> None:
@@ -287,7 +143,8 @@ def test_chat_panel_in_voila_in_chromium(voila_url: str, browser: DevTools, tmp_
     browser.key("Enter", 13, text="\r")
     # the answer streams: the page shows a part of it before the whole
     last_answer = (
-        "(a => a.length ? a[a.length - 1].innerText : '')(document.querySelectorAll('.bxm-answer'))"
+        "(a => a.length ? a[a.length - 1].innerText : '')"
+        "(document.querySelectorAll('.bxm-answer, .bxm-live-answer'))"
     )
     seen = set()
     deadline = time.monotonic() + 60

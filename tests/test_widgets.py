@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import subprocess
 import sys
 import threading
@@ -10,11 +11,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import ipywidgets as ipw
+import nbformat
 import pytest
 from fakes import ScriptedClient, Step, answer, call, calls, timings
 from hostile import HOSTILE_MARKDOWN, live_hazards
+from hypothesis import given
+from hypothesis import strategies as st
 
 import boxmaker
+import boxmaker.render
+import boxmaker.widget_transcript
 import boxmaker.widgets
 from boxmaker.config import Config, LoopLimits
 from boxmaker.demo import demo_registry
@@ -40,11 +47,12 @@ from boxmaker.records import (
     User,
 )
 from boxmaker.records import ToolCall as Call
-from boxmaker.render import render_markdown, render_turn
+from boxmaker.render import render_block, render_markdown, render_turn
 from boxmaker.session import Session
 from boxmaker.stream import Completion
 from boxmaker.transcript import AnswerBlock, ReasoningBlock, ToolBlock, Transcript
 from boxmaker.turn import Runtime
+from boxmaker.widget_transcript import CHUNK_CHARS
 from boxmaker.widgets import SUBMIT, ChatPanel, SessionView
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -199,6 +207,25 @@ def test_streamed_fragments_are_joined_once_when_read() -> None:
     assert t.turns[0].answer().endswith("c999 end") and reasoning.tokens == 1000
 
 
+@given(
+    fragments=st.lists(st.text(max_size=6), max_size=30),
+    start=st.integers(min_value=0, max_value=200),
+    read_at=st.integers(min_value=0, max_value=30),
+)
+def test_tail_is_the_text_from_a_character_on(
+    fragments: list[str], start: int, read_at: int
+) -> None:
+    block = AnswerBlock()
+    for i, fragment in enumerate(fragments):
+        if i == read_at:
+            _ = block.text  # reading joins the fragments: tail must still be right
+        block.append(fragment)
+    whole = "".join(fragments)
+    assert block.size == len(whole)
+    assert block.tail(start) == whole[start:]
+    assert ReasoningBlock(parts=list(fragments)).tail(start) == whole[start:]
+
+
 def test_a_refresh_renders_only_the_last_turn(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -207,22 +234,95 @@ def test_a_refresh_renders_only_the_last_turn(
         panel.on_event(User(content=f"q{i}"))
         panel.on_event(Assistant(content=f"a{i}"))
     panel.flush()
-    assert len(panel._box.items) == 30
+    assert len(panel._box.views) == 30
     rendered: list[str] = []
 
-    def counting(turn: Any, *, streaming: bool = False) -> str:
-        rendered.append(turn.user)
-        return render_turn(turn, streaming=streaming)
+    def counting(block: Any, *, streaming: bool = False) -> str:
+        rendered.append(block.text)
+        return render_block(block, streaming=streaming)
 
-    monkeypatch.setattr(boxmaker.widgets, "render_turn", counting)
+    def never(turn: Any, *, streaming: bool = False) -> str:
+        raise AssertionError(f"turn {turn.user} rendered whole")
+
+    monkeypatch.setattr(boxmaker.widget_transcript, "render_block", counting)
+    monkeypatch.setattr(boxmaker.widget_transcript, "render_turn", never)
     panel.on_event(Content(" more"))
     panel.flush()
-    assert rendered == ["q29"]
-    assert "a29 more" in panel._box.items[29].value
+    assert rendered == ["a29 more"]  # the block that grew, nothing else
+    assert "a29 more" in panel._box.views[29].html()
     panel.on_event(User(content="q30"))
+    panel.on_event(Assistant(content="a30"))
     panel.flush()
-    assert rendered == ["q29", "q29", "q30"]  # the one before loses its streaming state
-    assert len(panel._box.items) == 31 and "q30" in panel.html()
+    assert rendered == ["a29 more", "a30"]
+    assert len(panel._box.views) == 31 and "q30" in panel.html()
+    assert panel._box.box.children and len(panel._box.box.children) == 1  # one page of turns
+    assert all(len(page.children) <= 32 for page in panel._box.box.children)
+
+
+def _html_changes(root: Any) -> list[str]:
+    """Every ``value`` an HTML widget under ``root`` is set to from now on (widgets added
+    later too)."""
+    changes: list[str] = []
+    watched: set[int] = set()
+
+    def watch(widget: Any) -> None:
+        if id(widget) in watched:
+            return
+        watched.add(id(widget))
+        if isinstance(widget, ipw.HTML):
+            changes.append(widget.value)  # a new widget sends its value once
+            widget.observe(lambda ch: changes.append(ch["new"]), names="value")
+        if isinstance(widget, ipw.Box):
+            for child in widget.children:
+                watch(child)
+            widget.observe(lambda ch: [watch(c) for c in ch["new"]], names="children")
+
+    watch(root)
+    changes.clear()
+    return changes
+
+
+def test_a_streaming_answer_is_drawn_by_appending(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    panel = _panel(tmp_path, ScriptedClient([]))
+    panel._running = True
+    panel.on_event(User(content="write"))
+    panel.on_event(Reasoning("<think> & "))
+    panel.flush()
+    changes = _html_changes(panel._box.box)
+    markdown_calls: list[int] = []
+    original = boxmaker.render.render_markdown
+
+    def counting(text: str) -> str:
+        markdown_calls.append(len(text))
+        return original(text)
+
+    monkeypatch.setattr(boxmaker.render, "render_markdown", counting)
+    pieces = [f"w{i} <b>&" if i % 7 == 0 else f"w{i} **x**\n" for i in range(4000)]
+    for i, piece in enumerate(pieces):
+        panel.on_event(Content(piece))
+        if i % 40 == 39:
+            panel.flush()
+    text = "".join(pieces)
+    sent = sum(len(c) for c in changes)
+    assert markdown_calls == []  # nothing rendered as Markdown while it streams
+    assert max(len(c) for c in changes) <= len(html.escape(text[:CHUNK_CHARS])) + 200
+    assert sent < 3 * len(html.escape(text))  # each piece sent about once (was: every draw)
+    live = panel._box.views[0].views[1][0]
+    chunks = [w.value for page in live.body.children for w in page.children]
+    assert "".join(chunks) == html.escape(text, quote=False)  # shown as text, escaped
+    assert live_hazards("".join(chunks), tags=PANEL_TAGS) == []
+    reasoning_view = panel._box.views[0].views[0][0]
+    assert "&lt;think&gt; &amp;" in reasoning_view.value  # the reasoning ended: rendered once
+    panel.on_event(Assistant(content=text, reasoning="<think> & "))
+    panel.flush()
+    assert markdown_calls == [len(text)]  # the answer's Markdown, once, when it ended
+    panel.on_event(Usage(timings=timings(0, 10, 4000)))
+    panel._running = False
+    panel.flush()
+    assert markdown_calls == [len(text)]
+    assert panel.html() == render_turn(panel.transcript.turns[0])
 
 
 # -- untrusted model text ---------------------------------------------------------------------
@@ -452,17 +552,9 @@ class BurstClient:
 
 def _count_updates(panel: ChatPanel) -> list[str]:
     """Record every ``value`` change of the panel's widgets, turn widgets added later too."""
-    changes: list[str] = []
-    watched: set[int] = set()
-
-    def watch(widgets: Any) -> None:
-        for w in widgets:
-            if id(w) not in watched:
-                watched.add(id(w))
-                w.observe(lambda ch: changes.append(ch["name"]), names="value")
-
-    watch((panel.status, panel.progress, panel.progress_label, *panel._box.items))
-    panel._box.box.observe(lambda ch: watch(ch["new"]), names="children")
+    changes = _html_changes(panel._box.box)
+    for w in (panel.status, panel.progress, panel.progress_label):
+        w.observe(lambda ch: changes.append(str(ch["new"])), names="value")
     return changes
 
 
@@ -617,5 +709,117 @@ def test_stop_live_ends_the_request_at_the_server(tmp_path: Path) -> None:
             panel.on_event = hook  # type: ignore[method-assign]
             panel.ask("Hello!", timeout=60)
             kinds = [type(r).__name__ for r in panel.session.records]
-            assert kinds[:2] == ["User", "User"] and "Assistant" in kinds
+            assert kinds[:3] == ["User", "TurnEnd", "User"] and "Assistant" in kinds
             assert panel.transcript.turns[-1].completions >= 1
+
+
+# -- what a saved notebook keeps --------------------------------------------------------------
+
+
+class PromptThenWait:
+    """Reports prompt progress, then waits on ``cancel`` as a long prompt would."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+
+    def chat_with_retry(
+        self,
+        body: dict[str, Any],
+        on_event: Callable[[ClientEvent], None],
+        *,
+        reasoning_budget: int | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Completion:
+        assert cancel is not None
+        on_event(Queued())
+        on_event(Progress(total=2155, cache=0, processed=2155, time_ms=900.0))
+        self.started.set()
+        if not cancel.wait(10):
+            raise AssertionError("never cancelled")
+        raise RequestCancelled("the stream was closed")
+
+
+def test_progress_row_hidden_after_a_cancel_in_prompt_processing(tmp_path: Path) -> None:
+    client = PromptThenWait()
+    panel = _panel(tmp_path, client)
+    assert panel.send("a long prompt")
+    assert client.started.wait(5)
+    deadline = time.monotonic() + 5
+    while panel.progress_row.layout.display == "none":  # the flusher shows the row
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert panel.progress_label.value.startswith("2155 / 2155 tokens")
+    panel.stop()
+    assert panel.wait(5)
+    assert isinstance(panel.outcomes[-1], TurnCancelled)
+    assert panel.progress_row.layout.display == "none"
+    assert panel.progress_label.value == "" and panel.progress.value == 0
+    assert panel.status.value.startswith("Ended: TurnCancelled")
+
+
+def test_static_html_of_panel_and_view_is_the_transcript_and_inert(tmp_path: Path) -> None:
+    bad = "<img src=x onerror=alert(1)>"
+    panel = _panel(tmp_path, ScriptedClient([answer(f"**two** {bad}"), answer("ok")]))
+    panel.ask(f"first\nsecond {bad}", timeout=10)
+    bundle = panel.static_html()
+    assert set(bundle) == {"text/html"}
+    page = bundle["text/html"]
+    assert page.startswith(f"<div class='bxm-static bxm-static-{panel._key}'>")
+    assert panel.html() in page and "<strong>two</strong>" in page
+    assert "first\nsecond &lt;img" in page  # the two lines as written
+    assert live_hazards(page, tags=PANEL_TAGS) == []
+    assert f".bxm-static-{panel._key}{{display:none}}" in panel._keys.value  # live: hidden
+    view = SessionView(panel.session.path)
+    assert view.html() == panel.html()
+
+
+@pytest.mark.live  # starts a kernel
+def test_an_executed_saved_notebook_shows_the_conversation_in_html(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nbclient import NotebookClient
+    from nbconvert import HTMLExporter
+    from nbformat.v4 import new_code_cell, new_notebook
+    from test_notebooks import _kernel_name
+
+    monkeypatch.setenv("JUPYTER_PLATFORM_DIRS", "1")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # this checkout's boxmaker in the kernel
+    setup = (
+        "import tempfile\n"
+        "from fakes import ScriptedClient, answer\n"
+        "from boxmaker import Baseline, Config, Runtime, Session, SessionView\n"
+        "from boxmaker.demo import demo_registry\n"
+        "from boxmaker.widgets import ChatPanel\n"
+        "client = ScriptedClient([answer('Sunny in **Oslo**.'), answer('Rome: <b>warm</b>.')])\n"
+        "runtime = Runtime(config=Config(), client=client, registry=demo_registry())\n"
+        "session = Session.create(tempfile.mkdtemp(), Baseline())\n"
+        "panel = ChatPanel(runtime, session)"
+    )
+    cells = [
+        new_code_cell(setup),
+        new_code_cell("panel"),
+        new_code_cell("_ = panel.ask('Weather in Oslo?', timeout=30)"),
+        new_code_cell("_ = panel.ask('And in\\nRome?', timeout=30)"),
+        new_code_cell("SessionView(session.path)"),
+    ]
+    nb = new_notebook(cells=cells)
+    NotebookClient(
+        nb,
+        timeout=60,
+        kernel_name=_kernel_name(),
+        resources={"metadata": {"path": str(ROOT / "tests")}},
+        store_widget_state=False,  # as JupyterLab and Notebook 7 save by default
+    ).execute()
+    saved = tmp_path / "saved.ipynb"
+    nbformat.write(nb, saved)
+    panel_outputs = nbformat.read(saved, as_version=4).cells[1].outputs
+    kinds = [sorted(o.get("data", {})) for o in panel_outputs]
+    assert kinds == [
+        ["application/vnd.jupyter.widget-view+json", "text/plain"],
+        ["text/html"],  # the static copy, updated at the end of each turn
+    ]
+    exporter = HTMLExporter(exclude_input=True)
+    page, _ = exporter.from_notebook_node(nbformat.read(saved, as_version=4))
+    for text in ("Weather in Oslo?", "<strong>Oslo</strong>", "And in\nRome?", "&lt;b&gt;warm"):
+        assert page.count(text) == 2, text  # the panel's copy and the SessionView's
+    assert "model not found" not in page
