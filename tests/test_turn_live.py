@@ -120,7 +120,7 @@ def test_context_full_live_small_n_ctx(tmp_path: Path) -> None:
     assert info.value.n_ctx == 256
     assert info.value.n_prompt_tokens is not None and info.value.n_prompt_tokens > 256
     assert info.value.cause.status == 400
-    assert [type(r).__name__ for r in session.records] == ["User", "LimitHit"]
+    assert [type(r).__name__ for r in session.records] == ["User", "LimitHit", "TurnEnd"]
     assert session.records[-1].kind == "context_full"  # type: ignore[union-attr]
 
 
