@@ -16,7 +16,7 @@ from boxmaker.config import ClientConfig, Config, LoopLimits, SamplingConfig
 from boxmaker.demo import demo_registry
 from boxmaker.errors import SessionFull, TurnCancelled, TurnLimit
 from boxmaker.events import Content, Progress, Reasoning, ThinkingCapped
-from boxmaker.records import Assistant, Baseline, CacheLoss, LimitHit, Usage
+from boxmaker.records import Assistant, Baseline, CacheLoss, LimitHit, TurnEnd, Usage
 from boxmaker.server import EmbeddedServer
 from boxmaker.session import Session
 from boxmaker.turn import Runtime, run_turn
@@ -137,10 +137,11 @@ def test_cancel_live_stops_the_stream_and_the_server_serves_on(
     with client:
         with pytest.raises(TurnCancelled):
             run_turn(session, runtime, "What is the weather in Paris?", stop_at_first_token)
-        assert [type(r).__name__ for r in session.records] == ["User"]
+        assert [type(r).__name__ for r in session.records] == ["User", "TurnEnd"]
         with contextlib.suppress(TurnLimit):
             run_turn(session, runtime, "Hello!")
-    assert isinstance(session.records[-1], Usage | LimitHit)
+    assert isinstance(session.records[-1], TurnEnd)
+    assert isinstance(session.records[-2], Usage | LimitHit)
     assert any(isinstance(r, Assistant) for r in session.records)
 
 
