@@ -121,7 +121,7 @@ def test_context_full_live_small_n_ctx(tmp_path: Path) -> None:
     assert info.value.n_prompt_tokens is not None and info.value.n_prompt_tokens > 256
     assert info.value.cause.status == 400
     assert [type(r).__name__ for r in session.records] == ["User", "LimitHit", "TurnEnd"]
-    assert session.records[-1].kind == "context_full"  # type: ignore[union-attr]
+    assert session.records[-2].kind == "context_full"  # type: ignore[union-attr]
 
 
 def test_cancel_live_stops_the_stream_and_the_server_serves_on(
