@@ -1,6 +1,19 @@
 """boxmaker: a Jupyter-first research toolkit for LLM agent turn loops on llama.cpp's server.
 
-The public API, in one place (implementation lives in one module per role; see the README)::
+The public API, in one place (implementation lives in one module per role; see the README).
+
+What is here, and what is not: the top-level namespace holds what a notebook user needs to
+run turns, watch them and keep their logs: the loop (``run_turn``, ``Runtime``,
+``TurnOutcome``), sessions and their records, the config, the client, the tool registry and
+the answers of tool ports (names that say they are tools'), the events a hook receives, the
+errors, the widgets (loaded on first use) and the tool ports. The building blocks under them
+stay in their modules and are imported from there: message building
+(``boxmaker.session.messages``), stream decoding (``boxmaker.stream``: ``Completion``,
+``is_context_full``; the client-level ``ToolCallDelta`` of ``boxmaker.events``, which turn
+hooks never receive), the cache rule (``boxmaker.cache.cache_outcome``), tool dispatch and
+capping (``boxmaker.tools.dispatch``, ``cap_result``), the log file (``boxmaker.logfile``: ``read_log``),
+the frames (``boxmaker.frames``), cassettes (``boxmaker.cassettes``), the embedded server
+(``boxmaker.server``). ``tests/test_package.py`` keeps this list exact.
 
     from boxmaker import Client, Config, Runtime, Session, Baseline, Registry, run_turn
 
@@ -15,7 +28,6 @@ The public API, in one place (implementation lives in one module per role; see t
 import typing as _typing
 
 from .approval import ApprovalPort, PendingCall
-from .cache import CacheOutcome, cache_outcome
 from .client import Client
 from .config import (
     ApprovalPolicy,
@@ -52,7 +64,6 @@ from .events import (
     Reasoning,
     Retrying,
     ThinkingCapped,
-    ToolCallDelta,
     ToolCallStarted,
     Waiting,
 )
@@ -64,11 +75,11 @@ from .records import (
     LimitHit,
     ToolCall,
     ToolResult,
+    TurnEnd,
     Usage,
     User,
 )
-from .session import Session, messages
-from .stream import Completion, is_context_full
+from .session import Session
 from .tools import (
     InProcessPort,
     Registry,
@@ -78,8 +89,6 @@ from .tools import (
     ToolPendingApproval,
     ToolPort,
     ToolRequest,
-    cap_result,
-    dispatch,
 )
 from .turn import Runtime, TurnOutcome, run_turn
 
@@ -132,12 +141,10 @@ __all__ = [
     "Baseline",
     "BoxmakerError",
     "CacheLoss",
-    "CacheOutcome",
     "CassetteError",
     "ChatPanel",
     "Client",
     "ClientConfig",
-    "Completion",
     "Config",
     "ConfigError",
     "Content",
@@ -167,7 +174,6 @@ __all__ = [
     "ThinkingCapped",
     "ThinkingConfig",
     "ToolCall",
-    "ToolCallDelta",
     "ToolCallStarted",
     "ToolDenied",
     "ToolFailed",
@@ -178,6 +184,7 @@ __all__ = [
     "ToolRequest",
     "ToolResult",
     "TurnCancelled",
+    "TurnEnd",
     "TurnError",
     "TurnInferError",
     "TurnLimit",
@@ -186,11 +193,6 @@ __all__ = [
     "User",
     "Waiting",
     "__version__",
-    "cache_outcome",
-    "cap_result",
-    "dispatch",
-    "is_context_full",
     "load_config",
-    "messages",
     "run_turn",
 ]

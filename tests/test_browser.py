@@ -33,9 +33,10 @@ pytestmark = [
 
 NOTEBOOK = '''
 import json, re, tempfile, threading, time
-from boxmaker import (Baseline, Completion, Config, Content, Queued, Progress, Reasoning,
+from boxmaker import (Baseline, Config, Content, Queued, Progress, Reasoning,
                       RequestCancelled, Runtime, Session, ToolCall, Waiting)
 from boxmaker.demo import demo_registry
+from boxmaker.stream import Completion
 from boxmaker.widgets import ChatPanel
 
 

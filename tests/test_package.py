@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import re
 import subprocess
@@ -25,6 +26,27 @@ def test_exported_names_are_exactly_all() -> None:
         obj = getattr(boxmaker, name)
         if name != "__version__":
             assert obj.__doc__, f"{name} has no docstring"
+
+
+LOWER_LEVEL = {
+    "cache_outcome": "boxmaker.cache",
+    "cap_result": "boxmaker.tools",
+    "dispatch": "boxmaker.tools",
+    "messages": "boxmaker.session",
+    "is_context_full": "boxmaker.stream",
+    "Completion": "boxmaker.stream",
+    "ToolCallDelta": "boxmaker.events",
+    "read_log": "boxmaker.logfile",
+}
+
+
+def test_building_blocks_stay_in_their_modules() -> None:
+    """The rule of boxmaker/__init__.py's docstring: what a notebook user needs is at the top,
+    the building blocks under it are imported from their modules."""
+    for name, module in LOWER_LEVEL.items():
+        assert name not in boxmaker.__all__ and not hasattr(boxmaker, name), name
+        assert hasattr(importlib.import_module(module), name), (name, module)
+        assert f"``{module}" in boxmaker.__doc__ or name in boxmaker.__doc__, name
 
 
 def test_exports_come_from_their_modules() -> None:
