@@ -21,15 +21,15 @@ LAYERS: list[set[str]] = [
     {"events", "migrations", "config"},
     {"logfile", "stream", "cache", "tools"},
     {"session", "client"},
-    {"turn", "transcript", "columns"},
-    {"frames", "render"},
-    {"plots", "widgets", "demo", "server"},
-    {"report", "cassettes"},
+    {"turn", "transcript", "columns", "batchplan"},
+    {"frames", "render", "batchrun"},
+    {"plots", "widgets", "demo", "server", "batchview"},
+    {"report", "cassettes", "batch"},
     {"pytest_plugin", "cli"},
     {"__init__", "__main__"},
 ]
 
-LAZY = {"widgets", "server", "plots", "frames", "report", "cassettes"}
+LAZY = {"widgets", "server", "plots", "frames", "report", "cassettes", "batch", "batchview"}
 """Modules that pull a heavy library (ipywidgets, xllamacpp, matplotlib, pandas, vcrpy): a
 higher layer may import them inside a function, so ``import boxmaker`` stays light."""
 
