@@ -27,6 +27,7 @@ import itertools
 import json
 import os
 import re
+import tomllib
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ __all__ = [
     "Task",
     "expand",
     "flatten_settings",
+    "load_grid",
     "load_tasks",
     "log_state",
     "read_manifest",
@@ -212,6 +214,28 @@ def _task_of(row: Any, where: str) -> Task:
         )
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from exc
+
+
+def load_grid(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A config grid from a JSON file (an object) or, for ``*.toml``, a TOML file::
+
+        {"thinking.turn_tokens": [16, 64], "loop.tool_result_cap": [40, 4000]}
+
+        [thinking]
+        turn_tokens = [16, 64]
+
+    Raises:
+        ConfigError: the file cannot be read or parsed, or is not an object of lists.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+        data = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"{p}: cannot read the grid: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: a grid is an object of config keys to lists of values")
+    return flatten_settings(data, str(p))
 
 
 def expand(tasks: Sequence[Task], grid: Mapping[str, Sequence[Any]] | None = None) -> list[RunSpec]:
