@@ -6,9 +6,11 @@ embedded server with the same CPU threads: once with 1 slot, once with ``--slots
 slot ``--ctx`` tokens of context). llama.cpp decodes the sequences of busy slots together in one
 batch, so more slots give more runs per second until the CPU is full.
 
-    python benchmarks/batch.py [--runs 32] [--slots 4] [--threads 2] [--ctx 4096]
+    python benchmarks/batch.py [--runs 32] [--slots 4] [--threads 1] [--ctx 4096]
 
-Prints one line per setting (runs, seconds, runs/s, generated tokens/s); the last line is
+Prints one line per setting (runs, seconds, runs/s, generated tokens/s, and the CPU this
+process used per second of wall time: the embedded server and the runner share it); the
+last line is
 ``speedup X.XX``: runs per second with ``--slots`` slots divided by runs per second with 1
 (goal: at least 2.0).
 """
@@ -16,6 +18,7 @@ Prints one line per setting (runs, seconds, runs/s, generated tokens/s); the las
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 
@@ -34,14 +37,17 @@ def measure(runs: int, slots: int, threads: int, ctx: int) -> float:
         EmbeddedServer(n_ctx=ctx * slots, n_parallel=slots, n_threads=threads) as server,
         tempfile.TemporaryDirectory() as folder,
     ):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), os.times()
         progress = run_batch(tasks, folder, servers=[server], registry=demo_registry())
         seconds = time.perf_counter() - started
+        after = os.times()
+    busy = (after.user + after.system - cpu.user - cpu.system) / seconds
     assert progress.done == runs and not progress.failed, progress.failures
     rate = runs / seconds
     print(
         f"{slots} slot(s): {runs} runs in {seconds:.1f} s, {rate:.2f} runs/s, "
-        f"{progress.tokens / seconds:.0f} generated tokens/s",
+        f"{progress.tokens / seconds:.0f} generated tokens/s, "
+        f"{busy:.2f} cores busy in this process (server and runner)",
         flush=True,
     )
     return rate
@@ -51,7 +57,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=32, help="runs (demo sessions) per setting")
     parser.add_argument("--slots", type=int, default=4, help="slots of the second setting")
-    parser.add_argument("--threads", type=int, default=2, help="CPU threads of llama.cpp")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads of llama.cpp")
     parser.add_argument("--ctx", type=int, default=4096, help="context per slot in tokens")
     args = parser.parse_args()
     one = measure(args.runs, 1, args.threads, args.ctx)
