@@ -53,6 +53,7 @@ from .batchplan import (
     RunSpec,
     Task,
     expand,
+    load_grid,
     load_tasks,
     log_state,
     read_manifest,
@@ -75,6 +76,8 @@ __all__ = [
     "ProgressHook",
     "Task",
     "frames",
+    "load_grid",
+    "load_tasks",
     "manifest",
     "run_batch",
 ]

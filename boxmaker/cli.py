@@ -168,8 +168,7 @@ def _log(args: argparse.Namespace) -> int:
 
 
 def _batch(args: argparse.Namespace) -> int:
-    from .batch import run_batch
-    from .batchplan import load_grid
+    from .batch import load_grid, run_batch
     from .batchview import TerminalProgress, describe
 
     config = load_config(args.config) if args.config else Config()
