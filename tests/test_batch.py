@@ -5,6 +5,7 @@ mid-batch).
 
 from __future__ import annotations
 
+import _thread
 import json
 import threading
 import time
@@ -31,6 +32,7 @@ from boxmaker.batchplan import (
 )
 from boxmaker.batchrun import discover_slots
 from boxmaker.batchview import BatchView
+from boxmaker.cli import main
 from boxmaker.config import ClientConfig, Config
 from boxmaker.errors import ConfigError, ServerError
 from boxmaker.records import Assistant, Baseline, TurnEnd, User
@@ -396,3 +398,44 @@ def test_batch_view_redraws_at_most_its_rate_and_always_the_end() -> None:
     assert view.progress.value == 2000 and view.progress.bar_style == "danger"
     assert "&lt;b&gt;x&lt;/b&gt;" in view.failures.value
     assert "1999/2000 runs done" in view.status.value
+
+
+def test_ctrl_c_cancels_in_flight_turns_and_raises(
+    tmp_path: Path, servers: list[FakeLlama]
+) -> None:
+    servers.append(FakeLlama(2, stall=True))
+    stalling = servers[0]
+
+    def press_ctrl_c() -> None:
+        _wait_for(lambda: len(stalling.bodies) == 2, "two runs in flight")
+        _thread.interrupt_main()  # what Ctrl-C does: KeyboardInterrupt in the main thread
+
+    threading.Thread(target=press_ctrl_c, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        run_batch(TASKS[:3], tmp_path, servers=[stalling.url], config=FAST)
+    entries = read_manifest(tmp_path)
+    interrupted = [run for run, e in entries.items() if e["state"] == "interrupted"]
+    assert len(interrupted) == 2
+    for run in interrupted:
+        assert log_state(tmp_path / "logs" / f"{run}.jsonl").last_outcome == "cancelled"
+    Manifest(tmp_path).close()  # the runner let go of the batch
+
+
+def test_cli_batch_runs_tasks_and_exits_by_outcome(
+    tmp_path: Path, servers: list[FakeLlama], capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = lambda body: body["messages"][0]["content"] == "question 2"  # noqa: E731
+    servers.append(FakeLlama(2, fail=bad))
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        "".join(json.dumps({"id": t.id, "messages": t.messages}) + "\n" for t in TASKS[:3])
+    )
+    (tmp_path / "grid.json").write_text('{"loop.tool_result_cap": [10, 20]}')
+    (tmp_path / "fast.toml").write_text("[client]\nretry_base_delay_s = 0.01\n")
+    args = ["batch", str(tasks), "--url", servers[0].url, "--dir", str(tmp_path / "b")]
+    args += ["--grid", str(tmp_path / "grid.json"), "--config", str(tmp_path / "fast.toml")]
+    assert main([*args, "--tries", "1"]) == 1
+    out, err = capsys.readouterr()
+    assert "4/6 runs done" in out and "2 failed" in out and out.count("failed t2.") == 2
+    assert "6/6" in err  # the progress bar, on stderr
+    assert main(["batch", str(tasks), "--dir", str(tmp_path / "c")]) == 2
