@@ -56,6 +56,7 @@ from .batchplan import (
     load_grid,
     load_tasks,
     log_state,
+    manifest,
     read_manifest,
 )
 from .batchrun import RunOutcome, discover_slots, run_one
@@ -112,7 +113,8 @@ class _Batch:
         self.queue: deque[RunSpec] = deque()
         self.tries: dict[str, int] = {}
         self.down: set[str] = set()
-        self.slots, self.running, self.done, self.skipped, self.tokens = 0, 0, 0, 0, 0
+        self.running, self.done, self.skipped, self.tokens = 0, 0, 0, 0
+        self.slots_of: dict[str, int] = {}
         self.failures: list[tuple[str, str]] = []
         self.runtimes: dict[str, Runtime] = {}
         known = read_manifest(book.path.parent) if book.path.stat().st_size else {}
@@ -139,7 +141,7 @@ class _Batch:
                 skipped=self.skipped,
                 failed=len(self.failures),
                 running=self.running,
-                slots=self.slots,
+                slots=sum(n for url, n in self.slots_of.items() if url not in self.down),
                 servers_down=len(self.down),
                 tokens=self.tokens,
                 elapsed_s=time.monotonic() - self.started,
@@ -334,8 +336,9 @@ def _run_ray(
                 pending[ref] = (spec, url, slot)
             if not pending:
                 break
-            if batch.stop.is_set():
-                raise KeyboardInterrupt  # the caller's cancel event: stop as on Ctrl-C
+            if batch.stop.is_set():  # the caller's cancel event
+                _cancel_ray(ray, batch, pending)
+                return
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.2)
             for ref in ready:
                 spec, url, slot = pending.pop(ref)
@@ -345,12 +348,22 @@ def _run_ray(
                 batch.settle(spec, url, outcome)
                 free.append((url, slot))
     except KeyboardInterrupt:
-        _stop(batch)
-        for ref in pending:
-            ray.cancel(ref)
-        for ref, (spec, url, _slot) in pending.items():
-            batch.settle(spec, url, RunOutcome("cancelled", reason=_ray_outcome(ray, ref).reason))
+        _cancel_ray(ray, batch, pending)
         raise
+
+
+def _cancel_ray(ray: Any, batch: _Batch, pending: dict[Any, tuple[RunSpec, str, int]]) -> None:
+    """Stop the batch and cancel its Ray tasks (a ``KeyboardInterrupt`` inside each: the turn
+    in flight is left without its ``TurnEnd`` and sent again on a rerun); book each one."""
+    _stop(batch)
+    for ref in pending:
+        ray.cancel(ref)
+    for ref, (spec, url, _slot) in pending.items():
+        outcome = _ray_outcome(ray, ref)
+        if outcome.state == "failed":  # the cancel, as Ray reports it
+            outcome = RunOutcome("cancelled", reason=outcome.reason)
+        batch.settle(spec, url, outcome)
+    pending.clear()
 
 
 def _ray_outcome(ray: Any, ref: Any) -> RunOutcome:
@@ -436,7 +449,8 @@ def run_batch(
         batch = _Batch(
             runs, root / "logs", book, max_tries, on_progress, cancel or threading.Event()
         )
-        batch.slots = len(slots)
+        for url, _slot in slots:
+            batch.slots_of[url] = batch.slots_of.get(url, 0) + 1
         batch.notify()
         try:
             if executor == "ray":
@@ -449,25 +463,6 @@ def run_batch(
     finally:
         book.close()
     return batch.snapshot(finished=True)
-
-
-def manifest(batch_dir: str | Path) -> pd.DataFrame:
-    """One row per run of a batch, from its manifest: ``run``, ``task``, one column per grid
-    setting (named by its dotted key), ``state``, ``server``, ``slot``, ``attempts``,
-    ``turns``, ``outcome``, ``reason``.
-
-    Raises:
-        SessionError: the manifest is missing or unreadable.
-    """
-    import pandas as pd
-
-    rows = []
-    for run, entry in read_manifest(batch_dir).items():
-        row = {"run": run, "task": entry.get("task"), **(entry.get("settings") or {})}
-        for key in ("state", "server", "slot", "attempts", "turns", "outcome", "reason"):
-            row[key] = entry.get(key)
-        rows.append(row)
-    return pd.DataFrame(rows)
 
 
 def frames(batch_dir: str | Path, name: str = "turns") -> pd.DataFrame:

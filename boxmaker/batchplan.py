@@ -32,12 +32,15 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import Config
 from .errors import ConfigError, SessionError
 from .logfile import LogWriter, dumps_line, read_log
 from .records import utc_now
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "MANIFEST",
@@ -52,6 +55,7 @@ __all__ = [
     "load_grid",
     "load_tasks",
     "log_state",
+    "manifest",
     "read_manifest",
 ]
 
@@ -388,6 +392,25 @@ def read_manifest(batch_dir: str | os.PathLike[str]) -> dict[str, dict[str, Any]
             entry["attempts"] += item.get("state") == "running"
             entry.update(item)
     return runs
+
+
+def manifest(batch_dir: str | os.PathLike[str]) -> pd.DataFrame:
+    """One row per run of a batch, from its manifest: ``run``, ``task``, one column per grid
+    setting (named by its dotted key), ``state``, ``server``, ``slot``, ``attempts``,
+    ``turns``, ``outcome``, ``reason``.
+
+    Raises:
+        SessionError: the manifest is missing or unreadable.
+    """
+    import pandas as pd  # only for this frame
+
+    rows = []
+    for run, entry in read_manifest(batch_dir).items():
+        row = {"run": run, "task": entry.get("task"), **(entry.get("settings") or {})}
+        for key in ("state", "server", "slot", "attempts", "turns", "outcome", "reason"):
+            row[key] = entry.get(key)
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -309,7 +309,7 @@ def test_server_killed_mid_batch_its_runs_move_to_the_other(
     doomed.kill()
     worker.join(30)
     (progress,) = result
-    assert (progress.done, progress.failed, progress.servers_down) == (6, 0, 1)
+    assert (progress.done, progress.failed, progress.servers_down, progress.slots) == (6, 0, 1, 1)
     assert sorted(b["id_slot"] for b in doomed.bodies) == [0, 1]
     assert {b["id_slot"] for b in spare.bodies} == {0}
     runs = manifest(tmp_path).set_index("run")
