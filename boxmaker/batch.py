@@ -34,7 +34,9 @@ How it runs:
   again, up to ``max_tries`` times, then marked ``failed`` with the reason.
 - Ray (``executor="ray"``, the optional extra ``boxmaker[ray]``): the same plan, manifest and
   resume rules; each run is a Ray task that writes its log to ``batch_dir`` (which every node
-  must reach, e.g. a shared file system), the driver keeps the slots and the manifest.
+  must reach, e.g. a shared file system), the driver keeps the slots and the manifest. Ctrl-C
+  cancels the tasks (``ray.cancel``): a turn cut that way has no ``TurnEnd`` and is sent
+  again on a rerun. Progress comes per finished run (no live token count).
 """
 
 from __future__ import annotations
@@ -432,8 +434,8 @@ def run_batch(
             raise ConfigError(f"task {spec.task.id}: unknown tools {sorted(missing)}")
     slots: list[tuple[str, int]] = []
     problems: list[str] = []
-    for server in servers:
-        url = (server if isinstance(server, str) else server.url).rstrip("/")
+    urls = [(s if isinstance(s, str) else s.url).rstrip("/") for s in servers]
+    for url in dict.fromkeys(urls):  # a server named twice still has its slots once
         try:
             slots += [(url, slot) for slot in discover_slots(url)]
         except ServerError as exc:

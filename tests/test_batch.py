@@ -373,7 +373,9 @@ def test_cancel_stops_in_flight_turns_and_a_rerun_sends_each_message_once(
 def test_frames_join_task_and_settings(tmp_path: Path, servers: list[FakeLlama]) -> None:
     servers.append(FakeLlama(2))
     grid = {"loop.tool_result_cap": [10, 20]}
-    run_batch(TASKS[:2], tmp_path, servers=[servers[0].url], grid=grid, config=FAST)
+    url = servers[0].url
+    progress = run_batch(TASKS[:2], tmp_path, servers=[url, url + "/"], grid=grid, config=FAST)
+    assert progress.slots == 2  # one server named twice
     turns = frames(tmp_path, "turns")
     assert len(turns) == 8
     counts = turns.groupby(["task", "loop.tool_result_cap"]).size().to_dict()
