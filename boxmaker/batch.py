@@ -234,55 +234,72 @@ def _run_threads(
 
     def work(url: str, slot: int) -> None:
         while (spec := batch.take(url, slot)) is not None:
+            _work_on(batch, spec, url, slot, base, registry, clients[url])
 
-            def register(runtime: Runtime, run: str = spec.id) -> None:
-                with batch.cond:
-                    batch.runtimes[run] = runtime
-                    if batch.stop.is_set():
-                        runtime.cancel.set()
-
-            try:
-                outcome = run_one(
-                    spec,
-                    batch.logs_dir,
-                    url,
-                    slot,
-                    base=base,
-                    registry=registry,
-                    client=clients[url],
-                    cancel=batch.stop,
-                    on_event=batch.add_tokens,
-                    on_start=register,
-                )
-            except Exception as exc:  # a bug or a config error: the run fails, the batch goes on
-                outcome = RunOutcome("failed", reason=f"{type(exc).__name__}: {exc}")
-            with batch.cond:
-                batch.runtimes.pop(spec.id, None)
-            batch.settle(spec, url, outcome)
-
-    workers = [
-        threading.Thread(target=work, args=slot, name=f"boxmaker-batch-{i}", daemon=True)
-        for i, slot in enumerate(slots)
-    ]
-    for worker in workers:
-        worker.start()
+    # Polling is_alive, not Thread.join: a join cut by Ctrl-C can leave a live thread
+    # looking finished (Python 3.11).
+    threads: list[threading.Thread] = []
     interrupted = False
     try:
-        while any(w.is_alive() for w in workers):
+        for i, slot in enumerate(slots):
+            threads.append(threading.Thread(target=work, args=slot, daemon=True))
+            threads[-1].name = f"boxmaker-batch-{i}"
+            threads[-1].start()
+        while any(t.is_alive() for t in threads):
             if batch.stop.is_set():
                 _stop(batch)  # the caller's cancel event
-            for worker in workers:
-                worker.join(0.1)
+            time.sleep(0.05)
     except KeyboardInterrupt:
         interrupted = True
-        _stop(batch)
-        for worker in workers:
-            worker.join()
     finally:
+        if any(t.is_alive() for t in threads):  # Ctrl-C, or an error here: cancel, then
+            _stop(batch)  # wait for the workers to book their runs; another Ctrl-C
+            while any(t.is_alive() for t in threads):  # does not cut the wait
+                try:
+                    time.sleep(0.05)
+                except KeyboardInterrupt:
+                    continue
         for client in clients.values():
             client.close()
     if interrupted:
         raise KeyboardInterrupt
+
+
+def _work_on(
+    batch: _Batch,
+    spec: RunSpec,
+    url: str,
+    slot: int,
+    base: Config,
+    registry: Registry,
+    client: Client,
+) -> None:
+    """One attempt at ``spec`` on a worker thread, booked in the batch."""
+
+    def register(runtime: Runtime) -> None:
+        with batch.cond:
+            batch.runtimes[spec.id] = runtime
+            if batch.stop.is_set():
+                runtime.cancel.set()
+
+    try:
+        outcome = run_one(
+            spec,
+            batch.logs_dir,
+            url,
+            slot,
+            base=base,
+            registry=registry,
+            client=client,
+            cancel=batch.stop,
+            on_event=batch.add_tokens,
+            on_start=register,
+        )
+    except Exception as exc:  # a bug or a config error: the run fails, the batch goes on
+        outcome = RunOutcome("failed", reason=f"{type(exc).__name__}: {exc}")
+    with batch.cond:
+        batch.runtimes.pop(spec.id, None)
+    batch.settle(spec, url, outcome)
 
 
 def _stop(batch: _Batch) -> None:
