@@ -173,15 +173,15 @@ def run_one(
                 break
             try:
                 run_turn(session, runtime, message, hook)
-            except (TurnLimit, SessionFull):
-                pass  # a finished turn; after SessionFull, log_state says the run is over
+            except TurnLimit:
+                pass  # a finished turn: the run goes on
+            except SessionFull:
+                break  # a finished turn, and nothing more fits: the run is over
             except TurnCancelled:
                 result = RunOutcome("cancelled")
                 break
             except TurnInferError as exc:
                 result = RunOutcome("failed" if alive(url) else "server_down", reason=str(exc))
-                break
-            if log_state(path).full:
                 break
     except SessionError as exc:
         result = RunOutcome("failed", reason=str(exc))

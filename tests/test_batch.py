@@ -71,7 +71,8 @@ class FakeLlama:
 
     ``stall``: chat requests instead drip one reasoning token every 20 ms until :meth:`kill`
     (then the connection closes mid-stream) or the client goes away. ``fail``: a body for which
-    it answers HTTP 500. ``bodies``: every chat request body received.
+    it answers HTTP 500; ``full``: one it answers llama.cpp's 400 context-full error.
+    ``bodies``: every chat request body received.
     """
 
     def __init__(
@@ -81,8 +82,10 @@ class FakeLlama:
         stall: bool = False,
         slots_endpoint: bool = True,
         fail: Callable[[dict[str, Any]], bool] | None = None,
+        full: Callable[[dict[str, Any]], bool] | None = None,
     ) -> None:
         self.slots, self.stall, self.slots_endpoint, self.fail = slots, stall, slots_endpoint, fail
+        self.full = full
         self.bodies: list[dict[str, Any]] = []
         self.killed = threading.Event()
         owner = self
@@ -114,6 +117,10 @@ class FakeLlama:
                 owner.bodies.append(body)
                 if owner.fail is not None and owner.fail(body):
                     self._json(500, {"error": {"code": 500, "message": "boom"}})
+                    return
+                if owner.full is not None and owner.full(body):
+                    error = {"code": 400, "type": "exceed_context_size_error", "message": "full"}
+                    self._json(400, {"error": error})
                     return
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
@@ -334,6 +341,21 @@ def test_a_run_that_keeps_failing_is_marked_failed_after_its_tries(
     entry = read_manifest(tmp_path)["t1"]
     assert (entry["state"], entry["attempts"]) == ("failed", 2)
     assert sum(bad(b) for b in servers[0].bodies) == 2
+
+
+def test_a_full_context_finishes_the_run_and_a_rerun_skips_it(
+    tmp_path: Path, servers: list[FakeLlama]
+) -> None:
+    full = lambda body: body["messages"][-1]["content"] == "two"  # noqa: E731
+    servers.append(FakeLlama(1, full=full))
+    task = Task(id="long", messages=("one", "two", "three"))
+    progress = run_batch([task], tmp_path, servers=[servers[0].url], config=FAST)
+    assert (progress.done, progress.failed) == (1, 0)
+    entry = read_manifest(tmp_path)["long"]
+    assert (entry["state"], entry["turns"], entry["outcome"]) == ("done", 2, "session_full")
+    assert [b["messages"][-1]["content"] for b in servers[0].bodies] == ["one", "two"]
+    again = run_batch([task], tmp_path, servers=[servers[0].url], config=FAST)
+    assert (again.done, again.skipped, len(servers[0].bodies)) == (1, 1, 2)
 
 
 def test_cancel_stops_in_flight_turns_and_a_rerun_sends_each_message_once(
