@@ -33,7 +33,7 @@ from boxmaker.batchplan import (
 from boxmaker.batchrun import discover_slots
 from boxmaker.batchview import BatchView
 from boxmaker.cli import main
-from boxmaker.config import ClientConfig, Config
+from boxmaker.config import ClientConfig, Config, LoopLimits
 from boxmaker.errors import ConfigError, ServerError
 from boxmaker.records import Assistant, Baseline, TurnEnd, User
 from boxmaker.session import Session
@@ -209,6 +209,14 @@ def test_task_overrides_apply_and_the_grid_wins() -> None:
     (run,) = expand([task], {"loop.tool_result_cap": [9]})
     config = run.config(Config())
     assert (config.loop.tool_result_cap, config.loop.tool_iterations) == (9, 2)
+    base = Config(client=ClientConfig(url="http://h:1"), loop=LoopLimits(tool_result_cap=None))
+    (plain,) = expand([Task(id="b", messages=("hi",))], {"sampling.seed": [5]})
+    config = plain.config(base)  # the base's own values survive the overrides
+    assert (config.client.url, config.loop.tool_result_cap, config.sampling.seed) == (
+        "http://h:1",
+        None,
+        5,
+    )
 
 
 @pytest.mark.parametrize(
