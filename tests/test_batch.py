@@ -187,16 +187,16 @@ TASKS = [Task(id=f"t{i}", messages=(f"question {i}", f"follow-up {i}")) for i in
 
 
 def test_grid_expands_each_task_with_stable_ids_and_configs(tmp_path: Path) -> None:
-    grid = {"thinking.turn_tokens": [16, 64], "loop": {"tool_result_cap": [40, 4000]}}
+    grid = {"sampling.seed": [16, 64], "loop": {"tool_result_cap": [40, 4000]}}
     runs = expand(TASKS[:2], grid)
     assert len(runs) == 8
     assert len({r.id for r in runs}) == 8
     assert [r.id for r in runs] == [r.id for r in expand(TASKS[:2], grid)]
     first = runs[0]
     assert first.id.startswith("t0.") and len(first.id) == len("t0.") + 8
-    assert first.settings == {"loop.tool_result_cap": 40, "thinking.turn_tokens": 16}
+    assert first.settings == {"loop.tool_result_cap": 40, "sampling.seed": 16}
     config = first.config(Config())
-    assert (config.loop.tool_result_cap, config.thinking.turn_tokens) == (40, 16)
+    assert (config.loop.tool_result_cap, config.sampling.seed) == (40, 16)
     assert [r.id for r in expand(TASKS[:2])] == ["t0", "t1"]
     (tmp_path / "g.toml").write_text("[thinking]\nturn_tokens = [16, 64]\n")
     assert load_grid(tmp_path / "g.toml") == {"thinking.turn_tokens": [16, 64]}
