@@ -328,7 +328,21 @@ def _ray_run(
         )
 
 
+def _import_ray() -> Any:
+    """The ``ray`` module (the optional extra ``boxmaker[ray]``).
+
+    Raises:
+        ConfigError: Ray is not installed.
+    """
+    try:
+        import ray
+    except ImportError as exc:
+        raise ConfigError('executor="ray" needs Ray: pip install "boxmaker[ray]"') from exc
+    return ray
+
+
 def _run_ray(
+    ray: Any,
     batch: _Batch,
     slots: Sequence[tuple[str, int]],
     base: Config,
@@ -337,10 +351,6 @@ def _run_ray(
 ) -> None:
     """Each run a Ray task (``ray.init(address)`` unless Ray is initialised already); the
     driver keeps the slots, the queue and the manifest."""
-    try:
-        import ray
-    except ImportError as exc:
-        raise ConfigError('executor="ray" needs Ray: pip install "boxmaker[ray]"') from exc
     if not ray.is_initialized():
         ray.init(address=address, log_to_driver=False)
     task = ray.remote(num_cpus=0, max_retries=0)(_ray_run)
@@ -441,6 +451,7 @@ def run_batch(
     """
     if executor not in ("threads", "ray"):
         raise ConfigError(f"executor must be 'threads' or 'ray', not {executor!r}")
+    ray = _import_ray() if executor == "ray" else None
     base = config or Config()
     registry = registry or demo_registry()
     runs = expand(load_tasks(tasks), grid)
@@ -472,12 +483,12 @@ def run_batch(
             batch.slots_of[url] = batch.slots_of.get(url, 0) + 1
         batch.notify()
         try:
-            if executor == "ray":
-                _run_ray(batch, slots, base, registry, ray_address)
+            if ray is not None:
+                _run_ray(ray, batch, slots, base, registry, ray_address)
             else:
                 _run_threads(batch, slots, base, registry)
-        finally:
             batch.give_up_queue()
+        finally:
             batch.notify(finished=True)
     finally:
         book.close()

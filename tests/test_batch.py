@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import _thread
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -471,3 +472,15 @@ def test_cli_batch_runs_tasks_and_exits_by_outcome(
     assert "4/6 runs done" in out and "2 failed" in out and out.count("failed t2.") == 2
     assert "6/6" in err  # the progress bar, on stderr
     assert main(["batch", str(tasks), "--dir", str(tmp_path / "c")]) == 2
+
+
+def test_ray_executor_without_ray_says_how_to_get_it(
+    tmp_path: Path, servers: list[FakeLlama], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if boxmaker[ray] were not installed
+    servers.append(FakeLlama(1))
+    with pytest.raises(ConfigError, match=r"boxmaker\[ray\]"):
+        run_batch(TASKS[:1], tmp_path, servers=[servers[0].url], executor="ray")
+    assert not (tmp_path / MANIFEST).exists()  # refused before anything was planned
+    with pytest.raises(ConfigError, match="executor"):
+        run_batch(TASKS[:1], tmp_path, servers=[servers[0].url], executor="dask")
