@@ -61,7 +61,7 @@ from .batchplan import (
     manifest,
     read_manifest,
 )
-from .batchrun import RunOutcome, discover_slots, run_one
+from .batchrun import RunOutcome, discover_slots, run_alone, run_one
 from .client import Client
 from .config import Config
 from .demo import demo_registry
@@ -311,23 +311,6 @@ def _stop(batch: _Batch) -> None:
         batch.cond.notify_all()
 
 
-def _ray_run(
-    spec: RunSpec, logs_dir: Path, url: str, slot: int, base: Config, registry: Registry
-) -> RunOutcome:
-    """One run as a Ray task: its own client, no live progress."""
-    with Client(dataclasses.replace(base.client, url=url)) as client:
-        return run_one(
-            spec,
-            logs_dir,
-            url,
-            slot,
-            base=base,
-            registry=registry,
-            client=client,
-            cancel=threading.Event(),
-        )
-
-
 def _import_ray() -> Any:
     """The ``ray`` module (the optional extra ``boxmaker[ray]``).
 
@@ -353,7 +336,7 @@ def _run_ray(
     driver keeps the slots, the queue and the manifest."""
     if not ray.is_initialized():
         ray.init(address=address, log_to_driver=False)
-    task = ray.remote(num_cpus=0, max_retries=0)(_ray_run)
+    task = ray.remote(num_cpus=0, max_retries=0)(run_alone)
     free = list(slots)
     pending: dict[Any, tuple[RunSpec, str, int]] = {}
     try:

@@ -4,8 +4,9 @@
 thread, or a Ray task on another node): it reads how far the run's log got
 (:func:`~boxmaker.batchplan.log_state`), reopens or creates the log, and sends the remaining
 user messages, one :func:`~boxmaker.turn.run_turn` each, every request pinned to one slot
-(``Config(slots=SlotsConfig(main=slot))``, llama.cpp's ``id_slot``). :func:`discover_slots`
-asks a server for its slots (``GET /slots``, else ``GET /props``).
+(``Config(slots=SlotsConfig(main=slot))``, llama.cpp's ``id_slot``); :func:`run_alone` is the
+same in a process of its own (a Ray task). :func:`discover_slots` asks a server for its slots
+(``GET /slots``, else ``GET /props``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 import httpx
 
 from .batchplan import RunSpec, log_state
-from .client import ChatClient
+from .client import ChatClient, Client
 from .config import Config, SlotsConfig
 from .errors import ServerError, SessionError, SessionFull, TurnCancelled, TurnInferError, TurnLimit
 from .events import Hook, TurnEvent
@@ -28,7 +29,7 @@ from .session import Session
 from .tools import Registry
 from .turn import Runtime, run_turn
 
-__all__ = ["RunOutcome", "alive", "discover_slots", "run_one"]
+__all__ = ["RunOutcome", "alive", "discover_slots", "run_alone", "run_one"]
 
 
 def discover_slots(url: str, *, timeout_s: float = 5.0) -> list[int]:
@@ -191,3 +192,22 @@ def run_one(
     return dataclasses.replace(
         result, turns=final.turns_done, outcome=final.last_outcome, tokens=tokens
     )
+
+
+def run_alone(
+    spec: RunSpec, logs_dir: Path, url: str, slot: int, base: Config, registry: Registry
+) -> RunOutcome:
+    """:func:`run_one` in a process of its own (a Ray task on any node): its own client for
+    ``url``, no cancel event (Ray cancels with a ``KeyboardInterrupt``), no live events.
+    Its arguments and result are picklable."""
+    with Client(dataclasses.replace(base.client, url=url)) as client:
+        return run_one(
+            spec,
+            logs_dir,
+            url,
+            slot,
+            base=base,
+            registry=registry,
+            client=client,
+            cancel=threading.Event(),
+        )
