@@ -167,51 +167,6 @@ def _log(args: argparse.Namespace) -> int:
     return 0
 
 
-def _batch(args: argparse.Namespace) -> int:
-    from .batch import load_grid, run_batch
-    from .batchview import TerminalProgress, describe
-
-    config = load_config(args.config) if args.config else Config()
-    grid = load_grid(args.grid) if args.grid else None
-    servers: list[object] = list(args.url or [])
-    if not servers and not args.embedded:
-        print("boxmaker batch: give --url URL (one or more) or --embedded", file=sys.stderr)
-        return 2
-    progress = TerminalProgress()
-    with contextlib.ExitStack() as stack:
-        if args.embedded:
-            from .server import EmbeddedServer
-
-            n = args.parallel
-            embedded = EmbeddedServer(
-                args.model, n_ctx=args.ctx * n, n_parallel=n, n_threads=args.threads
-            )
-            servers.append(stack.enter_context(embedded))
-        try:
-            result = run_batch(
-                args.tasks,
-                args.dir,
-                servers=servers,  # type: ignore[arg-type]  # URLs and an EmbeddedServer
-                grid=grid,
-                config=config,
-                max_tries=args.tries,
-                executor="ray" if args.ray else "threads",
-                ray_address=None if args.ray in (None, "local") else args.ray,
-                on_progress=progress,
-            )
-        except KeyboardInterrupt:
-            progress.close()
-            print(f"\ninterrupted; run the same command again to resume {args.dir}")
-            return 130
-        finally:
-            progress.close()
-    print(describe(result))
-    for run, reason in result.failures:
-        print(f"failed {run}: {reason}")
-    print(f"batch {args.dir}: logs in {Path(args.dir) / 'logs'}, manifest.ndjson beside them")
-    return 1 if result.failed else 0
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="boxmaker", description="Agent turn loops on llama.cpp's server, for research."
@@ -290,6 +245,51 @@ def _parser() -> argparse.ArgumentParser:
     )
     batch.set_defaults(run=_batch)
     return parser
+
+
+def _batch(args: argparse.Namespace) -> int:
+    from .batch import load_grid, run_batch
+    from .batchview import TerminalProgress, describe
+
+    config = load_config(args.config) if args.config else Config()
+    grid = load_grid(args.grid) if args.grid else None
+    servers: list[object] = list(args.url or [])
+    if not servers and not args.embedded:
+        print("boxmaker batch: give --url URL (one or more) or --embedded", file=sys.stderr)
+        return 2
+    progress = TerminalProgress()
+    with contextlib.ExitStack() as stack:
+        if args.embedded:
+            from .server import EmbeddedServer
+
+            n = args.parallel
+            embedded = EmbeddedServer(
+                args.model, n_ctx=args.ctx * n, n_parallel=n, n_threads=args.threads
+            )
+            servers.append(stack.enter_context(embedded))
+        try:
+            result = run_batch(
+                args.tasks,
+                args.dir,
+                servers=servers,  # type: ignore[arg-type]  # URLs and an EmbeddedServer
+                grid=grid,
+                config=config,
+                max_tries=args.tries,
+                executor="ray" if args.ray else "threads",
+                ray_address=None if args.ray in (None, "local") else args.ray,
+                on_progress=progress,
+            )
+        except KeyboardInterrupt:
+            progress.close()
+            print(f"\ninterrupted; run the same command again to resume {args.dir}")
+            return 130
+        finally:
+            progress.close()
+    print(describe(result))
+    for run, reason in result.failures:
+        print(f"failed {run}: {reason}")
+    print(f"batch {args.dir}: logs in {Path(args.dir) / 'logs'}, manifest.ndjson beside them")
+    return 1 if result.failed else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
