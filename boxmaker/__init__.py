@@ -11,9 +11,10 @@ stay in their modules and are imported from there: message building
 (``boxmaker.session.messages``), stream decoding (``boxmaker.stream``: ``Completion``,
 ``is_context_full``; the client-level ``ToolCallDelta`` of ``boxmaker.events``, which turn
 hooks never receive), the cache rule (``boxmaker.cache.cache_outcome``), tool dispatch and
-capping (``boxmaker.tools.dispatch``, ``cap_result``), the log file (``boxmaker.logfile``: ``read_log``),
-the frames (``boxmaker.frames``), cassettes (``boxmaker.cassettes``), the embedded server
-(``boxmaker.server``). ``tests/test_package.py`` keeps this list exact.
+capping (``boxmaker.tools.dispatch``, ``cap_result``), the log file (``boxmaker.logfile``:
+``read_log``), the frames (``boxmaker.frames``), cassettes (``boxmaker.cassettes``), the
+batch runner (``boxmaker.batch``), the embedded server (``boxmaker.server``).
+``tests/test_package.py`` keeps this list exact.
 
     from boxmaker import Client, Config, Runtime, Session, Baseline, Registry, run_turn
 

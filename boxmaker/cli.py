@@ -22,6 +22,10 @@
   other limits.
 - ``boxmaker log upgrade PATH...``: rewrite session logs of an older schema in the current one
   (atomically; :func:`boxmaker.logfile.upgrade_log`).
+- ``boxmaker batch TASKS.jsonl --url URL [--url URL ...] --dir DIR [--grid FILE]`` (or
+  ``--embedded --parallel N``; ``--ray auto|ADDRESS``): every task under every grid setting,
+  on every slot of every server, with a progress bar; rerun the same command to resume
+  (:mod:`boxmaker.batch`).
 
 Exit codes: 0 done, 1 a boxmaker error or an OS error (one line on stderr, no traceback; also
 a demo stopped by a full session), 2 bad usage, 130 interrupted, 141 stdout closed by its
@@ -477,7 +481,72 @@ def _parser() -> argparse.ArgumentParser:
     )
     log.add_argument("paths", nargs="+", help="session logs (.jsonl)")
     log.set_defaults(run=_log)
+
+    batch = sub.add_parser("batch", help="run tasks x a config grid on every slot, resumable")
+    batch.add_argument("tasks", help="tasks, JSON Lines: {id, messages, system?, tools?, config?}")
+    batch.add_argument("--dir", required=True, help="the batch directory (rerun to resume)")
+    batch.add_argument("--url", action="append", help="a llama-server base URL (repeatable)")
+    batch.add_argument("--grid", default=None, help="config grid, JSON or TOML: key -> values")
+    batch.add_argument("--config", default=None, help="base config, TOML")
+    batch.add_argument("--tries", type=int, default=3, help="attempts before a run fails (3)")
+    batch.add_argument("--embedded", action="store_true", help="also run the embedded server")
+    batch.add_argument("--parallel", type=int, default=4, help="embedded server's slots (4)")
+    batch.add_argument("--model", default=None, help="embedded: GGUF (default: shipped model)")
+    batch.add_argument("--ctx", type=int, default=4096, help="embedded: context per slot")
+    batch.add_argument("--threads", type=int, default=None, help="embedded: CPU threads")
+    batch.add_argument(
+        "--ray",
+        default=None,
+        metavar="auto|local|ADDRESS",
+        help="run each run as a Ray task (auto: the running cluster; local: start one)",
+    )
+    batch.set_defaults(run=_batch)
     return parser
+
+
+def _batch(args: argparse.Namespace) -> int:
+    from .batch import load_grid, run_batch
+    from .batchview import TerminalProgress, describe
+
+    config = load_config(args.config) if args.config else Config()
+    grid = load_grid(args.grid) if args.grid else None
+    servers: list[object] = list(args.url or [])
+    if not servers and not args.embedded:
+        print("boxmaker batch: give --url URL (one or more) or --embedded", file=sys.stderr)
+        return 2
+    progress = TerminalProgress()
+    with contextlib.ExitStack() as stack:
+        if args.embedded:
+            from .server import EmbeddedServer
+
+            n = args.parallel
+            embedded = EmbeddedServer(
+                args.model, n_ctx=args.ctx * n, n_parallel=n, n_threads=args.threads
+            )
+            servers.append(stack.enter_context(embedded))
+        try:
+            result = run_batch(
+                args.tasks,
+                args.dir,
+                servers=servers,  # type: ignore[arg-type]  # URLs and an EmbeddedServer
+                grid=grid,
+                config=config,
+                max_tries=args.tries,
+                executor="ray" if args.ray else "threads",
+                ray_address=None if args.ray in (None, "local") else args.ray,
+                on_progress=progress,
+            )
+        except KeyboardInterrupt:
+            progress.close()
+            print(f"\ninterrupted; run the same command again to resume {args.dir}")
+            return 130
+        finally:
+            progress.close()
+    print(describe(result))
+    for run, reason in result.failures:
+        print(f"failed {run}: {reason}")
+    print(f"batch {args.dir}: logs in {Path(args.dir) / 'logs'}, manifest.ndjson beside them")
+    return 1 if result.failed else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

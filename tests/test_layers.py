@@ -23,17 +23,27 @@ LAYERS: list[set[str]] = [
     {"chunks"},
     {"stream"},
     {"session", "client", "approval", "mcp_port"},
-    {"turn", "transcript", "columns"},
+    {"turn", "transcript", "columns", "batchplan"},
     {"frame_rows"},
-    {"frames", "render"},
-    {"plots", "widget_transcript", "demo", "server"},
+    {"frames", "render", "batchrun"},
+    {"plots", "widget_transcript", "demo", "server", "batchview"},
     {"widgets"},
-    {"report", "cassettes"},
+    {"report", "cassettes", "batch"},
     {"pytest_plugin", "cli"},
     {"__init__", "__main__"},
 ]
 
-LAZY = {"widgets", "server", "plots", "frames", "report", "cassettes", "mcp_port"}
+LAZY = {
+    "widgets",
+    "server",
+    "plots",
+    "frames",
+    "report",
+    "cassettes",
+    "mcp_port",
+    "batch",
+    "batchview",
+}
 """Modules that pull a heavy library (ipywidgets, xllamacpp, matplotlib, pandas, vcrpy, mcp): a
 higher layer may import them inside a function, so ``import boxmaker`` stays light."""
 
