@@ -379,6 +379,8 @@ class Client:
     ) -> Completion:
         decoder = StreamDecoder()
         chunks = decoder.chunks
+        feed_sse = decoder.sse.feed
+        feed_event = decoder.feed_event
         cap_at = None if reasoning_budget is None else max(reasoning_budget, 1)
         silence = self.config.silence_timeout_s
         clock = time.monotonic
@@ -387,28 +389,32 @@ class Client:
         stream = response.iter_bytes()
         while True:
             raw = next(stream, None)
-            sse_events = decoder.sse.feed(raw) if raw is not None else decoder.sse.flush()
-            for events in decoder.per_chunk(sse_events):
+            for name, data in feed_sse(raw) if raw is not None else decoder.sse.flush():
+                # decoder.per_chunk inlined: a chunk's events, then the checks between chunks
+                events = feed_event(name, data)
                 for event in events:
                     on_event(event)
-                if (
-                    cap_at is not None
-                    and chunks.reasoning_tokens >= cap_at
-                    and not chunks.thinking_capped
-                    and not chunks.reasoning_from_tag  # that reasoning has already ended
-                ):
-                    self._cap(chunks, on_event)
-                if cancel is not None and cancel.is_set():
-                    response.close()
-                    raise RequestCancelled(
-                        f"request cancelled after {chunks.chunks} chunks; stream closed"
-                    )
+                if name == "data":
+                    if (
+                        cap_at is not None
+                        and chunks.reasoning_tokens >= cap_at
+                        and not chunks.thinking_capped
+                        and not chunks.reasoning_from_tag  # that reasoning has already ended
+                    ):
+                        self._cap(chunks, on_event)
+                    if cancel is not None and cancel.is_set():
+                        response.close()
+                        raise RequestCancelled(
+                            f"request cancelled after {chunks.chunks} chunks; stream closed"
+                        )
+                    if chunks.done:
+                        break
             if cancel is not None and cancel.is_set():  # a read of comments, or cut by the watch
                 response.close()
                 raise RequestCancelled(
                     f"request cancelled after {chunks.chunks} chunks; stream closed"
                 )
-            if decoder.done or raw is None:
+            if chunks.done or raw is None:
                 return chunks.finish()
             if silence is not None:
                 if chunks.chunks != seen:

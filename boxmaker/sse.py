@@ -43,15 +43,23 @@ class SSEDecoder:
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         if buf[-1:] == b"\n":
             self._buf = hold
-            lines = buf.decode("utf-8", "replace").split("\n")
-            lines.pop()
         else:
-            end = buf.rfind(b"\n")
-            if end < 0:
+            end = buf.rfind(b"\n") + 1
+            if not end:
                 self._buf = buf + hold
                 return []
-            self._buf = buf[end + 1 :] + hold
-            lines = buf[:end].decode("utf-8", "replace").split("\n")
+            self._buf = buf[end:] + hold
+            buf = buf[:end]
+        text = buf.decode("utf-8", "replace")
+        if not self._pending and text[-2:] == "\n\n" and text[:6] == "data: ":
+            # The usual shape (llama.cpp, OpenAI): nothing but one-line "data: " events, each
+            # followed by its blank line. Then the text is "data: " + the events' data joined
+            # by "\n\ndata: " + "\n\n", and holds no newline besides those separators.
+            datas = text[6:-2].split("\n\ndata: ")
+            if text.count("\n") == 2 * len(datas):
+                return [("data", data) for data in datas if data]
+        lines = text.split("\n")
+        lines.pop()
         return self._lines(lines)
 
     def flush(self) -> list[tuple[str, str]]:

@@ -25,6 +25,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
+
 from .chunks import ChunkDecoder, Completion
 from .errors import InferError
 from .events import ClientEvent
@@ -41,7 +43,8 @@ __all__ = [
     "is_context_full",
 ]
 
-_JSON = json.JSONDecoder()
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
 
 
 class StreamDecoder:
@@ -84,38 +87,53 @@ class StreamDecoder:
         """The client events of each chunk among ``sse_events`` (from :attr:`sse`), one list
         per chunk, so a caller can act between chunks (the client's thinking cap and cancel
         checks). Stops at ``[DONE]``. Raises as :meth:`feed`."""
+        feed_event = self.feed_event
+        chunks = self.chunks
+        for name, data in sse_events:
+            if chunks.done:
+                return
+            events = feed_event(name, data)
+            if events or (name == "data" and data != "[DONE]"):
+                yield events
+
+    def feed_event(self, name: str, data: str) -> list[ClientEvent]:
+        """The client events of one SSE event ``(field, data)`` from :attr:`sse`.
+
+        A ``data`` event is one JSON chunk (parsed with orjson; what orjson refuses, such as
+        ``NaN`` or a lone surrogate escape, is parsed by :func:`json.loads` as before) or
+        ``[DONE]``; other fields but ``error`` are ignored, and so is everything after
+        ``[DONE]`` (``[]``). Raises as :meth:`feed`.
+        """
         chunks = self.chunks
         if chunks.done:
-            return
-        raw_decode = _JSON.raw_decode
-        for name, data in sse_events:
-            if name != "data":
-                if name == "error":
-                    raise stream_error(_loads_or_text(data), data)
-                continue
+            return []
+        if name == "data":
             if data == "[DONE]":
-                tail = chunks.mark_done()
-                if tail:
-                    yield tail
-                return
-            try:  # raw_decode skips json.loads' whitespace regexes (the hot path)
-                obj, end = raw_decode(data)
-            except (ValueError, RecursionError):
-                end = -1
-            if end != len(data):  # surrounding whitespace, or not JSON: the strict parse
-                try:
-                    obj = json.loads(data)
-                except (ValueError, RecursionError) as exc:
-                    raise InferError(
-                        f"malformed chunk from llama-server (not JSON: {exc}): {data[:500]}",
-                        body=data,
-                    ) from exc
-            if type(obj) is not dict:
+                return chunks.mark_done()
+            try:
+                obj = _loads(data)
+            except _JSONDecodeError:
+                obj = _strict_loads(data)
+            if obj.__class__ is not dict:
                 raise InferError(
                     f"malformed chunk from llama-server (not a JSON object): {data[:500]}",
                     body=data,
                 )
-            yield chunks.feed(obj)
+            return chunks.feed(obj, data)
+        if name == "error":
+            raise stream_error(_loads_or_text(data), data)
+        return []
+
+
+def _strict_loads(data: str) -> Any:
+    """``data`` parsed by :func:`json.loads` (what orjson refuses: ``NaN``, lone surrogate
+    escapes, integers beyond 64 bits...), or :class:`InferError` when it is not JSON."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise InferError(
+            f"malformed chunk from llama-server (not JSON: {exc}): {data[:500]}", body=data
+        ) from exc
 
 
 def _loads_or_text(text: str) -> Any:

@@ -22,7 +22,6 @@ import sys
 import tempfile
 import time
 import warnings
-from pathlib import Path
 
 from boxmaker.records import User
 from boxmaker.session import Session
