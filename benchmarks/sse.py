@@ -96,13 +96,13 @@ def naive(http: httpx.Client, loads: Callable[[str], object]) -> int:
     return n
 
 
-def boxmaker_chat(client: Client) -> Completion:
+def boxmaker_chat(client: Client, *, tool_call_deltas: bool = True) -> Completion:
     """boxmaker's whole path, every event passed to a no-op hook."""
 
     def on_event(event: ClientEvent) -> None:
         pass
 
-    return client.chat(BODY, on_event)
+    return client.chat(BODY, on_event, tool_call_deltas=tool_call_deltas)
 
 
 def cpu(fn: Callable[[], object], inner: int) -> float:
@@ -153,21 +153,30 @@ def main() -> None:
                 "naive json": lambda: naive(http, json.loads),
                 "naive orjson": lambda: naive(http, orjson.loads),
                 "boxmaker Client.chat": lambda: boxmaker_chat(client),
+                "  tool_call_deltas=False": lambda: boxmaker_chat(client, tool_call_deltas=False),
             }
             best = dict.fromkeys(contenders, float("inf"))
             names = list(contenders)
             for r in range(args.repeat):
-                for name in names[r % 3 :] + names[: r % 3]:  # rotate the order
+                for name in names[r % 4 :] + names[: r % 4]:  # rotate the order
                     best[name] = min(best[name], cpu(contenders[name], args.inner) / args.inner)
         print(f"{mode}: {len(reads)} reads")
         rate = {name: n / seconds for name, seconds in best.items()}
         for name, seconds in best.items():
             print(f"  {name:22} {seconds * 1e3:7.2f} ms CPU  {rate[name] / 1e3:7.1f}k events/s")
         box = rate["boxmaker Client.chat"]
-        ratios[mode] = (box / rate["naive json"], box / rate["naive orjson"])
+        lean = rate["  tool_call_deltas=False"]
+        ratios[mode] = (
+            box / rate["naive json"],
+            box / rate["naive orjson"],
+            lean / rate["naive orjson"],
+        )
     vs_json = min(r[0] for r in ratios.values())
     vs_orjson = min(r[1] for r in ratios.values())
-    both = "; ".join(f"{m}: vs_json {j:.2f} vs_orjson {o:.2f}" for m, (j, o) in ratios.items())
+    both = "; ".join(
+        f"{m}: vs_json {j:.2f} vs_orjson {o:.2f}, without ToolCallDelta {lean:.2f}"
+        for m, (j, o, lean) in ratios.items()
+    )
     print(f"vs_json {vs_json:.2f} vs_orjson {vs_orjson:.2f} ({both})")
 
 

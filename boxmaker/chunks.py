@@ -176,6 +176,10 @@ class ChunkDecoder:
             ended (a thinking cap has nothing left to stop).
         thinking_capped: :meth:`mark_capped` was called.
         timings: llama.cpp ``timings`` so far (``{}`` if none).
+        tool_call_deltas: whether :class:`~boxmaker.events.ToolCallDelta` events are
+            made (the constructor's keyword, default ``True``). ``False`` when nobody
+            listens to them (the turn loop drops them; a tool-call chunk then costs no
+            event); the calls are joined into the :class:`Completion` either way.
         usage: OpenAI ``usage`` so far (``{}`` if none).
     """
 
@@ -199,10 +203,12 @@ class ChunkDecoder:
         "reasoning_tokens",
         "thinking_capped",
         "timings",
+        "tool_call_deltas",
         "usage",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, *, tool_call_deltas: bool = True) -> None:
+        self.tool_call_deltas = tool_call_deltas
         self.id = ""
         self.finish_reason: str | None = None
         self.done = False
@@ -268,29 +274,52 @@ class ChunkDecoder:
                 choice = choices[0]
                 delta = choice.get("delta")
                 if delta:
-                    text = delta.get("reasoning_content") or delta.get("reasoning")
-                    if text and text.__class__ is str:
-                        if self._undecided:
-                            self._decide(events)
-                        self._reasoning.append(text)
-                        self.reasoning_tokens += 1
-                        reasoning = _new(Reasoning)
-                        _set_reasoning(reasoning, text)
-                        events.append(reasoning)
-                    text = delta.get("content")
-                    if text:
-                        if text.__class__ is not str:
-                            text = self._exact(obj)["choices"][0]["delta"]["content"]
-                        if self._undecided:
-                            self._split_content(text, events)
-                        else:
-                            self._content.append(text)
-                            content = _new(Content)
-                            _set_content(content, text)
-                            events.append(content)
                     calls = delta.get("tool_calls")
+                    if calls is None or len(delta) > 1:  # not a delta of tool calls alone
+                        text = delta.get("reasoning_content") or delta.get("reasoning")
+                        if text and text.__class__ is str:
+                            if self._undecided:
+                                self._decide(events)
+                            self._reasoning.append(text)
+                            self.reasoning_tokens += 1
+                            reasoning = _new(Reasoning)
+                            _set_reasoning(reasoning, text)
+                            events.append(reasoning)
+                        text = delta.get("content")
+                        if text:
+                            if text.__class__ is not str:
+                                text = self._exact(obj)["choices"][0]["delta"]["content"]
+                            if self._undecided:
+                                self._split_content(text, events)
+                            else:
+                                self._content.append(text)
+                                content = _new(Content)
+                                _set_content(content, text)
+                                events.append(content)
                     if calls:
-                        self._tool_calls(calls, events, obj)
+                        call = calls[0]
+                        function = call.get("function")
+                        if (  # the usual fragment: more arguments for the call at a known index
+                            len(calls) == 1
+                            and "id" not in call
+                            and (index := call.get("index")).__class__ is int
+                            and (number := self._at_index.get(index)) is not None
+                            and function.__class__ is dict
+                            and "name" not in function
+                            and (arguments := function.get("arguments")).__class__ is str
+                        ):
+                            self._last = number
+                            if arguments:
+                                self._calls[number].arguments.append(arguments)
+                            if self.tool_call_deltas:
+                                tool_call = _new(ToolCallDelta)
+                                _set_index(tool_call, number)
+                                _set_id(tool_call, None)
+                                _set_name(tool_call, None)
+                                _set_arguments(tool_call, arguments)
+                                events.append(tool_call)
+                        else:
+                            self._tool_calls(calls, events, obj)
                 reason = choice.get("finish_reason")
                 if reason is not None:
                     if reason.__class__ is not str:
@@ -419,12 +448,13 @@ class ChunkDecoder:
                     arguments = canonical_arguments(json.dumps(arguments, ensure_ascii=False))
                 if arguments:
                     parts.arguments.append(arguments)
-            event = _new(ToolCallDelta)
-            _set_index(event, number)
-            _set_id(event, new_id)
-            _set_name(event, new_name)
-            _set_arguments(event, arguments)
-            events.append(event)
+            if self.tool_call_deltas:
+                event = _new(ToolCallDelta)
+                _set_index(event, number)
+                _set_id(event, new_id)
+                _set_name(event, new_name)
+                _set_arguments(event, arguments)
+                events.append(event)
 
     def _call_number(self, index: Any, call_id: str) -> int:
         """The number of the call a tool-call delta belongs to (a new call if needed)."""

@@ -51,12 +51,16 @@ class SSEDecoder:
             self._buf = buf[end:] + hold
             buf = buf[:end]
         text = buf.decode("utf-8", "replace")
-        if not self._pending and text[-2:] == "\n\n" and text[:6] == "data: ":
+        if not self._pending and text.startswith("data: ") and text.endswith("\n\n"):
             # The usual shape (llama.cpp, OpenAI): nothing but one-line "data: " events, each
             # followed by its blank line. Then the text is "data: " + the events' data joined
             # by "\n\ndata: " + "\n\n", and holds no newline besides those separators.
-            datas = text[6:-2].split("\n\ndata: ")
-            if text.count("\n") == 2 * len(datas):
+            end = len(text) - 2
+            if text.find("\n", 6) == end:  # one event (a server's flush)
+                data = text[6:end]
+                return [("data", data)] if data else []
+            datas = text[6:end].split("\n\ndata: ")
+            if "\n" not in "".join(datas):
                 return [("data", data) for data in datas if data]
         lines = text.split("\n")
         lines.pop()

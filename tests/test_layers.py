@@ -16,7 +16,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "boxmaker"
 
 LAYERS: list[set[str]] = [
-    {"records", "model"},
+    {"records", "model", "fastjson"},
     {"errors"},
     {"events", "migrations", "config", "sse", "infer_errors", "cancel"},
     {"logfile", "cache", "tools"},
