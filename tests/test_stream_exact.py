@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from boxmaker.client import Client
+from boxmaker.config import ClientConfig
 from boxmaker.errors import InferError
 from boxmaker.events import ClientEvent, Content, Reasoning, ToolCallDelta
 from boxmaker.stream import ChunkDecoder, Completion, SSEDecoder, StreamDecoder
@@ -185,3 +188,59 @@ def test_the_shortcut_waits_for_a_pending_event() -> None:
     decoder = SSEDecoder()
     assert decoder.feed(b"data: a\n") == []
     assert decoder.feed(b"data: b\n\ndata: c\n\n") == [("data", "a\nb"), ("data", "c")]
+
+
+# --- the client's loop: StreamDecoder.emit, and tool_call_deltas=False ---------------------------
+
+
+def shaped_stream() -> list[str]:
+    return [
+        json.dumps(chunk({}, prompt_progress={"total": 4, "cache": 0, "processed": 4})),
+        json.dumps(chunk({"reasoning_content": "think"})),
+        json.dumps(chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f"}}]})),
+        json.dumps(chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"a"'}}]})),
+        json.dumps(chunk({"tool_calls": [{"index": 0, "function": {"arguments": ":1}"}}]})),
+        json.dumps(chunk({}, "tool_calls", timings={"prompt_n": 4})),
+    ]
+
+
+def test_emit_gives_the_events_of_feed_and_calls_between_after_each_data_event() -> None:
+    texts = shaped_stream()
+    body = "".join(f"data: {t}\n\n" for t in texts).encode() + b": ping\n\ndata: [DONE]\n\n"
+    expected = StreamDecoder().feed(body)
+    decoder = StreamDecoder()
+    seen: list[Any] = []
+    decoder.emit(decoder.sse.feed(body), seen.append, lambda: seen.append("|"))
+    assert [e for e in seen if e != "|"] == expected
+    assert seen.count("|") == len(texts) + 1  # each chunk and [DONE], not the comment
+    assert seen[-1] == "|" and decoder.done
+
+
+def test_without_tool_call_deltas_the_same_completion_and_no_delta_events() -> None:
+    texts = shaped_stream()
+    body = "".join(f"data: {t}\n\n" for t in texts).encode() + b"data: [DONE]\n\n"
+    full, lean = StreamDecoder(), StreamDecoder(tool_call_deltas=False)
+    all_events, lean_events = full.feed(body), lean.feed(body)
+    assert lean.chunks.finish() == full.chunks.finish()
+    assert lean.chunks.finish().tool_calls[0].arguments == '{"a":1}'
+    assert lean_events == [e for e in all_events if not isinstance(e, ToolCallDelta)]
+    assert len(all_events) - len(lean_events) == 3
+
+
+def test_client_chat_without_tool_call_deltas() -> None:
+    body = "".join(f"data: {t}\n\n" for t in shaped_stream()).encode() + b"data: [DONE]\n\n"
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    runs = []
+    for flag in (True, False):
+        events: list[ClientEvent] = []
+        config = ClientConfig(url="http://llama.test")
+        with Client(config, transport=httpx.MockTransport(handler)) as client:
+            done = client.chat_with_retry({"messages": []}, events.append, tool_call_deltas=flag)
+        runs.append((done, events))
+    (done, events), (lean_done, lean_events) = runs
+    assert lean_done == done and done.tool_calls[0].name == "f"
+    assert sum(isinstance(e, ToolCallDelta) for e in events) == 3
+    assert lean_events == [e for e in events if not isinstance(e, ToolCallDelta)]
