@@ -17,7 +17,9 @@ Three contenders, each over the same bytes and the same kind of ``httpx.Client``
 (b) naive orjson: the same loop with ``orjson.loads``.
 (c) boxmaker: :meth:`boxmaker.client.Client.chat` doing all its work: every client event
     built and passed to a (no-op) hook, tool-call arguments joined, timings kept, the
-    :class:`~boxmaker.stream.Completion` built.
+    :class:`~boxmaker.stream.Completion` built;
+(d) the same with ``tool_call_deltas=False``: no :class:`~boxmaker.events.ToolCallDelta`
+    events (the turn loop drops them), everything else as (c).
 
 Each contender's time is CPU time (:func:`time.process_time`; the machine is shared) of
 ``--inner`` runs, best of ``--repeat`` rounds; rounds alternate the contenders so that load
@@ -27,8 +29,9 @@ The last line printed is::
 
     vs_json X.XX vs_orjson Y.YY (whole-body: vs_json .. vs_orjson ..; one-event-per-read: ...)
 
-where ``vs_json`` / ``vs_orjson`` are boxmaker's events/s divided by the naive loop's; the
-first two numbers are the lower (worse) of the two read modes, the parenthesis gives both.
+where ``vs_json`` / ``vs_orjson`` are boxmaker's (c) events/s divided by the naive loop's;
+the first two numbers are the lower (worse) of the two read modes, the parenthesis gives
+both, and (d)'s ratio to the naive orjson loop ("without ToolCallDelta").
 Goal: ``vs_orjson >= 1.00``.
 
 Run: ``PYTHONPATH=. python benchmarks/sse.py [--stream PATH] [--repeat 30] [--inner 5]``

@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "boxmaker"
 LAYERS: list[set[str]] = [
     {"records", "model", "fastjson"},
     {"errors"},
-    {"events", "migrations", "config", "sse", "infer_errors", "cancel"},
+    {"events", "migrations", "config", "sse", "infer_errors", "cancel", "completion"},
     {"logfile", "cache", "tools"},
     {"chunks"},
     {"stream"},
