@@ -1,27 +1,54 @@
-"""Benchmark: boxmaker's stream parsing against a bare httpx + json loop.
+"""Benchmark: ``Client.chat`` against naive httpx + json / orjson loops on a real stream.
 
-Builds, in memory, a realistic llama-server stream of about 20,000 chunks (prompt progress,
-reasoning, content, tool-call argument fragments, the finish chunk, the trailing
-``"choices": []`` usage/timings chunk and ``[DONE]``), delivered one SSE event per read as a
-real server flushes them, through :class:`httpx.MockTransport` (no sockets). Times, best of 5:
+The stream is the shared recording ``../shared/perf/stream-1009.sse`` (relative to the repo
+root; ``--stream PATH`` to use another): 1,009 SSE events of a real llama.cpp stream with
+prompt progress, reasoning, a long run of tool-call argument fragments and the finish chunk
+with ``timings``. It is served through :class:`httpx.MockTransport` (no sockets) in two read
+modes:
 
-(a) bare: ``response.iter_lines()`` + ``json.loads`` of each ``data:`` line, nothing else;
-(b) boxmaker: :meth:`boxmaker.client.Client.chat` over the same bytes (events built and passed
-    to a no-op hook, tool-call arguments joined, the :class:`Completion` built).
+- whole body: the whole stream in one read;
+- one event per read: one SSE event per read, as a server flushes them.
 
-The last line printed is ``ratio X.XX`` (boxmaker time / bare time).
+Three contenders, each over the same bytes and the same kind of ``httpx.Client``:
 
-Run: ``python benchmarks/sse.py`` (``--chunks N``, ``--repeat R`` to change the size).
+(a) naive json: ``response.iter_lines()``, ``json.loads`` of each ``data:`` line, then
+    ``delta.get("content")``, ``delta.get("reasoning_content")``, ``delta.get("tool_calls")``
+    of each choice; stop at ``[DONE]``. Nothing is kept.
+(b) naive orjson: the same loop with ``orjson.loads``.
+(c) boxmaker: :meth:`boxmaker.client.Client.chat` doing all its work: every client event
+    built and passed to a (no-op) hook, tool-call arguments joined, timings kept, the
+    :class:`~boxmaker.stream.Completion` built;
+(d) the same with ``tool_call_deltas=False``: no :class:`~boxmaker.events.ToolCallDelta`
+    events (the turn loop drops them), everything else as (c).
+
+Each contender's time is CPU time (:func:`time.process_time`; the machine is shared) of
+``--inner`` runs, best of ``--repeat`` rounds; rounds alternate the contenders so that load
+changes hit all of them alike. Rates are SSE events per second.
+
+The last line printed is::
+
+    vs_json X.XX vs_orjson Y.YY (whole-body: vs_json .. vs_orjson ..; one-event-per-read: ...)
+
+where ``vs_json`` / ``vs_orjson`` are boxmaker's (c) events/s divided by the naive loop's;
+the first two numbers are the lower (worse) of the two read modes, the parenthesis gives
+both, and (d)'s ratio to the naive orjson loop ("without ToolCallDelta").
+Goal: ``vs_orjson >= 1.00``.
+
+Run: ``PYTHONPATH=. python benchmarks/sse.py [--stream PATH] [--repeat 30] [--inner 5]``
+(from the repo root, so that this checkout's ``boxmaker`` is imported).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
+import orjson
 
 from boxmaker.client import Client
 from boxmaker.config import ClientConfig
@@ -29,171 +56,131 @@ from boxmaker.events import ClientEvent
 from boxmaker.stream import Completion
 
 URL = "http://llama.test"
-ID = "chatcmpl-2yTU6c2GMxjgwiTqjmfQcm4ePgSiXDHa"
-MODEL = "/models/tiny-agent.gguf"
+BODY = {"messages": [{"role": "user", "content": "What is the weather in Paris?"}], "id_slot": 0}
+DEFAULT_STREAM = Path(__file__).resolve().parents[2] / "shared" / "perf" / "stream-1009.sse"
 
 
-def _chunk(choices: list[dict[str, object]], **extra: object) -> bytes:
-    obj: dict[str, object] = {
-        "choices": choices,
-        "created": 1796021819,
-        "id": ID,
-        "model": MODEL,
-        "system_fingerprint": "b7000-abcdef",
-        "object": "chat.completion.chunk",
-    }
-    obj.update(extra)
-    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n".encode()
-
-
-def _delta(delta: dict[str, object], finish: str | None = None) -> bytes:
-    return _chunk([{"finish_reason": finish, "index": 0, "delta": delta}])
-
-
-def build_stream(n_chunks: int = 20_000) -> list[bytes]:
-    """One SSE event per element, about ``n_chunks`` of them, shaped like llama.cpp's."""
-    role: dict[str, object] = {"role": "assistant", "content": None}
-    out = []
-    total = 2048
-    for processed in range(0, total + 1, 512):
-        progress = {"total": total, "cache": 0, "processed": processed, "time_ms": processed / 8}
-        out.append(
-            _chunk([{"finish_reason": None, "index": 0, "delta": role}], prompt_progress=progress)
-        )
-    out.append(_delta(role))
-    n_body = n_chunks - len(out) - 3
-    n_reasoning = n_body * 2 // 5
-    n_content = n_body * 2 // 5
-    n_tool = n_body - n_reasoning - n_content
-    words = ["The", " user", " asks", " about", " the", " weather", " in", " Paris", ",", " é"]
-    for i in range(n_reasoning):
-        out.append(_delta({"reasoning_content": words[i % len(words)]}))
-    for i in range(n_content):
-        out.append(_delta({"content": words[(i + 3) % len(words)]}))
-    per_call = max(n_tool // 2, 1)
-    for call in range(2):
-        name = ("get_weather", "get_time")[call]
-        first = {
-            "index": call,
-            "id": f"{call:032d}",
-            "type": "function",
-            "function": {"name": name, "arguments": '{"city": "'},
-        }
-        out.append(_delta({"tool_calls": [first]}))
-        for i in range(per_call - 1):
-            frag = {"index": call, "function": {"arguments": "ab"[i % 2]}}
-            out.append(_delta({"tool_calls": [frag]}))
-        out.append(_delta({"tool_calls": [{"index": call, "function": {"arguments": '"}'}}]}))
-    out.append(_delta({}, finish="tool_calls"))
-    timings = {
-        "cache_n": 0,
-        "prompt_n": total,
-        "prompt_ms": 256.0,
-        "prompt_per_token_ms": 0.125,
-        "prompt_per_second": 8000.0,
-        "predicted_n": n_body,
-        "predicted_ms": 20000.0,
-        "predicted_per_token_ms": 1.0,
-        "predicted_per_second": 1000.0,
-    }
-    usage = {
-        "completion_tokens": n_body,
-        "prompt_tokens": total,
-        "total_tokens": total + n_body,
-        "prompt_tokens_details": {"cached_tokens": 0},
-    }
-    out.append(_chunk([], usage=usage, timings=timings))
-    out.append(b"data: [DONE]\n\n")
-    return out
-
-
-class _Chunks(httpx.SyncByteStream):
-    def __init__(self, chunks: list[bytes]) -> None:
-        self._chunks = chunks
+class _Reads(httpx.SyncByteStream):
+    def __init__(self, reads: list[bytes]) -> None:
+        self._reads = reads
 
     def __iter__(self) -> Iterator[bytes]:
-        return iter(self._chunks)
+        return iter(self._reads)
 
 
-def transport(chunks: list[bytes]) -> httpx.MockTransport:
-    """A transport answering every request with the stream, one event per read."""
+def transport(reads: list[bytes]) -> httpx.MockTransport:
+    """A transport answering every request with ``reads``, one element per read."""
 
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(
-            200, headers={"content-type": "text/event-stream"}, stream=_Chunks(chunks)
+            200, headers={"content-type": "text/event-stream"}, stream=_Reads(reads)
         )
 
     return httpx.MockTransport(handler)
 
 
-BODY = {"messages": [{"role": "user", "content": "What is the weather in Paris?"}], "id_slot": 0}
-
-
-def run_bare(http: httpx.Client) -> int:
-    """The baseline: iter_lines + json.loads of each data line, stop at [DONE]."""
+def naive(http: httpx.Client, loads: Callable[[str], object]) -> int:
+    """The naive loop: iter_lines, ``loads`` of each data line, the three ``delta.get``s.
+    Returns the number of data events read (``[DONE]`` included)."""
     n = 0
-    loads = json.loads
     with http.stream("POST", f"{URL}/v1/chat/completions", json=BODY) as response:
         for line in response.iter_lines():
             if line.startswith("data: "):
+                n += 1
                 data = line[6:]
                 if data == "[DONE]":
                     break
-                loads(data)
-                n += 1
+                obj: dict[str, list[dict[str, dict[str, object]]]] = loads(data)  # type: ignore[assignment]
+                for choice in obj["choices"]:
+                    delta = choice["delta"]
+                    delta.get("content")
+                    delta.get("reasoning_content")
+                    delta.get("tool_calls")
     return n
 
 
-def run_boxmaker(client: Client) -> Completion:
-    """boxmaker's full path with a no-op event hook."""
+def boxmaker_chat(client: Client, *, tool_call_deltas: bool = True) -> Completion:
+    """boxmaker's whole path, every event passed to a no-op hook."""
 
     def on_event(event: ClientEvent) -> None:
         pass
 
-    return client.chat(BODY, on_event)
+    return client.chat(BODY, on_event, tool_call_deltas=tool_call_deltas)
 
 
-def best_of(repeat: int, fn: Callable[[], object]) -> float:
-    """Fastest of ``repeat`` runs of ``fn``, in seconds."""
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
+def cpu(fn: Callable[[], object], inner: int) -> float:
+    """CPU seconds of ``inner`` calls of ``fn``."""
+    start = time.process_time()
+    for _ in range(inner):
         fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+    return time.process_time() - start
+
+
+def load_stream(path: Path) -> tuple[bytes, list[bytes]]:
+    """The stream's bytes, and the same cut into one SSE event per element."""
+    if not path.is_file():
+        sys.exit(
+            f"benchmarks/sse.py: stream file not found: {path}\n"
+            "(expected the shared recording ../shared/perf/stream-1009.sse next to the repo, "
+            "or give one with --stream PATH)"
+        )
+    body = path.read_bytes()
+    events = [part + b"\n\n" for part in body.split(b"\n\n") if part.strip()]
+    assert b"".join(events).strip() == body.strip(), "stream is not \\n\\n-separated SSE"
+    return body, events
 
 
 def main() -> None:
-    """Build the stream, time both loops, print the times and the ratio."""
+    """Time the three contenders in both read modes; print the rates and the ratios."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--chunks", type=int, default=20_000)
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--stream", type=Path, default=DEFAULT_STREAM)
+    parser.add_argument("--repeat", type=int, default=30, help="rounds; the best is kept")
+    parser.add_argument("--inner", type=int, default=5, help="runs timed together per round")
     args = parser.parse_args()
 
-    chunks = build_stream(args.chunks)
-    mock = transport(chunks)
-    with (
-        httpx.Client(transport=mock) as http,
-        Client(ClientConfig(url=URL), transport=mock) as client,
-    ):
-        n = run_bare(http)
-        completion = run_boxmaker(client)
-        assert completion.finish_reason == "tool_calls", completion.finish_reason
-        assert len(completion.tool_calls) == 2
-        json.loads(completion.tool_calls[0].arguments)
-        assert completion.timings["prompt_n"] == 2048
-        bare = best_of(args.repeat, lambda: run_bare(http))
-        boxed = best_of(args.repeat, lambda: run_boxmaker(client))
-    size = sum(map(len, chunks))
-    print(f"stream: {len(chunks)} SSE events, {n} JSON chunks, {size / 1e6:.1f} MB")
-    print(
-        f"bare httpx iter_lines + json.loads: {bare * 1e3:8.1f} ms ({bare / n * 1e6:.2f} us/chunk)"
+    body, events = load_stream(args.stream)
+    modes = {"whole-body": [body], "one-event-per-read": events}
+    ratios: dict[str, tuple[float, float]] = {}
+    print(f"stream: {args.stream.name}, {len(events)} SSE events, {len(body) / 1e3:.0f} kB")
+    for mode, reads in modes.items():
+        mock = transport(reads)
+        with (
+            httpx.Client(transport=mock) as http,
+            Client(ClientConfig(url=URL), transport=mock) as client,
+        ):
+            n = naive(http, json.loads)
+            assert naive(http, orjson.loads) == n
+            done = boxmaker_chat(client)
+            assert done.finish_reason is not None and done.timings, "no finish chunk"
+            contenders: dict[str, Callable[[], object]] = {
+                "naive json": lambda: naive(http, json.loads),
+                "naive orjson": lambda: naive(http, orjson.loads),
+                "boxmaker Client.chat": lambda: boxmaker_chat(client),
+                "  tool_call_deltas=False": lambda: boxmaker_chat(client, tool_call_deltas=False),
+            }
+            best = dict.fromkeys(contenders, float("inf"))
+            names = list(contenders)
+            for r in range(args.repeat):
+                for name in names[r % 4 :] + names[: r % 4]:  # rotate the order
+                    best[name] = min(best[name], cpu(contenders[name], args.inner) / args.inner)
+        print(f"{mode}: {len(reads)} reads")
+        rate = {name: n / seconds for name, seconds in best.items()}
+        for name, seconds in best.items():
+            print(f"  {name:22} {seconds * 1e3:7.2f} ms CPU  {rate[name] / 1e3:7.1f}k events/s")
+        box = rate["boxmaker Client.chat"]
+        lean = rate["  tool_call_deltas=False"]
+        ratios[mode] = (
+            box / rate["naive json"],
+            box / rate["naive orjson"],
+            lean / rate["naive orjson"],
+        )
+    vs_json = min(r[0] for r in ratios.values())
+    vs_orjson = min(r[1] for r in ratios.values())
+    both = "; ".join(
+        f"{m}: vs_json {j:.2f} vs_orjson {o:.2f}, without ToolCallDelta {lean:.2f}"
+        for m, (j, o, lean) in ratios.items()
     )
-    print(
-        f"boxmaker Client.chat:               {boxed * 1e3:8.1f} ms "
-        f"({boxed / n * 1e6:.2f} us/chunk)"
-    )
-    print(f"ratio {boxed / bare:.2f}")
+    print(f"vs_json {vs_json:.2f} vs_orjson {vs_orjson:.2f} ({both})")
 
 
 if __name__ == "__main__":

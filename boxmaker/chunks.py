@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from .completion import Completion
 from .errors import InferError, StreamCut
 from .events import (
     ClientEvent,
@@ -26,72 +26,28 @@ from .events import (
     Waiting,
 )
 from .infer_errors import stream_error
-from .records import ToolCall, Usage
+from .records import ToolCall
 from .tools import canonical_arguments
 
 __all__ = ["ChunkDecoder", "Completion"]
 
 _WAITING = Waiting()
+_E = TypeVar("_E")
 
+# The hot events built as object.__new__ + their slots' descriptors: the same frozen objects as
+# their __init__ makes (which goes through object.__setattr__ once per field), at about half
+# the cost per chunk.
+if TYPE_CHECKING:
 
-@dataclass(frozen=True, kw_only=True)
-class Completion:
-    """One finished streamed chat completion, joined from its chunks.
+    def _new(cls: type[_E]) -> _E: ...
 
-    Attributes:
-        id: the stream's ``id`` (``"chatcmpl-..."``), ``""`` if the server sent none.
-        content: the joined ``delta.content`` fragments, ``None`` if none came.
-        reasoning: the joined ``delta.reasoning_content`` (llama.cpp's reasoning parser, the
-            model's ``<think>`` text) or ``delta.reasoning`` (Ollama, vLLM) fragments, or the
-            content before a ``</think>`` that had no opening tag (see :class:`ChunkDecoder`);
-            ``None`` if none came.
-        tool_calls: the calls of ``delta.tool_calls`` in ``index`` order (see
-            :class:`ChunkDecoder` for how deltas are matched to calls); ``arguments`` is the
-            exact joined text (neither parsed nor re-serialised, so it may be invalid JSON),
-            except arguments sent as a JSON object, which become canonical JSON text. A call
-            the server sent without ``id`` gets a made-up one derived from the completion id
-            and the call's number (stable when a recording is replayed).
-        finish_reason: ``"stop"``, ``"length"``, ``"tool_calls"``..., ``None`` if the stream
-            ended with ``[DONE]`` but no finish reason.
-        timings: llama.cpp's ``timings`` of the last chunk that carried them (``cache_n``,
-            ``prompt_n``, ``predicted_n`` in tokens; ``prompt_ms``, ``predicted_ms`` in ms;
-            ``*_per_second``...), ``{}`` if none.
-        usage: the OpenAI ``usage`` object of the last chunk that carried it
-            (``prompt_tokens``, ``completion_tokens``, ``total_tokens``,
-            ``prompt_tokens_details.cached_tokens``), ``{}`` if none.
-        reasoning_tokens: number of reasoning deltas received (llama.cpp sends about one token
-            per delta, so this counts reasoning tokens), content deltas moved to ``reasoning``
-            by a ``</think>`` included.
-        thinking_capped: ``reasoning_end`` was sent for this completion (budget reached).
-    """
-
-    id: str
-    content: str | None
-    reasoning: str | None
-    tool_calls: tuple[ToolCall, ...]
-    finish_reason: str | None
-    timings: dict[str, float] = field(default_factory=dict)
-    usage: dict[str, Any] = field(default_factory=dict)
-    reasoning_tokens: int = 0
-    thinking_capped: bool = False
-
-    def usage_record(self) -> Usage:
-        """The session log's :class:`~boxmaker.records.Usage` record of this completion:
-        ``timings`` as sent, reasoning tokens, the thinking-cap flag, the OpenAI
-        ``usage.prompt_tokens`` / ``completion_tokens`` (``None`` when absent) and the
-        ``finish_reason``."""
-        return Usage(
-            timings=dict(self.timings),
-            reasoning_tokens=self.reasoning_tokens,
-            thinking_capped=self.thinking_capped,
-            prompt_tokens=_int_or_none(self.usage.get("prompt_tokens")),
-            completion_tokens=_int_or_none(self.usage.get("completion_tokens")),
-            finish_reason=self.finish_reason,
-        )
-
-
-def _int_or_none(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+else:
+    _new = object.__new__
+_set_content = vars(Content)["text"].__set__
+_set_reasoning = vars(Reasoning)["text"].__set__
+_set_index, _set_id, _set_name, _set_arguments = (
+    vars(ToolCallDelta)[field].__set__ for field in ("index", "id", "name", "arguments")
+)
 
 
 class _CallParts:
@@ -160,6 +116,10 @@ class ChunkDecoder:
             ended (a thinking cap has nothing left to stop).
         thinking_capped: :meth:`mark_capped` was called.
         timings: llama.cpp ``timings`` so far (``{}`` if none).
+        tool_call_deltas: whether :class:`~boxmaker.events.ToolCallDelta` events are
+            made (the constructor's keyword, default ``True``). ``False`` when nobody
+            listens to them (the turn loop drops them; a tool-call chunk then costs no
+            event); the calls are joined into the :class:`Completion` either way.
         usage: OpenAI ``usage`` so far (``{}`` if none).
     """
 
@@ -172,6 +132,7 @@ class ChunkDecoder:
         "_reasoning",
         "_tag_deltas",
         "_tail",
+        "_text",
         "_undecided",
         "_waiting",
         "chunks",
@@ -182,10 +143,12 @@ class ChunkDecoder:
         "reasoning_tokens",
         "thinking_capped",
         "timings",
+        "tool_call_deltas",
         "usage",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, *, tool_call_deltas: bool = True) -> None:
+        self.tool_call_deltas = tool_call_deltas
         self.id = ""
         self.finish_reason: str | None = None
         self.done = False
@@ -205,88 +168,145 @@ class ChunkDecoder:
         self._undecided = True  # content may still be reasoning closed by </think>
         self._tail = ""  # held-back end of content that may be the start of a tag
         self._tag_deltas = 0  # content deltas that carried text while undecided
+        self._text: str | None = None  # the JSON text of the chunk being fed, if orjson's
 
     @property
     def finished(self) -> bool:
         """Whether the stream has ended properly: a ``finish_reason`` or ``[DONE]`` came."""
         return self.finish_reason is not None or self.done
 
-    def feed(self, obj: dict[str, Any]) -> list[ClientEvent]:
+    def feed(self, obj: dict[str, Any], text: str | None = None) -> list[ClientEvent]:
         """Take one parsed chunk; return the events it carries.
+
+        Args:
+            obj: the chunk's JSON object.
+            text: the JSON text ``obj`` was parsed from by orjson, if it was. orjson reads
+                integers beyond 64 bits as floats, so every value kept that is not a string
+                or a 64-bit integer (``timings``, ``usage``, ``prompt_progress``, an error
+                object, arguments sent as a JSON value, odd types where a string belongs) is
+                taken from :func:`json.loads` of ``text`` instead: the result is exactly
+                the one of ``json.loads``. ``None``: ``obj`` is used as it is.
 
         Raises:
             InferError: the chunk is an error object (``{"error": {...}}``; ``status`` is
                 ``error.code`` when present), or its shape is not a chat-completion chunk.
         """
+        # The hot path (one call per chunk): the rare keys tested with `in`, the events
+        # built without their dataclass __init__ (see _new).
         self.chunks += 1
+        self._text = text
+        events: list[ClientEvent] = []
         try:
-            return self._feed(obj)
+            if not self.id:
+                cid = obj.get("id")
+                if isinstance(cid, str):
+                    self.id = cid
+            if "error" in obj:
+                obj = self._exact(obj)
+                raise stream_error(obj, json.dumps(obj, ensure_ascii=False))
+            if "prompt_progress" in obj and obj["prompt_progress"] is not None:
+                self._progress(self._exact(obj)["prompt_progress"], events)
+            elif not self._waiting:
+                self._waiting = True
+                events.append(_WAITING)
+            choices = obj.get("choices")
+            if choices:
+                choice = choices[0]
+                delta = choice.get("delta")
+                if delta:
+                    calls = delta.get("tool_calls")
+                    if calls is None or len(delta) > 1:  # not a delta of tool calls alone
+                        text = delta.get("reasoning_content") or delta.get("reasoning")
+                        if text and text.__class__ is str:
+                            if self._undecided:
+                                self._decide(events)
+                            self._reasoning.append(text)
+                            self.reasoning_tokens += 1
+                            reasoning = _new(Reasoning)
+                            _set_reasoning(reasoning, text)
+                            events.append(reasoning)
+                        text = delta.get("content")
+                        if text:
+                            if text.__class__ is not str:
+                                text = self._exact(obj)["choices"][0]["delta"]["content"]
+                            if self._undecided:
+                                self._split_content(text, events)
+                            else:
+                                self._content.append(text)
+                                content = _new(Content)
+                                _set_content(content, text)
+                                events.append(content)
+                    if calls:
+                        call = calls[0]
+                        function = call.get("function")
+                        if (  # the usual fragment: more arguments for the call at a known index
+                            len(calls) == 1
+                            and "id" not in call
+                            and (index := call.get("index")).__class__ is int
+                            and (number := self._at_index.get(index)) is not None
+                            and function.__class__ is dict
+                            and "name" not in function
+                            and (arguments := function.get("arguments")).__class__ is str
+                        ):
+                            self._last = number
+                            if arguments:
+                                self._calls[number].arguments.append(arguments)
+                            if self.tool_call_deltas:
+                                tool_call = _new(ToolCallDelta)
+                                _set_index(tool_call, number)
+                                _set_id(tool_call, None)
+                                _set_name(tool_call, None)
+                                _set_arguments(tool_call, arguments)
+                                events.append(tool_call)
+                        else:
+                            self._tool_calls(calls, events, obj)
+                reason = choice.get("finish_reason")
+                if reason is not None:
+                    if reason.__class__ is not str:
+                        reason = self._exact(obj)["choices"][0]["finish_reason"]
+                    self.finish_reason = reason
+                    if self._tail:
+                        self._decide(events)
+            if "timings" in obj and obj["timings"] is not None:
+                self.timings = dict(self._exact(obj)["timings"])
+            if "usage" in obj and obj["usage"] is not None:
+                self.usage = dict(self._exact(obj)["usage"])
         except (AttributeError, TypeError, ValueError, KeyError, RecursionError) as exc:
-            text = json.dumps(obj, ensure_ascii=False)[:500]
+            try:
+                text = json.dumps(self._exact(obj), ensure_ascii=False)[:500]
+            except (ValueError, RecursionError):  # nested deeper than json's recursion limit
+                text = (self._text or "")[:500]
             raise InferError(
                 f"malformed chunk from llama-server ({exc!r}): {text}", body=text
             ) from exc
+        return events
 
-    def _feed(self, obj: dict[str, Any]) -> list[ClientEvent]:
-        events: list[ClientEvent] = []
-        if not self.id:
-            cid = obj.get("id")
-            if isinstance(cid, str):
-                self.id = cid
-        if "error" in obj:
-            raise stream_error(obj, json.dumps(obj, ensure_ascii=False))
-        progress = obj.get("prompt_progress")
-        if progress is not None:
-            total = int(progress.get("total", 0))
-            processed = int(progress.get("processed", 0))
-            events.append(
-                Progress(
-                    total=total,
-                    cache=int(progress.get("cache", 0)),
-                    processed=processed,
-                    time_ms=float(progress.get("time_ms", 0.0)),
-                )
+    def _exact(self, obj: dict[str, Any]) -> Any:
+        """The chunk as :func:`json.loads` reads it (see :meth:`feed`'s ``text``)."""
+        return obj if self._text is None else json.loads(self._text)
+
+    def _exact_call(self, obj: dict[str, Any], calls: list[Any], call: Any) -> Any:
+        """The tool call ``call`` (an element of ``calls``, the tool calls of ``obj``) as
+        :func:`json.loads` reads it."""
+        at = next((i for i, c in enumerate(calls) if c is call), None)
+        if self._text is None or at is None:  # not orjson's, or already the exact one
+            return call
+        return self._exact(obj)["choices"][0]["delta"]["tool_calls"][at]
+
+    def _progress(self, progress: Any, events: list[ClientEvent]) -> None:
+        total = int(progress.get("total", 0))
+        processed = int(progress.get("processed", 0))
+        events.append(
+            Progress(
+                total=total,
+                cache=int(progress.get("cache", 0)),
+                processed=processed,
+                time_ms=float(progress.get("time_ms", 0.0)),
             )
-            if not self._waiting and processed >= total:
-                self._waiting = True
-                events.append(_WAITING)
-        elif not self._waiting:
+        )
+        if not self._waiting and processed >= total:
             self._waiting = True
             events.append(_WAITING)
-        choices = obj.get("choices")
-        if choices:
-            choice = choices[0]
-            delta = choice.get("delta")
-            if delta:
-                text = delta.get("reasoning_content") or delta.get("reasoning")
-                if text and text.__class__ is str:
-                    if self._undecided:
-                        self._decide(events)
-                    self._reasoning.append(text)
-                    self.reasoning_tokens += 1
-                    events.append(Reasoning(text))
-                text = delta.get("content")
-                if text:
-                    if self._undecided:
-                        self._split_content(text, events)
-                    else:
-                        self._content.append(text)
-                        events.append(Content(text))
-                calls = delta.get("tool_calls")
-                if calls:
-                    self._tool_calls(calls, events)
-            reason = choice.get("finish_reason")
-            if reason is not None:
-                self.finish_reason = reason
-                if self._tail:
-                    self._decide(events)
-        timings = obj.get("timings")
-        if timings is not None:
-            self.timings = dict(timings)
-        usage = obj.get("usage")
-        if usage is not None:
-            self.usage = dict(usage)
-        return events
 
     def _decide(self, events: list[ClientEvent]) -> None:
         """Content is content from now on: emit and keep a held-back partial tag."""
@@ -332,10 +352,16 @@ class ChunkDecoder:
             self._tag_deltas += 1
             events.append(Content(text))
 
-    def _tool_calls(self, calls: list[dict[str, Any]], events: list[ClientEvent]) -> None:
+    def _tool_calls(
+        self, calls: list[dict[str, Any]], events: list[ClientEvent], obj: dict[str, Any]
+    ) -> None:
         for call in calls:
             call_id = call.get("id") or ""
             index = call.get("index")
+            if call_id.__class__ is not str or (index is not None and index.__class__ is not int):
+                call = self._exact_call(obj, calls, call)
+                call_id = call.get("id") or ""
+                index = call.get("index")
             number = self._at_index.get(index) if index.__class__ is int else None
             if number is None or (call_id and self._calls[number].id not in ("", call_id)):
                 number = self._call_number(index, call_id)
@@ -351,15 +377,24 @@ class ChunkDecoder:
             if function:
                 name = function.get("name")
                 if name and not parts.name:
+                    if name.__class__ is not str:
+                        name = self._exact_call(obj, calls, call)["function"]["name"]
                     parts.name = new_name = name
                 arguments = function.get("arguments")
                 if arguments is None:
                     arguments = ""
                 elif arguments.__class__ is not str:  # a JSON value instead of its text
+                    arguments = self._exact_call(obj, calls, call)["function"]["arguments"]
                     arguments = canonical_arguments(json.dumps(arguments, ensure_ascii=False))
                 if arguments:
                     parts.arguments.append(arguments)
-            events.append(ToolCallDelta(number, new_id, new_name, arguments))
+            if self.tool_call_deltas:
+                event = _new(ToolCallDelta)
+                _set_index(event, number)
+                _set_id(event, new_id)
+                _set_name(event, new_name)
+                _set_arguments(event, arguments)
+                events.append(event)
 
     def _call_number(self, index: Any, call_id: str) -> int:
         """The number of the call a tool-call delta belongs to (a new call if needed)."""

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from . import fastjson
 from .cancel import CancelWatch
 from .config import ClientConfig
 from .errors import InferError, RequestCancelled, StreamCut
@@ -49,6 +50,7 @@ __all__ = ["ChatClient", "Client"]
 
 _QUEUED = Queued()
 _SSE_HEADERS = {"Accept": "text/event-stream"}
+_JSON_SSE_HEADERS = {"Accept": "text/event-stream", "Content-Type": "application/json"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -143,6 +145,7 @@ class Client:
         *,
         reasoning_budget: int | None = None,
         cancel: threading.Event | None = None,
+        tool_call_deltas: bool = True,
     ) -> Completion:
         """Run one streamed chat completion (one attempt, no retry).
 
@@ -169,6 +172,10 @@ class Client:
                 :class:`InferError`. Checked before the request, after each chunk and each
                 read, and by a watch thread that interrupts a blocked read (on transports
                 without sockets, such as ``httpx.MockTransport``, only between reads).
+            tool_call_deltas: pass :class:`~boxmaker.events.ToolCallDelta` events to
+                ``on_event``; ``False`` skips making them (a caller that drops them, as the
+                turn loop does, saves one object per tool-call chunk). The completion's
+                ``tool_calls`` are the same either way.
 
         Returns:
             The :class:`Completion`.
@@ -182,7 +189,9 @@ class Client:
             StreamCut: the stream ended or broke before ``finish_reason`` / ``[DONE]``.
             RequestCancelled: ``cancel`` was set.
         """
-        return self._chat(body, on_event, reasoning_budget, cancel, retries=0)
+        return self._chat(
+            body, on_event, reasoning_budget, cancel, retries=0, tool_call_deltas=tool_call_deltas
+        )
 
     def chat_with_retry(
         self,
@@ -191,6 +200,7 @@ class Client:
         *,
         reasoning_budget: int | None = None,
         cancel: threading.Event | None = None,
+        tool_call_deltas: bool = True,
     ) -> Completion:
         """:meth:`chat`, retrying when the server cannot be reached or is loading.
 
@@ -211,7 +221,12 @@ class Client:
             RequestCancelled: ``cancel`` was set, also during a retry wait.
         """
         return self._chat(
-            body, on_event, reasoning_budget, cancel, retries=self.config.retry_attempts
+            body,
+            on_event,
+            reasoning_budget,
+            cancel,
+            retries=self.config.retry_attempts,
+            tool_call_deltas=tool_call_deltas,
         )
 
     def reasoning_end(self, completion_id: str) -> bool:
@@ -261,6 +276,7 @@ class Client:
         cancel: threading.Event | None,
         *,
         retries: int,
+        tool_call_deltas: bool,
     ) -> Completion:
         payload = {
             **body,
@@ -276,7 +292,7 @@ class Client:
             if cancel is not None and cancel.is_set():
                 raise RequestCancelled("request cancelled before it was sent")
             try:
-                return self._attempt(payload, on_event, reasoning_budget, cancel)
+                return self._attempt(payload, on_event, reasoning_budget, cancel, tool_call_deltas)
             except _Retryable as failure:
                 error = failure.error
                 if attempt >= retries:
@@ -310,10 +326,13 @@ class Client:
         on_event: Callable[[ClientEvent], None],
         reasoning_budget: int | None,
         cancel: threading.Event | None,
+        tool_call_deltas: bool,
     ) -> Completion:
         watch = None if cancel is None else CancelWatch(cancel)
         try:
-            return self._request(payload, on_event, reasoning_budget, cancel, watch)
+            return self._request(
+                payload, on_event, reasoning_budget, cancel, watch, tool_call_deltas
+            )
         finally:
             if watch is not None:
                 watch.stop()
@@ -325,12 +344,20 @@ class Client:
         reasoning_budget: int | None,
         cancel: threading.Event | None,
         watch: CancelWatch | None,
+        tool_call_deltas: bool,
     ) -> Completion:
         started = False
         extensions = {} if watch is None else {"trace": watch.trace}
+        # the body as httpx's json= writes it (compact, UTF-8), by orjson when it can
+        content = fastjson.dumps(payload)
+        body: dict[str, Any] = (
+            {"json": payload, "headers": _SSE_HEADERS}
+            if content is None
+            else {"content": content, "headers": _JSON_SSE_HEADERS}
+        )
         try:
             with self._http.stream(
-                "POST", self._chat_url, json=payload, headers=_SSE_HEADERS, extensions=extensions
+                "POST", self._chat_url, extensions=extensions, **body
             ) as response:
                 started = True
                 if watch is not None:
@@ -347,7 +374,7 @@ class Client:
                         raise _Retryable(error, f"HTTP 503: {_short(error)}")
                     raise error
                 on_event(_QUEUED)
-                return self._read(response, on_event, reasoning_budget, cancel)
+                return self._read(response, on_event, reasoning_budget, cancel, tool_call_deltas)
         except httpx.TransportError as exc:
             if cancel is not None and cancel.is_set():  # the watch shut the connection
                 raise RequestCancelled("request cancelled; connection closed") from exc
@@ -376,39 +403,43 @@ class Client:
         on_event: Callable[[ClientEvent], None],
         reasoning_budget: int | None,
         cancel: threading.Event | None,
+        tool_call_deltas: bool,
     ) -> Completion:
-        decoder = StreamDecoder()
+        decoder = StreamDecoder(tool_call_deltas=tool_call_deltas)
         chunks = decoder.chunks
         cap_at = None if reasoning_budget is None else max(reasoning_budget, 1)
+
+        def between() -> None:  # after each chunk: the thinking cap and cancel checks
+            if (
+                cap_at is not None
+                and chunks.reasoning_tokens >= cap_at
+                and not chunks.thinking_capped
+                and not chunks.reasoning_from_tag  # that reasoning has already ended
+            ):
+                self._cap(chunks, on_event)
+            if cancel is not None and cancel.is_set():
+                response.close()
+                raise RequestCancelled(
+                    f"request cancelled after {chunks.chunks} chunks; stream closed"
+                )
+
+        check = None if cap_at is None and cancel is None else between
         silence = self.config.silence_timeout_s
         clock = time.monotonic
         quiet_since: float | None = clock()  # first read after the last data event, or None
         seen = 0  # chunks when the last data event came
+        feed_sse = decoder.sse.feed
+        emit = decoder.emit
         stream = response.iter_bytes()
         while True:
             raw = next(stream, None)
-            sse_events = decoder.sse.feed(raw) if raw is not None else decoder.sse.flush()
-            for events in decoder.per_chunk(sse_events):
-                for event in events:
-                    on_event(event)
-                if (
-                    cap_at is not None
-                    and chunks.reasoning_tokens >= cap_at
-                    and not chunks.thinking_capped
-                    and not chunks.reasoning_from_tag  # that reasoning has already ended
-                ):
-                    self._cap(chunks, on_event)
-                if cancel is not None and cancel.is_set():
-                    response.close()
-                    raise RequestCancelled(
-                        f"request cancelled after {chunks.chunks} chunks; stream closed"
-                    )
+            emit(feed_sse(raw) if raw is not None else decoder.sse.flush(), on_event, check)
             if cancel is not None and cancel.is_set():  # a read of comments, or cut by the watch
                 response.close()
                 raise RequestCancelled(
                     f"request cancelled after {chunks.chunks} chunks; stream closed"
                 )
-            if decoder.done or raw is None:
+            if chunks.done or raw is None:
                 return chunks.finish()
             if silence is not None:
                 if chunks.chunks != seen:

@@ -17,7 +17,8 @@ Client events (from one streamed ``/v1/chat/completions`` request, llama.cpp ter
 Turn events add ``ToolCallStarted`` and the records the turn appends to the session log
 (:mod:`boxmaker.records`: ``User``, ``Assistant``, ``Usage``, ``CacheLoss``, ``ToolResult``,
 ``LimitHit``), passed to the hook as they are written. ``ToolCallDelta`` is not passed on by the
-turn (``ToolCallStarted`` comes once the call is complete).
+turn (``ToolCallStarted`` comes once the call is complete); a caller that drops them can
+skip making them (``Client.chat(..., tool_call_deltas=False)``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ the baseline with ``"schema"`` and ``"session_id"``, every later line one record
   line is dropped with a :class:`LogReadWarning` (and set aside in ``<log>.torn`` when
   repairing), the first line must be a baseline of a schema this version reads, and older
   schemas are upgraded in memory by :mod:`boxmaker.migrations`. The whole file is parsed in
-  one ``json.loads`` (the frames' speed relies on it).
+  one call (the frames' speed relies on it): :func:`boxmaker.fastjson.loads`, orjson where it
+  reads as :func:`json.loads` does.
 - :class:`LogWriter`: the one writer of a log. It holds an exclusive ``flock`` on the file for
   as long as it is open, so a second writer (another process, or the same one) is refused with
   :class:`~boxmaker.errors.SessionError` naming the holder's pid; readers never lock. Each
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import fastjson
 from .errors import SessionError
 from .migrations import upgrade
 from .records import SCHEMA_VERSION
@@ -108,8 +110,9 @@ def read_log(path: str | os.PathLike[str], *, repair: bool = False) -> LogData:
     # One parse for the whole file: the lines joined into a JSON array. A line that is not one
     # JSON value gives an error or a different count; then each line is parsed alone to name
     # the first bad one.
+    joined = b"[" + raw[:-1].replace(b"\n", b",") + b"]"
     try:
-        lines: list[Any] = json.loads(b"[" + raw[:-1].replace(b"\n", b",") + b"]")
+        lines: list[Any] = fastjson.loads(joined)
     except (ValueError, RecursionError):
         lines = []
     if len(lines) != count:
@@ -127,7 +130,15 @@ def read_log(path: str | os.PathLike[str], *, repair: bool = False) -> LogData:
 
 
 def dumps_line(obj: dict[str, Any]) -> bytes:
-    """One log line: compact JSON, UTF-8 (lone surrogates kept as ``\\u`` escapes), ``\\n``."""
+    """One log line: compact JSON, UTF-8 (lone surrogates kept as ``\\u`` escapes), ``\\n``.
+
+    The text is the one of ``json.dumps(obj, ensure_ascii=False, separators=(",", ":"))``
+    in meaning (the same JSON value, keys in the same order), made by orjson when it can
+    (:func:`boxmaker.fastjson.dumps`).
+    """
+    line = fastjson.dumps(obj)
+    if line is not None:
+        return line + b"\n"
     text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
     try:
         return text.encode("utf-8") + b"\n"

@@ -43,15 +43,27 @@ class SSEDecoder:
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         if buf[-1:] == b"\n":
             self._buf = hold
-            lines = buf.decode("utf-8", "replace").split("\n")
-            lines.pop()
         else:
-            end = buf.rfind(b"\n")
-            if end < 0:
+            end = buf.rfind(b"\n") + 1
+            if not end:
                 self._buf = buf + hold
                 return []
-            self._buf = buf[end + 1 :] + hold
-            lines = buf[:end].decode("utf-8", "replace").split("\n")
+            self._buf = buf[end:] + hold
+            buf = buf[:end]
+        text = buf.decode("utf-8", "replace")
+        if not self._pending and text.startswith("data: ") and text.endswith("\n\n"):
+            # The usual shape (llama.cpp, OpenAI): nothing but one-line "data: " events, each
+            # followed by its blank line. Then the text is "data: " + the events' data joined
+            # by "\n\ndata: " + "\n\n", and holds no newline besides those separators.
+            end = len(text) - 2
+            if text.find("\n", 6) == end:  # one event (a server's flush)
+                data = text[6:end]
+                return [("data", data)] if data else []
+            datas = text[6:end].split("\n\ndata: ")
+            if "\n" not in "".join(datas):
+                return [("data", data) for data in datas if data]
+        lines = text.split("\n")
+        lines.pop()
         return self._lines(lines)
 
     def flush(self) -> list[tuple[str, str]]:

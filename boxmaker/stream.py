@@ -22,8 +22,10 @@ The names of the three modules are all importable from here.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
+
+import orjson
 
 from .chunks import ChunkDecoder, Completion
 from .errors import InferError
@@ -41,7 +43,8 @@ __all__ = [
     "is_context_full",
 ]
 
-_JSON = json.JSONDecoder()
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
 
 
 class StreamDecoder:
@@ -52,15 +55,19 @@ class StreamDecoder:
     ignored); an older build's ``error:`` event is an error. Used by the HTTP client (live) and
     the cassette reader (recorded bodies), so both read a stream the same way.
 
+    Args:
+        tool_call_deltas: make :class:`~boxmaker.events.ToolCallDelta` events (see
+            :class:`ChunkDecoder`); ``False`` when nobody listens to them.
+
     Attributes:
         chunks: the :class:`ChunkDecoder` (id, finish reason, timings, token counts so far).
     """
 
     __slots__ = ("chunks", "sse")
 
-    def __init__(self) -> None:
+    def __init__(self, *, tool_call_deltas: bool = True) -> None:
         self.sse = SSEDecoder()
-        self.chunks = ChunkDecoder()
+        self.chunks = ChunkDecoder(tool_call_deltas=tool_call_deltas)
 
     @property
     def done(self) -> bool:
@@ -84,38 +91,93 @@ class StreamDecoder:
         """The client events of each chunk among ``sse_events`` (from :attr:`sse`), one list
         per chunk, so a caller can act between chunks (the client's thinking cap and cancel
         checks). Stops at ``[DONE]``. Raises as :meth:`feed`."""
+        feed_event = self.feed_event
+        chunks = self.chunks
+        for name, data in sse_events:
+            if chunks.done:
+                return
+            events = feed_event(name, data)
+            if events or (name == "data" and data != "[DONE]"):
+                yield events
+
+    def emit(
+        self,
+        sse_events: list[tuple[str, str]],
+        on_event: Callable[[ClientEvent], None],
+        between: Callable[[], None] | None = None,
+    ) -> None:
+        """Pass the client events of ``sse_events`` (from :attr:`sse`) to ``on_event`` in
+        order, calling ``between`` after each ``data`` event (a chunk or ``[DONE]``), so a
+        caller can act between chunks (the client's thinking cap and cancel checks); stops
+        at ``[DONE]``. The same events as :meth:`feed_event` of each, in one loop (the
+        client's hot path). An exception of ``on_event`` or ``between`` propagates as it is.
+        Raises as :meth:`feed`."""
         chunks = self.chunks
         if chunks.done:
             return
-        raw_decode = _JSON.raw_decode
+        feed = chunks.feed
         for name, data in sse_events:
-            if name != "data":
-                if name == "error":
-                    raise stream_error(_loads_or_text(data), data)
-                continue
-            if data == "[DONE]":
-                tail = chunks.mark_done()
-                if tail:
-                    yield tail
-                return
-            try:  # raw_decode skips json.loads' whitespace regexes (the hot path)
-                obj, end = raw_decode(data)
-            except (ValueError, RecursionError):
-                end = -1
-            if end != len(data):  # surrounding whitespace, or not JSON: the strict parse
+            if name == "data" and data != "[DONE]":  # a chunk: feed_event's steps, inlined
                 try:
-                    obj = json.loads(data)
-                except (ValueError, RecursionError) as exc:
-                    raise InferError(
-                        f"malformed chunk from llama-server (not JSON: {exc}): {data[:500]}",
-                        body=data,
-                    ) from exc
-            if type(obj) is not dict:
-                raise InferError(
-                    f"malformed chunk from llama-server (not a JSON object): {data[:500]}",
-                    body=data,
-                )
-            yield chunks.feed(obj)
+                    obj = _loads(data)
+                except _JSONDecodeError:
+                    obj = _strict_loads(data)
+                if obj.__class__ is not dict:
+                    raise _not_an_object(data)
+                for event in feed(obj, data):
+                    on_event(event)
+            else:
+                for event in self.feed_event(name, data):
+                    on_event(event)
+                if name != "data":
+                    continue
+                if between is not None:
+                    between()
+                return  # [DONE]
+            if between is not None:
+                between()
+
+    def feed_event(self, name: str, data: str) -> list[ClientEvent]:
+        """The client events of one SSE event ``(field, data)`` from :attr:`sse`.
+
+        A ``data`` event is one JSON chunk (parsed with orjson; what orjson refuses, such as
+        ``NaN`` or a lone surrogate escape, is parsed by :func:`json.loads` as before) or
+        ``[DONE]``; other fields but ``error`` are ignored, and so is everything after
+        ``[DONE]`` (``[]``). Raises as :meth:`feed`.
+        """
+        chunks = self.chunks
+        if chunks.done:
+            return []
+        if name == "data":
+            if data == "[DONE]":
+                return chunks.mark_done()
+            try:
+                obj = _loads(data)
+            except _JSONDecodeError:
+                obj = _strict_loads(data)
+            if obj.__class__ is not dict:
+                raise _not_an_object(data)
+            return chunks.feed(obj, data)
+        if name == "error":
+            raise stream_error(_loads_or_text(data), data)
+        return []
+
+
+def _not_an_object(data: str) -> InferError:
+    return InferError(
+        f"malformed chunk from llama-server (not a JSON object): {data[:500]}", body=data
+    )
+
+
+def _strict_loads(data: str) -> Any:
+    """``data`` parsed by :func:`json.loads` (what orjson refuses: ``NaN``, lone surrogate
+    escapes, integers beyond 64 bits...), or :class:`InferError` when it is not JSON."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise InferError(
+            f"malformed chunk from llama-server (not JSON: {exc}): {data[:500]}", body=data
+        ) from exc
 
 
 def _loads_or_text(text: str) -> Any:

@@ -16,9 +16,9 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "boxmaker"
 
 LAYERS: list[set[str]] = [
-    {"records", "model"},
+    {"records", "model", "fastjson"},
     {"errors"},
-    {"events", "migrations", "config", "sse", "infer_errors", "cancel"},
+    {"events", "migrations", "config", "sse", "infer_errors", "cancel", "completion"},
     {"logfile", "cache", "tools"},
     {"chunks"},
     {"stream"},

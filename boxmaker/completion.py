@@ -1,0 +1,73 @@
+"""One finished streamed chat completion: :class:`Completion`, what
+:class:`boxmaker.chunks.ChunkDecoder` joins from a stream's chunks (OpenAI chat-completions
+streaming format with llama.cpp's additions)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .records import ToolCall, Usage
+
+__all__ = ["Completion"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Completion:
+    """One finished streamed chat completion, joined from its chunks.
+
+    Attributes:
+        id: the stream's ``id`` (``"chatcmpl-..."``), ``""`` if the server sent none.
+        content: the joined ``delta.content`` fragments, ``None`` if none came.
+        reasoning: the joined ``delta.reasoning_content`` (llama.cpp's reasoning parser, the
+            model's ``<think>`` text) or ``delta.reasoning`` (Ollama, vLLM) fragments, or the
+            content before a ``</think>`` that had no opening tag (see
+            :class:`~boxmaker.chunks.ChunkDecoder`); ``None`` if none came.
+        tool_calls: the calls of ``delta.tool_calls`` in ``index`` order (see
+            :class:`~boxmaker.chunks.ChunkDecoder` for how deltas are matched to calls);
+            ``arguments`` is the exact joined text (neither parsed nor re-serialised, so it
+            may be invalid JSON), except arguments sent as a JSON object, which become
+            canonical JSON text. A call the server sent without ``id`` gets a made-up one
+            derived from the completion id and the call's number (stable when a recording is
+            replayed).
+        finish_reason: ``"stop"``, ``"length"``, ``"tool_calls"``..., ``None`` if the stream
+            ended with ``[DONE]`` but no finish reason.
+        timings: llama.cpp's ``timings`` of the last chunk that carried them (``cache_n``,
+            ``prompt_n``, ``predicted_n`` in tokens; ``prompt_ms``, ``predicted_ms`` in ms;
+            ``*_per_second``...), ``{}`` if none.
+        usage: the OpenAI ``usage`` object of the last chunk that carried it
+            (``prompt_tokens``, ``completion_tokens``, ``total_tokens``,
+            ``prompt_tokens_details.cached_tokens``), ``{}`` if none.
+        reasoning_tokens: number of reasoning deltas received (llama.cpp sends about one token
+            per delta, so this counts reasoning tokens), content deltas moved to ``reasoning``
+            by a ``</think>`` included.
+        thinking_capped: ``reasoning_end`` was sent for this completion (budget reached).
+    """
+
+    id: str
+    content: str | None
+    reasoning: str | None
+    tool_calls: tuple[ToolCall, ...]
+    finish_reason: str | None
+    timings: dict[str, float] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)
+    reasoning_tokens: int = 0
+    thinking_capped: bool = False
+
+    def usage_record(self) -> Usage:
+        """The session log's :class:`~boxmaker.records.Usage` record of this completion:
+        ``timings`` as sent, reasoning tokens, the thinking-cap flag, the OpenAI
+        ``usage.prompt_tokens`` / ``completion_tokens`` (``None`` when absent) and the
+        ``finish_reason``."""
+        return Usage(
+            timings=dict(self.timings),
+            reasoning_tokens=self.reasoning_tokens,
+            thinking_capped=self.thinking_capped,
+            prompt_tokens=_int_or_none(self.usage.get("prompt_tokens")),
+            completion_tokens=_int_or_none(self.usage.get("completion_tokens")),
+            finish_reason=self.finish_reason,
+        )
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
