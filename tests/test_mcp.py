@@ -339,7 +339,7 @@ def test_chat_command_with_an_mcp_server_asks_on_the_terminal(
         args = ["chat", "--url", server.url, "--config", str(config), "--dir", str(tmp_path)]
         assert main(args) == 0
     out = capsys.readouterr().out
-    assert "(tools: get_weather, get_time; Ctrl-D ends)" in out
+    assert "(tools: get_weather, get_time; Ctrl-D ends; Ctrl-C stops a turn)" in out
     assert 'approve call #1 get_weather{"city": "Paris"}? (the policy asks for approval' in out
     assert "[approved by console]" in out
     session = Session.open(next(tmp_path.glob("*.jsonl")), read_only=True)
