@@ -42,6 +42,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ from .events import TurnEvent
 from .logfile import upgrade_log
 from .records import SCHEMA_VERSION, Baseline, CacheLoss, Record
 from .render import terminal_safe
-from .server import LIMITS, EmbeddedServer, check_param, serve_forever
+from .server import LIMITS, EmbeddedServer, check_param
 from .session import Session
 from .tools import Registry, ToolPort
 from .turn import Runtime, run_turn
@@ -314,13 +315,21 @@ def _tools(config: Config, stack: contextlib.ExitStack) -> tuple[Registry, ToolP
 
 
 def _serve(args: argparse.Namespace) -> int:
-    serve_forever(
+    """``serve``: the embedded server on 127.0.0.1 until Ctrl-C; the URL once it is healthy."""
+    server = EmbeddedServer(
         args.model,
-        port=args.port,
         n_ctx=args.ctx,
         n_parallel=args.parallel,
         n_threads=args.threads,
+        port=args.port,
     )
+    with server:
+        print(f"serving {server.model_path} at {server.url} (Ctrl-C stops)", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            print("stopping", file=sys.stderr, flush=True)
     return 0
 
 
@@ -347,9 +356,27 @@ def _bounded(param: str) -> Callable[[str], int]:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .report import run_report
+    """``report``: the text tables on stdout, what was left out on stderr; exit 1 when there is
+    nothing to report or the HTML file cannot be written."""
+    from .report import format_html, format_text, gather  # pandas and matplotlib: only here
 
-    return run_report(args.paths, html=args.html)
+    found = gather(args.paths)
+    for message in found.left_out:
+        print(f"boxmaker report: {message}", file=sys.stderr)
+    if found.loaded is None:
+        print(f"boxmaker report: {found.error}", file=sys.stderr)
+        return 1
+    print(f"{len(found.loaded.summary)} session logs, {len(found.loaded.requests)} requests\n")
+    print(format_text(found.loaded))
+    if args.html is not None:
+        page = format_html(found.loaded, left_out=list(found.left_out))
+        try:
+            Path(args.html).write_text(page, encoding="utf-8")
+        except OSError as exc:
+            print(f"boxmaker report: cannot write {args.html}: {exc}", file=sys.stderr)
+            return 1
+        print(f"HTML report: {args.html}")
+    return 0
 
 
 def _cassette(args: argparse.Namespace) -> int:

@@ -5,9 +5,8 @@ summary`), turns by outcome, limit hits by kind, cache losses by session, tool c
 The HTML report holds the same tables and the plots of :mod:`boxmaker.plots`, embedded as
 base64 PNG images, in one self-contained file (no scripts, styles inline, nothing fetched).
 
-Exit codes of :func:`run_report`: 0 done; 1 no session log found, none readable, or the HTML
-file cannot be written (the reason on stderr). Logs that cannot be read are named on stderr and
-left out; the others are reported.
+:func:`gather` reads the logs and says what it left out; nothing here prints (the command's
+output and exit codes are :mod:`boxmaker.cli`'s).
 """
 
 from __future__ import annotations
@@ -15,17 +14,16 @@ from __future__ import annotations
 import base64
 import html as html_lib
 import io
-import sys
 import warnings
 from collections.abc import Callable, Sequence
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pandas as pd
 
 from . import frames
 
-__all__ = ["format_html", "format_text", "run_report", "tables"]
+__all__ = ["Gathered", "format_html", "format_text", "gather", "tables"]
 
 _T = TypeVar("_T")
 
@@ -199,44 +197,34 @@ def _collect(call: Callable[[], _T], messages: list[str]) -> _T:
     return result
 
 
-def run_report(paths: Sequence[str], *, html: str | None = None) -> int:
-    """Print the summary and per-kind tables of the session logs under ``paths``; with
-    ``html``, also write a self-contained HTML report there.
+@dataclass(frozen=True)
+class Gathered:
+    """The session logs under some paths, read for a report.
 
-    Args:
-        paths: session logs (``.jsonl``) or directories (searched recursively).
-        html: the HTML file to write, or ``None``.
-
-    Returns:
-        The exit code: 0 done; 1 no log found, no log readable, or the HTML not writable
-        (the reason on stderr). Logs left out are named on stderr (file and line).
+    Attributes:
+        loaded: the frames of every readable log, ``None`` when there is nothing to report.
+        left_out: why logs (or paths) were left out, one message each (file and line).
+        logs: how many logs were found.
+        error: why there is nothing to report (no log found, none readable), else ``None``.
     """
+
+    loaded: frames.Frames | None
+    left_out: tuple[str, ...]
+    logs: int
+    error: str | None = None
+
+
+def gather(paths: Sequence[str]) -> Gathered:
+    """Find and read the session logs under ``paths`` (files, or directories searched
+    recursively for ``*.jsonl``), keeping the :class:`~boxmaker.frames.LogReadWarning` of each
+    log left out as a message instead of warning."""
     problems: list[str] = []
     logs = _collect(lambda: frames.find_logs(list(paths)), problems)
-    for message in problems:
-        print(f"boxmaker report: {message}", file=sys.stderr)
     if not logs:
-        print(
-            f"boxmaker report: no session logs (*.jsonl) found in {', '.join(paths)}",
-            file=sys.stderr,
-        )
-        return 1
-    left_out = list(problems)
-    problems.clear()
+        error = f"no session logs (*.jsonl) found in {', '.join(paths)}"
+        return Gathered(None, tuple(problems), 0, error)
     loaded = _collect(lambda: frames.load(logs), problems)
-    for message in problems:
-        print(f"boxmaker report: {message}", file=sys.stderr)
-    left_out += problems
     if loaded.summary.empty:
-        print(f"boxmaker report: none of the {len(logs)} session logs is readable", file=sys.stderr)
-        return 1
-    print(f"{len(loaded.summary)} session logs, {len(loaded.requests)} requests\n")
-    print(format_text(loaded))
-    if html is not None:
-        try:
-            Path(html).write_text(format_html(loaded, left_out=left_out), encoding="utf-8")
-        except OSError as exc:
-            print(f"boxmaker report: cannot write {html}: {exc}", file=sys.stderr)
-            return 1
-        print(f"HTML report: {html}")
-    return 0
+        error = f"none of the {len(logs)} session logs is readable"
+        return Gathered(None, tuple(problems), len(logs), error)
+    return Gathered(loaded, tuple(problems), len(logs))

@@ -17,7 +17,6 @@ Example::
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from pathlib import Path
@@ -29,7 +28,7 @@ import httpx
 from boxmaker.errors import ServerError
 from boxmaker.model import default_model_path
 
-__all__ = ["LIMITS", "EmbeddedServer", "check_param", "serve_forever"]
+__all__ = ["LIMITS", "EmbeddedServer", "check_param"]
 
 _HOST = "127.0.0.1"
 _QUIET_VERBOSITY = -1
@@ -232,38 +231,3 @@ class EmbeddedServer:
     def __repr__(self) -> str:
         state = self.url or "stopped"
         return f"EmbeddedServer({str(self.model_path)!r}, {state})"
-
-
-def serve_forever(
-    model_path: str | os.PathLike[str] | None = None,
-    *,
-    port: int = 8080,
-    n_ctx: int = 4096,
-    n_parallel: int = 1,
-    n_threads: int | None = None,
-) -> None:
-    """Serve a model on 127.0.0.1 until Ctrl-C (used by ``boxmaker serve``).
-
-    Prints the URL once the server is healthy, then blocks; Ctrl-C stops the server and
-    returns.
-
-    Args:
-        model_path: GGUF to serve; ``None`` serves the shipped tiny model.
-        port: TCP port on 127.0.0.1 (``0`` picks a free one).
-        n_ctx: context size in tokens, shared by all slots.
-        n_parallel: number of slots (concurrent sequences).
-        n_threads: CPU threads; ``None`` lets llama.cpp choose.
-
-    Raises:
-        ServerError: a parameter outside :data:`LIMITS`, or as :meth:`EmbeddedServer.start`.
-    """
-    server = EmbeddedServer(
-        model_path, n_ctx=n_ctx, n_parallel=n_parallel, n_threads=n_threads, port=port
-    )
-    with server:
-        print(f"serving {server.model_path} at {server.url} (Ctrl-C stops)", flush=True)
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            print("stopping", file=sys.stderr, flush=True)

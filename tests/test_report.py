@@ -19,11 +19,16 @@ from test_frames import RECORDS, at
 from boxmaker import frames
 from boxmaker.cli import main
 from boxmaker.records import Assistant, Baseline, LimitHit, ToolCall, ToolResult, User
-from boxmaker.report import format_text, run_report, tables
+from boxmaker.report import format_text, tables
 from boxmaker.session import Session
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_LOG = ROOT / "cassettes" / "demo-turns.session.jsonl"
+
+
+def run_report(paths: list[str], html: str | None = None) -> int:
+    """``boxmaker report PATHS [--html FILE]``, the exit code."""
+    return main(["report", *paths, *(["--html", html] if html is not None else [])])
 
 
 @pytest.fixture
