@@ -96,3 +96,13 @@ def test_readme_api_snippet_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     exec(compile(snippet.group(1), "README.md", "exec"), {"__name__": "readme"})
     logs = list((tmp_path / "sessions").glob("*.jsonl"))
     assert len(logs) == 1
+
+
+def test_the_readme_parts_table_names_every_module() -> None:
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("## Parts", 1)[1].split("\n\n", 2)[1]
+    named = set(re.findall(r"`(\w+)`", " ".join(row.split("|")[1] for row in table.splitlines())))
+    modules = {p.stem for p in (ROOT / "boxmaker").glob("*.py")} - {"__init__", "__main__"}
+    modules |= {p.name for p in (ROOT / "boxmaker").iterdir() if (p / "__init__.py").exists()}
+    assert modules - named == set(), "README's Parts table misses these modules"
+    assert named - modules == set(), "README's Parts table names modules that do not exist"
