@@ -424,6 +424,38 @@ TOOL_CALL_COLUMNS: tuple[Column, ...] = (
         "<NA>: it ran)",
         field="not_run",
     ),
+    Column(
+        name="server",
+        dtype="category",
+        doc="the tool port's server that answered (an MCP server's name; <NA>: local tool)",
+        field="server",
+    ),
+    Column(
+        name="approval",
+        dtype="category",
+        categories=("approved", "denied"),
+        doc="the decision on a call that needed approval (<NA>: none was asked)",
+        source="approval.decision (by call)",
+    ),
+    Column(
+        name="approved_by",
+        dtype="category",
+        doc="who or what decided (an ask callback's name, timeout, cancel)",
+        source="approval.by (by call)",
+    ),
+    Column(
+        name="approval_reason",
+        dtype="string",
+        doc="the decider's words",
+        source="approval.reason (by call)",
+    ),
+    Column(
+        name="approval_wait_ms",
+        dtype="Float64",
+        unit="ms",
+        doc="time from asking to the decision",
+        source="approval.waited_ms (by call)",
+    ),
 )
 
 SUMMARY_COLUMNS: tuple[Column, ...] = (

@@ -40,7 +40,16 @@ HIDDEN = ("_session_row", "_turn_row", "_request_row")
 _JOINED = frozenset({"prompt_ms_per_token"})
 """Reader-filled columns taken from another frame when the frames are built (see _build)."""
 
-_KNOWN = ("assistant", "tool_result", "usage", "user", "limit_hit", "cache_loss", "turn_end")
+_KNOWN = (
+    "assistant",
+    "tool_result",
+    "usage",
+    "user",
+    "limit_hit",
+    "cache_loss",
+    "turn_end",
+    "approval",
+)
 """The record types the frames read (a tuple: ``in`` compares, so any JSON value is safe)."""
 
 _OK_TYPES: Mapping[str, tuple[type, ...]] = {
@@ -429,10 +438,12 @@ def _at_request(frame: str, kind: str) -> _Writer:
 
 
 def _write_tool_calls(rows: Rows, place: _Place, log: Log, turns: list[Turn]) -> None:
-    """``tool_calls``: a row per ToolResult; ``arguments_chars`` from the call, by its id."""
+    """``tool_calls``: a row per ToolResult; ``arguments_chars`` from the call, by its id; the
+    approval columns from the ``Approval`` record of the same call number, when one was made."""
     recs, indexes = rows.taken["tool_calls"]
     cols = rows.cols["tool_calls"]
     arguments: dict[str, int] = {}  # tool_call_id -> len(arguments), over the whole log
+    approvals: dict[Any, dict[str, Any]] = {}  # call number -> its Approval record
     numbers: list[int | None] = []
     requests: list[int] = []
     for number, start, records, types, _, request in turns:
@@ -441,6 +452,8 @@ def _write_tool_calls(rows: Rows, place: _Place, log: Log, turns: list[Turn]) ->
                 request += 1
             elif kind == "assistant":
                 arguments.update(_call_lengths(records[k], start + k))
+            elif kind == "approval":
+                approvals[records[k].get("call")] = records[k]
             elif kind == "tool_result":
                 rec = records[k]
                 content, call_id = rec.get("content"), rec.get("tool_call_id")
@@ -454,7 +467,20 @@ def _write_tool_calls(rows: Rows, place: _Place, log: Log, turns: list[Turn]) ->
                     arguments.get(call_id) if type(call_id) is str else None
                 )
                 cols["result_chars"].append(len(content))
+                decided = approvals.pop(rec.get("call"), None) or {}
+                for column, key, kinds in _APPROVAL_COLUMNS:
+                    value = decided.get(key)
+                    cols[column].append(value if type(value) in kinds else None)
     _place_rows(cols, place, numbers, requests)
+
+
+_APPROVAL_COLUMNS = (
+    ("approval", "decision", (str,)),
+    ("approved_by", "by", (str,)),
+    ("approval_reason", "reason", (str,)),
+    ("approval_wait_ms", "waited_ms", (int, float)),
+)
+"""tool_calls column, Approval field, the JSON types kept (others read as missing)."""
 
 
 _WRITERS: tuple[tuple[str, _Writer], ...] = (

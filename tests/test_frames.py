@@ -27,6 +27,7 @@ from boxmaker.records import (
     LIMIT_KINDS,
     NOT_RUN_REASONS,
     TURN_END_OUTCOMES,
+    Approval,
     Assistant,
     Baseline,
     CacheLoss,
@@ -284,6 +285,11 @@ def test_cache_losses_limit_hits_tool_calls_exact(log: Path) -> None:
                 "not_run": cat(
                     [None, None, "tool_iterations", "repeat", "cancelled"], list(NOT_RUN_REASONS)
                 ),
+                "server": cat([None] * 5, []),
+                "approval": cat([None] * 5, ["approved", "denied"]),
+                "approved_by": cat([None] * 5, []),
+                "approval_reason": [None] * 5,
+                "approval_wait_ms": [None] * 5,
             },
             "tool_calls",
         ),
@@ -763,3 +769,36 @@ def test_a_completion_cut_at_max_tokens_is_not_an_answer(tmp_path: Path) -> None
     assert frames.turns(session.path).outcome.tolist() == ["length"]
     assert frames.requests(session.path).finish_reason.tolist() == ["length"]
     assert frames.summary(session.path).length_turns.tolist() == [1]
+
+
+def test_tool_calls_join_their_approval_and_server(tmp_path: Path) -> None:
+    """A call that needed approval shows the decision; the port's server is kept."""
+    with Session.create(tmp_path, Baseline(), session_id="a1") as session:
+        session.extend(
+            [
+                User(content="delete it"),
+                Assistant(
+                    content=None,
+                    tool_calls=(
+                        ToolCall(id="d1", name="rm", arguments="{}"),
+                        ToolCall(id="d2", name="ls", arguments="{}"),
+                    ),
+                ),
+                Approval(
+                    call=1, name="rm", decision="denied", by="console", reason="no", waited_ms=12.5
+                ),
+                ToolResult(
+                    call=1, tool_call_id="d1", name="rm", content="denied", not_run="denied"
+                ),
+                ToolResult(call=2, tool_call_id="d2", name="ls", content="a b", server="files"),
+            ]
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an approval record is known: no warning
+        got = frames.tool_calls(tmp_path)
+    assert plain(got.approval) == ["denied", None]
+    assert plain(got.approved_by) == ["console", None]
+    assert plain(got.approval_reason) == ["no", None]
+    assert plain(got.approval_wait_ms) == [12.5, None]
+    assert plain(got.server) == [None, "files"]
+    assert plain(got.ran) == [False, True]
