@@ -53,6 +53,7 @@ from typing import Any
 import ipywidgets as ipw
 from IPython import display as ipd
 
+from .approval import PendingCall
 from .errors import TurnError
 from .events import TurnEvent
 from .records import Record
@@ -236,6 +237,23 @@ class ChatPanel:
         self.progress_row.add_class("bxm-progress")
         self.status = ipw.HTML("")
         self.status.add_class("bxm-status")
+        self._approval: PendingCall | None = None
+        self.approval_label = ipw.HTML("")
+        self.approve_button = ipw.Button(description="Approve", button_style="success")
+        self.approve_button.add_class("bxm-approve")
+        self.deny_button = ipw.Button(description="Deny", button_style="warning")
+        self.deny_button.add_class("bxm-deny")
+        self.approval_reason = ipw.Text(placeholder="reason (optional)")
+        self.approval_row = ipw.VBox(
+            [
+                self.approval_label,
+                ipw.HBox([self.approve_button, self.deny_button, self.approval_reason]),
+            ],
+            layout=ipw.Layout(display="none"),
+        )
+        self.approval_row.add_class("bxm-approval")
+        self.approve_button.on_click(lambda _b: self._decide(True))
+        self.deny_button.on_click(lambda _b: self._decide(False))
         self._box = TranscriptBox()
         self._box.add_finished(self.transcript.turns)
         self._box.box.layout = ipw.Layout(height=transcript_height, overflow="auto")
@@ -256,6 +274,7 @@ class ChatPanel:
                 ),
                 self.input,
                 ipw.HBox([self.send_button, self.stop_button]),
+                self.approval_row,  # below the controls: they never move when it shows
                 self._keys,
             ]
         )
@@ -310,6 +329,7 @@ class ChatPanel:
                 self.transcript.apply(event, at)
             self._box.show(self.transcript, live=self._running)
             self._draw_live()
+            self._draw_approval()
             self.flushes += 1
 
     def _draw_live(self) -> None:
@@ -330,6 +350,46 @@ class ChatPanel:
             set_if_changed(self.progress_label, "value", "")
         set_if_changed(self.progress_row.layout, "display", None if live.progress else "none")
         set_if_changed(self.status, "value", html.escape(live.status))
+
+    # -- approval -----------------------------------------------------------------------------
+
+    def ask_approval(self, pending: PendingCall) -> None:
+        """An ``ask`` callback for :class:`~boxmaker.approval.ApprovalPort`: show the call
+        (tool, why, its arguments) with Approve, Deny and a reason box; the person's click
+        decides it (recorded ``by="panel"``). Returns at once (the port waits for the
+        decision, and denies on its timeout or on Stop, which hides the row again)."""
+        with self.lock:
+            self._approval = pending
+        self._dirty.set()
+        if not self._running:
+            self.flush()
+
+    def _decide(self, approve: bool) -> None:
+        """Approve or Deny was clicked: decide the shown call with the reason box's text."""
+        with self.lock:
+            pending, self._approval = self._approval, None
+        if pending is not None:
+            decide = pending.approve if approve else pending.deny
+            decide(by="panel", reason=self.approval_reason.value.strip())
+        self.approval_reason.value = ""
+        self.flush()
+
+    def _draw_approval(self) -> None:
+        """Show the call waiting for a decision, or hide the row once it is decided (here, by
+        code, by the timeout or by Stop). Caller holds :attr:`lock`."""
+        pending = self._approval
+        if pending is not None and pending.done:
+            pending = self._approval = None
+        if pending is None:
+            set_if_changed(self.approval_row.layout, "display", "none")
+            return
+        e = html.escape
+        text = (
+            f"<b>{e(pending.tool)}</b> needs approval: {e(pending.why)}"
+            f"<pre class='bxm-args'>{e(pending.pretty_arguments())}</pre>"
+        )
+        set_if_changed(self.approval_label, "value", text)
+        set_if_changed(self.approval_row.layout, "display", None)
 
     def _flusher(self) -> None:
         """Flush while the turn runs: at most once per interval, and idle at least as long as

@@ -274,3 +274,39 @@ def test_console_view_shows_the_decision() -> None:
     view(Approval(call=1, name="wipe", decision="denied", by="console", reason="no\x1b[2J"))
     view(Approval(call=2, name="read", decision="approved", by="timeout"))
     assert out.getvalue() == "\n  [denied by console: no\\x1b[2J]\n  [approved by timeout]"
+
+
+@pytest.mark.parametrize(("click", "decision"), [("approve", "approved"), ("deny", "denied")])
+def test_the_panel_shows_a_pending_call_and_its_buttons_decide(
+    tmp_path: Path, click: str, decision: str
+) -> None:
+    """ChatPanel.ask_approval: the call (tool, why, arguments) shows with Approve and Deny;
+    a click decides it (recorded by "panel", with the reason box's words); the row hides."""
+    from boxmaker.widgets import ChatPanel
+
+    registry = Registry()
+    registry.add_port_tool("forget_city", "Forget a city.", SCHEMA)
+    session = Session.create(tmp_path, Baseline(tools=registry.definitions()))
+    client = ScriptedClient([calls(call("forget_city", {"city": "Oslo"})), answer("Done.")])
+    policy = ApprovalPolicy(tools=("forget_city",), timeout_s=30)
+    runtime = Runtime(config=Config(), client=client, registry=registry)
+    panel = ChatPanel(runtime, session)
+    runtime.port = ApprovalPort(_inner(), policy, panel.ask_approval)
+    assert panel.approval_row.layout.display == "none"
+    assert panel.send("Forget Oslo")
+    deadline = threading.Event()
+    for _ in range(200):  # the flusher shows the row within a few intervals
+        if panel.approval_row.layout.display != "none":
+            break
+        deadline.wait(0.05)
+    assert panel.approval_row.layout.display is None
+    assert "forget_city" in panel.approval_label.value and "Oslo" in panel.approval_label.value
+    panel.approval_reason.value = "checked"
+    (panel.approve_button if click == "approve" else panel.deny_button).click()
+    assert panel.wait(10)
+    assert panel.approval_row.layout.display == "none"
+    (approval,) = _of(session, Approval)
+    assert (approval.decision, approval.by, approval.reason) == (decision, "panel", "checked")
+    (result,) = _of(session, ToolResult)
+    assert (result.content == "forgot Oslo") == (decision == "approved")
+    assert result.not_run == (None if decision == "approved" else "denied")

@@ -181,3 +181,74 @@ def test_chat_panel_in_voila_in_chromium(voila_url: str, browser: DevTools, tmp_
     (tmp_path / "chat-panel-after-stop.png").write_bytes(
         base64.b64decode(browser.call("Page.captureScreenshot")["data"])
     )
+
+
+APPROVAL_NOTEBOOK = '''
+import tempfile
+from boxmaker import (ApprovalPolicy, ApprovalPort, Baseline, Config, Content, InProcessPort,
+                      Registry, Runtime, Session, ToolCall, ToolOk)
+from boxmaker.stream import Completion
+from boxmaker.widgets import ChatPanel
+
+
+class Script:
+    """First a call of forget_city, then an answer that quotes the tool's result."""
+
+    def chat_with_retry(self, body, on_event, *, reasoning_budget=None, cancel=None):
+        last = body["messages"][-1]
+        if last["role"] == "user":
+            call = ToolCall(id="f1", name="forget_city", arguments='{"city": "Oslo"}')
+            return Completion(id="a1", content=None, reasoning=None, tool_calls=(call,),
+                              finish_reason="tool_calls")
+        text = "Done: " + last["content"]
+        on_event(Content(text))
+        return Completion(id="a2", content=text, reasoning=None, tool_calls=(),
+                          finish_reason="stop")
+
+
+registry = Registry()
+registry.add_port_tool("forget_city", "Forget a city.",
+                       {"type": "object", "properties": {"city": {"type": "string"}}})
+inner = InProcessPort({"forget_city": lambda r: ToolOk(content=f"forgot {r.arguments['city']}")})
+runtime = Runtime(config=Config(), client=Script(), registry=registry)
+session = Session.create(tempfile.mkdtemp(), Baseline(tools=registry.definitions()))
+panel = ChatPanel(runtime, session)
+runtime.port = ApprovalPort(inner, ApprovalPolicy(tools=("forget_city",)), panel.ask_approval)
+'''
+
+
+@pytest.fixture
+def voila_approval_url(tmp_path: Path) -> Iterator[str]:
+    notebook = tmp_path / "approval.ipynb"
+    nb = new_notebook(
+        cells=[new_code_cell(APPROVAL_NOTEBOOK), new_code_cell("panel")],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}},
+    )
+    nbformat.write(nb, notebook)
+    port = free_port()
+    command = [sys.executable, "-m", "voila", str(notebook), "--no-browser", f"--port={port}"]
+    with running([*command, "--Voila.ip=127.0.0.1"], port, tmp_path / "voila.log", tmp_path):
+        yield f"http://127.0.0.1:{port}/"
+
+
+def test_approve_a_call_in_the_panel_in_chromium(
+    voila_approval_url: str, browser: DevTools, tmp_path: Path
+) -> None:
+    """A call the policy names waits in the panel; a person clicks Approve and it runs."""
+    browser.call("Page.enable")
+    browser.call("Page.navigate", url=voila_approval_url)
+    area = "document.querySelector('.bxm-input textarea')"
+    browser.wait_for(f"{area} !== null", timeout=90)
+    browser.js(f"{area}.focus()")
+    browser.call("Input.insertText", text="Forget Oslo")
+    browser.key("Enter", 13, text="\r")
+    row = "document.querySelector('.bxm-approval')"
+    browser.wait_for(f"{row} && {row}.offsetParent !== null && {row}.innerText.includes('Oslo')")
+    assert "forget_city" in browser.js(f"{row}.innerText")
+    (tmp_path / "approval-pending.png").write_bytes(
+        base64.b64decode(browser.call("Page.captureScreenshot")["data"])
+    )
+    browser.js("document.querySelector('.bxm-approve button, button.bxm-approve').click()")
+    text = "Array.from(document.querySelectorAll('.bxm-panel')).map(e => e.innerText).join('')"
+    browser.wait_for(f"({text}).includes('Done: forgot Oslo')")
+    browser.wait_for(f"{row}.offsetParent === null")  # decided: the row is hidden again
