@@ -137,8 +137,8 @@ def _handler(fake: FakeLlama) -> type[BaseHTTPRequestHandler]:
                     fake.release.wait()
                 self._write(_chunk({"content": ch}))
             self._write(_chunk({}, choices=[{"index": 0, "delta": {}, "finish_reason": "stop"}]))
-            timings = {"cache_n": 0, "prompt_n": 10, "predicted_n": len(reply.content)}
-            timings |= {"prompt_ms": 1.0, "predicted_ms": 2.0}
+            timings: dict[str, float] = {"cache_n": 0, "prompt_n": 10}
+            timings |= {"predicted_n": len(reply.content), "prompt_ms": 1.0, "predicted_ms": 2.0}
             self._write(_chunk({}, choices=[], timings=timings))
             self._write(b"data: [DONE]\n\n")
 
