@@ -8,8 +8,8 @@ last one repeats:
   role event, the reasoning and content one chunk per character, the tool calls, the
   ``finish_reason``, an event with ``timings`` and ``data: [DONE]``; it can stall after
   ``stall_after`` content chunks until the test sets :attr:`FakeLlama.release`, or answer an
-  HTTP error instead (:func:`context_full`). Served the same way by :meth:`FakeLlama.handler`
-  (MockTransport) and by the socket.
+  HTTP error instead (:func:`context_full`). Served the same way by :meth:`Script.handler`
+  (httpx.MockTransport, no socket) and by :class:`FakeLlama` (a socket).
 - :class:`Raw`: steps played as they are on the socket, for faults below HTTP: ``bytes``
   (use :data:`SSE_HEAD`, :func:`chunk`, :func:`sse`), a ``float`` pause in seconds,
   :class:`Every` for repeated ``: ping`` comments, :class:`Stall`. After the steps the
@@ -107,6 +107,8 @@ class Reply:
         status: an HTTP error status to answer with instead of a stream (body: ``error``).
         error: the JSON body of an error answer.
         id: the completion id of every event.
+        data: when given, the stream is these ``data:`` texts as they are (a cut stream, a
+            malformed chunk, an error event), nothing else, not even ``[DONE]``.
     """
 
     content: str = "ok"
@@ -116,6 +118,7 @@ class Reply:
     status: int | None = None
     error: dict[str, Any] | None = None
     id: str = "chatcmpl-fake"
+    data: Sequence[str] | None = None
 
     def events(self) -> list[bytes | Stall]:
         """The SSE events of the stream (``data: ...\\n\\n`` each), a :class:`Stall` where
@@ -125,6 +128,8 @@ class Reply:
             obj = {"id": self.id, "choices": [{"index": 0, "delta": delta}], **extra}
             return f"data: {json.dumps(obj)}\n\n".encode()
 
+        if self.data is not None:
+            return [f"data: {text}\n\n".encode() for text in self.data]
         out: list[bytes | Stall] = [event({"role": "assistant", "content": None})]
         out += [event({"reasoning_content": ch}) for ch in self.reasoning]
         for i, ch in enumerate(self.content):
@@ -164,37 +169,21 @@ def context_full() -> Reply:
 Item = Reply | Raw
 
 
-class FakeLlama:
-    """The fake server: a socket server on 127.0.0.1 (free port, daemon threads) and a
-    :class:`httpx.MockTransport` handler (:meth:`handler`), both playing ``script``.
-
-    Use it as a context manager (or :func:`running`); :meth:`close` stops the socket server.
+class Script:
+    """A script played behind :class:`httpx.MockTransport` (pass :meth:`handler`), no socket.
 
     Attributes:
-        url: ``http://127.0.0.1:PORT``.
-        requests: the raw bytes (head and body) of each request received on the socket.
-        bodies: the JSON bodies of the chat requests received (socket or handler), in order.
-        connections: socket connections accepted so far.
+        bodies: the JSON bodies of the chat requests received, in order.
         chunks_sent: set once a stalling reply has sent its chunks and is waiting.
         release: set it to let a stalling reply go on.
-        disconnected: set once a client went away (seen by a read or a send).
     """
 
     def __init__(self, script: Sequence[Item]) -> None:
         self.script = list(script)
-        self.requests: list[bytes] = []
         self.bodies: list[dict[str, Any]] = []
-        self.connections = 0
         self.chunks_sent = threading.Event()
         self.release = threading.Event()
-        self.disconnected = threading.Event()
         self._lock = threading.Lock()
-        self._closing = threading.Event()
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self._listener.settimeout(0.05)
-        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
-        self._threads = [threading.Thread(target=self._accept, daemon=True)]
-        self._threads[0].start()
 
     def next_item(self, body: bytes) -> Item:
         """Record a chat request's ``body`` and take the next item of the script."""
@@ -223,6 +212,36 @@ class FakeLlama:
                 self.release.wait()
             else:
                 yield event
+
+
+class FakeLlama(Script):
+    """The fake server on a socket: 127.0.0.1, a free port, daemon threads, playing
+    ``script``; :meth:`handler` (from :class:`Script`) serves the same script to
+    :class:`httpx.MockTransport`.
+
+    Use it as a context manager (or :func:`running`); :meth:`close` stops the socket server.
+
+    Attributes:
+        url: ``http://127.0.0.1:PORT``.
+        requests: the raw bytes (head and body) of each request received on the socket.
+        bodies: the JSON bodies of the chat requests received (socket or handler), in order.
+        connections: socket connections accepted so far.
+        chunks_sent: set once a stalling reply has sent its chunks and is waiting.
+        release: set it to let a stalling reply go on.
+        disconnected: set once a client went away (seen by a read or a send).
+    """
+
+    def __init__(self, script: Sequence[Item]) -> None:
+        super().__init__(script)
+        self.requests: list[bytes] = []
+        self.connections = 0
+        self.disconnected = threading.Event()
+        self._closing = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.05)
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
 
     def close(self) -> None:
         """Stop serving: a stall is released, every connection closed, the threads end."""
