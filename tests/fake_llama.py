@@ -98,8 +98,8 @@ class Reply:
     """One scripted llama.cpp chat answer.
 
     Attributes:
-        content: the answer text, streamed one character per chunk.
-        reasoning: ``reasoning_content``, streamed one character per chunk before the content.
+        content: the answer text, one chunk per item (a ``str``: one character per chunk).
+        reasoning: ``reasoning_content`` before the content, one chunk per item as above.
         tool_calls: ``(id, name, arguments JSON)`` of each call, one event each; the finish
             reason is then ``tool_calls``.
         stall_after: after this many content chunks, wait for :attr:`FakeLlama.release`
@@ -111,8 +111,8 @@ class Reply:
             malformed chunk, an error event), nothing else, not even ``[DONE]``.
     """
 
-    content: str = "ok"
-    reasoning: str = ""
+    content: Sequence[str] = "ok"
+    reasoning: Sequence[str] = ""
     tool_calls: Sequence[tuple[str, str, str]] = field(default=())
     stall_after: int | None = None
     status: int | None = None
