@@ -56,7 +56,8 @@ def _cassette(request_body: bytes, content_type: str, response_body: bytes) -> d
 
 def _round_trip(data: dict[str, Any]) -> dict[str, Any]:
     back: dict[str, Any] = serializer.deserialize(serializer.serialize(data))
-    return back["interactions"][0]
+    first: dict[str, Any] = back["interactions"][0]
+    return first
 
 
 def _event(delta: dict[str, Any], finish: str | None = None) -> str:

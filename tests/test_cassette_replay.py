@@ -1,19 +1,20 @@
 """What-if replay (``boxmaker replay``): the loop re-run on a recording with other limits says
 which limits fire and when, and stops cleanly where the cassette holds no answer.
 
-The recordings are made here, from a scripted fake llama-server behind httpx.MockTransport,
-through the real client, loop and recorder, so the tests do not depend on a model's text."""
+The recordings are made here, from the shared fake llama-server (``fake_llama``) behind
+httpx.MockTransport, through the real client, loop and recorder, so the tests do not depend on
+a model's text."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from fake_llama import Reply, Script
 
 from boxmaker.cassettes import recorded_session, use_cassette, what_if
 from boxmaker.cli import main
@@ -27,30 +28,13 @@ from boxmaker.tools import Registry
 from boxmaker.turn import Runtime, run_turn
 
 
-def _event(delta: dict[str, Any], finish: str | None = None, n: int = 0) -> bytes:
-    obj = {
-        "choices": [{"finish_reason": finish, "index": 0, "delta": delta}],
-        "id": f"chatcmpl-{n}",
-        "object": "chat.completion.chunk",
-    }
-    return f"data: {json.dumps(obj)}\n\n".encode()
-
-
-def _completion(n: int, call: tuple[str, dict[str, Any]] | None, answer: str = "") -> bytes:
-    out = [_event({"role": "assistant", "content": None}, n=n)]
-    out += [_event({"reasoning_content": t}, n=n) for t in ("I ", "should ", "look ", "it ")]
+def _completion(n: int, call: tuple[str, dict[str, Any]] | None, answer: str = "") -> Reply:
+    reasoning = ("I ", "should ", "look ", "it ")
     if call:
         name, args = call
-        fn = {"name": name, "arguments": json.dumps(args)}
-        out.append(_event({"tool_calls": [{"index": 0, "id": f"call{n}", "function": fn}]}, n=n))
-        out.append(_event({}, "tool_calls", n=n))
-    else:
-        out.append(_event({"content": answer}, n=n))
-        out.append(_event({}, "stop", n=n))
-    timings = {"cache_n": 0, "prompt_n": 10, "predicted_n": 5}
-    out.append(f'data: {{"choices":[],"timings":{json.dumps(timings)}}}\n\n'.encode())
-    out.append(b"data: [DONE]\n\n")
-    return b"".join(out)
+        tool_calls = [(f"call{n}", name, json.dumps(args))]
+        return Reply(content="", reasoning=reasoning, tool_calls=tool_calls, id=f"chatcmpl-{n}")
+    return Reply(content=(answer,), reasoning=reasoning, id=f"chatcmpl-{n}")
 
 
 LISBON = {"city": "Lisbon"}
@@ -65,20 +49,13 @@ PROMPTS = ("Weather and time in Lisbon?", "And the weather in Oslo?")
 
 
 def _record(path: Path, tmp_path: Path, registry: Registry, script: list[Any]) -> None:
-    answers: Iterator[bytes] = iter(
-        _completion(n, step, answer=f"answer {n}") for n, step in enumerate(script)
-    )
-
-    def server(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(
-            200, headers={"content-type": "text/event-stream"}, content=iter([next(answers)])
-        )
+    server = Script([_completion(n, step, f"answer {n}") for n, step in enumerate(script)])
 
     config = Config(client=ClientConfig(url="http://llama.test", retry_attempts=0))
     session = Session.create(tmp_path / "rec", Baseline(tools=registry.definitions()))
     with (
         use_cassette(path, "once"),
-        Client(config.client, transport=httpx.MockTransport(server)) as client,
+        Client(config.client, transport=httpx.MockTransport(server.handler)) as client,
     ):
         runtime = Runtime(config=config, client=client, registry=registry)
         for text in PROMPTS:

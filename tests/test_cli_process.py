@@ -4,6 +4,7 @@ turn."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -42,7 +43,7 @@ class Child:
         self._reader.start()
 
     def _read(self) -> None:
-        assert self.proc.stdout is not None
+        assert isinstance(self.proc.stdout, io.BufferedReader)  # bufsize -1: read1 exists
         while data := self.proc.stdout.read1(4096):
             with self._grew:
                 self._out += data
@@ -186,7 +187,7 @@ def test_stdout_closed_in_a_demo_turn_cancels_it_and_exits_141_quietly(
         stderr=subprocess.PIPE,
     )
     try:
-        assert proc.stdout is not None and proc.stderr is not None
+        assert isinstance(proc.stdout, io.BufferedReader) and proc.stderr is not None
         seen = b""
         while b"model> abc" not in seen:  # the reply stalls after "abc": no more comes
             data = proc.stdout.read1(4096)

@@ -1,8 +1,9 @@
 """The client against a real socket server that misbehaves: cancel and the silence limit.
 
-Each test runs :class:`fakeserver.FakeServer` on 127.0.0.1 and a real :class:`Client`
-(httpx over TCP). Bounds on elapsed time are generous behaviour checks (a cancel that waits
-for the idle timeout takes 5 s here, one that works takes about 0.1 s), not benchmarks.
+Each test runs :class:`fake_llama.FakeLlama` on 127.0.0.1 with socket-level steps
+(:class:`fake_llama.Raw`) and a real :class:`Client` (httpx over TCP). Bounds on elapsed
+time are generous behaviour checks (a cancel that waits for the idle timeout takes 5 s here,
+one that works takes about 0.1 s), not benchmarks.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakeserver import SSE_HEAD, Every, FakeServer, chunk, sse
+from fake_llama import SSE_HEAD, Every, FakeLlama, Raw, chunk, sse
 
 from boxmaker.client import Client
 from boxmaker.config import ClientConfig, Config
@@ -41,7 +42,7 @@ def config(url: str, **kw: Any) -> ClientConfig:
 
 
 def cancelled_after(
-    server: FakeServer, delay_s: float = 0.3, **kw: Any
+    server: FakeLlama, delay_s: float = 0.3, **kw: Any
 ) -> tuple[float, list[ClientEvent]]:
     """Run one chat with a cancel set after ``delay_s``; return the seconds it took and the
     events; the chat must raise RequestCancelled."""
@@ -60,7 +61,7 @@ def cancelled_after(
 
 
 def test_cancel_while_the_server_says_nothing_after_the_request() -> None:
-    with FakeServer([]) as server:
+    with FakeLlama([Raw([])]) as server:
         elapsed, events = cancelled_after(server)
         assert elapsed < 2.0
         assert events == []
@@ -70,7 +71,7 @@ def test_cancel_while_the_server_says_nothing_after_the_request() -> None:
 
 def test_cancel_while_the_stream_is_stalled_mid_stream() -> None:
     script = [SSE_HEAD, delta({"role": "assistant", "content": None}), delta({"content": "a"})]
-    with FakeServer(script) as server:
+    with FakeLlama([Raw(script)]) as server:
         elapsed, events = cancelled_after(server)
         assert elapsed < 2.0
         assert Content("a") in events
@@ -78,7 +79,7 @@ def test_cancel_while_the_stream_is_stalled_mid_stream() -> None:
 
 
 def test_cancel_while_the_server_only_pings() -> None:
-    with FakeServer([SSE_HEAD, Every(PING, 0.1, for_s=6.0)]) as server:
+    with FakeLlama([Raw([SSE_HEAD, Every(PING, 0.1, for_s=6.0)])]) as server:
         elapsed, events = cancelled_after(server)
         assert [e for e in events if not isinstance(e, Queued)] == []
         assert elapsed < 2.0
@@ -93,7 +94,7 @@ def test_cancel_of_a_retry_when_the_server_goes_silent() -> None:
     answer = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
     answer += b"Content-Length: %d\r\n\r\n%s" % (len(loading), loading)
     with (
-        FakeServer([answer], later=[]) as server,
+        FakeLlama([Raw([answer]), Raw([])]) as server,
         Client(config(server.url, retry_attempts=1, retry_base_delay_s=0.0)) as client,
     ):
         cancel = threading.Event()
@@ -115,7 +116,7 @@ def test_client_is_usable_after_a_cancelled_request() -> None:
         chunk(b"data: [DONE]\n\n"),
         b"0\r\n\r\n",
     ]
-    with FakeServer([]) as silent, FakeServer(answer, hold=False) as good:
+    with FakeLlama([Raw([])]) as silent, FakeLlama([Raw(answer, hold=False)]) as good:
         cancel = threading.Event()
         threading.Timer(0.2, cancel.set).start()
         with Client(config(silent.url)) as client, pytest.raises(RequestCancelled):
@@ -126,7 +127,7 @@ def test_client_is_usable_after_a_cancelled_request() -> None:
 
 
 def test_only_pings_for_longer_than_the_silence_limit_is_a_clear_error() -> None:
-    with FakeServer([SSE_HEAD, Every(PING, 0.1, for_s=6.0)]) as server:
+    with FakeLlama([Raw([SSE_HEAD, Every(PING, 0.1, for_s=6.0)])]) as server:
         client = Client(config(server.url, silence_timeout_s=0.5))
         start = time.monotonic()
         with client, pytest.raises(InferError) as info:
@@ -151,7 +152,7 @@ def test_progress_events_count_as_life_for_the_silence_limit() -> None:
     script += [delta({"content": "ok"}), delta({}, finish="stop"), chunk(b"data: [DONE]\n\n")]
     script.append(b"0\r\n\r\n")
     events: list[ClientEvent] = []
-    with FakeServer(script, hold=False) as server:
+    with FakeLlama([Raw(script, hold=False)]) as server:
         client = Client(config(server.url, silence_timeout_s=0.7))
         with client:
             completion = client.chat(BODY, events.append)
@@ -160,7 +161,7 @@ def test_progress_events_count_as_life_for_the_silence_limit() -> None:
 
 
 def test_cancel_of_a_turn_waiting_on_a_silent_server_is_turn_cancelled(tmp_path: Path) -> None:
-    with FakeServer([SSE_HEAD, Every(PING, 0.1, for_s=6.0)]) as server:
+    with FakeLlama([Raw([SSE_HEAD, Every(PING, 0.1, for_s=6.0)])]) as server:
         session = Session.create(tmp_path, Baseline(system="sys"))
         runtime = Runtime(config=Config(), client=Client(config(server.url)), registry=Registry())
         timer = threading.Timer(0.3, runtime.cancel.set)

@@ -76,14 +76,14 @@ def test_a_second_turn_on_a_session_inside_a_turn_is_refused(tmp_path: Path) -> 
     release = threading.Event()
     inside = threading.Event()
 
-    class Slow(ScriptedClient):
-        def chat_with_retry(self, *args: object, **kwargs: object) -> object:  # type: ignore[override]
-            inside.set()
-            release.wait(10)
-            return super().chat_with_retry(*args, **kwargs)  # type: ignore[arg-type]
+    def slow(_: int) -> None:
+        inside.set()
+        release.wait(10)
 
+    client = ScriptedClient([answer("one")])
+    client.before_each = slow
     session = Session.create(tmp_path)
-    runtime = Runtime(config=Config(), client=Slow([answer("one")]), registry=Registry())
+    runtime = Runtime(config=Config(), client=client, registry=Registry())
     worker = threading.Thread(target=run_turn, args=(session, runtime, "first"))
     worker.start()
     assert inside.wait(10)

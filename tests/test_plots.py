@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 import pytest
 
 matplotlib.use("Agg")
@@ -57,7 +58,7 @@ def test_cache_reuse_one_line_per_session_and_losses_marked(loaded: frames.Frame
     lines = figure.axes[0].get_lines()
     assert [line.get_label() for line in lines] == ["s1", "s2", "cache loss"]
     marks = lines[-1]
-    assert list(marks.get_xdata()) == [2.0, 2.0]  # s1 request 2, s2 request 2
+    assert list(np.asarray(marks.get_xdata())) == [2.0, 2.0]  # s1 request 2, s2 request 2
     assert len(plots.cache_reuse(loaded.requests).axes[0].get_lines()) == 2
 
 

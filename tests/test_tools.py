@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from boxmaker.tools import (
     InProcessPort,
     Registry,
+    ToolAnswer,
     ToolDenied,
     ToolFailed,
     ToolOk,
@@ -105,8 +106,8 @@ def test_exception_inside_a_tool(registry: Registry) -> None:
     assert out.content == "The tool failed: RuntimeError: broken with 3"
 
 
-def _port(answer: object) -> InProcessPort:
-    return InProcessPort({"search": lambda req: answer})  # type: ignore[arg-type,return-value]
+def _port(answer: ToolAnswer) -> InProcessPort:
+    return InProcessPort({"search": lambda req: answer})
 
 
 def test_port_result_keeps_labels_and_request(registry: Registry) -> None:

@@ -1,6 +1,6 @@
-"""Bad input through the real client and loop (httpx.MockTransport, no sockets): each failure
-is a TurnInferError whose cause says what happened, and the log keeps the User record and a
-TurnEnd(infer_error)."""
+"""Bad input through the real client and loop (the fake llama-server behind
+httpx.MockTransport, no sockets): each failure is a TurnInferError whose cause says what
+happened, and the log keeps the User record and a TurnEnd(infer_error)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fake_llama import Reply, Script
 
 from boxmaker.client import Client
 from boxmaker.config import ClientConfig, Config
@@ -25,36 +26,24 @@ CHUNK = {
     "choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": None}],
 }
 
-
-def sse(*events: str) -> bytes:
-    return "".join(f"data: {e}\n\n" for e in events).encode()
+STREAM_ERROR = {"error": {"code": 500, "message": "boom", "type": "server_error"}}
 
 
 def refuse(request: httpx.Request) -> httpx.Response:
     raise httpx.ConnectError("connection refused", request=request)
 
 
+def fake(reply: Reply) -> Callable[[httpx.Request], httpx.Response]:
+    return Script([reply]).handler
+
+
 CASES: dict[str, tuple[Callable[[httpx.Request], httpx.Response], str]] = {
     "server down": (refuse, "connect"),
-    "stream cut": (
-        lambda r: httpx.Response(200, content=sse(json.dumps(CHUNK))),
-        "stream cut",
-    ),
-    "malformed chunk": (
-        lambda r: httpx.Response(200, content=sse(json.dumps(CHUNK), '{"choices": [')),
-        "malformed",
-    ),
-    "error in stream": (
-        lambda r: httpx.Response(
-            200,
-            content=sse(
-                json.dumps({"error": {"code": 500, "message": "boom", "type": "server_error"}})
-            ),
-        ),
-        "boom",
-    ),
+    "stream cut": (fake(Reply(data=[json.dumps(CHUNK)])), "stream cut"),
+    "malformed chunk": (fake(Reply(data=[json.dumps(CHUNK), '{"choices": ['])), "malformed"),
+    "error in stream": (fake(Reply(data=[json.dumps(STREAM_ERROR)])), "boom"),
     "http 500": (
-        lambda r: httpx.Response(500, json={"error": {"code": 500, "message": "template failed"}}),
+        fake(Reply(status=500, error={"error": {"code": 500, "message": "template failed"}})),
         "template failed",
     ),
 }

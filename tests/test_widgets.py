@@ -275,7 +275,7 @@ def _html_changes(root: Any) -> list[str]:
         if isinstance(widget, ipw.Box):
             for child in widget.children:
                 watch(child)
-            widget.observe(lambda ch: [watch(c) for c in ch["new"]], names="children")
+            widget.observe(lambda ch: [watch(c) for c in ch["new"]], names="children")  # type: ignore[func-returns-value]
 
     watch(root)
     changes.clear()
