@@ -188,7 +188,7 @@ TASKS = [Task(id=f"t{i}", messages=(f"question {i}", f"follow-up {i}")) for i in
 
 
 def test_grid_expands_each_task_with_stable_ids_and_configs(tmp_path: Path) -> None:
-    grid = {"sampling.seed": [16, 64], "loop": {"tool_result_cap": [40, 4000]}}
+    grid: dict[str, Any] = {"sampling.seed": [16, 64], "loop": {"tool_result_cap": [40, 4000]}}
     runs = expand(TASKS[:2], grid)
     assert len(runs) == 8
     assert len({r.id for r in runs}) == 8
@@ -341,7 +341,9 @@ def test_server_killed_mid_batch_its_runs_move_to_the_other(
 def test_a_run_that_keeps_failing_is_marked_failed_after_its_tries(
     tmp_path: Path, servers: list[FakeLlama]
 ) -> None:
-    bad = lambda body: any(m.get("content") == "question 1" for m in body["messages"])  # noqa: E731
+    def bad(body: dict[str, Any]) -> bool:
+        return any(m.get("content") == "question 1" for m in body["messages"])
+
     servers.append(FakeLlama(2, fail=bad))
     progress = run_batch(TASKS[:3], tmp_path, servers=[servers[0].url], config=FAST, max_tries=2)
     assert (progress.done, progress.failed) == (2, 1)
@@ -457,7 +459,9 @@ def test_ctrl_c_cancels_in_flight_turns_and_raises(
 def test_cli_batch_runs_tasks_and_exits_by_outcome(
     tmp_path: Path, servers: list[FakeLlama], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bad = lambda body: body["messages"][0]["content"] == "question 2"  # noqa: E731
+    def bad(body: dict[str, Any]) -> bool:
+        return bool(body["messages"][0]["content"] == "question 2")
+
     servers.append(FakeLlama(2, fail=bad))
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(
