@@ -175,6 +175,16 @@ class ChunkDecoder:
         """Whether the stream has ended properly: a ``finish_reason`` or ``[DONE]`` came."""
         return self.finish_reason is not None or self.done
 
+    @property
+    def answering(self) -> bool:
+        """Whether the answer has started: a tool-call delta, content known not to be
+        reasoning, or a ``finish_reason`` (so any reasoning of this completion is over)."""
+        return (
+            bool(self._calls)
+            or self.finish_reason is not None
+            or (not self._undecided and bool(self._content))
+        )
+
     def feed(self, obj: dict[str, Any], text: str | None = None) -> list[ClientEvent]:
         """Take one parsed chunk; return the events it carries.
 
@@ -432,7 +442,8 @@ class ChunkDecoder:
         return events
 
     def mark_capped(self) -> ThinkingCapped:
-        """Record that ``reasoning_end`` was sent; return the event to emit."""
+        """Record that reasoning was ended by the cap (the server's ``thinking_budget_tokens``
+        or ``reasoning_end``); return the event to emit."""
         self.thinking_capped = True
         return ThinkingCapped(reasoning_tokens=self.reasoning_tokens)
 

@@ -52,6 +52,13 @@ _QUEUED = Queued()
 _SSE_HEADERS = {"Accept": "text/event-stream"}
 _JSON_SSE_HEADERS = {"Accept": "text/event-stream", "Content-Type": "application/json"}
 
+IGNORED_BUDGET_MARGIN = 2
+"""Reasoning deltas beyond the ``thinking_budget_tokens`` sent before the client decides the
+server ignored it and sends ``reasoning_end`` (the fallback). llama.cpp's sampler ends
+reasoning after ``budget - 1`` reasoning deltas (measured on the embedded server: budgets 3,
+5, 10, 40 gave 2, 4, 9, 39 deltas) and a delta holds at least one token, so a server that
+honours the budget never reaches the margin."""
+
 
 # --------------------------------------------------------------------------------------------
 # the client
@@ -155,16 +162,26 @@ class Client:
                 ``chat_template_kwargs``... It is not modified. The client adds
                 ``stream: true``, ``return_progress: true``, ``cache_prompt: true``,
                 ``stream_options.include_usage: true`` (so the last chunk carries ``usage``)
-                and, when ``reasoning_budget`` is given, ``reasoning_control: true``; these
-                override the same keys of ``body``.
+                and, when ``reasoning_budget`` is given, ``thinking_budget_tokens`` (the
+                budget) and ``reasoning_control: true``; these override the same keys of
+                ``body``.
             on_event: called in order with each :data:`~boxmaker.events.ClientEvent`, on the
                 calling thread, while the stream is read (keep it quick; an exception it
                 raises closes the stream and propagates).
-            reasoning_budget: reasoning tokens (reasoning deltas) this completion may use;
-                when reached (``0``: at the first reasoning delta), :meth:`reasoning_end` is
-                sent once, :class:`~boxmaker.events.ThinkingCapped` is emitted and the stream
-                is read on (the server ends reasoning and continues with content).
-                ``None``: no cap and no reasoning control.
+            reasoning_budget: reasoning tokens this completion may use, sent as llama.cpp's
+                ``thinking_budget_tokens``: the server's sampler ends reasoning exactly (at
+                most ``budget - 1`` reasoning deltas come, none for a budget of 0 or 1).
+                When the answer (content, a tool call or the finish) starts after
+                ``budget - 1`` to ``budget`` reasoning deltas, the completion counts as capped
+                (:class:`~boxmaker.events.ThinkingCapped` is emitted, ``thinking_capped``
+                set; a model that stops thinking by itself at exactly that count looks the
+                same). Fallback for servers that ignore the field: once the reasoning
+                deltas reach ``budget +`` :data:`IGNORED_BUDGET_MARGIN` while reasoning goes
+                on, :meth:`reasoning_end` is sent once, ``ThinkingCapped`` is emitted and
+                the stream is read on (the server ends reasoning and continues).
+                With ``config.send_thinking_budget`` off, no ``thinking_budget_tokens`` is
+                sent and ``reasoning_end`` goes once ``budget`` deltas (at least 1) came.
+                ``None``: no cap, no budget and no reasoning control.
             cancel: when set, the request ends within about 0.1 s whatever the server does
                 (silent before answering, stalled mid-stream, sending only ``: ping``
                 comments): the connection is shut down (llama.cpp then stops generating) and
@@ -286,6 +303,8 @@ class Client:
             "stream_options": {**body.get("stream_options", {}), "include_usage": True},
         }
         if reasoning_budget is not None:
+            if self.config.send_thinking_budget:
+                payload["thinking_budget_tokens"] = reasoning_budget
             payload["reasoning_control"] = True
         attempt = 0
         while True:
@@ -407,23 +426,31 @@ class Client:
     ) -> Completion:
         decoder = StreamDecoder(tool_call_deltas=tool_call_deltas)
         chunks = decoder.chunks
-        cap_at = None if reasoning_budget is None else max(reasoning_budget, 1)
+        budget = reasoning_budget
+        sent = self.config.send_thinking_budget
+        ended_at = 0 if budget is None else budget - 1  # where the server's sampler stops
+        if budget is None:
+            ignored_at = 0
+        else:  # where reasoning_end is sent
+            ignored_at = budget + IGNORED_BUDGET_MARGIN if sent else max(budget, 1)
 
         def between() -> None:  # after each chunk: the thinking cap and cancel checks
-            if (
-                cap_at is not None
-                and chunks.reasoning_tokens >= cap_at
-                and not chunks.thinking_capped
-                and not chunks.reasoning_from_tag  # that reasoning has already ended
-            ):
-                self._cap(chunks, on_event)
+            if budget is not None and not chunks.thinking_capped:
+                if chunks.answering:  # reasoning is over: did the budget end it?
+                    if sent and ended_at <= chunks.reasoning_tokens <= budget:
+                        on_event(chunks.mark_capped())
+                elif (
+                    chunks.reasoning_tokens >= ignored_at
+                    and not chunks.reasoning_from_tag  # that reasoning has already ended
+                ):  # the server ignored thinking_budget_tokens: end reasoning by control
+                    self._cap(chunks, on_event)
             if cancel is not None and cancel.is_set():
                 response.close()
                 raise RequestCancelled(
                     f"request cancelled after {chunks.chunks} chunks; stream closed"
                 )
 
-        check = None if cap_at is None and cancel is None else between
+        check = None if budget is None and cancel is None else between
         silence = self.config.silence_timeout_s
         clock = time.monotonic
         quiet_since: float | None = clock()  # first read after the last data event, or None

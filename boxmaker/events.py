@@ -10,7 +10,8 @@ Client events (from one streamed ``/v1/chat/completions`` request, llama.cpp ter
 ``Reasoning``             a ``delta.reasoning_content`` fragment
 ``Content``               a ``delta.content`` fragment
 ``ToolCallDelta``         a ``delta.tool_calls[i]`` fragment (arguments arrive in pieces)
-``ThinkingCapped``        the reasoning budget was reached; ``reasoning_end`` was sent
+``ThinkingCapped``        the reasoning budget ended reasoning (``thinking_budget_tokens``
+                          in the server's sampler, or ``reasoning_end`` sent as fallback)
 ``Retrying``              the request failed in a retryable way; next attempt after a delay
 ========================  ==========================================================
 
@@ -97,8 +98,10 @@ class ToolCallDelta:
 
 @dataclass(frozen=True, slots=True)
 class ThinkingCapped:
-    """The reasoning budget was reached after ``reasoning_tokens`` reasoning tokens of this
-    completion; ``reasoning_end`` was sent through llama.cpp's reasoning control."""
+    """The reasoning budget ended reasoning after ``reasoning_tokens`` reasoning deltas of this
+    completion: llama.cpp's sampler did (``thinking_budget_tokens``; the event comes when the
+    answer starts), or, on a server that ignored it, ``reasoning_end`` was sent through
+    llama.cpp's reasoning control (the event comes when it was accepted)."""
 
     reasoning_tokens: int
 

@@ -27,7 +27,8 @@ MODEL = os.environ.get("BOXMAKER_TEST_MODEL") or None
 
 def _config(url: str) -> Config:
     return Config(
-        client=ClientConfig(url=url, retry_attempts=0),
+        # no thinking_budget_tokens: the cap goes through reasoning_end, as on servers without it
+        client=ClientConfig(url=url, retry_attempts=0, send_thinking_budget=False),
         loop=LoopLimits(tool_iterations=2, thinking_tokens=3),
         sampling=SamplingConfig(max_tokens=120),
     )

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from boxmaker.client import Client
@@ -92,14 +93,14 @@ def test_thinking_cap_live_through_reasoning_control(
     with client, contextlib.suppress(TurnLimit):
         run_turn(session, runtime, "What is the weather in Paris?", events.append)
     capped = [e for e in events if isinstance(e, ThinkingCapped)]
-    # the budget spans the turn: the first completion is capped at 3 tokens, any later one in
-    # the same turn (after a tool call) at its first reasoning token
-    assert capped and capped[0].reasoning_tokens == 3
-    assert all(c.reasoning_tokens == 1 for c in capped[1:])
+    # the budget spans the turn and is sent as thinking_budget_tokens: llama.cpp's sampler
+    # ends the first completion's reasoning after 2 deltas (budget - 1), any later one in the
+    # same turn (budget 0) before the first
+    assert capped and capped[0].reasoning_tokens == 2
+    assert all(c.reasoning_tokens == 0 for c in capped[1:])
     first = next(r for r in session.records if isinstance(r, Usage))
     assert first.thinking_capped
-    # the server ended reasoning: only the tokens already in flight arrived after the cap
-    assert 3 <= first.reasoning_tokens <= 6
+    assert first.reasoning_tokens == 2  # nothing in flight: exact
     reasoning = [e for e in events if isinstance(e, Reasoning)]
     assert len(reasoning) == sum(
         u.reasoning_tokens for u in session.records if isinstance(u, Usage)
@@ -109,6 +110,24 @@ def test_thinking_cap_live_through_reasoning_control(
     # and the model went on after reasoning was ended: an answer or a tool call
     assistant = next(r for r in session.records if isinstance(r, Assistant))
     assert assistant.content or assistant.tool_calls
+
+
+@pytest.mark.parametrize("cap", [1, 3, 10, 40])
+def test_thinking_cap_is_exact_counted_by_the_server_tokenizer_live(
+    server: EmbeddedServer, tmp_path: Path, cap: int
+) -> None:
+    runtime, client = _runtime(server.url, thinking_tokens=cap)
+    session = _session(tmp_path)
+    with client, contextlib.suppress(TurnLimit):
+        run_turn(session, runtime, "What is the weather in Paris?")
+    assistants = [r for r in session.records if isinstance(r, Assistant)]
+    reasoning = "".join(a.reasoning or "" for a in assistants)
+    tokens = httpx.post(f"{server.url}/tokenize", json={"content": reasoning}).json()["tokens"]
+    # the reasoning of the whole turn, as the server's tokenizer counts it, stays in the cap
+    assert len(tokens) <= cap
+    usages = [r for r in session.records if isinstance(r, Usage)]
+    assert usages[0].thinking_capped  # the model reasons far longer than 40 tokens
+    assert sum(u.reasoning_tokens for u in usages) <= cap
 
 
 def test_context_full_live_small_n_ctx(tmp_path: Path) -> None:
