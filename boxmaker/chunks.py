@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .completion import Completion
 from .errors import InferError, StreamCut
 from .events import (
+    CapNotEnforced,
     ClientEvent,
     Content,
     Progress,
@@ -101,6 +102,14 @@ class ChunkDecoder:
     before the tag comes as ``Reasoning``, the rest as ``Content``, the tag never. A held-back
     piece that is no tag comes with the next content, or at ``finish_reason``/``[DONE]``.
 
+    ``<think>`` opening the content (servers started with ``--reasoning-format none`` stream
+    the whole ``<think>...</think>`` block as content): while nothing but whitespace came as
+    content, a possible partial ``<think>`` is held back; once it completes, the tag and the
+    whitespace before it are dropped and each content delta up to ``</think>`` (which may be
+    split across deltas too) is ``reasoning``, counted in :attr:`reasoning_tokens` as it
+    arrives (so a thinking cap can fire while it streams) and emitted as ``Reasoning``;
+    after ``</think>`` comes ``content``. A ``<think>`` after other content is content.
+
     ``timings`` and ``usage`` are taken from the last chunk that carries them (llama.cpp puts
     them on the finish chunk, or on a trailing ``"choices": []`` chunk when
     ``stream_options.include_usage`` is set).
@@ -114,6 +123,9 @@ class ChunkDecoder:
             content deltas moved to reasoning by a ``</think>``).
         reasoning_from_tag: the reasoning came as content closed by ``</think>``, and it has
             ended (a thinking cap has nothing left to stop).
+        reasoning_in_content: the reasoning came inside ``<think>...</think>`` in content.
+        cap_warning: why the thinking cap could not be enforced (:meth:`mark_unenforced`),
+            else ``None``.
         thinking_capped: :meth:`mark_capped` was called.
         timings: llama.cpp ``timings`` so far (``{}`` if none).
         tool_call_deltas: whether :class:`~boxmaker.events.ToolCallDelta` events are
@@ -128,6 +140,7 @@ class ChunkDecoder:
         "_by_id",
         "_calls",
         "_content",
+        "_in_think",
         "_last",
         "_reasoning",
         "_tag_deltas",
@@ -135,11 +148,13 @@ class ChunkDecoder:
         "_text",
         "_undecided",
         "_waiting",
+        "cap_warning",
         "chunks",
         "done",
         "finish_reason",
         "id",
         "reasoning_from_tag",
+        "reasoning_in_content",
         "reasoning_tokens",
         "thinking_capped",
         "timings",
@@ -158,6 +173,9 @@ class ChunkDecoder:
         self.timings: dict[str, float] = {}
         self.usage: dict[str, Any] = {}
         self.reasoning_from_tag = False
+        self.reasoning_in_content = False
+        self.cap_warning: str | None = None
+        self._in_think = False  # inside a <think> that opened the content
         self._content: list[str] = []
         self._reasoning: list[str] = []
         self._calls: dict[int, _CallParts] = {}  # call number -> its parts
@@ -322,8 +340,13 @@ class ChunkDecoder:
         """Content is content from now on: emit and keep a held-back partial tag."""
         self._undecided = False
         if self._tail:
-            self._content.append(self._tail)
-            events.append(Content(self._tail))
+            if self._in_think:  # a partial </think> that never completed: still reasoning
+                self._in_think = False
+                self._reasoning.append(self._tail)
+                events.append(Reasoning(self._tail))
+            else:
+                self._content.append(self._tail)
+                events.append(Content(self._tail))
             self._tail = ""
 
     def _split_content(self, text: str, events: list[ClientEvent]) -> None:
@@ -331,6 +354,18 @@ class ChunkDecoder:
         if self._tail:
             text = self._tail + text
             self._tail = ""
+        if self._in_think:
+            self._think_text(text, events)
+            return
+        if not self._content and not self._tag_deltas:  # nothing came yet: opens <think>?
+            stripped = text.lstrip()
+            if stripped.startswith(_THINK_OPEN):
+                self._in_think = self.reasoning_in_content = True
+                self._think_text(stripped[len(_THINK_OPEN) :], events)
+                return
+            if _THINK_OPEN.startswith(stripped):  # whitespace, or a partial tag: wait
+                self._tail = text
+                return
         if "<" in text:
             close = text.find(_THINK_CLOSE)
             opened = text.find(_THINK_OPEN)
@@ -361,6 +396,30 @@ class ChunkDecoder:
             self._content.append(text)
             self._tag_deltas += 1
             events.append(Content(text))
+
+    def _think_text(self, text: str, events: list[ClientEvent]) -> None:
+        """Content inside an opening ``<think>``: reasoning up to ``</think>``, then content."""
+        close = text.find(_THINK_CLOSE)
+        if close >= 0:
+            before, after = text[:close], text[close + len(_THINK_CLOSE) :]
+            if before:
+                self._reasoning.append(before)
+                self.reasoning_tokens += 1
+                events.append(Reasoning(before))
+            self._in_think = self._undecided = False
+            self.reasoning_from_tag = True
+            if after:
+                self._content.append(after)
+                events.append(Content(after))
+            return
+        cut = text.rfind("<")
+        if cut >= 0 and _THINK_CLOSE.startswith(text[cut:]):
+            self._tail = text[cut:]
+            text = text[:cut]
+        if text:
+            self._reasoning.append(text)
+            self.reasoning_tokens += 1
+            events.append(Reasoning(text))
 
     def _tool_calls(
         self, calls: list[dict[str, Any]], events: list[ClientEvent], obj: dict[str, Any]
@@ -447,6 +506,12 @@ class ChunkDecoder:
         self.thinking_capped = True
         return ThinkingCapped(reasoning_tokens=self.reasoning_tokens)
 
+    def mark_unenforced(self, why: str) -> CapNotEnforced:
+        """Record that the thinking cap could not be enforced on this completion (``why``);
+        return the event to emit."""
+        self.cap_warning = why
+        return CapNotEnforced(reasoning_tokens=self.reasoning_tokens, detail=why)
+
     def finish(self) -> Completion:
         """The accumulated completion.
 
@@ -471,17 +536,20 @@ class ChunkDecoder:
             )
             for number, parts in sorted(self._calls.items())
         )
-        content = "".join(self._content) + self._tail
+        tail = "" if self._in_think else self._tail
+        content = "".join(self._content) + tail
+        reasoning = "".join(self._reasoning) + (self._tail if self._in_think else "")
         return Completion(
             id=self.id,
             content=content or None,
-            reasoning="".join(self._reasoning) if self._reasoning else None,
+            reasoning=reasoning or None,
             tool_calls=calls,
             finish_reason=self.finish_reason,
             timings=self.timings,
             usage=self.usage,
             reasoning_tokens=self.reasoning_tokens,
             thinking_capped=self.thinking_capped,
+            cap_warning=self.cap_warning,
         )
 
 

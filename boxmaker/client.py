@@ -131,6 +131,7 @@ class Client:
         self._chat_url = f"{self.url}/v1/chat/completions"
         self._control_url = f"{self.url}/v1/chat/completions/control"
         self._sleep = sleep
+        self._unseen_warned = False  # CapNotEnforced for "no reasoning seen" was emitted
         headers = {}
         if self.config.api_key:
             headers["Authorization"] = f"Bearer {self.config.api_key}"
@@ -179,8 +180,13 @@ class Client:
                 deltas reach ``budget +`` :data:`IGNORED_BUDGET_MARGIN` while reasoning goes
                 on, :meth:`reasoning_end` is sent once, ``ThinkingCapped`` is emitted and
                 the stream is read on (the server ends reasoning and continues).
-                With ``config.send_thinking_budget`` off, no ``thinking_budget_tokens`` is
-                sent and ``reasoning_end`` goes once ``budget`` deltas (at least 1) came.
+                When the cap cannot be enforced (``reasoning_end`` refused or failed, more
+                reasoning than the budget without a chance to end it, or, once per client,
+                no reasoning seen at all for a budget of 2 or more),
+                :class:`~boxmaker.events.CapNotEnforced` is emitted once and the completion's
+                ``cap_warning`` says why. With ``config.send_thinking_budget`` off, no
+                ``thinking_budget_tokens`` is sent and ``reasoning_end`` goes once ``budget``
+                deltas (at least 1) came.
                 ``None``: no cap, no budget and no reasoning control.
             cancel: when set, the request ends within about 0.1 s whatever the server does
                 (silent before answering, stalled mid-stream, sending only ``: ping``
@@ -202,7 +208,8 @@ class Client:
                 timeout (``status`` None), HTTP status other than 200 (``status``,
                 ``body`` and llama.cpp's ``error`` kept; see :func:`is_context_full` for a
                 full context), a malformed chunk, an error object inside the stream
-                (``status`` = its ``code``), or the server refused reasoning control.
+                (``status`` = its ``code``). A refused ``reasoning_end`` is no error: the
+                completion goes on and :class:`~boxmaker.events.CapNotEnforced` says so.
             StreamCut: the stream ended or broke before ``finish_reason`` / ``[DONE]``.
             RequestCancelled: ``cancel`` was set.
         """
@@ -428,21 +435,24 @@ class Client:
         chunks = decoder.chunks
         budget = reasoning_budget
         sent = self.config.send_thinking_budget
-        ended_at = 0 if budget is None else budget - 1  # where the server's sampler stops
         if budget is None:
             ignored_at = 0
         else:  # where reasoning_end is sent
             ignored_at = budget + IGNORED_BUDGET_MARGIN if sent else max(budget, 1)
 
+        settled = budget is None  # the cap's outcome is known (capped, warned, or fine)
+
         def between() -> None:  # after each chunk: the thinking cap and cancel checks
-            if budget is not None and not chunks.thinking_capped:
-                if chunks.answering:  # reasoning is over: did the budget end it?
-                    if sent and ended_at <= chunks.reasoning_tokens <= budget:
-                        on_event(chunks.mark_capped())
-                elif (
-                    chunks.reasoning_tokens >= ignored_at
-                    and not chunks.reasoning_from_tag  # that reasoning has already ended
-                ):  # the server ignored thinking_budget_tokens: end reasoning by control
+            nonlocal settled
+            if not settled:
+                n = chunks.reasoning_tokens
+                if chunks.thinking_capped or chunks.cap_warning is not None:
+                    settled = True
+                elif chunks.answering:  # reasoning is over: did the budget end it?
+                    settled = True
+                    self._settle(chunks, on_event, budget or 0, sent)
+                elif n >= ignored_at and not chunks.reasoning_from_tag:
+                    # the server ignored thinking_budget_tokens: end reasoning by control
                     self._cap(chunks, on_event)
             if cancel is not None and cancel.is_set():
                 response.close()
@@ -481,23 +491,59 @@ class Client:
                         "SSE comments (silence timeout, ClientConfig.silence_timeout_s)"
                     )
 
+    def _settle(
+        self,
+        chunks: ChunkDecoder,
+        on_event: Callable[[ClientEvent], None],
+        budget: int,
+        sent: bool,
+    ) -> None:
+        """The answer started with the cap neither fired nor warned: mark the completion
+        capped when the server's sampler ended reasoning at the budget, else warn when the
+        reasoning went past the budget or (once per client) when no reasoning could be seen."""
+        n = chunks.reasoning_tokens
+        if sent and budget - 1 <= n <= budget:
+            on_event(chunks.mark_capped())
+        elif n > budget:
+            how = (
+                "it came as content closed by </think>, counted only once it had ended"
+                if chunks.reasoning_from_tag and not chunks.reasoning_in_content
+                else "it ended before reasoning_end could be sent"
+            )
+            on_event(
+                chunks.mark_unenforced(
+                    f"{n} reasoning tokens for a budget of {budget}: the server ignored "
+                    f"thinking_budget_tokens and {how} (use a llama-server that honours "
+                    "thinking_budget_tokens, or start it with --reasoning-format deepseek)"
+                )
+            )
+        elif n == 0 and budget >= 2 and not self._unseen_warned:
+            self._unseen_warned = True
+            on_event(
+                chunks.mark_unenforced(
+                    "no reasoning seen (no reasoning_content/reasoning field, no <think> tag in "
+                    "content): thinking is off (chat_template_kwargs.enable_thinking), or the "
+                    "server hides reasoning the cap then cannot count (start llama-server "
+                    "with --jinja; --reasoning-format deepseek or none)"
+                )
+            )
+
     def _cap(self, chunks: ChunkDecoder, on_event: Callable[[ClientEvent], None]) -> None:
-        """Send reasoning_end for the running completion; raise if the server refuses."""
+        """Send reasoning_end for the running completion; when it cannot be sent or the
+        server refuses it, emit :class:`~boxmaker.events.CapNotEnforced` and read on."""
         what = f"llama-server refused reasoning control for {chunks.id or '(no id)'}"
         if not chunks.id:
-            raise InferError(f"{what}: the stream carried no completion id")
+            on_event(chunks.mark_unenforced(f"{what}: the stream carried no completion id"))
+            return
         try:
             success, text = self._control(chunks.id)
         except InferError as exc:
-            raise InferError(
-                f"{what}: {exc}",
-                status=exc.status,
-                body=exc.body,
-                error=exc.error,
-                context_full=exc.context_full,
-            ) from exc
+            why = f"{what}: {exc} (start llama-server with reasoning control enabled)"
+            on_event(chunks.mark_unenforced(why))
+            return
         if not success:
-            raise InferError(f"{what}: it answered {text}", status=200, body=text)
+            on_event(chunks.mark_unenforced(f"{what}: it answered {text}"))
+            return
         on_event(chunks.mark_capped())
 
     def _control(self, completion_id: str) -> tuple[bool, str]:

@@ -15,6 +15,7 @@ from boxmaker.client import IGNORED_BUDGET_MARGIN, Client
 from boxmaker.config import ClientConfig, Config
 from boxmaker.errors import ConfigError, InferError, RequestCancelled, StreamCut
 from boxmaker.events import (
+    CapNotEnforced,
     ClientEvent,
     Content,
     Progress,
@@ -727,23 +728,32 @@ def test_thinking_budget_not_reached() -> None:
     assert completion.reasoning_tokens == 3
 
 
-def test_reasoning_control_refused_raises_and_closes_stream() -> None:
+def test_reasoning_control_refused_warns_once_and_reads_on() -> None:
     refusal = httpx.Response(200, json={"success": False, "message": "no active completion"})
     stream = Chunks(reasoning_stream(5, "x"))
     fake = Fake(stream, control=refusal)
     events: list[ClientEvent] = []
-    with fake.client() as client, pytest.raises(InferError) as info:
-        client.chat(BODY, events.append, reasoning_budget=1)
-    assert "refused reasoning control" in str(info.value)
-    assert "no active completion" in str(info.value)
-    assert stream.closed
+    with fake.client() as client:
+        completion = client.chat(BODY, events.append, reasoning_budget=1)
+    warnings = [e for e in events if isinstance(e, CapNotEnforced)]
+    assert len(warnings) == 1 and len(fake.control_requests) == 1
+    assert warnings[0].reasoning_tokens == 3  # budget 1 + IGNORED_BUDGET_MARGIN
+    assert "refused reasoning control" in warnings[0].detail
+    assert "no active completion" in warnings[0].detail
     assert not any(isinstance(e, ThinkingCapped) for e in events)
+    assert not completion.thinking_capped and completion.content == "x"
+    assert completion.cap_warning == warnings[0].detail
+    assert [h.detail[:14] for h in completion.limit_hits()] == ["not enforced: "]
 
 
-def test_reasoning_control_http_error_raises() -> None:
+def test_reasoning_control_http_error_warns() -> None:
     fake = Fake(reasoning_stream(4, "x"), control=httpx.Response(404, text="File Not Found"))
-    with fake.client() as client, pytest.raises(InferError, match="refused reasoning control"):
-        client.chat(BODY, lambda e: None, reasoning_budget=1)
+    events: list[ClientEvent] = []
+    with fake.client() as client:
+        completion = client.chat(BODY, events.append, reasoning_budget=1)
+    (warning,) = [e for e in events if isinstance(e, CapNotEnforced)]
+    assert "refused reasoning control" in warning.detail and "404" in warning.detail
+    assert completion.cap_warning == warning.detail
 
 
 def test_reasoning_end_returns_success_field() -> None:
