@@ -28,7 +28,7 @@ LAYERS: list[set[str]] = [
     {"frames", "render", "batchrun"},
     {"plots", "widget_transcript", "demo", "server", "batchview"},
     {"widgets"},
-    {"report", "cassettes", "batch"},
+    {"report", "cassettes", "batch", "doctor"},
     {"pytest_plugin", "cli"},
     {"__init__", "__main__"},
 ]
