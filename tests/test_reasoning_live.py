@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from live_server import SERVER_API_KEY, embedded_only, live_server
 
 from boxmaker.client import Client
 from boxmaker.config import ClientConfig, Config, LoopLimits, SamplingConfig, ThinkingConfig
@@ -30,6 +31,7 @@ MODEL = os.environ.get("BOXMAKER_TEST_MODEL") or None
 
 @pytest.fixture(scope="module")
 def none_server() -> Iterator[EmbeddedServer]:
+    embedded_only("--reasoning-format none")
     with EmbeddedServer(MODEL, n_ctx=4096, n_threads=1, reasoning_format="none") as running:
         yield running
 
@@ -38,7 +40,7 @@ def _turn(
     url: str, tmp_path: Path, cap: int | None, *, thinking: bool = True
 ) -> tuple[Session, list[Any]]:
     config = Config(
-        client=ClientConfig(url=url, retry_attempts=0),
+        client=ClientConfig(url=url, retry_attempts=0, api_key=SERVER_API_KEY),
         loop=LoopLimits(tool_iterations=2, thinking_tokens=cap),
         sampling=SamplingConfig(max_tokens=200),
         thinking=ThinkingConfig(enabled=thinking),
@@ -83,7 +85,7 @@ def test_thinking_cap_is_exact_with_tags_in_content_live(
 
 def test_cap_without_visible_reasoning_warns_once_live(tmp_path: Path) -> None:
     # thinking disabled on a server that separates reasoning: no reasoning field, no tag
-    with EmbeddedServer(MODEL, n_ctx=4096, n_threads=1) as server:
+    with live_server(n_ctx=4096) as server:
         session, events = _turn(server.url, tmp_path, 10, thinking=False)
     warnings = [e for e in events if isinstance(e, CapNotEnforced)]
     assert len(warnings) == 1 and "no reasoning seen" in warnings[0].detail

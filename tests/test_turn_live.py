@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from live_server import SERVER_API_KEY, GivenServer, embedded_only, live_server
 
 from boxmaker.client import Client
 from boxmaker.config import ClientConfig, Config, LoopLimits, SamplingConfig
@@ -28,14 +29,14 @@ MODEL = os.environ.get("BOXMAKER_TEST_MODEL") or None
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[EmbeddedServer]:
-    with EmbeddedServer(MODEL, n_ctx=4096, n_threads=1) as running:
+def server() -> Iterator[EmbeddedServer | GivenServer]:
+    with live_server(n_ctx=4096) as running:
         yield running
 
 
 def _runtime(url: str, **loop: Any) -> tuple[Runtime, Client]:
     config = Config(
-        client=ClientConfig(url=url, retry_attempts=0),
+        client=ClientConfig(url=url, retry_attempts=0, api_key=SERVER_API_KEY),
         loop=LoopLimits(tool_iterations=2, **loop),
         sampling=SamplingConfig(max_tokens=200),  # bounded even if the model rambles
     )
@@ -47,7 +48,9 @@ def _session(tmp_path: Path) -> Session:
     return Session.create(tmp_path, Baseline(tools=demo_registry().definitions()))
 
 
-def test_prompt_progress_and_cache_reuse_live(server: EmbeddedServer, tmp_path: Path) -> None:
+def test_prompt_progress_and_cache_reuse_live(
+    server: EmbeddedServer | GivenServer, tmp_path: Path
+) -> None:
     runtime, client = _runtime(server.url)
     session = _session(tmp_path)
     events: list[Any] = []
@@ -67,7 +70,7 @@ def test_prompt_progress_and_cache_reuse_live(server: EmbeddedServer, tmp_path: 
 
 
 def test_follow_up_inside_a_turn_keeps_the_cache_live(
-    server: EmbeddedServer, tmp_path: Path
+    server: EmbeddedServer | GivenServer, tmp_path: Path
 ) -> None:
     runtime, client = _runtime(server.url)
     session = _session(tmp_path)
@@ -85,7 +88,7 @@ def test_follow_up_inside_a_turn_keeps_the_cache_live(
 
 
 def test_thinking_cap_live_through_reasoning_control(
-    server: EmbeddedServer, tmp_path: Path
+    server: EmbeddedServer | GivenServer, tmp_path: Path
 ) -> None:
     runtime, client = _runtime(server.url, thinking_tokens=3)
     session = _session(tmp_path)
@@ -114,7 +117,7 @@ def test_thinking_cap_live_through_reasoning_control(
 
 @pytest.mark.parametrize("cap", [1, 3, 10, 40])
 def test_thinking_cap_is_exact_counted_by_the_server_tokenizer_live(
-    server: EmbeddedServer, tmp_path: Path, cap: int
+    server: EmbeddedServer | GivenServer, tmp_path: Path, cap: int
 ) -> None:
     runtime, client = _runtime(server.url, thinking_tokens=cap)
     session = _session(tmp_path)
@@ -131,6 +134,7 @@ def test_thinking_cap_is_exact_counted_by_the_server_tokenizer_live(
 
 
 def test_context_full_live_small_n_ctx(tmp_path: Path) -> None:
+    embedded_only("n_ctx=256")
     with EmbeddedServer(MODEL, n_ctx=256, n_threads=1) as small:
         runtime, client = _runtime(small.url)
         session = _session(tmp_path)  # the tools prefix alone is ~700 tokens
@@ -144,7 +148,7 @@ def test_context_full_live_small_n_ctx(tmp_path: Path) -> None:
 
 
 def test_cancel_live_stops_the_stream_and_the_server_serves_on(
-    server: EmbeddedServer, tmp_path: Path
+    server: EmbeddedServer | GivenServer, tmp_path: Path
 ) -> None:
     runtime, client = _runtime(server.url)
     session = _session(tmp_path)
