@@ -215,7 +215,9 @@ def diagnose(
 
     Returns:
         The :class:`DoctorReport`. A server that cannot be reached gives one failed check
-        ``"reachable"``; nothing is raised for what the server answers.
+        ``"reachable"``; an answer that is not what llama-server sends (not JSON, a broken
+        stream) ends the report with a failed check ``"answers"``; nothing is raised for
+        what the server answers.
     """
     base = url.rstrip("/")
     checks: list[Check] = []
@@ -235,18 +237,23 @@ def diagnose(
         return DoctorReport(base, tuple(checks))
     checks.append(Check("api key", None, "needed (HTTP 401 without)" if needs_key else "none"))
     with httpx.Client(timeout=timeout_s, transport=transport, headers=headers) as http:
-        if needs_key:
-            props = http.get(f"{base}/props")
-        checks += _props_checks(props)
-        checks += _slot_checks(http, base, props)
-        first = _stream(http, base, _body(160), None)
-        if first.status != 200:
-            fix = "see the server's log; llama-server needs --jinja for tools"
-            checks.append(Check("chat completion", False, f"HTTP {first.status}", fix))
+        try:
+            if needs_key:
+                props = http.get(f"{base}/props")
+            checks += _props_checks(props)
+            checks += _slot_checks(http, base, props)
+            first = _stream(http, base, _body(160), None)
+            if first.status != 200:
+                fix = "see the server's log; llama-server needs --jinja for tools"
+                checks.append(Check("chat completion", False, f"HTTP {first.status}", fix))
+                return DoctorReport(base, tuple(checks))
+            again = _stream(http, base, _body(160), None)
+            budget = _stream(http, base, _body(160, thinking_budget_tokens=_BUDGET), None)
+            control = _stream(http, base, _body(160, reasoning_control=True), _CONTROL_AFTER)
+        except (httpx.HTTPError, ValueError, AttributeError, TypeError) as exc:
+            fix = "is this a llama-server (llama.cpp tools/server)? see its log"
+            checks.append(Check("answers", False, f"unexpected answer: {exc!r}"[:300], fix))
             return DoctorReport(base, tuple(checks))
-        again = _stream(http, base, _body(160), None)
-        budget = _stream(http, base, _body(160, thinking_budget_tokens=_BUDGET), None)
-        control = _stream(http, base, _body(160, reasoning_control=True), _CONTROL_AFTER)
     checks += _stream_checks(first, again, budget, control)
     return DoctorReport(base, tuple(checks))
 

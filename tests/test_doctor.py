@@ -44,3 +44,16 @@ def test_cli_doctor_json_and_exit_code(capsys: pytest.CaptureFixture[str]) -> No
     assert main(["doctor", "--url", f"http://127.0.0.1:{_free_port()}", "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] is False and data["checks"][0]["name"] == "reachable"
+
+
+def test_a_server_that_is_no_llama_server_ends_with_a_failed_check() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/health":
+            return httpx.Response(200, text="ok")
+        return httpx.Response(200, text="<html>a web server</html>")
+
+    report = diagnose("http://web:80", transport=httpx.MockTransport(handler))
+    assert [c.name for c in report.checks] == ["reachable", "api key", "answers"]
+    answers = report.check("answers")
+    assert answers.ok is False and "unexpected answer" in answers.seen
+    assert "llama-server" in answers.fix
