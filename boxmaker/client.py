@@ -44,20 +44,14 @@ from .config import ClientConfig
 from .errors import InferError, RequestCancelled, StreamCut
 from .events import ClientEvent, Queued, Retrying
 from .infer_errors import http_error
-from .stream import ChunkDecoder, Completion, StreamDecoder
+from .stream import Completion, StreamDecoder
+from .thinking_cap import IGNORED_BUDGET_MARGIN, ThinkingCap
 
-__all__ = ["ChatClient", "Client"]
+__all__ = ["IGNORED_BUDGET_MARGIN", "ChatClient", "Client"]
 
 _QUEUED = Queued()
 _SSE_HEADERS = {"Accept": "text/event-stream"}
 _JSON_SSE_HEADERS = {"Accept": "text/event-stream", "Content-Type": "application/json"}
-
-IGNORED_BUDGET_MARGIN = 2
-"""Reasoning deltas beyond the ``thinking_budget_tokens`` sent before the client decides the
-server ignored it and sends ``reasoning_end`` (the fallback). llama.cpp's sampler ends
-reasoning after ``budget - 1`` reasoning deltas (measured on the embedded server: budgets 3,
-5, 10, 40 gave 2, 4, 9, 39 deltas) and a delta holds at least one token, so a server that
-honours the budget never reaches the margin."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -434,26 +428,17 @@ class Client:
         decoder = StreamDecoder(tool_call_deltas=tool_call_deltas)
         chunks = decoder.chunks
         budget = reasoning_budget
-        sent = self.config.send_thinking_budget
-        if budget is None:
-            ignored_at = 0
-        else:  # where reasoning_end is sent
-            ignored_at = budget + IGNORED_BUDGET_MARGIN if sent else max(budget, 1)
-
-        settled = budget is None  # the cap's outcome is known (capped, warned, or fine)
+        cap = (
+            None
+            if budget is None
+            else ThinkingCap(
+                budget, self.config.send_thinking_budget, self._control, self._first_unseen
+            )
+        )
 
         def between() -> None:  # after each chunk: the thinking cap and cancel checks
-            nonlocal settled
-            if not settled:
-                n = chunks.reasoning_tokens
-                if chunks.thinking_capped or chunks.cap_warning is not None:
-                    settled = True
-                elif chunks.answering:  # reasoning is over: did the budget end it?
-                    settled = True
-                    self._settle(chunks, on_event, budget or 0, sent)
-                elif n >= ignored_at and not chunks.reasoning_from_tag:
-                    # the server ignored thinking_budget_tokens: end reasoning by control
-                    self._cap(chunks, on_event)
+            if cap is not None:
+                cap.check(chunks, on_event)
             if cancel is not None and cancel.is_set():
                 response.close()
                 raise RequestCancelled(
@@ -491,60 +476,10 @@ class Client:
                         "SSE comments (silence timeout, ClientConfig.silence_timeout_s)"
                     )
 
-    def _settle(
-        self,
-        chunks: ChunkDecoder,
-        on_event: Callable[[ClientEvent], None],
-        budget: int,
-        sent: bool,
-    ) -> None:
-        """The answer started with the cap neither fired nor warned: mark the completion
-        capped when the server's sampler ended reasoning at the budget, else warn when the
-        reasoning went past the budget or (once per client) when no reasoning could be seen."""
-        n = chunks.reasoning_tokens
-        if sent and budget - 1 <= n <= budget:
-            on_event(chunks.mark_capped())
-        elif n > budget:
-            how = (
-                "it came as content closed by </think>, counted only once it had ended"
-                if chunks.reasoning_from_tag and not chunks.reasoning_in_content
-                else "it ended before reasoning_end could be sent"
-            )
-            on_event(
-                chunks.mark_unenforced(
-                    f"{n} reasoning tokens for a budget of {budget}: the server ignored "
-                    f"thinking_budget_tokens and {how} (use a llama-server that honours "
-                    "thinking_budget_tokens, or start it with --reasoning-format deepseek)"
-                )
-            )
-        elif n == 0 and budget >= 2 and not self._unseen_warned:
-            self._unseen_warned = True
-            on_event(
-                chunks.mark_unenforced(
-                    "no reasoning seen (no reasoning_content/reasoning field, no <think> tag in "
-                    "content): thinking is off (chat_template_kwargs.enable_thinking), or the "
-                    "server hides reasoning the cap then cannot count (start llama-server "
-                    "with --jinja; --reasoning-format deepseek or none)"
-                )
-            )
-
-    def _cap(self, chunks: ChunkDecoder, on_event: Callable[[ClientEvent], None]) -> None:
-        """Send reasoning_end for the running completion; when it cannot be sent or the
-        server refuses it, emit :class:`~boxmaker.events.CapNotEnforced` and read on."""
-        what = f"llama-server refused reasoning control for {chunks.id or '(no id)'}"
-        if not chunks.id:
-            on_event(chunks.mark_unenforced(f"{what}: the stream carried no completion id"))
-            return
-        try:
-            success, text = self._control(chunks.id)
-        except InferError as exc:
-            why = f"{what}: {exc} (start llama-server with reasoning control enabled)"
-            on_event(chunks.mark_unenforced(why))
-            return
-        if not success:
-            on_event(chunks.mark_unenforced(f"{what}: it answered {text}"))
-            return
-        on_event(chunks.mark_capped())
+    def _first_unseen(self) -> bool:
+        """Whether "no reasoning seen" is still to be said (once per client)."""
+        first, self._unseen_warned = not self._unseen_warned, True
+        return first
 
     def _control(self, completion_id: str) -> tuple[bool, str]:
         try:
