@@ -28,6 +28,7 @@ from .events import (
 )
 from .infer_errors import stream_error
 from .records import ToolCall
+from .think_tags import ThinkTags
 from .tools import canonical_arguments
 
 __all__ = ["ChunkDecoder", "Completion"]
@@ -60,11 +61,7 @@ class _CallParts:
         self.arguments: list[str] = []
 
 
-_THINK_OPEN = "<think>"
-_THINK_CLOSE = "</think>"
-
-
-class ChunkDecoder:
+class ChunkDecoder(ThinkTags):
     """Parsed stream chunks -> client events, accumulating one :class:`Completion`.
 
     Feed each ``data:`` JSON object (OpenAI ``chat.completion.chunk`` with llama.cpp's
@@ -139,23 +136,14 @@ class ChunkDecoder:
         "_at_index",
         "_by_id",
         "_calls",
-        "_content",
-        "_in_think",
         "_last",
-        "_reasoning",
-        "_tag_deltas",
-        "_tail",
         "_text",
-        "_undecided",
         "_waiting",
         "cap_warning",
         "chunks",
         "done",
         "finish_reason",
         "id",
-        "reasoning_from_tag",
-        "reasoning_in_content",
-        "reasoning_tokens",
         "thinking_capped",
         "timings",
         "tool_call_deltas",
@@ -335,91 +323,6 @@ class ChunkDecoder:
         if not self._waiting and processed >= total:
             self._waiting = True
             events.append(_WAITING)
-
-    def _decide(self, events: list[ClientEvent]) -> None:
-        """Content is content from now on: emit and keep a held-back partial tag."""
-        self._undecided = False
-        if self._tail:
-            if self._in_think:  # a partial </think> that never completed: still reasoning
-                self._in_think = False
-                self._reasoning.append(self._tail)
-                events.append(Reasoning(self._tail))
-            else:
-                self._content.append(self._tail)
-                events.append(Content(self._tail))
-            self._tail = ""
-
-    def _split_content(self, text: str, events: list[ClientEvent]) -> None:
-        """A content delta while undecided: look for ``</think>`` (see the class docstring)."""
-        if self._tail:
-            text = self._tail + text
-            self._tail = ""
-        if self._in_think:
-            self._think_text(text, events)
-            return
-        if not self._content and not self._tag_deltas:  # nothing came yet: opens <think>?
-            stripped = text.lstrip()
-            if stripped.startswith(_THINK_OPEN):
-                self._in_think = self.reasoning_in_content = True
-                self._think_text(stripped[len(_THINK_OPEN) :], events)
-                return
-            if _THINK_OPEN.startswith(stripped):  # whitespace, or a partial tag: wait
-                self._tail = text
-                return
-        if "<" in text:
-            close = text.find(_THINK_CLOSE)
-            opened = text.find(_THINK_OPEN)
-            if opened >= 0 and (close < 0 or opened < close):  # the model's own <think>
-                self._undecided = False
-            elif close >= 0:
-                before = text[:close]
-                if before:
-                    self._content.append(before)
-                    self._tag_deltas += 1
-                    events.append(Reasoning(before))
-                self._reasoning, self._content = self._content, []
-                self.reasoning_tokens += self._tag_deltas
-                self.reasoning_from_tag = True
-                self._undecided = False
-                text = text[close + len(_THINK_CLOSE) :]
-                if text:
-                    self._content.append(text)
-                    events.append(Content(text))
-                return
-            else:
-                cut = text.rfind("<")
-                end = text[cut:]
-                if _THINK_CLOSE.startswith(end) or _THINK_OPEN.startswith(end):
-                    self._tail = end
-                    text = text[:cut]
-        if text:
-            self._content.append(text)
-            self._tag_deltas += 1
-            events.append(Content(text))
-
-    def _think_text(self, text: str, events: list[ClientEvent]) -> None:
-        """Content inside an opening ``<think>``: reasoning up to ``</think>``, then content."""
-        close = text.find(_THINK_CLOSE)
-        if close >= 0:
-            before, after = text[:close], text[close + len(_THINK_CLOSE) :]
-            if before:
-                self._reasoning.append(before)
-                self.reasoning_tokens += 1
-                events.append(Reasoning(before))
-            self._in_think = self._undecided = False
-            self.reasoning_from_tag = True
-            if after:
-                self._content.append(after)
-                events.append(Content(after))
-            return
-        cut = text.rfind("<")
-        if cut >= 0 and _THINK_CLOSE.startswith(text[cut:]):
-            self._tail = text[cut:]
-            text = text[:cut]
-        if text:
-            self._reasoning.append(text)
-            self.reasoning_tokens += 1
-            events.append(Reasoning(text))
 
     def _tool_calls(
         self, calls: list[dict[str, Any]], events: list[ClientEvent], obj: dict[str, Any]

@@ -20,6 +20,7 @@ LAYERS: list[set[str]] = [
     {"errors"},
     {"events", "migrations", "config", "sse", "infer_errors", "cancel", "completion"},
     {"logfile", "cache", "tools"},
+    {"think_tags"},
     {"chunks"},
     {"stream", "thinking_cap"},
     {"session", "client", "approval", "mcp_port"},
