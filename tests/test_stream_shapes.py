@@ -519,3 +519,21 @@ def test_reasoning_past_the_budget_closed_by_a_lone_tag_warns() -> None:
     (warning,) = [e for e in events if isinstance(e, CapNotEnforced)]
     assert warning.reasoning_tokens == 5 and "counted only once it had ended" in warning.detail
     assert completion.cap_warning == warning.detail and not completion.thinking_capped
+
+
+def test_a_stream_without_id_cannot_be_ended_and_says_so() -> None:
+    def no_id(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    body = b"".join(
+        [
+            *(sse(no_id({"reasoning_content": f"r{i}"})) for i in range(5)),
+            sse(no_id({"content": "ok"}, "stop")),
+            b"data: [DONE]\n\n",
+        ]
+    )
+    completion, events, controls = _run_capped(body, budget=1)
+    assert controls == []
+    (warning,) = [e for e in events if isinstance(e, CapNotEnforced)]
+    assert warning.reasoning_tokens == 3 and "no completion id" in warning.detail
+    assert completion.reasoning_tokens == 5 and not completion.thinking_capped
