@@ -59,6 +59,7 @@ from .errors import (
     TurnLimit,
 )
 from .events import (
+    CapNotEnforced,
     Content,
     Progress,
     Queued,
@@ -142,6 +143,7 @@ __all__ = [
     "Baseline",
     "BoxmakerError",
     "CacheLoss",
+    "CapNotEnforced",
     "CassetteError",
     "ChatPanel",
     "Client",

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .completion import Completion
 from .errors import InferError, StreamCut
 from .events import (
+    CapNotEnforced,
     ClientEvent,
     Content,
     Progress,
@@ -27,6 +28,7 @@ from .events import (
 )
 from .infer_errors import stream_error
 from .records import ToolCall
+from .think_tags import ThinkTags
 from .tools import canonical_arguments
 
 __all__ = ["ChunkDecoder", "Completion"]
@@ -59,11 +61,7 @@ class _CallParts:
         self.arguments: list[str] = []
 
 
-_THINK_OPEN = "<think>"
-_THINK_CLOSE = "</think>"
-
-
-class ChunkDecoder:
+class ChunkDecoder(ThinkTags):
     """Parsed stream chunks -> client events, accumulating one :class:`Completion`.
 
     Feed each ``data:`` JSON object (OpenAI ``chat.completion.chunk`` with llama.cpp's
@@ -101,6 +99,14 @@ class ChunkDecoder:
     before the tag comes as ``Reasoning``, the rest as ``Content``, the tag never. A held-back
     piece that is no tag comes with the next content, or at ``finish_reason``/``[DONE]``.
 
+    ``<think>`` opening the content (servers started with ``--reasoning-format none`` stream
+    the whole ``<think>...</think>`` block as content): while nothing but whitespace came as
+    content, a possible partial ``<think>`` is held back; once it completes, the tag and the
+    whitespace before it are dropped and each content delta up to ``</think>`` (which may be
+    split across deltas too) is ``reasoning``, counted in :attr:`reasoning_tokens` as it
+    arrives (so a thinking cap can fire while it streams) and emitted as ``Reasoning``;
+    after ``</think>`` comes ``content``. A ``<think>`` after other content is content.
+
     ``timings`` and ``usage`` are taken from the last chunk that carries them (llama.cpp puts
     them on the finish chunk, or on a trailing ``"choices": []`` chunk when
     ``stream_options.include_usage`` is set).
@@ -114,6 +120,9 @@ class ChunkDecoder:
             content deltas moved to reasoning by a ``</think>``).
         reasoning_from_tag: the reasoning came as content closed by ``</think>``, and it has
             ended (a thinking cap has nothing left to stop).
+        reasoning_in_content: the reasoning came inside ``<think>...</think>`` in content.
+        cap_warning: why the thinking cap could not be enforced (:meth:`mark_unenforced`),
+            else ``None``.
         thinking_capped: :meth:`mark_capped` was called.
         timings: llama.cpp ``timings`` so far (``{}`` if none).
         tool_call_deltas: whether :class:`~boxmaker.events.ToolCallDelta` events are
@@ -127,20 +136,14 @@ class ChunkDecoder:
         "_at_index",
         "_by_id",
         "_calls",
-        "_content",
         "_last",
-        "_reasoning",
-        "_tag_deltas",
-        "_tail",
         "_text",
-        "_undecided",
         "_waiting",
+        "cap_warning",
         "chunks",
         "done",
         "finish_reason",
         "id",
-        "reasoning_from_tag",
-        "reasoning_tokens",
         "thinking_capped",
         "timings",
         "tool_call_deltas",
@@ -158,6 +161,9 @@ class ChunkDecoder:
         self.timings: dict[str, float] = {}
         self.usage: dict[str, Any] = {}
         self.reasoning_from_tag = False
+        self.reasoning_in_content = False
+        self.cap_warning: str | None = None
+        self._in_think = False  # inside a <think> that opened the content
         self._content: list[str] = []
         self._reasoning: list[str] = []
         self._calls: dict[int, _CallParts] = {}  # call number -> its parts
@@ -174,6 +180,16 @@ class ChunkDecoder:
     def finished(self) -> bool:
         """Whether the stream has ended properly: a ``finish_reason`` or ``[DONE]`` came."""
         return self.finish_reason is not None or self.done
+
+    @property
+    def answering(self) -> bool:
+        """Whether the answer has started: a tool-call delta, content known not to be
+        reasoning, or a ``finish_reason`` (so any reasoning of this completion is over)."""
+        return (
+            bool(self._calls)
+            or self.finish_reason is not None
+            or (not self._undecided and bool(self._content))
+        )
 
     def feed(self, obj: dict[str, Any], text: str | None = None) -> list[ClientEvent]:
         """Take one parsed chunk; return the events it carries.
@@ -308,50 +324,6 @@ class ChunkDecoder:
             self._waiting = True
             events.append(_WAITING)
 
-    def _decide(self, events: list[ClientEvent]) -> None:
-        """Content is content from now on: emit and keep a held-back partial tag."""
-        self._undecided = False
-        if self._tail:
-            self._content.append(self._tail)
-            events.append(Content(self._tail))
-            self._tail = ""
-
-    def _split_content(self, text: str, events: list[ClientEvent]) -> None:
-        """A content delta while undecided: look for ``</think>`` (see the class docstring)."""
-        if self._tail:
-            text = self._tail + text
-            self._tail = ""
-        if "<" in text:
-            close = text.find(_THINK_CLOSE)
-            opened = text.find(_THINK_OPEN)
-            if opened >= 0 and (close < 0 or opened < close):  # the model's own <think>
-                self._undecided = False
-            elif close >= 0:
-                before = text[:close]
-                if before:
-                    self._content.append(before)
-                    self._tag_deltas += 1
-                    events.append(Reasoning(before))
-                self._reasoning, self._content = self._content, []
-                self.reasoning_tokens += self._tag_deltas
-                self.reasoning_from_tag = True
-                self._undecided = False
-                text = text[close + len(_THINK_CLOSE) :]
-                if text:
-                    self._content.append(text)
-                    events.append(Content(text))
-                return
-            else:
-                cut = text.rfind("<")
-                end = text[cut:]
-                if _THINK_CLOSE.startswith(end) or _THINK_OPEN.startswith(end):
-                    self._tail = end
-                    text = text[:cut]
-        if text:
-            self._content.append(text)
-            self._tag_deltas += 1
-            events.append(Content(text))
-
     def _tool_calls(
         self, calls: list[dict[str, Any]], events: list[ClientEvent], obj: dict[str, Any]
     ) -> None:
@@ -432,9 +404,16 @@ class ChunkDecoder:
         return events
 
     def mark_capped(self) -> ThinkingCapped:
-        """Record that ``reasoning_end`` was sent; return the event to emit."""
+        """Record that reasoning was ended by the cap (the server's ``thinking_budget_tokens``
+        or ``reasoning_end``); return the event to emit."""
         self.thinking_capped = True
         return ThinkingCapped(reasoning_tokens=self.reasoning_tokens)
+
+    def mark_unenforced(self, why: str) -> CapNotEnforced:
+        """Record that the thinking cap could not be enforced on this completion (``why``);
+        return the event to emit."""
+        self.cap_warning = why
+        return CapNotEnforced(reasoning_tokens=self.reasoning_tokens, detail=why)
 
     def finish(self) -> Completion:
         """The accumulated completion.
@@ -460,17 +439,20 @@ class ChunkDecoder:
             )
             for number, parts in sorted(self._calls.items())
         )
-        content = "".join(self._content) + self._tail
+        tail = "" if self._in_think else self._tail
+        content = "".join(self._content) + tail
+        reasoning = "".join(self._reasoning) + (self._tail if self._in_think else "")
         return Completion(
             id=self.id,
             content=content or None,
-            reasoning="".join(self._reasoning) if self._reasoning else None,
+            reasoning=reasoning or None,
             tool_calls=calls,
             finish_reason=self.finish_reason,
             timings=self.timings,
             usage=self.usage,
             reasoning_tokens=self.reasoning_tokens,
             thinking_capped=self.thinking_capped,
+            cap_warning=self.cap_warning,
         )
 
 

@@ -20,6 +20,9 @@
   request extends the previous one.
 - ``boxmaker replay CASSETTE [--tool-iterations N] ...``: re-run the loop on a recording with
   other limits.
+- ``boxmaker doctor --url URL [--api-key KEY] [--json]``: probe a llama-server with small
+  requests and say what is set up right for agent loops, and what to change (exit 1 if a
+  check failed).
 - ``boxmaker log upgrade PATH...``: rewrite session logs of an older schema in the current one
   (atomically; :func:`boxmaker.logfile.upgrade_log`).
 - ``boxmaker batch TASKS.jsonl --url URL [--url URL ...] --dir DIR [--grid FILE]`` (or
@@ -38,6 +41,7 @@ import argparse
 import contextlib
 import dataclasses
 import errno
+import json
 import os
 import signal
 import sys
@@ -51,6 +55,7 @@ from .approval import ApprovalPort, ConsolePrompt
 from .client import Client
 from .config import ClientConfig, Config, load_config
 from .demo import DEMO_PROMPTS, DEMO_SYSTEM, ConsoleView, demo_registry, format_usage_table
+from .doctor import diagnose
 from .errors import BoxmakerError, ServerError, SessionFull, TurnCancelled, TurnError
 from .events import TurnEvent
 from .logfile import upgrade_log
@@ -429,6 +434,22 @@ def _log(args: argparse.Namespace) -> int:
     return 0
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    report = diagnose(args.url, api_key=args.api_key)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+        return 0 if report.ok else 1
+    marks = {True: "ok", False: "FIX", None: "--"}
+    width = max(len(c.name) for c in report.checks)
+    print(f"llama-server at {report.url}")
+    for c in report.checks:
+        print(f"  {marks[c.ok]:<4} {c.name:<{width}}  {terminal_safe(c.seen)}")
+        if c.fix:
+            print(f"       {'':<{width}}  -> {terminal_safe(c.fix)}")
+    print("all checks passed" if report.ok else "some checks failed: see -> above")
+    return 0 if report.ok else 1
+
+
 def _number(
     parser: argparse.ArgumentParser, flag: str, param: str, default: int | None, text: str
 ) -> None:
@@ -508,6 +529,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     log.add_argument("paths", nargs="+", help="session logs (.jsonl)")
     log.set_defaults(run=_log)
+
+    doctor = sub.add_parser("doctor", help="check a llama-server's setup for agent loops")
+    doctor.add_argument("--url", required=True, help="the llama-server's base URL")
+    doctor.add_argument("--api-key", default=None, help="its API key (--api-key), if any")
+    doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
+    doctor.set_defaults(run=_doctor)
 
     batch = sub.add_parser("batch", help="run tasks x a config grid on every slot, resumable")
     batch.add_argument("tasks", help="tasks, JSON Lines: {id, messages, system?, tools?, config?}")

@@ -44,9 +44,10 @@ from .config import ClientConfig
 from .errors import InferError, RequestCancelled, StreamCut
 from .events import ClientEvent, Queued, Retrying
 from .infer_errors import http_error
-from .stream import ChunkDecoder, Completion, StreamDecoder
+from .stream import Completion, StreamDecoder
+from .thinking_cap import IGNORED_BUDGET_MARGIN, ThinkingCap
 
-__all__ = ["ChatClient", "Client"]
+__all__ = ["IGNORED_BUDGET_MARGIN", "ChatClient", "Client"]
 
 _QUEUED = Queued()
 _SSE_HEADERS = {"Accept": "text/event-stream"}
@@ -124,6 +125,7 @@ class Client:
         self._chat_url = f"{self.url}/v1/chat/completions"
         self._control_url = f"{self.url}/v1/chat/completions/control"
         self._sleep = sleep
+        self._unseen_warned = False  # CapNotEnforced for "no reasoning seen" was emitted
         headers = {}
         if self.config.api_key:
             headers["Authorization"] = f"Bearer {self.config.api_key}"
@@ -155,16 +157,31 @@ class Client:
                 ``chat_template_kwargs``... It is not modified. The client adds
                 ``stream: true``, ``return_progress: true``, ``cache_prompt: true``,
                 ``stream_options.include_usage: true`` (so the last chunk carries ``usage``)
-                and, when ``reasoning_budget`` is given, ``reasoning_control: true``; these
-                override the same keys of ``body``.
+                and, when ``reasoning_budget`` is given, ``thinking_budget_tokens`` (the
+                budget) and ``reasoning_control: true``; these override the same keys of
+                ``body``.
             on_event: called in order with each :data:`~boxmaker.events.ClientEvent`, on the
                 calling thread, while the stream is read (keep it quick; an exception it
                 raises closes the stream and propagates).
-            reasoning_budget: reasoning tokens (reasoning deltas) this completion may use;
-                when reached (``0``: at the first reasoning delta), :meth:`reasoning_end` is
-                sent once, :class:`~boxmaker.events.ThinkingCapped` is emitted and the stream
-                is read on (the server ends reasoning and continues with content).
-                ``None``: no cap and no reasoning control.
+            reasoning_budget: reasoning tokens this completion may use, sent as llama.cpp's
+                ``thinking_budget_tokens``: the server's sampler ends reasoning exactly (at
+                most ``budget - 1`` reasoning deltas come, none for a budget of 0 or 1).
+                When the answer (content, a tool call or the finish) starts after
+                ``budget - 1`` to ``budget`` reasoning deltas, the completion counts as capped
+                (:class:`~boxmaker.events.ThinkingCapped` is emitted, ``thinking_capped``
+                set; a model that stops thinking by itself at exactly that count looks the
+                same). Fallback for servers that ignore the field: once the reasoning
+                deltas reach ``budget +`` :data:`IGNORED_BUDGET_MARGIN` while reasoning goes
+                on, :meth:`reasoning_end` is sent once, ``ThinkingCapped`` is emitted and
+                the stream is read on (the server ends reasoning and continues).
+                When the cap cannot be enforced (``reasoning_end`` refused or failed, more
+                reasoning than the budget without a chance to end it, or, once per client,
+                no reasoning seen at all for a budget of 2 or more),
+                :class:`~boxmaker.events.CapNotEnforced` is emitted once and the completion's
+                ``cap_warning`` says why. With ``config.send_thinking_budget`` off, no
+                ``thinking_budget_tokens`` is sent and ``reasoning_end`` goes once ``budget``
+                deltas (at least 1) came.
+                ``None``: no cap, no budget and no reasoning control.
             cancel: when set, the request ends within about 0.1 s whatever the server does
                 (silent before answering, stalled mid-stream, sending only ``: ping``
                 comments): the connection is shut down (llama.cpp then stops generating) and
@@ -185,7 +202,8 @@ class Client:
                 timeout (``status`` None), HTTP status other than 200 (``status``,
                 ``body`` and llama.cpp's ``error`` kept; see :func:`is_context_full` for a
                 full context), a malformed chunk, an error object inside the stream
-                (``status`` = its ``code``), or the server refused reasoning control.
+                (``status`` = its ``code``). A refused ``reasoning_end`` is no error: the
+                completion goes on and :class:`~boxmaker.events.CapNotEnforced` says so.
             StreamCut: the stream ended or broke before ``finish_reason`` / ``[DONE]``.
             RequestCancelled: ``cancel`` was set.
         """
@@ -286,6 +304,8 @@ class Client:
             "stream_options": {**body.get("stream_options", {}), "include_usage": True},
         }
         if reasoning_budget is not None:
+            if self.config.send_thinking_budget:
+                payload["thinking_budget_tokens"] = reasoning_budget
             payload["reasoning_control"] = True
         attempt = 0
         while True:
@@ -407,23 +427,25 @@ class Client:
     ) -> Completion:
         decoder = StreamDecoder(tool_call_deltas=tool_call_deltas)
         chunks = decoder.chunks
-        cap_at = None if reasoning_budget is None else max(reasoning_budget, 1)
+        budget = reasoning_budget
+        cap = (
+            None
+            if budget is None
+            else ThinkingCap(
+                budget, self.config.send_thinking_budget, self._control, self._first_unseen
+            )
+        )
 
         def between() -> None:  # after each chunk: the thinking cap and cancel checks
-            if (
-                cap_at is not None
-                and chunks.reasoning_tokens >= cap_at
-                and not chunks.thinking_capped
-                and not chunks.reasoning_from_tag  # that reasoning has already ended
-            ):
-                self._cap(chunks, on_event)
+            if cap is not None:
+                cap.check(chunks, on_event)
             if cancel is not None and cancel.is_set():
                 response.close()
                 raise RequestCancelled(
                     f"request cancelled after {chunks.chunks} chunks; stream closed"
                 )
 
-        check = None if cap_at is None and cancel is None else between
+        check = None if budget is None and cancel is None else between
         silence = self.config.silence_timeout_s
         clock = time.monotonic
         quiet_since: float | None = clock()  # first read after the last data event, or None
@@ -454,24 +476,10 @@ class Client:
                         "SSE comments (silence timeout, ClientConfig.silence_timeout_s)"
                     )
 
-    def _cap(self, chunks: ChunkDecoder, on_event: Callable[[ClientEvent], None]) -> None:
-        """Send reasoning_end for the running completion; raise if the server refuses."""
-        what = f"llama-server refused reasoning control for {chunks.id or '(no id)'}"
-        if not chunks.id:
-            raise InferError(f"{what}: the stream carried no completion id")
-        try:
-            success, text = self._control(chunks.id)
-        except InferError as exc:
-            raise InferError(
-                f"{what}: {exc}",
-                status=exc.status,
-                body=exc.body,
-                error=exc.error,
-                context_full=exc.context_full,
-            ) from exc
-        if not success:
-            raise InferError(f"{what}: it answered {text}", status=200, body=text)
-        on_event(chunks.mark_capped())
+    def _first_unseen(self) -> bool:
+        """Whether "no reasoning seen" is still to be said (once per client)."""
+        first, self._unseen_warned = not self._unseen_warned, True
+        return first
 
     def _control(self, completion_id: str) -> tuple[bool, str]:
         try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .records import ToolCall, Usage
+from .records import LimitHit, ToolCall, Usage
 
 __all__ = ["Completion"]
 
@@ -21,7 +21,8 @@ class Completion:
         content: the joined ``delta.content`` fragments, ``None`` if none came.
         reasoning: the joined ``delta.reasoning_content`` (llama.cpp's reasoning parser, the
             model's ``<think>`` text) or ``delta.reasoning`` (Ollama, vLLM) fragments, or the
-            content before a ``</think>`` that had no opening tag (see
+            content inside ``<think>...</think>`` or before a ``</think>`` that had no opening
+            tag (see
             :class:`~boxmaker.chunks.ChunkDecoder`); ``None`` if none came.
         tool_calls: the calls of ``delta.tool_calls`` in ``index`` order (see
             :class:`~boxmaker.chunks.ChunkDecoder` for how deltas are matched to calls);
@@ -41,7 +42,11 @@ class Completion:
         reasoning_tokens: number of reasoning deltas received (llama.cpp sends about one token
             per delta, so this counts reasoning tokens), content deltas moved to ``reasoning``
             by a ``</think>`` included.
-        thinking_capped: ``reasoning_end`` was sent for this completion (budget reached).
+        thinking_capped: the thinking cap ended this completion's reasoning (the server's
+            ``thinking_budget_tokens``, or ``reasoning_end`` sent; see
+            :meth:`boxmaker.client.Client.chat`).
+        cap_warning: why the thinking cap could not be enforced on this completion
+            (:class:`~boxmaker.events.CapNotEnforced`), ``None`` when it could or none was set.
     """
 
     id: str
@@ -53,6 +58,20 @@ class Completion:
     usage: dict[str, Any] = field(default_factory=dict)
     reasoning_tokens: int = 0
     thinking_capped: bool = False
+    cap_warning: str | None = None
+
+    def limit_hits(self) -> list[LimitHit]:
+        """The session log's thinking-cap records of this completion: a
+        ``LimitHit(kind="thinking_cap")`` when the cap ended reasoning (detail ``"reasoning
+        ended after N tokens of this completion"``), or when it could not be enforced (detail
+        ``"not enforced: ..."`` with the reason); ``[]`` otherwise."""
+        n = self.reasoning_tokens
+        if self.thinking_capped:
+            detail = f"reasoning ended after {n} tokens of this completion"
+            return [LimitHit(kind="thinking_cap", detail=detail)]
+        if self.cap_warning is not None:
+            return [LimitHit(kind="thinking_cap", detail=f"not enforced: {self.cap_warning}")]
+        return []
 
     def usage_record(self) -> Usage:
         """The session log's :class:`~boxmaker.records.Usage` record of this completion:

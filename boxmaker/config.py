@@ -118,6 +118,10 @@ class ClientConfig:
     """Delay before the first retry in seconds; doubles each retry."""
     retry_max_delay_s: float = 8.0
     """Upper bound of one retry delay in seconds."""
+    send_thinking_budget: bool = True
+    """Send a thinking cap's budget as llama.cpp's ``thinking_budget_tokens`` (the sampler ends
+    reasoning exactly); ``False``: only ``reasoning_end`` through reasoning control, sent once
+    the client counted the budget (late by the tokens in flight; for servers that reject it)."""
 
     def __post_init__(self) -> None:
         if self.silence_timeout_s == -1:

@@ -10,7 +10,9 @@ Client events (from one streamed ``/v1/chat/completions`` request, llama.cpp ter
 ``Reasoning``             a ``delta.reasoning_content`` fragment
 ``Content``               a ``delta.content`` fragment
 ``ToolCallDelta``         a ``delta.tool_calls[i]`` fragment (arguments arrive in pieces)
-``ThinkingCapped``        the reasoning budget was reached; ``reasoning_end`` was sent
+``ThinkingCapped``        the reasoning budget ended reasoning (``thinking_budget_tokens``
+                          in the server's sampler, or ``reasoning_end`` sent as fallback)
+``CapNotEnforced``        a thinking cap is set but could not be enforced (``detail`` why)
 ``Retrying``              the request failed in a retryable way; next attempt after a delay
 ========================  ==========================================================
 
@@ -31,6 +33,7 @@ from typing import TypeAlias
 from .records import Record
 
 __all__ = [
+    "CapNotEnforced",
     "ClientEvent",
     "Content",
     "Hook",
@@ -97,10 +100,27 @@ class ToolCallDelta:
 
 @dataclass(frozen=True, slots=True)
 class ThinkingCapped:
-    """The reasoning budget was reached after ``reasoning_tokens`` reasoning tokens of this
-    completion; ``reasoning_end`` was sent through llama.cpp's reasoning control."""
+    """The reasoning budget ended reasoning after ``reasoning_tokens`` reasoning deltas of this
+    completion: llama.cpp's sampler did (``thinking_budget_tokens``; the event comes when the
+    answer starts), or, on a server that ignored it, ``reasoning_end`` was sent through
+    llama.cpp's reasoning control (the event comes when it was accepted)."""
 
     reasoning_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class CapNotEnforced:
+    """A thinking cap is set but the client could neither count nor end this completion's
+    reasoning in time: the server ignored ``thinking_budget_tokens`` and refused
+    ``reasoning_end``, or sent reasoning the client could only count once it had ended, or
+    sent no reasoning the client can see (no reasoning field, no ``<think>`` tags).
+    ``reasoning_tokens`` reasoning deltas came so far; ``detail`` says which case and what
+    to change. Emitted at most once per completion (the no-reasoning-seen case once per
+    client); the turn records it as a ``LimitHit(kind="thinking_cap")`` whose detail starts
+    with ``"not enforced:"``."""
+
+    reasoning_tokens: int
+    detail: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +142,15 @@ class ToolCallStarted:
 
 
 ClientEvent: TypeAlias = (
-    Queued | Progress | Waiting | Reasoning | Content | ToolCallDelta | ThinkingCapped | Retrying
+    Queued
+    | Progress
+    | Waiting
+    | Reasoning
+    | Content
+    | ToolCallDelta
+    | ThinkingCapped
+    | CapNotEnforced
+    | Retrying
 )
 """Any event of one streamed request."""
 
@@ -133,6 +161,7 @@ TurnEvent: TypeAlias = (
     | Reasoning
     | Content
     | ThinkingCapped
+    | CapNotEnforced
     | Retrying
     | ToolCallStarted
     | Record

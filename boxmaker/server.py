@@ -28,7 +28,7 @@ import httpx
 from boxmaker.errors import ServerError
 from boxmaker.model import default_model_path
 
-__all__ = ["LIMITS", "EmbeddedServer", "check_param"]
+__all__ = ["LIMITS", "REASONING_FORMATS", "EmbeddedServer", "check_param"]
 
 _HOST = "127.0.0.1"
 _QUIET_VERBOSITY = -1
@@ -74,6 +74,15 @@ def _resolve_model(model_path: str | os.PathLike[str] | None) -> Path:
     return Path(model_path)
 
 
+REASONING_FORMATS = {
+    "none": "COMMON_REASONING_FORMAT_NONE",
+    "auto": "COMMON_REASONING_FORMAT_AUTO",
+    "deepseek-legacy": "COMMON_REASONING_FORMAT_DEEPSEEK_LEGACY",
+    "deepseek": "COMMON_REASONING_FORMAT_DEEPSEEK",
+}
+"""llama-server ``--reasoning-format`` names -> xllamacpp's ``common_reasoning_format``."""
+
+
 class EmbeddedServer:
     """llama.cpp's HTTP server running in this process (``xllamacpp``), on 127.0.0.1.
 
@@ -88,10 +97,16 @@ class EmbeddedServer:
         startup_timeout_s: seconds :meth:`start` waits for ``GET /health`` to answer
             ``{"status": "ok"}``.
         verbose: keep llama.cpp's log on stderr; when ``False`` only errors are logged.
+        reasoning_format: llama-server's ``--reasoning-format``: ``"deepseek"`` (reasoning
+            in ``delta.reasoning_content``), ``"none"`` (``<think>...</think>`` left in
+            ``content``), ``"auto"``, ``"deepseek-legacy"``; ``None`` keeps the default.
+        api_key: llama-server's ``--api-key`` (requests without it get HTTP 401); ``None``:
+            none needed.
 
     Raises:
         ServerError: ``n_ctx``, ``n_parallel``, ``n_threads`` or ``port`` is outside
-            :data:`LIMITS` (checked here, before llama.cpp could abort the process).
+            :data:`LIMITS` (checked here, before llama.cpp could abort the process), or
+            ``reasoning_format`` is none of the names above.
 
     Attributes:
         url: ``"http://127.0.0.1:PORT"``, set by :meth:`start` (``""`` before and after).
@@ -110,7 +125,15 @@ class EmbeddedServer:
         port: int = 0,
         startup_timeout_s: float = 60.0,
         verbose: bool = False,
+        reasoning_format: str | None = None,
+        api_key: str | None = None,
     ) -> None:
+        if reasoning_format is not None and reasoning_format not in REASONING_FORMATS:
+            raise ServerError(
+                f"reasoning_format = {reasoning_format!r} is none of {sorted(REASONING_FORMATS)}"
+            )
+        self.reasoning_format = reasoning_format
+        self.api_key = api_key
         for name, value in (("n_ctx", n_ctx), ("n_parallel", n_parallel), ("port", port)):
             check_param(name, value)
         if n_threads is not None:
@@ -142,6 +165,11 @@ class EmbeddedServer:
         params.hostnames = [_HOST]
         params.port = self.port
         params.verbosity = _VERBOSE_VERBOSITY if self.verbose else _QUIET_VERBOSITY
+        if self.reasoning_format is not None:
+            member = REASONING_FORMATS[self.reasoning_format]
+            params.reasoning_format = getattr(xllamacpp.common_reasoning_format, member)
+        if self.api_key is not None:
+            params.api_keys = [self.api_key]
         if self.n_threads is not None:
             params.cpuparams.n_threads = self.n_threads
             params.cpuparams_batch.n_threads = self.n_threads

@@ -185,9 +185,7 @@ def _record_completion(
     outcome = cache_outcome(earlier.timings, usage.timings) if earlier else None
     if outcome is not None and not outcome.hit:
         records.append(CacheLoss(expected=outcome.expected, reused=outcome.reused))
-    if completion.thinking_capped:
-        detail = f"reasoning ended after {completion.reasoning_tokens} tokens of this completion"
-        records.append(LimitHit(kind="thinking_cap", detail=detail))
+    records += completion.limit_hits()  # the thinking cap's LimitHit, if any
     if not calls:
         records.append(TurnEnd(outcome="length" if usage.finish_reason == "length" else "answered"))
     _append(session, emit, *records)

@@ -4,11 +4,11 @@ recorded, so the thinking cap sends ``reasoning_end`` in time; the recording rep
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
+from live_server import SERVER_API_KEY, live_server
 
 from boxmaker.cassettes import CHAT_PATH, load_interactions, use_cassette
 from boxmaker.client import Client
@@ -22,12 +22,13 @@ from boxmaker.turn import Runtime, run_turn
 
 pytestmark = pytest.mark.live
 
-MODEL = os.environ.get("BOXMAKER_TEST_MODEL") or None
-
 
 def _config(url: str) -> Config:
     return Config(
-        client=ClientConfig(url=url, retry_attempts=0),
+        # no thinking_budget_tokens: the cap goes through reasoning_end, as on servers without it
+        client=ClientConfig(
+            url=url, retry_attempts=0, send_thinking_budget=False, api_key=SERVER_API_KEY
+        ),
         loop=LoopLimits(tool_iterations=2, thinking_tokens=3),
         sampling=SamplingConfig(max_tokens=120),
     )
@@ -45,13 +46,11 @@ def _turn(session: Session, config: Config, events: list[Any] | None = None) -> 
 
 
 def test_thinking_cap_fires_while_recording_and_the_recording_replays(tmp_path: Path) -> None:
-    from boxmaker.server import EmbeddedServer
-
     path = tmp_path / "capped.yaml"
     events: list[Any] = []
     pending_at_first_token: list[int] = []
     session = Session.create(tmp_path / "live", Baseline(tools=demo_registry().definitions()))
-    with EmbeddedServer(MODEL, n_ctx=4096, n_threads=1) as server:
+    with live_server(n_ctx=4096) as server:
         config = _config(server.url)
         with use_cassette(path, "all") as cassette:
 

@@ -11,10 +11,11 @@ from typing import Any
 import httpx
 import pytest
 
-from boxmaker.client import Client
+from boxmaker.client import IGNORED_BUDGET_MARGIN, Client
 from boxmaker.config import ClientConfig, Config
 from boxmaker.errors import ConfigError, InferError, RequestCancelled, StreamCut
 from boxmaker.events import (
+    CapNotEnforced,
     ClientEvent,
     Content,
     Progress,
@@ -651,54 +652,108 @@ def reasoning_stream(n_reasoning: int, *contents: str) -> list[bytes]:
 
 
 def test_thinking_cap_sends_reasoning_end_once_and_reads_on() -> None:
-    completion, events, fake = run(reasoning_stream(5, "answer"), budget=2)
+    # a server that ignores thinking_budget_tokens: 6 reasoning deltas for a budget of 2
+    completion, events, fake = run(reasoning_stream(6, "answer"), budget=2)
     assert len(fake.control_requests) == 1
     control = fake.control_requests[0]
     assert str(control.url) == f"{URL}/v1/chat/completions/control"
     assert json.loads(control.content) == {"id": CID, "action": "reasoning_end"}
-    # sent while the stream was open, right after the second reasoning chunk (role + 2)
-    assert fake.control_at == [3]
-    capped = events.index(ThinkingCapped(reasoning_tokens=2))
-    assert events[capped - 1] == Reasoning("r1")
-    assert events.count(ThinkingCapped(reasoning_tokens=2)) == 1
+    # sent while the stream was open, once the count passed the budget by the margin:
+    # right after the fourth reasoning chunk (role + 2 + IGNORED_BUDGET_MARGIN)
+    assert IGNORED_BUDGET_MARGIN == 2
+    assert fake.control_at == [5]
+    capped = events.index(ThinkingCapped(reasoning_tokens=4))
+    assert events[capped - 1] == Reasoning("r3")
+    assert sum(isinstance(e, ThinkingCapped) for e in events) == 1
     assert completion.thinking_capped
-    assert completion.reasoning_tokens == 5  # deltas still in flight are counted
+    assert completion.reasoning_tokens == 6  # deltas still in flight are counted
     assert completion.content == "answer"
-    assert fake.payload()["reasoning_control"] is True
+    payload = fake.payload()
+    assert payload["reasoning_control"] is True
+    assert payload["thinking_budget_tokens"] == 2
 
 
-def test_thinking_budget_zero_caps_at_first_reasoning_delta() -> None:
+def test_thinking_budget_zero_caps_at_the_margin_when_ignored() -> None:
     completion, events, fake = run(reasoning_stream(3, "x"), budget=0)
-    assert fake.control_at == [2]
-    assert ThinkingCapped(reasoning_tokens=1) in events
+    assert fake.control_at == [3]
+    assert fake.payload()["thinking_budget_tokens"] == 0
+    assert ThinkingCapped(reasoning_tokens=2) in events
     assert completion.thinking_capped
+
+
+def test_thinking_budget_honoured_by_the_server_needs_no_control() -> None:
+    # llama.cpp's sampler ends reasoning after budget - 1 deltas: the answer then starts
+    completion, events, fake = run(reasoning_stream(4, "an", "swer"), budget=5)
+    assert fake.control_requests == []
+    assert fake.payload()["thinking_budget_tokens"] == 5
+    capped = events.index(ThinkingCapped(reasoning_tokens=4))
+    assert events[capped - 1] == Content("an")  # said when the answer starts
+    assert sum(isinstance(e, ThinkingCapped) for e in events) == 1
+    assert completion.thinking_capped and completion.reasoning_tokens == 4
+    assert completion.content == "answer"
+
+
+def test_thinking_budget_zero_honoured_leaves_no_reasoning_and_is_capped() -> None:
+    completion, events, fake = run(reasoning_stream(0, "x"), budget=0)
+    assert fake.control_requests == []
+    assert ThinkingCapped(reasoning_tokens=0) in events
+    assert completion.thinking_capped and completion.reasoning_tokens == 0
+
+
+def test_no_budget_sends_no_budget_field() -> None:
+    completion, _events, fake = run(reasoning_stream(3, "x"))
+    assert "thinking_budget_tokens" not in fake.payload()
+    assert "reasoning_control" not in fake.payload()
+    assert not completion.thinking_capped
+
+
+def test_without_the_budget_field_reasoning_end_goes_at_the_budget() -> None:
+    fake = Fake(reasoning_stream(5, "x"))
+    events: list[ClientEvent] = []
+    with fake.client(ClientConfig(url=URL, send_thinking_budget=False)) as client:
+        completion = client.chat(BODY, events.append, reasoning_budget=2)
+    assert "thinking_budget_tokens" not in fake.payload()
+    assert fake.payload()["reasoning_control"] is True
+    assert fake.control_at == [3]  # right after the second reasoning chunk, as before
+    assert ThinkingCapped(reasoning_tokens=2) in events
+    assert completion.thinking_capped and completion.reasoning_tokens == 5
 
 
 def test_thinking_budget_not_reached() -> None:
-    completion, events, fake = run(reasoning_stream(3, "x"), budget=3 + 1)
+    # reasoning ended by itself before budget - 1 deltas: not capped
+    completion, events, fake = run(reasoning_stream(3, "x"), budget=3 + 2)
     assert fake.control_requests == []
     assert not any(isinstance(e, ThinkingCapped) for e in events)
     assert not completion.thinking_capped
     assert completion.reasoning_tokens == 3
 
 
-def test_reasoning_control_refused_raises_and_closes_stream() -> None:
+def test_reasoning_control_refused_warns_once_and_reads_on() -> None:
     refusal = httpx.Response(200, json={"success": False, "message": "no active completion"})
     stream = Chunks(reasoning_stream(5, "x"))
     fake = Fake(stream, control=refusal)
     events: list[ClientEvent] = []
-    with fake.client() as client, pytest.raises(InferError) as info:
-        client.chat(BODY, events.append, reasoning_budget=1)
-    assert "refused reasoning control" in str(info.value)
-    assert "no active completion" in str(info.value)
-    assert stream.closed
+    with fake.client() as client:
+        completion = client.chat(BODY, events.append, reasoning_budget=1)
+    warnings = [e for e in events if isinstance(e, CapNotEnforced)]
+    assert len(warnings) == 1 and len(fake.control_requests) == 1
+    assert warnings[0].reasoning_tokens == 3  # budget 1 + IGNORED_BUDGET_MARGIN
+    assert "refused reasoning control" in warnings[0].detail
+    assert "no active completion" in warnings[0].detail
     assert not any(isinstance(e, ThinkingCapped) for e in events)
+    assert not completion.thinking_capped and completion.content == "x"
+    assert completion.cap_warning == warnings[0].detail
+    assert [h.detail[:14] for h in completion.limit_hits()] == ["not enforced: "]
 
 
-def test_reasoning_control_http_error_raises() -> None:
-    fake = Fake(reasoning_stream(2, "x"), control=httpx.Response(404, text="File Not Found"))
-    with fake.client() as client, pytest.raises(InferError, match="refused reasoning control"):
-        client.chat(BODY, lambda e: None, reasoning_budget=1)
+def test_reasoning_control_http_error_warns() -> None:
+    fake = Fake(reasoning_stream(4, "x"), control=httpx.Response(404, text="File Not Found"))
+    events: list[ClientEvent] = []
+    with fake.client() as client:
+        completion = client.chat(BODY, events.append, reasoning_budget=1)
+    (warning,) = [e for e in events if isinstance(e, CapNotEnforced)]
+    assert "refused reasoning control" in warning.detail and "404" in warning.detail
+    assert completion.cap_warning == warning.detail
 
 
 def test_reasoning_end_returns_success_field() -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+from live_server import SERVER_API_KEY, GivenServer, embedded_only, live_server
 
 from boxmaker.client import Client
 from boxmaker.config import ClientConfig
@@ -24,14 +25,14 @@ N_CTX = 4096
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[EmbeddedServer]:
-    with EmbeddedServer(n_ctx=N_CTX, n_threads=1) as running:
+def server() -> Iterator[EmbeddedServer | GivenServer]:
+    with live_server(n_ctx=N_CTX) as running:
         yield running
 
 
 @pytest.fixture
 def client(server: EmbeddedServer) -> Iterator[Client]:
-    with Client(ClientConfig(url=server.url, retry_attempts=0)) as live:
+    with Client(ClientConfig(url=server.url, retry_attempts=0, api_key=SERVER_API_KEY)) as live:
         yield live
 
 
@@ -78,6 +79,7 @@ def test_extending_request_reuses_the_cache(client: Client) -> None:
 
 
 def test_prompt_longer_than_context_is_context_full(client: Client) -> None:
+    embedded_only(f"n_ctx={N_CTX}")
     with pytest.raises(InferError) as info:
         client.chat(request(user("x" * (N_CTX + 500))), lambda e: None)
     assert is_context_full(info.value)
@@ -103,7 +105,9 @@ def test_connection_refused_is_retried_then_fails_clearly() -> None:
     ]
 
 
-def test_cancel_closes_the_stream_and_the_server_stops(server: EmbeddedServer) -> None:
+def test_cancel_closes_the_stream_and_the_server_stops(
+    server: EmbeddedServer | GivenServer,
+) -> None:
     cancel = threading.Event()
     contents: list[Content] = []
 
@@ -113,7 +117,8 @@ def test_cancel_closes_the_stream_and_the_server_stops(server: EmbeddedServer) -
             if len(contents) == 5:
                 cancel.set()
 
-    with Client(ClientConfig(url=server.url)) as client, pytest.raises(RequestCancelled):
+    config = ClientConfig(url=server.url, api_key=SERVER_API_KEY)
+    with Client(config) as client, pytest.raises(RequestCancelled):
         # 3000 tokens would take seconds; the slot must be free long before
         client.chat(request(user("hi"), max_tokens=3000), on_event, cancel=cancel)
     assert len(contents) == 5

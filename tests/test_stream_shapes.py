@@ -21,7 +21,14 @@ from hypothesis import strategies as st
 from boxmaker.client import Client
 from boxmaker.config import ClientConfig, Config
 from boxmaker.errors import InferError, SessionFull
-from boxmaker.events import ClientEvent, Content, Reasoning, ThinkingCapped, ToolCallDelta
+from boxmaker.events import (
+    CapNotEnforced,
+    ClientEvent,
+    Content,
+    Reasoning,
+    ThinkingCapped,
+    ToolCallDelta,
+)
 from boxmaker.records import Baseline, LimitHit, ToolCall, TurnEnd
 from boxmaker.session import Session
 from boxmaker.stream import Completion, StreamDecoder, is_context_full
@@ -292,7 +299,8 @@ def test_thinking_cap_counts_the_reasoning_field() -> None:
     with mock_client(handler) as client:
         completion = client.chat(BODY, events.append, reasoning_budget=2)
     assert controls == [{"id": CID, "action": "reasoning_end"}]
-    assert ThinkingCapped(reasoning_tokens=2) in events
+    # the fallback: the count passed the budget sent by IGNORED_BUDGET_MARGIN (2)
+    assert ThinkingCapped(reasoning_tokens=4) in events
     assert completion.thinking_capped and completion.reasoning_tokens == 4
 
 
@@ -322,12 +330,15 @@ def test_closing_think_tag_split_across_deltas() -> None:
 def test_second_closing_tag_stays_content() -> None:
     completion, _ = decode({"content": "r</think>a</think>b"})
     assert (completion.reasoning, completion.content) == ("r", "a</think>b")
-    # only when no reasoning channel was used and the content did not open its own <think>
+    # only when no reasoning channel was used
     completion, _ = decode({"reasoning_content": "r"}, {"content": "a</think>b"})
     assert (completion.reasoning, completion.content) == ("r", "a</think>b")
     assert completion.reasoning_tokens == 1
+    # a <think> opening the content is reasoning (--reasoning-format none); later, content
     completion, _ = decode({"content": "<think>hmm</think>"}, {"content": "Hi"})
-    assert (completion.reasoning, completion.content) == (None, "<think>hmm</think>Hi")
+    assert (completion.reasoning, completion.content) == ("hmm", "Hi")
+    completion, _ = decode({"content": "Hi <think>hmm</think>"}, {"content": "!"})
+    assert (completion.reasoning, completion.content) == (None, "Hi <think>hmm</think>!")
 
 
 def test_held_back_partial_tag_that_is_no_tag_is_content() -> None:
@@ -397,3 +408,132 @@ def test_a_chunk_nested_too_deeply_is_a_malformed_chunk_not_a_recursion_error() 
     deep = '{"choices":[{"delta":{"content":' + "[" * 5000 + "]" * 5000 + "}}]}"
     with pytest.raises(InferError, match="malformed chunk"):
         decoder.feed(f"data: {deep}\n\n".encode())
+
+
+# --- reasoning in content with both tags (llama-server --reasoning-format none) ---------------
+
+
+def test_opening_and_closing_tags_in_content_are_reasoning() -> None:
+    completion, events = decode(
+        {"content": "<think>"},
+        {"content": "The"},
+        {"content": " user"},
+        {"content": "</think>"},
+        {"content": "\n\nHi"},
+    )
+    assert (completion.reasoning, completion.content) == ("The user", "\n\nHi")
+    assert completion.reasoning_tokens == 2
+    texts = [e for e in events if isinstance(e, Content | Reasoning)]
+    assert texts == [Reasoning("The"), Reasoning(" user"), Content("\n\nHi")]
+
+
+@given(st.lists(st.integers(min_value=1, max_value=40), max_size=6))
+def test_tags_in_content_split_anywhere_give_the_same_completion(cuts: list[int]) -> None:
+    text = "\n<think>\nThe user wants x.\n</think>\n\nIt is <b>sunny</b>."
+    points = sorted({c % len(text) for c in cuts} - {0})
+    pieces = [text[a:b] for a, b in zip([0, *points], [*points, len(text)], strict=True)]
+    completion, events = decode(*({"content": p} for p in pieces))
+    assert completion.reasoning == "\nThe user wants x.\n"
+    assert completion.content == "\n\nIt is <b>sunny</b>."
+    shown = "".join(e.text for e in events if isinstance(e, Reasoning))
+    assert shown == completion.reasoning
+    assert "".join(e.text for e in events if isinstance(e, Content)) == completion.content
+    assert 1 <= completion.reasoning_tokens <= len(pieces)
+
+
+def test_unclosed_think_in_content_stays_reasoning() -> None:
+    completion, _ = decode({"content": "<think>hmm"}, {"content": " </th"}, finish="length")
+    assert (completion.reasoning, completion.content) == ("hmm </th", None)
+
+
+def _capped_stream(*deltas: dict[str, Any]) -> bytes:
+    return b"".join([*(sse(chunk(d)) for d in deltas), sse(chunk({}, "stop")), b"data: [DONE]\n\n"])
+
+
+def _run_capped(body: bytes, budget: int, control: bool = True) -> tuple[Any, list[Any], list[Any]]:
+    controls: list[Any] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/control"):
+            controls.append(json.loads(request.content))
+            return httpx.Response(200, json={"success": control})
+        return httpx.Response(200, content=body)
+
+    events: list[ClientEvent] = []
+    with mock_client(handler) as client:
+        completion = client.chat(BODY, events.append, reasoning_budget=budget)
+    return completion, events, controls
+
+
+def test_thinking_cap_counts_reasoning_inside_think_tags_live_in_the_stream() -> None:
+    # a server that ignores thinking_budget_tokens: reasoning_end goes mid-reasoning
+    deltas = [{"content": "<thi"}, {"content": "nk>"}]
+    deltas += [{"content": f"r{i}"} for i in range(6)]
+    deltas += [{"content": "</think>ok"}]
+    completion, events, controls = _run_capped(_capped_stream(*deltas), budget=2)
+    assert controls == [{"id": CID, "action": "reasoning_end"}]
+    assert ThinkingCapped(reasoning_tokens=4) in events
+    assert completion.thinking_capped and completion.reasoning_tokens == 6
+    assert (completion.reasoning, completion.content) == ("r0r1r2r3r4r5", "ok")
+
+
+def test_thinking_budget_honoured_with_tags_in_content_is_capped() -> None:
+    deltas = [{"content": "<think>"}, {"content": "a"}, {"content": "b"}]
+    deltas += [{"content": "</think>"}, {"content": "ok"}]
+    completion, events, controls = _run_capped(_capped_stream(*deltas), budget=3)
+    assert controls == []
+    assert ThinkingCapped(reasoning_tokens=2) in events
+    assert completion.thinking_capped and completion.cap_warning is None
+    assert not any(isinstance(e, CapNotEnforced) for e in events)
+
+
+def test_refused_control_with_tags_in_content_warns_once() -> None:
+    deltas = [{"content": "<think>"}, *({"content": f"r{i}"} for i in range(8))]
+    deltas += [{"content": "</think>ok"}]
+    completion, events, controls = _run_capped(_capped_stream(*deltas), budget=1, control=False)
+    assert len(controls) == 1
+    warnings = [e for e in events if isinstance(e, CapNotEnforced)]
+    assert len(warnings) == 1 and warnings[0].reasoning_tokens == 3
+    assert "refused reasoning control" in warnings[0].detail
+    assert not completion.thinking_capped and completion.content == "ok"
+    (hit,) = completion.limit_hits()
+    assert hit.kind == "thinking_cap" and hit.detail.startswith("not enforced: ")
+
+
+def test_no_reasoning_seen_warns_once_per_client() -> None:
+    body = _capped_stream({"content": "Hi"}, {"content": " there"})
+    events: list[ClientEvent] = []
+    with mock_client(lambda request: httpx.Response(200, content=body)) as client:
+        first = client.chat(BODY, events.append, reasoning_budget=10)
+        second = client.chat(BODY, events.append, reasoning_budget=10)
+    warnings = [e for e in events if isinstance(e, CapNotEnforced)]
+    assert len(warnings) == 1 and "no reasoning seen" in warnings[0].detail
+    assert first.cap_warning == warnings[0].detail and second.cap_warning is None
+    assert first.content == "Hi there" and not first.thinking_capped
+
+
+def test_reasoning_past_the_budget_closed_by_a_lone_tag_warns() -> None:
+    deltas = [{"content": f"r{i}"} for i in range(5)] + [{"content": "</think>ok"}]
+    completion, events, controls = _run_capped(_capped_stream(*deltas), budget=2)
+    assert controls == []  # counted only once it had ended: nothing left to stop
+    (warning,) = [e for e in events if isinstance(e, CapNotEnforced)]
+    assert warning.reasoning_tokens == 5 and "counted only once it had ended" in warning.detail
+    assert completion.cap_warning == warning.detail and not completion.thinking_capped
+
+
+def test_a_stream_without_id_cannot_be_ended_and_says_so() -> None:
+    def no_id(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    body = b"".join(
+        [
+            *(sse(no_id({"reasoning_content": f"r{i}"})) for i in range(5)),
+            sse(no_id({"content": "ok"}, "stop")),
+            b"data: [DONE]\n\n",
+        ]
+    )
+    completion, events, controls = _run_capped(body, budget=1)
+    assert controls == []
+    (warning,) = [e for e in events if isinstance(e, CapNotEnforced)]
+    assert warning.reasoning_tokens == 3 and "no completion id" in warning.detail
+    assert completion.reasoning_tokens == 5 and not completion.thinking_capped

@@ -9,7 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from live_server import SERVER_API_KEY, GivenServer, embedded_only, live_server
 
 from boxmaker.client import Client
 from boxmaker.config import ClientConfig, Config, LoopLimits, SamplingConfig
@@ -27,14 +29,14 @@ MODEL = os.environ.get("BOXMAKER_TEST_MODEL") or None
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[EmbeddedServer]:
-    with EmbeddedServer(MODEL, n_ctx=4096, n_threads=1) as running:
+def server() -> Iterator[EmbeddedServer | GivenServer]:
+    with live_server(n_ctx=4096) as running:
         yield running
 
 
 def _runtime(url: str, **loop: Any) -> tuple[Runtime, Client]:
     config = Config(
-        client=ClientConfig(url=url, retry_attempts=0),
+        client=ClientConfig(url=url, retry_attempts=0, api_key=SERVER_API_KEY),
         loop=LoopLimits(tool_iterations=2, **loop),
         sampling=SamplingConfig(max_tokens=200),  # bounded even if the model rambles
     )
@@ -46,7 +48,9 @@ def _session(tmp_path: Path) -> Session:
     return Session.create(tmp_path, Baseline(tools=demo_registry().definitions()))
 
 
-def test_prompt_progress_and_cache_reuse_live(server: EmbeddedServer, tmp_path: Path) -> None:
+def test_prompt_progress_and_cache_reuse_live(
+    server: EmbeddedServer | GivenServer, tmp_path: Path
+) -> None:
     runtime, client = _runtime(server.url)
     session = _session(tmp_path)
     events: list[Any] = []
@@ -66,7 +70,7 @@ def test_prompt_progress_and_cache_reuse_live(server: EmbeddedServer, tmp_path: 
 
 
 def test_follow_up_inside_a_turn_keeps_the_cache_live(
-    server: EmbeddedServer, tmp_path: Path
+    server: EmbeddedServer | GivenServer, tmp_path: Path
 ) -> None:
     runtime, client = _runtime(server.url)
     session = _session(tmp_path)
@@ -84,7 +88,7 @@ def test_follow_up_inside_a_turn_keeps_the_cache_live(
 
 
 def test_thinking_cap_live_through_reasoning_control(
-    server: EmbeddedServer, tmp_path: Path
+    server: EmbeddedServer | GivenServer, tmp_path: Path
 ) -> None:
     runtime, client = _runtime(server.url, thinking_tokens=3)
     session = _session(tmp_path)
@@ -92,14 +96,14 @@ def test_thinking_cap_live_through_reasoning_control(
     with client, contextlib.suppress(TurnLimit):
         run_turn(session, runtime, "What is the weather in Paris?", events.append)
     capped = [e for e in events if isinstance(e, ThinkingCapped)]
-    # the budget spans the turn: the first completion is capped at 3 tokens, any later one in
-    # the same turn (after a tool call) at its first reasoning token
-    assert capped and capped[0].reasoning_tokens == 3
-    assert all(c.reasoning_tokens == 1 for c in capped[1:])
+    # the budget spans the turn and is sent as thinking_budget_tokens: llama.cpp's sampler
+    # ends the first completion's reasoning after 2 deltas (budget - 1), any later one in the
+    # same turn (budget 0) before the first
+    assert capped and capped[0].reasoning_tokens == 2
+    assert all(c.reasoning_tokens == 0 for c in capped[1:])
     first = next(r for r in session.records if isinstance(r, Usage))
     assert first.thinking_capped
-    # the server ended reasoning: only the tokens already in flight arrived after the cap
-    assert 3 <= first.reasoning_tokens <= 6
+    assert first.reasoning_tokens == 2  # nothing in flight: exact
     reasoning = [e for e in events if isinstance(e, Reasoning)]
     assert len(reasoning) == sum(
         u.reasoning_tokens for u in session.records if isinstance(u, Usage)
@@ -111,7 +115,26 @@ def test_thinking_cap_live_through_reasoning_control(
     assert assistant.content or assistant.tool_calls
 
 
+@pytest.mark.parametrize("cap", [1, 3, 10, 40])
+def test_thinking_cap_is_exact_counted_by_the_server_tokenizer_live(
+    server: EmbeddedServer | GivenServer, tmp_path: Path, cap: int
+) -> None:
+    runtime, client = _runtime(server.url, thinking_tokens=cap)
+    session = _session(tmp_path)
+    with client, contextlib.suppress(TurnLimit):
+        run_turn(session, runtime, "What is the weather in Paris?")
+    assistants = [r for r in session.records if isinstance(r, Assistant)]
+    reasoning = "".join(a.reasoning or "" for a in assistants)
+    tokens = httpx.post(f"{server.url}/tokenize", json={"content": reasoning}).json()["tokens"]
+    # the reasoning of the whole turn, as the server's tokenizer counts it, stays in the cap
+    assert len(tokens) <= cap
+    usages = [r for r in session.records if isinstance(r, Usage)]
+    assert usages[0].thinking_capped  # the model reasons far longer than 40 tokens
+    assert sum(u.reasoning_tokens for u in usages) <= cap
+
+
 def test_context_full_live_small_n_ctx(tmp_path: Path) -> None:
+    embedded_only("n_ctx=256")
     with EmbeddedServer(MODEL, n_ctx=256, n_threads=1) as small:
         runtime, client = _runtime(small.url)
         session = _session(tmp_path)  # the tools prefix alone is ~700 tokens
@@ -125,7 +148,7 @@ def test_context_full_live_small_n_ctx(tmp_path: Path) -> None:
 
 
 def test_cancel_live_stops_the_stream_and_the_server_serves_on(
-    server: EmbeddedServer, tmp_path: Path
+    server: EmbeddedServer | GivenServer, tmp_path: Path
 ) -> None:
     runtime, client = _runtime(server.url)
     session = _session(tmp_path)

@@ -51,6 +51,8 @@ class _RecordedPort:
 
 
 _DEFAULT_LIMITS = LoopLimits()
+_CAP_KEYS = ("reasoning_control", "thinking_budget_tokens")
+"""Request-body keys a thinking cap adds, left out of matching so a cap can be armed or not."""
 
 
 def _limits_text(limits: LoopLimits) -> str:
@@ -96,8 +98,10 @@ def what_if(path: str | os.PathLike[str], limits: LoopLimits = _DEFAULT_LIMITS) 
     same object as ``config.loop``, each field meaning what it means there (``None``: that
     limit off). Tools: the demo tools when the recorded tool names are theirs, else a port
     answering from the results recorded in the cassette. Each completion is replayed from the
-    cassette (record mode ``none``; ``reasoning_control`` is left out of matching, so a cap can
-    be armed or not); the replay stops, with the reason, at the first request the cassette does
+    cassette (record mode ``none``; ``reasoning_control`` and ``thinking_budget_tokens`` are
+    left out of matching, so a cap can be armed or not; the recorded server's reasoning is
+    replayed as it was, so a cap below it fires through the client's ``reasoning_end``
+    fallback); the replay stops, with the reason, at the first request the cassette does
     not hold, since what the model would answer to it is unknown (a thinking cap that fires
     where the recording had none, a tool result cut differently, a turn that goes on where the
     recorded one ended...).
@@ -139,7 +143,7 @@ def what_if(path: str | os.PathLike[str], limits: LoopLimits = _DEFAULT_LIMITS) 
     with tempfile.TemporaryDirectory() as tmp:
         session = Session.create(tmp, Baseline(system=recorded.system, tools=recorded.tools))
         with (
-            use_cassette(path, "none", strict=False, ignore_body_keys=("reasoning_control",)) as c,
+            use_cassette(path, "none", strict=False, ignore_body_keys=_CAP_KEYS) as c,
             Client(config.client, sleep=lambda s: None) as client,
         ):
             runtime = Runtime(config=config, client=client, registry=registry, port=port)
