@@ -20,7 +20,7 @@ LAYERS: list[set[str]] = [
     {"errors"},
     {"events", "migrations", "config", "sse", "infer_errors", "cancel", "completion"},
     {"logfile", "cache", "tools"},
-    {"chunks"},
+    {"chunks", "loopguard"},
     {"stream"},
     {"session", "client", "approval", "mcp_port"},
     {"turn", "transcript", "columns", "batchplan"},
