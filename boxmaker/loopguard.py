@@ -86,6 +86,7 @@ class LoopGuard:
 
     Attributes:
         limits: the knobs (``config.loop``).
+        iterations: completions with tool calls in the turn so far.
         calls: canonical (name, arguments) of each call of the turn so far, exempt tools left
             out, in order.
     """
