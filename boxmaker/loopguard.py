@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from .config import LoopLimits
 from .errors import TurnLimit
@@ -90,6 +90,10 @@ class LoopGuard:
         calls: canonical (name, arguments) of each call of the turn so far, exempt tools left
             out, in order.
     """
+
+    ANSWER_NOW: ClassVar[str] = "; answer the user now from the results you have"
+    """Added to the 'not run' results of the calls a limit stopped when ``on_limit =
+    "answer"``: the last completion (without tools) is asked for an answer."""
 
     limits: LoopLimits
     iterations: int = 0

@@ -269,13 +269,15 @@ def _end_turn(
     answers: then ``AnswerAfterLimit``)."""
     outcome = error.kind if isinstance(error, TurnLimit) else _OUTCOMES[type(error)]
     status = error.cause.status if isinstance(error, TurnInferError) else None
-    why, first = f"the turn ended ({error})", session.next_call()
-    records: list[Record] = [*not_run_results(session.unanswered_calls(), first, why, outcome)]
+    after = answer.answers(error) if answer else None
+    why = f"the turn ended ({error}){LoopGuard.ANSWER_NOW if after else ''}"
+    calls, first = session.unanswered_calls(), session.next_call()
+    records: list[Record] = [*not_run_results(calls, first, why, outcome)]
     if isinstance(error, TurnLimit):
         records.append(LimitHit(kind=error.kind, detail=error.detail))
     elif isinstance(error, SessionFull):
         records.append(LimitHit(kind="context_full", detail=str(error.cause)))
-    if (after := answer.answers(error) if answer else None) is None:
+    if after is None:
         records.append(TurnEnd(outcome=outcome, detail=str(error), status=status))
     _append(session, emit, *records)
     if after is not None:
