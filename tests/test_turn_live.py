@@ -17,7 +17,7 @@ from boxmaker.config import ClientConfig, Config, LoopLimits, SamplingConfig
 from boxmaker.demo import demo_registry
 from boxmaker.errors import SessionFull, TurnCancelled, TurnLimit
 from boxmaker.events import Content, Progress, Reasoning, ThinkingCapped
-from boxmaker.records import Assistant, Baseline, CacheLoss, LimitHit, TurnEnd, Usage
+from boxmaker.records import Assistant, Baseline, CacheLoss, LimitHit, ToolResult, TurnEnd, Usage
 from boxmaker.server import EmbeddedServer
 from boxmaker.session import Session
 from boxmaker.turn import Runtime, run_turn
@@ -186,3 +186,24 @@ def test_on_limit_answer_live_after_a_tool_iteration_stop(
     usages = [r for r in session.records if isinstance(r, Usage)]
     previous = usages[-2].timings
     assert usages[-1].timings["cache_n"] >= previous["cache_n"] + previous["prompt_n"]
+
+
+def test_loop_guard_live_stale_results_nudge_then_stop(
+    server: EmbeddedServer, tmp_path: Path
+) -> None:
+    """The model card's looping prompt with the identical-repeat rule off: the loop guard's
+    stale-result rule (the same weather twice) nudges the third call, then ends the turn."""
+    runtime, client = _runtime(server.url)
+    loop = LoopLimits(tool_iterations=6, repeat_detection=False, stale_results_at=2)
+    runtime.config = dataclasses.replace(runtime.config, loop=loop)
+    session = _session(tmp_path)
+    with client, pytest.raises(TurnLimit) as info:
+        run_turn(session, runtime, "Keep checking the weather in Paris.")
+    if info.value.kind != "loop":
+        pytest.skip(f"this model stopped otherwise: {info.value}")
+    results = [r for r in session.records if isinstance(r, ToolResult)]
+    assert [r.not_run for r in results] == [None, None, "loop", "loop"]
+    assert results[2].content.startswith("Loop guard: get_weather returned the same result 2")
+    end = session.records[-1]
+    assert isinstance(end, TurnEnd) and end.outcome == "loop"
+    assert info.value.detail.startswith("rule stale_result: get_weather returned")
