@@ -60,7 +60,9 @@ SCHEMA_VERSION = 2
 Added within schema 2, without a new version because nothing is lost when an older schema-2
 reader meets them: ``ToolResult.server`` (an optional field, ignored by a reader that does not
 know it, absent in older logs and read as ``None``) and :class:`Approval` records (kept as
-``Unknown`` by a reader that does not know the type; never messages).
+``Unknown`` by a reader that does not know the type; never messages), and the loop guard's
+values (:mod:`boxmaker.loopguard`): the limit kind, ``not_run`` reason and turn outcome
+``loop``, and the outcome ``answered_after_limit`` (strings an older reader keeps as they are).
 """
 
 LimitKind: TypeAlias = Literal[
