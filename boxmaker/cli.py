@@ -18,8 +18,8 @@
 - ``boxmaker report PATH... [--html FILE]``: usage, cache loss and limit hits of session logs.
 - ``boxmaker cassette show|check PATH...``: a cassette's transcript; check that every chat
   request extends the previous one.
-- ``boxmaker replay CASSETTE [--tool-iterations N] ...``: re-run the loop on a recording with
-  other limits.
+- ``boxmaker replay CASSETTE [--tool-iterations N] [--loop-cycle K] ...``: re-run the loop on a
+  recording with other limits and loop-guard knobs.
 - ``boxmaker doctor --url URL [--api-key KEY] [--json]``: probe a llama-server with small
   requests and say what is set up right for agent loops, and what to change (exit 1 if a
   check failed).
@@ -417,6 +417,10 @@ def _replay(args: argparse.Namespace) -> int:
         "tool_result_cap": args.tool_result_cap,
         "thinking_tokens": args.thinking_tokens,
         "repeat_detection": False if args.no_repeat_detection else None,
+        "cycle_length": args.loop_cycle,
+        "cycle_repeats": args.loop_repeats,
+        "repeat_exempt": tuple(args.repeat_exempt) or None,
+        "on_limit": args.on_limit,
     }  # a flag not given keeps LoopLimits' default; -1 turns a limit off
     limits = dataclasses.replace(Config().loop, **{k: v for k, v in given.items() if v is not None})
     report = what_if(args.cassette, limits)
@@ -521,6 +525,10 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--thinking-tokens", type=int, default=None, help="loop.thinking_tokens (default: off)"
     )
+    replay.add_argument("--loop-cycle", type=int, help="loop.cycle_length K (-1: off)")
+    replay.add_argument("--loop-repeats", type=int, help="loop.cycle_repeats R")
+    replay.add_argument("--repeat-exempt", action="append", default=[], metavar="NAME")
+    replay.add_argument("--on-limit", choices=("stop", "answer"), help="loop.on_limit")
     replay.set_defaults(run=_replay)
 
     log = sub.add_parser("log", help="session log maintenance")

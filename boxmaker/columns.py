@@ -44,7 +44,8 @@ __all__ = [
 TURN_OUTCOMES: tuple[str, ...] = (*TURN_END_OUTCOMES, "no_answer")
 """How a turn ended (the categories of ``turns().outcome``): the outcomes of
 :data:`boxmaker.records.TURN_END_OUTCOMES` (``answered``, ``length``, ``tool_iterations``,
-``repeated_call``, ``session_full``, ``cancelled``, ``infer_error``), then ``no_answer`` for a
+``repeated_call``, ``session_full``, ``cancelled``, ``infer_error``, ``loop``,
+``answered_after_limit``), then ``no_answer`` for a
 turn without a ``TurnEnd`` record (a log of schema 1, or a turn still running) whose records do
 not say how it ended; see :func:`boxmaker.frames.turns`."""
 
@@ -52,6 +53,7 @@ ENDING_LIMITS: Mapping[str, str] = {
     "tool_iterations": "tool_iterations",
     "repeated_call": "repeated_call",
     "context_full": "session_full",
+    "loop": "loop",
 }
 """The limit kinds that end a turn, and the turn outcome each gives (for turns without a
 ``TurnEnd`` record)."""

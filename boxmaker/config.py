@@ -44,6 +44,7 @@ import types
 import typing
 import urllib.parse
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -196,12 +197,37 @@ class LoopLimits:
     counts them); each request carries what is left as ``thinking_budget_tokens``, and when it
     is reached reasoning is ended through llama.cpp's reasoning control. ``None``: no cap."""
 
+    cycle_length: int | None = 4
+    """Longest cycle of tool calls (in calls, from 2) the loop guard looks for: the turn's last
+    calls being one block of that many (name, canonical arguments) calls repeated
+    :attr:`cycle_repeats` times in a row (A, B, A, B) fires the guard. The cycle of length 1
+    is the identical-repeat rule above. ``None``: no cycle detection."""
+    cycle_repeats: int = 2
+    """Times in a row a block of calls must be repeated to count as a cycle (at least 2)."""
+    stale_results_at: int | None = None
+    """A tool that returned the same result this many times in the turn, whatever the
+    arguments, makes no progress: its next call fires the loop guard. ``None``: off."""
+    repeat_exempt: tuple[str, ...] = ()
+    """Tools left out of the repeat, cycle and stale-result rules (a status poll is meant to
+    repeat); ``tool_call_caps`` still apply to them."""
+    tool_call_caps: Mapping[str, int] = field(default_factory=dict)
+    """Calls allowed per tool in one turn (tool name to count, a TOML table
+    ``[loop.tool_call_caps]``); the call past the cap fires the loop guard."""
+    on_limit: str = "stop"
+    """When tool iterations or the loop guard end the turn: ``"stop"`` raises ``TurnLimit``;
+    ``"answer"`` makes the log whole the same way, then asks one last completion without
+    tools (``tool_choice: "none"``, tools kept in the request so the prompt cache holds) for
+    an answer: the turn's outcome is ``answered_after_limit``. The loop guard's cycle, stale
+    and cap rules first answer with a nudge (``not_run="loop"``), then end the turn
+    (``TurnLimit`` of kind ``loop``)."""
+
     def __post_init__(self) -> None:
         for name in _OFF_WITH_MINUS_ONE:
             if getattr(self, name) == -1:
                 object.__setattr__(self, name, None)
         it, answered, ends = self.tool_iterations, self.repeat_answered_at, self.repeat_ends_turn_at
         cap, think = self.tool_result_cap, self.thinking_tokens
+        k, stale, caps = self.cycle_length, self.stale_results_at, self.tool_call_caps
         _check(
             "loop",
             tool_iterations=(it, it is None or it >= 0),
@@ -209,6 +235,11 @@ class LoopLimits:
             repeat_ends_turn_at=(ends, ends is None or ends >= 2),
             tool_result_cap=(cap, cap is None or cap >= 0),
             thinking_tokens=(think, think is None or think >= 0),
+            cycle_length=(k, k is None or k >= 1),
+            cycle_repeats=(self.cycle_repeats, self.cycle_repeats >= 2),
+            stale_results_at=(stale, stale is None or stale >= 1),
+            tool_call_caps=(dict(caps), min(caps.values(), default=0) >= 0),
+            on_limit=(self.on_limit, self.on_limit in ("stop", "answer")),
         )
 
 
@@ -218,6 +249,8 @@ _OFF_WITH_MINUS_ONE = (
     "repeat_ends_turn_at",
     "tool_result_cap",
     "thinking_tokens",
+    "cycle_length",
+    "stale_results_at",
 )
 """The :class:`LoopLimits` fields where ``-1`` (TOML's stand-in for null) means ``None``."""
 
@@ -495,6 +528,11 @@ def _value(hint: Any, value: Any, where: str, key: str) -> Any:
             raise ConfigError(f"{where}: {key} = {_short(value)} is not a list")
         item = typing.get_args(hint)[0]
         return tuple(_value(item, v, where, f"{key}[{i}]") for i, v in enumerate(value))
+    if typing.get_origin(hint) is Mapping:  # a TOML table of name = value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: {key} must be a table")
+        item = typing.get_args(hint)[1]
+        return {str(k): _value(item, v, where, f"{key}.{k}") for k, v in value.items()}
     if dataclasses.is_dataclass(hint):
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: {key} must be a table")

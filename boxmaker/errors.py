@@ -142,8 +142,9 @@ class TurnLimit(TurnError):
     """A loop limit ended the turn.
 
     Attributes:
-        kind: which limit: ``"tool_iterations"`` or ``"repeated_call"`` (the limits that end
-            a turn; the others cap without ending it).
+        kind: which limit: ``"tool_iterations"``, ``"repeated_call"`` or ``"loop"`` (the
+            loop guard's cycle, stale-result and per-tool cap rules; the limits that end a
+            turn; the others cap without ending it).
         value: the count that crossed the bound (iterations, or times the call was seen).
         limit: the bound in force (``config.loop.tool_iterations``, or 2 for repeats).
     """

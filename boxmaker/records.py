@@ -60,11 +60,13 @@ SCHEMA_VERSION = 2
 Added within schema 2, without a new version because nothing is lost when an older schema-2
 reader meets them: ``ToolResult.server`` (an optional field, ignored by a reader that does not
 know it, absent in older logs and read as ``None``) and :class:`Approval` records (kept as
-``Unknown`` by a reader that does not know the type; never messages).
+``Unknown`` by a reader that does not know the type; never messages), and the loop guard's
+values (:mod:`boxmaker.loopguard`): the limit kind, ``not_run`` reason and turn outcome
+``loop``, and the outcome ``answered_after_limit`` (strings an older reader keeps as they are).
 """
 
 LimitKind: TypeAlias = Literal[
-    "tool_iterations", "repeated_call", "thinking_cap", "context_full", "tool_result_cap"
+    "tool_iterations", "repeated_call", "thinking_cap", "context_full", "tool_result_cap", "loop"
 ]
 LIMIT_KINDS: tuple[LimitKind, ...] = (
     "tool_iterations",
@@ -72,8 +74,10 @@ LIMIT_KINDS: tuple[LimitKind, ...] = (
     "thinking_cap",
     "context_full",
     "tool_result_cap",
+    "loop",
 )
-"""The five kinds of limit (the spec's limits table), in that order."""
+"""The six kinds of limit (the spec's limits table), in that order; ``loop`` is the loop
+guard's cycle, stale-result and per-tool cap rules (:mod:`boxmaker.loopguard`)."""
 
 TurnEndOutcome: TypeAlias = Literal[
     "answered",
@@ -83,6 +87,8 @@ TurnEndOutcome: TypeAlias = Literal[
     "session_full",
     "cancelled",
     "infer_error",
+    "loop",
+    "answered_after_limit",
 ]
 TURN_END_OUTCOMES: tuple[TurnEndOutcome, ...] = (
     "answered",
@@ -92,9 +98,13 @@ TURN_END_OUTCOMES: tuple[TurnEndOutcome, ...] = (
     "session_full",
     "cancelled",
     "infer_error",
+    "loop",
+    "answered_after_limit",
 )
 """How a turn can end (:attr:`TurnEnd.outcome`): an answer, an answer cut at ``max_tokens``
-(``finish_reason: "length"``), each limit that ends a turn, a cancel, or a failed request."""
+(``finish_reason: "length"``), each limit that ends a turn, a cancel, or a failed request;
+``loop``, the loop guard ended it; ``answered_after_limit``, a limit ended it and, with
+``loop.on_limit = "answer"``, one last completion without tools answered."""
 
 NotRunReason: TypeAlias = Literal[
     "repeat",
@@ -105,6 +115,7 @@ NotRunReason: TypeAlias = Literal[
     "process_died",
     "denied",
     "needs_approval",
+    "loop",
 ]
 NOT_RUN_REASONS: tuple[NotRunReason, ...] = (
     "repeat",
@@ -115,13 +126,15 @@ NOT_RUN_REASONS: tuple[NotRunReason, ...] = (
     "process_died",
     "denied",
     "needs_approval",
+    "loop",
 )
 """Why a tool call was answered without running (:attr:`ToolResult.not_run`): ``repeat``, the
 first repeat of a call already made in the turn; the turn ended first (``tool_iterations``,
 ``repeated_call``, ``cancelled``, ``infer_error``); ``process_died``, the log was reopened
 after the process stopped inside the turn; ``denied``, the tool port refused the call (a
 person or a policy said no, or no one answered in time: see the :class:`Approval` record);
-``needs_approval``, the port asked for an approval no one was there to give."""
+``needs_approval``, the port asked for an approval no one was there to give; ``loop``, the
+loop guard's nudge (a cycle, stale results or a tool's call cap), or the turn ended by it."""
 
 ApprovalDecision: TypeAlias = Literal["approved", "denied"]
 APPROVAL_DECISIONS: tuple[ApprovalDecision, ...] = ("approved", "denied")

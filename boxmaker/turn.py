@@ -29,6 +29,7 @@ from .errors import (
     TurnLimit,
 )
 from .events import ClientEvent, Hook, ToolCallDelta, ToolCallStarted, guarded
+from .loopguard import ALREADY_MADE, AnswerAfterLimit, LoopGuard, after_limit, not_run_results
 from .records import (
     Assistant,
     CacheLoss,
@@ -42,16 +43,11 @@ from .records import (
 )
 from .session import Session
 from .stream import Completion, is_context_full
-from .tools import Dispatched, Registry, ToolPort, canonical_arguments, cap_result, dispatch
+from .tools import Dispatched, Registry, ToolPort, cap_result, dispatch
 
-__all__ = ["Runtime", "TurnOutcome", "run_turn"]
+__all__ = ["ALREADY_MADE", "Runtime", "TurnOutcome", "run_turn"]
 
 log = logging.getLogger("boxmaker.turn")
-
-ALREADY_MADE = (
-    "This call was already made with these arguments in this turn, so it was not run again. "
-    "Use the earlier result."
-)
 
 
 @dataclass(kw_only=True)
@@ -85,9 +81,8 @@ class TurnOutcome:
 
 @dataclass
 class _TurnState:
-    iterations: int = 0
+    guard: LoopGuard
     reasoning_tokens: int = 0
-    seen: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 def run_turn(
@@ -107,8 +102,10 @@ def run_turn(
         The answer and the last completion's usage.
 
     Raises:
-        TurnLimit: more tool iterations than ``config.loop.tool_iterations``, or a third
-            identical call in the turn (``kind`` says which).
+        TurnLimit: more tool iterations than ``config.loop.tool_iterations``, a third
+            identical call, or the loop guard (``kind`` says which; see
+            :mod:`boxmaker.loopguard`); with ``loop.on_limit = "answer"`` these end the turn
+            with one last completion without tools instead (outcome ``answered_after_limit``).
         SessionFull: llama.cpp answered ``exceed_context_size_error``.
         TurnCancelled: ``runtime.cancel`` was set.
         TurnInferError: the completion failed otherwise (``cause`` keeps status and body).
@@ -118,37 +115,40 @@ def run_turn(
     with session.turn():
         runtime.cancel.clear()
         why = "the process running the turn stopped before it"  # a log reopened mid-turn
-        _append(session, emit, *_not_run(session, why, "process_died"))
-        state = _TurnState()
+        dead = not_run_results(session.unanswered_calls(), session.next_call(), why, "process_died")
+        _append(session, emit, *dead)
+        state = _TurnState(guard=LoopGuard(runtime.config.loop))
         _append(session, emit, User(content=content))
+        last: TurnLimit | None = None  # on_limit="answer": the limit, before the last completion
         while True:
-            completion, earlier = _complete(session, runtime, state, emit)
-            calls, usage = _record_completion(session, completion, earlier, emit)
-            if not calls:
+            completion, earlier = _complete(session, runtime, state, emit, last is not None)
+            calls, usage = _record_completion(session, completion, earlier, emit, last)
+            if not calls or last is not None:
                 return TurnOutcome(content=completion.content or "", usage=usage)
-            state.iterations += 1
-            cap = runtime.config.loop.tool_iterations
-            if cap is not None and (n := state.iterations) > cap:
-                why = f"{n} completions with tool calls in this turn, the cap is {cap}"
-                _end_turn(session, TurnLimit("tool_iterations", n, cap, why), emit)
             try:
+                if (stop := state.guard.completion()) is not None:
+                    _end_turn(session, stop, emit, answer=state.guard)
                 _run_calls(session, runtime, state, calls, emit)
+            except AnswerAfterLimit as exc:
+                last = exc.limit
             except (TurnError, SessionError):
                 raise
             except BaseException as exc:  # KeyboardInterrupt in a tool or hook: answer the rest
-                stop = TurnCancelled(f"interrupted: {exc!r}")
-                _end_turn(session, stop, emit, exc, reraise=True)
+                cut = TurnCancelled(f"interrupted: {exc!r}")
+                _end_turn(session, cut, emit, exc, reraise=True)
 
 
 def _complete(
-    session: Session, runtime: Runtime, state: _TurnState, emit: Hook
+    session: Session, runtime: Runtime, state: _TurnState, emit: Hook, last: bool = False
 ) -> tuple[Completion, Usage | None]:
-    """Steps 2 and 3: build the request and stream one completion."""
+    """Steps 2 and 3: build the request and stream one completion (``last``: the answer after
+    a limit, ``tool_choice: "none"`` with the tools kept so the prompt cache holds)."""
     cfg = runtime.config
     earlier = session.last_usage()
     body: dict[str, Any] = {"messages": session.messages(), "id_slot": cfg.slots.main}
     if session.baseline.tools:
         body["tools"] = [dict(t) for t in session.baseline.tools]
+        body.update({"tool_choice": "none"} if last else {})
     body["chat_template_kwargs"] = {"enable_thinking": cfg.thinking.enabled}
     body.update(cfg.sampling.request_fields())
     cap = cfg.loop.thinking_tokens
@@ -174,9 +174,15 @@ def _complete(
 
 
 def _record_completion(
-    session: Session, completion: Completion, earlier: Usage | None, emit: Hook
+    session: Session,
+    completion: Completion,
+    earlier: Usage | None,
+    emit: Hook,
+    limit: TurnLimit | None = None,
 ) -> tuple[tuple[ToolCall, ...], Usage]:
-    """Step 4 (and 5): Assistant, Usage, CacheLoss, thinking-cap LimitHit, TurnEnd: one write."""
+    """Step 4 (and 5): Assistant, Usage, CacheLoss, thinking-cap LimitHit, TurnEnd: one write.
+    After ``limit`` (on_limit="answer") the outcome is ``answered_after_limit``; calls made
+    anyway are answered 'not run'."""
     calls, usage = completion.tool_calls, completion.usage_record()
     records: list[Record] = [
         Assistant(content=completion.content, reasoning=completion.reasoning, tool_calls=calls),
@@ -186,7 +192,9 @@ def _record_completion(
     if outcome is not None and not outcome.hit:
         records.append(CacheLoss(expected=outcome.expected, reused=outcome.reused))
     records += completion.limit_hits()  # the thinking cap's LimitHit, if any
-    if not calls:
+    if limit is not None:
+        records += after_limit(calls, session.next_call(), limit)
+    elif not calls:
         records.append(TurnEnd(outcome="length" if usage.finish_reason == "length" else "answered"))
     _append(session, emit, *records)
     return calls, usage
@@ -206,14 +214,11 @@ def _run_calls(
             _end_turn(session, TurnCancelled("the turn was cancelled"), emit)
         number = session.next_call()
         emit(ToolCallStarted(name=call.name, call=number, arguments=call.arguments))
-        key = (call.name, canonical_arguments(call.arguments))
-        seen = state.seen.get(key, 0) + 1 if loop.repeat_detection else 1
-        state.seen[key] = seen
-        if (ends := loop.repeat_ends_turn_at) is not None and seen >= ends:
-            why = f"{call.name} was called {seen} times with the same arguments in this turn"
-            _end_turn(session, TurnLimit("repeated_call", seen, ends - 1, why), emit)
-        if (answered := loop.repeat_answered_at) is not None and seen >= answered:
-            result = Dispatched(content=ALREADY_MADE, not_run="repeat")
+        verdict = state.guard.check(call)
+        if verdict.limit is not None:
+            _end_turn(session, verdict.limit, emit, answer=state.guard)
+        if verdict.action == "answer":
+            result = Dispatched(content=verdict.content, not_run=verdict.not_run)
         else:
             result = dispatch(
                 runtime.registry,
@@ -224,6 +229,7 @@ def _run_calls(
                 call=number,
                 cancel=runtime.cancel,
             )
+            state.guard.ran(call, result.content)
         capped, truncated = cap_result(result.content, loop.tool_result_cap)
         records: list[Record] = [
             *result.approvals,  # a decision on the call goes before its result
@@ -252,42 +258,34 @@ def _end_turn(
     cause: BaseException | None = None,
     *,
     reraise: bool = False,
+    answer: LoopGuard | None = None,
 ) -> NoReturn:
     """Leave the log well formed, then raise ``error`` chained from ``cause`` (or ``cause``
     itself when ``reraise``, e.g. a KeyboardInterrupt inside a tool). One write: a 'not run'
     result for each call of the last assistant not answered yet, the ``LimitHit`` of a limit
-    that ended the turn, and the ``TurnEnd``."""
+    that ended the turn, and the ``TurnEnd`` (not when ``answer`` says one more completion
+    answers: then ``AnswerAfterLimit``)."""
     outcome = error.kind if isinstance(error, TurnLimit) else _OUTCOMES[type(error)]
     status = error.cause.status if isinstance(error, TurnInferError) else None
-    records: list[Record] = [*_not_run(session, f"the turn ended ({error})", outcome)]
+    after = answer.answers(error) if answer else None
+    why = f"the turn ended ({error}){LoopGuard.ANSWER_NOW if after else ''}"
+    calls, first = session.unanswered_calls(), session.next_call()
+    records: list[Record] = [*not_run_results(calls, first, why, outcome)]
     if isinstance(error, TurnLimit):
         records.append(LimitHit(kind=error.kind, detail=error.detail))
     elif isinstance(error, SessionFull):
         records.append(LimitHit(kind="context_full", detail=str(error.cause)))
-    records.append(TurnEnd(outcome=outcome, detail=str(error), status=status))
+    if after is None:
+        records.append(TurnEnd(outcome=outcome, detail=str(error), status=status))
     _append(session, emit, *records)
+    if after is not None:
+        raise AnswerAfterLimit(after)
     if reraise and cause is not None:
         raise cause
     raise error from cause
 
 
 _OUTCOMES = {TurnCancelled: "cancelled", SessionFull: "session_full", TurnInferError: "infer_error"}
-
-
-def _not_run(session: Session, why: str, reason: str) -> list[ToolResult]:
-    """A 'not run' ``ToolResult`` (``not_run=reason``) for each call of the last assistant
-    still without one: llama.cpp needs a result for every call of the history."""
-    first = session.next_call()
-    return [
-        ToolResult(
-            call=first + i,
-            tool_call_id=call.id,
-            name=call.name,
-            content=f"This call was not run: {why}.",
-            not_run=reason,
-        )
-        for i, call in enumerate(session.unanswered_calls())
-    ]
 
 
 def _append(session: Session, emit: Hook, *records: Record) -> None:

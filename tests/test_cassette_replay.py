@@ -143,7 +143,8 @@ def test_cli(recording: Path, capsys: pytest.CaptureFixture[str]) -> None:
         f"limits: tool_iterations 1, repeat_detection off, tool_result_cap {cap}, "
         "thinking_tokens none"
     )
-    assert out[3].startswith("turn 1, completion 2: tool_iterations fired")
+    assert out[3].startswith("loop guard: cycle_length 4 x 2 repeats, stale_results_at none")
+    assert out[4].startswith("turn 1, completion 2: tool_iterations fired")
     assert out[-2].startswith("stopped at turn 2")
 
 
@@ -164,3 +165,68 @@ def test_cli_minus_one_turns_a_limit_off(
     )
     out = capsys.readouterr().out.splitlines()
     assert out[1].endswith("tool_result_cap none, thinking_tokens 5")
+
+
+def _many_calls(n: int, calls: list[tuple[str, dict[str, Any]]]) -> Reply:
+    """One completion making all of ``calls`` (one assistant message with several calls)."""
+    made = [(f"c{n}-{i}", name, json.dumps(args)) for i, (name, args) in enumerate(calls)]
+    return Reply(content="", tool_calls=made, id=f"chatcmpl-{n}")
+
+
+LOOPING = [("get_weather", LISBON), ("get_time", LISBON)] * 2 + [("get_weather", LISBON)]
+
+
+@pytest.fixture
+def looping(tmp_path: Path) -> Path:
+    """A recorded looping turn: one completion calling A, B, A, B, A (recorded with the loop
+    guard off, so every call ran), then an answer."""
+    path = tmp_path / "loop.yaml"
+    server = Script([_many_calls(0, LOOPING), _completion(1, None, answer="done")])
+
+    off = LoopLimits(repeat_detection=False, cycle_length=None)
+    config = Config(client=ClientConfig(url="http://llama.test", retry_attempts=0), loop=off)
+    session = Session.create(tmp_path / "rec", Baseline(tools=demo_registry().definitions()))
+    with (
+        use_cassette(path, "once"),
+        Client(config.client, transport=httpx.MockTransport(server.handler)) as client,
+    ):
+        runtime = Runtime(config=config, client=client, registry=demo_registry())
+        assert run_turn(session, runtime, "Keep checking Lisbon").content == "done"
+    return path
+
+
+def test_a_looping_turn_replayed_with_other_guard_settings(looping: Path) -> None:
+    recorded = what_if(looping, LoopLimits(repeat_detection=False, cycle_length=None))
+    assert recorded.stopped is None and recorded.hits == []
+    default = what_if(looping)  # the identical-repeat rule: nudges at calls 3 and 4, stop at 5
+    assert [line for line in default.lines if "nudge" in line] == [
+        "turn 1, completion 1: repeat nudge on get_weather (call 3 not run): "
+        "'This call was already made with these arguments in this t...'",
+        "turn 1, completion 1: repeat nudge on get_time (call 4 not run): "
+        "'This call was already made with these arguments in this t...'",
+    ]
+    assert [h[:3] for h in default.hits] == [(1, 1, "repeated_call")]
+    cycles = what_if(looping, LoopLimits(repeat_detection=False))  # cycles of up to 4 calls
+    assert [h[:3] for h in cycles.hits] == [(1, 1, "loop")]
+    assert cycles.hits[0][3].startswith(
+        'rule cycle: a cycle of 2 calls (get_time {"city":"Lisbon"}, get_weather'
+    )
+    assert any("loop nudge on get_time (call 4 not run)" in line for line in cycles.lines)
+    assert cycles.stopped is None
+
+
+def test_cli_takes_the_loop_guard_knobs(looping: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["replay", str(looping), "--no-repeat-detection", "--loop-cycle", "2"]
+    assert main([*args, "--loop-repeats", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "cycle_length 2 x 3 repeats" in out and "on_limit stop" in out
+    assert "nudge" not in out and "answered after 2 completion(s)" in out
+    assert main([*args, "--repeat-exempt", "get_time", "--on-limit", "answer"]) == 0
+    out = capsys.readouterr().out
+    assert "repeat_exempt get_time" in out and "on_limit answer" in out
+    assert "nudge" not in out
+    assert main([*args, "--on-limit", "answer"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("turn 1, completion 1: loop fired: rule cycle") for line in lines)
+    # the answer after the limit asks a request the recording does not hold (tool_choice none)
+    assert lines[-2].startswith("stopped at turn 1 ('Keep checking Lisbon'), completion 2:")

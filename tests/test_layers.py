@@ -21,7 +21,7 @@ LAYERS: list[set[str]] = [
     {"events", "migrations", "config", "sse", "infer_errors", "cancel", "completion"},
     {"logfile", "cache", "tools"},
     {"think_tags"},
-    {"chunks"},
+    {"chunks", "loopguard"},
     {"stream", "thinking_cap"},
     {"session", "client", "approval", "mcp_port"},
     {"turn", "transcript", "columns", "batchplan"},

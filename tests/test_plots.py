@@ -73,6 +73,7 @@ def test_limit_hits_one_bar_per_kind(loaded: frames.Frames) -> None:
         "thinking_cap": 2,
         "context_full": 1,
         "tool_result_cap": 1,
+        "loop": 0,
     }
 
 

@@ -4,6 +4,7 @@ shipped model. BOXMAKER_TEST_MODEL=path.gguf runs them on another model."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ from boxmaker.config import ClientConfig, Config, LoopLimits, SamplingConfig
 from boxmaker.demo import demo_registry
 from boxmaker.errors import SessionFull, TurnCancelled, TurnLimit
 from boxmaker.events import Content, Progress, Reasoning, ThinkingCapped
-from boxmaker.records import Assistant, Baseline, CacheLoss, LimitHit, TurnEnd, Usage
+from boxmaker.records import Assistant, Baseline, CacheLoss, LimitHit, ToolResult, TurnEnd, Usage
 from boxmaker.server import EmbeddedServer
 from boxmaker.session import Session
 from boxmaker.turn import Runtime, run_turn
@@ -182,3 +183,50 @@ def test_demo_command_live(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     session = Session.open(logs[0])
     users = [r for r in session.records if type(r).__name__ == "User"]
     assert len(users) >= 2
+
+
+def test_on_limit_answer_live_after_a_tool_iteration_stop(
+    server: EmbeddedServer, tmp_path: Path
+) -> None:
+    """The model card's looping prompt, one tool iteration allowed, ``on_limit="answer"``: the
+    turn ends with one last completion sent with ``tool_choice: "none"`` (tools kept), and the
+    prompt cache holds across it."""
+    runtime, client = _runtime(server.url)
+    loop = LoopLimits(tool_iterations=1, on_limit="answer")
+    runtime.config = dataclasses.replace(runtime.config, loop=loop)
+    session = _session(tmp_path)
+    with client:
+        out = run_turn(session, runtime, "Keep checking the weather in Paris.")
+    assistants = [r for r in session.records if isinstance(r, Assistant)]
+    if len(assistants) < 3:
+        pytest.skip("the model stopped calling tools before the tool-iteration limit")
+    end = session.records[-1]
+    assert isinstance(end, TurnEnd) and end.outcome == "answered_after_limit"
+    hits = [r for r in session.records if isinstance(r, LimitHit)]
+    assert [h.kind for h in hits] == ["tool_iterations"]
+    assert out.content == (assistants[-1].content or "")
+    assert not assistants[-1].tool_calls  # the parser made no calls with tool_choice none
+    usages = [r for r in session.records if isinstance(r, Usage)]
+    previous = usages[-2].timings
+    assert usages[-1].timings["cache_n"] >= previous["cache_n"] + previous["prompt_n"]
+
+
+def test_loop_guard_live_stale_results_nudge_then_stop(
+    server: EmbeddedServer, tmp_path: Path
+) -> None:
+    """The model card's looping prompt with the identical-repeat rule off: the loop guard's
+    stale-result rule (the same weather twice) nudges the third call, then ends the turn."""
+    runtime, client = _runtime(server.url)
+    loop = LoopLimits(tool_iterations=6, repeat_detection=False, stale_results_at=2)
+    runtime.config = dataclasses.replace(runtime.config, loop=loop)
+    session = _session(tmp_path)
+    with client, pytest.raises(TurnLimit) as info:
+        run_turn(session, runtime, "Keep checking the weather in Paris.")
+    if info.value.kind != "loop":
+        pytest.skip(f"this model stopped otherwise: {info.value}")
+    results = [r for r in session.records if isinstance(r, ToolResult)]
+    assert [r.not_run for r in results] == [None, None, "loop", "loop"]
+    assert results[2].content.startswith("Loop guard: get_weather returned the same result 2")
+    end = session.records[-1]
+    assert isinstance(end, TurnEnd) and end.outcome == "loop"
+    assert info.value.detail.startswith("rule stale_result: get_weather returned")

@@ -21,7 +21,7 @@ from ..config import ClientConfig, LoopLimits
 from ..demo import demo_registry
 from ..errors import SessionFull, TurnError, TurnInferError, TurnLimit
 from ..events import Queued
-from ..records import Baseline, LimitHit
+from ..records import Baseline, LimitHit, ToolResult, TurnEnd
 from ..session import Session
 from ..tools import Registry, ToolAnswer, ToolFailed, ToolOk, ToolRequest, canonical_arguments
 from ..turn import Runtime, run_turn
@@ -72,14 +72,32 @@ def _limits_text(limits: LoopLimits) -> str:
     )
 
 
+def _guard_text(limits: LoopLimits) -> str:
+    """The loop guard's other knobs (:mod:`boxmaker.loopguard`), one phrase each."""
+
+    def value(v: int | None) -> str:
+        return "none" if v is None else str(v)
+
+    caps = ", ".join(f"{k} {v}" for k, v in limits.tool_call_caps.items()) or "none"
+    return (
+        f"cycle_length {value(limits.cycle_length)} x {limits.cycle_repeats} repeats, "
+        f"stale_results_at {value(limits.stale_results_at)}, "
+        f"repeat_exempt {', '.join(limits.repeat_exempt) or 'none'}, tool_call_caps {caps}, "
+        f"on_limit {limits.on_limit}"
+    )
+
+
 @dataclass
 class WhatIf:
     """The outcome of :func:`what_if`.
 
     Attributes:
-        lines: the report, one line each: the limits in force, the tools used, then per turn
-            each limit that fired (turn, completion within the turn, kind, detail) and how the
-            turn ended, and where the replay stopped, if it did.
+        lines: the report, one line each: the limits in force, the tools used, the loop
+            guard's knobs, then per turn
+            each limit that fired (turn, completion within the turn, kind, detail; the loop
+            guard's names its rule), each call the guard answered without running (a nudge:
+            ``not_run`` ``repeat`` or ``loop``), and how the turn ended, and where the replay
+            stopped, if it did.
         stopped: why the replay stopped early (the loop needed traffic the cassette does not
             hold), ``None`` when every turn ran.
         hits: ``(turn, completion, kind, detail)`` of each limit that fired.
@@ -139,6 +157,7 @@ def what_if(path: str | os.PathLike[str], limits: LoopLimits = _DEFAULT_LIMITS) 
         f"{recorded.chat_requests} chat request(s) recorded",
         f"limits: {_limits_text(limits)}",
         f"tools: {tools_text}",
+        f"loop guard: {_guard_text(limits)}",
     ]
     with tempfile.TemporaryDirectory() as tmp:
         session = Session.create(tmp, Baseline(system=recorded.system, tools=recorded.tools))
@@ -161,6 +180,16 @@ def what_if(path: str | os.PathLike[str], limits: LoopLimits = _DEFAULT_LIMITS) 
                         report.lines.append(
                             f"turn {turn}, completion {count[0]}: {event.kind} fired: "
                             f"{event.detail}"
+                        )
+                    elif isinstance(event, ToolResult) and event.not_run in ("repeat", "loop"):
+                        report.lines.append(
+                            f"turn {turn}, completion {count[0]}: {event.not_run} nudge on "
+                            f"{event.name} (call {event.call} not run): {short(event.content)}"
+                        )
+                    elif isinstance(event, TurnEnd) and event.outcome == "answered_after_limit":
+                        report.lines.append(
+                            f"turn {turn}, completion {count[0]}: answered after the limit "
+                            "(on_limit answer)"
                         )
 
                 try:
