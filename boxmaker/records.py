@@ -89,6 +89,7 @@ TurnEndOutcome: TypeAlias = Literal[
     "infer_error",
     "loop",
     "answered_after_limit",
+    "process_died",
 ]
 TURN_END_OUTCOMES: tuple[TurnEndOutcome, ...] = (
     "answered",
@@ -100,11 +101,13 @@ TURN_END_OUTCOMES: tuple[TurnEndOutcome, ...] = (
     "infer_error",
     "loop",
     "answered_after_limit",
+    "process_died",
 )
 """How a turn can end (:attr:`TurnEnd.outcome`): an answer, an answer cut at ``max_tokens``
 (``finish_reason: "length"``), each limit that ends a turn, a cancel, or a failed request;
 ``loop``, the loop guard ended it; ``answered_after_limit``, a limit ended it and, with
-``loop.on_limit = "answer"``, one last completion without tools answered."""
+``loop.on_limit = "answer"``, one last completion without tools answered; ``process_died``,
+written when a log is reopened: the process stopped inside that turn (killed, crashed)."""
 
 NotRunReason: TypeAlias = Literal[
     "repeat",
@@ -116,6 +119,7 @@ NotRunReason: TypeAlias = Literal[
     "denied",
     "needs_approval",
     "loop",
+    "invalid_call",
 ]
 NOT_RUN_REASONS: tuple[NotRunReason, ...] = (
     "repeat",
@@ -127,6 +131,7 @@ NOT_RUN_REASONS: tuple[NotRunReason, ...] = (
     "denied",
     "needs_approval",
     "loop",
+    "invalid_call",
 )
 """Why a tool call was answered without running (:attr:`ToolResult.not_run`): ``repeat``, the
 first repeat of a call already made in the turn; the turn ended first (``tool_iterations``,
@@ -134,7 +139,9 @@ first repeat of a call already made in the turn; the turn ended first (``tool_it
 after the process stopped inside the turn; ``denied``, the tool port refused the call (a
 person or a policy said no, or no one answered in time: see the :class:`Approval` record);
 ``needs_approval``, the port asked for an approval no one was there to give; ``loop``, the
-loop guard's nudge (a cycle, stale results or a tool's call cap), or the turn ended by it."""
+loop guard's nudge (a cycle, stale results or a tool's call cap), or the turn ended by it;
+``invalid_call``, the call could not be run as made (an unknown tool, arguments that are not
+a JSON object or do not fit the tool's schema): the result says why, for the model to read."""
 
 ApprovalDecision: TypeAlias = Literal["approved", "denied"]
 APPROVAL_DECISIONS: tuple[ApprovalDecision, ...] = ("approved", "denied")

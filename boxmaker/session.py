@@ -39,6 +39,7 @@ from .records import (
     Record,
     ToolCall,
     ToolResult,
+    TurnEnd,
     Unknown,
     Usage,
     User,
@@ -155,6 +156,8 @@ class Session:
         self._messages = messages(baseline, ())
         self._next_call = 1
         self._last_usage: Usage | None = None
+        self._open_turn = False  # a User record with no TurnEnd after it (yet)
+        self._turn_ends = schema >= 2  # this log writes TurnEnd records
         self._lock = threading.Lock()
         self._writer = writer
         self._in_turn = False
@@ -316,6 +319,16 @@ class Session:
             self._next_call = max(self._next_call, record.call + 1)
         elif isinstance(record, Usage):
             self._last_usage = record
+        elif isinstance(record, User):
+            self._open_turn = True
+        elif isinstance(record, TurnEnd):
+            self._open_turn, self._turn_ends = False, True
+
+    def turn_left_open(self) -> bool:
+        """Whether the last turn has no ``TurnEnd``: the process that ran it stopped inside it
+        (a turn of a schema-1 log, which wrote none, never counts as open). O(1)."""
+        with self._lock:
+            return self._open_turn and self._turn_ends
 
     def unanswered_calls(self) -> tuple[ToolCall, ...]:
         """The tool calls of the last ``Assistant`` record that have no ``ToolResult`` yet.

@@ -408,24 +408,28 @@ def dispatch(
     tool = registry.get(name)
     if tool is None:
         offered = ", ".join(registry.names) or "none"
-        return Dispatched(content=f"Unknown tool {name!r}. The tools offered are: {offered}.")
+        text = f"Unknown tool {name!r}. The tools offered are: {offered}."
+        return Dispatched(content=text, not_run="invalid_call")
     try:
         args = json.loads(arguments) if arguments.strip() else {}
     except (ValueError, RecursionError) as exc:
         return Dispatched(
-            content=f"The arguments for {name} are not valid JSON ({exc}); the call was not run."
+            content=f"The arguments for {name} are not valid JSON ({exc}); the call was not run.",
+            not_run="invalid_call",
         )
     if not isinstance(args, dict):
         return Dispatched(
             content=f"The arguments for {name} must be a JSON object, not {type(args).__name__}; "
-            "the call was not run."
+            "the call was not run.",
+            not_run="invalid_call",
         )
     error = next(iter(tool.validator.iter_errors(args)), None) if tool.validator else None
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
         return Dispatched(
             content=f"The arguments for {name} do not fit its schema at {where}: "
-            f"{error.message}; the call was not run."
+            f"{error.message}; the call was not run.",
+            not_run="invalid_call",
         )
     if tool.function is not None:
         try:

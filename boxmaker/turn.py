@@ -116,7 +116,8 @@ def run_turn(
         runtime.cancel.clear()
         why = "the process running the turn stopped before it"  # a log reopened mid-turn
         dead = not_run_results(session.unanswered_calls(), session.next_call(), why, "process_died")
-        _append(session, emit, *dead)
+        end = [TurnEnd(outcome="process_died", detail=why)] if session.turn_left_open() else []
+        _append(session, emit, *dead, *end)  # the dead turn closed, so it counts as what it was
         state = _TurnState(guard=LoopGuard(runtime.config.loop))
         _append(session, emit, User(content=content))
         last: TurnLimit | None = None  # on_limit="answer": the limit, before the last completion
@@ -163,7 +164,7 @@ def _complete(
             body, relay, reasoning_budget=budget, cancel=runtime.cancel
         )
     except RequestCancelled as exc:
-        _end_turn(session, TurnCancelled("the turn was cancelled during a completion"), emit, exc)
+        _end_turn(session, TurnCancelled(f"the turn was cancelled ({exc})"), emit, exc)
     except InferError as exc:
         if is_context_full(exc):
             full = SessionFull(f"the session no longer fits the context: {exc}", cause=exc)
@@ -230,7 +231,8 @@ def _run_calls(
                 cancel=runtime.cancel,
             )
             state.guard.ran(call, result.content)
-        capped, truncated = cap_result(result.content, loop.tool_result_cap)
+        cap = loop.tool_result_cap if result.not_run is None else None  # the loop's own words
+        capped, truncated = cap_result(result.content, cap)
         records: list[Record] = [
             *result.approvals,  # a decision on the call goes before its result
             ToolResult(

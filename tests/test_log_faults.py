@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from fakes import ScriptedClient, answer, call, calls
 
+from boxmaker import frames
 from boxmaker.config import Config, LoopLimits
 from boxmaker.errors import SessionError, TurnLimit
 from boxmaker.records import Assistant, Baseline, ToolCall, ToolResult, TurnEnd, User
@@ -131,7 +132,9 @@ def test_a_log_left_inside_a_tool_is_made_whole_before_the_next_request(tmp_path
     orphan = records[3]
     assert isinstance(orphan, ToolResult) and orphan.tool_call_id == "b"
     assert orphan.not_run == "process_died" and orphan.call == 2
-    assert isinstance(records[4], User)
+    dead_end = records[4]  # the dead turn is closed, so frames count it as what it was
+    assert isinstance(dead_end, TurnEnd) and dead_end.outcome == "process_died"
+    assert isinstance(records[5], User)
     # the request that followed carried a result for every call
     sent = client.bodies[0]["messages"]
     assert [m["role"] for m in sent] == ["user", "assistant", "tool", "tool", "user"]
@@ -247,3 +250,34 @@ def test_crash_script_loses_nothing_acknowledged() -> None:
     assert done.returncode == 0 and last.startswith("acked ") and acked > 0 and lost == 0, (
         done.stderr
     )
+
+
+def test_calls_that_cannot_run_are_marked_not_run_and_the_loop_s_words_are_never_capped(
+    tmp_path: Path,
+) -> None:
+    """An unknown tool or arguments that do not fit are ``not_run="invalid_call"`` (frames
+    count them as not run); the result cap cuts a tool's own text only."""
+    registry = Registry()
+    registry.add(lambda city: "x" * 500, name="f", description="f", parameters=SCHEMA_CITY)
+    session = Session.create(tmp_path, Baseline(tools=registry.definitions()))
+    steps = [
+        calls(
+            call("nope", {}, "u1"),
+            call("f", {"city": 5}, "u2"),
+            call("f", {"city": "Oslo"}, "u3"),
+            call("f", {"city": "Oslo"}, "u4"),
+        ),
+        answer("ok"),
+    ]
+    config = Config(loop=LoopLimits(tool_result_cap=40))
+    run_turn(session, Runtime(config=config, client=ScriptedClient(steps), registry=registry), "go")
+    results = [r for r in session.records if isinstance(r, ToolResult)]
+    assert [r.not_run for r in results] == ["invalid_call", "invalid_call", None, "repeat"]
+    assert [r.truncated for r in results] == [False, False, True, False]
+    assert (
+        results[3].content.startswith("This call was already made") and len(results[3].content) > 40
+    )
+    assert frames.tool_calls(session.path).ran.tolist() == [False, False, True, False]
+
+
+SCHEMA_CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

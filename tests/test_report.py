@@ -59,7 +59,14 @@ def test_text_report_has_every_table(logs: Path, capsys: pytest.CaptureFixture[s
 def test_tables_cover_every_outcome_and_kind(logs: Path) -> None:
     t = tables(frames.load(logs))
     by_outcome = t["Turns by outcome"].set_index("outcome").turns.to_dict()
-    none = ("repeated_call", "length", "infer_error", "loop", "answered_after_limit")
+    none = (
+        "repeated_call",
+        "length",
+        "infer_error",
+        "loop",
+        "answered_after_limit",
+        "process_died",
+    )
     assert by_outcome == {o: 1 for o in frames.TURN_OUTCOMES if o not in none} | {
         o: 0 for o in none
     }
