@@ -48,6 +48,7 @@ __all__ = [
     "RecordMode",
     "UnrecordedRequest",
     "make_vcr",
+    "streaming_into",
     "unplayed_message",
     "use_cassette",
 ]
@@ -317,6 +318,33 @@ def _patched_transports(run: _Run) -> Iterator[None]:
 
 
 @contextmanager
+def streaming_into(
+    cassette: Any,
+    path: str | os.PathLike[str],
+    *,
+    secrets: Sequence[str] = (),
+    ignore_body_keys: Sequence[str] = (),
+) -> Iterator[Any]:
+    """Inside the block, httpx requests play from or record into an open vcrpy ``cassette``
+    with the stream live (the patch :func:`use_cassette` installs; also used on the cassette
+    pytest-recording opens, :mod:`boxmaker.pytest_plugin`).
+
+    Args:
+        cassette: an open vcrpy ``Cassette``; it gains ``failures`` (see :func:`use_cassette`).
+        path: its file, named in error messages.
+        secrets: more values to hide (see :func:`use_cassette`).
+        ignore_body_keys: top-level request-body keys left out of the no-match message.
+
+    Yields:
+        the cassette.
+    """
+    run = _Run(cassette, Path(path), ignore_body_keys, secrets)
+    cassette.failures = run.failures
+    with _patched_transports(run):
+        yield cassette
+
+
+@contextmanager
 def use_cassette(
     path: str | os.PathLike[str],
     record_mode: RecordMode = "none",
@@ -361,11 +389,11 @@ def use_cassette(
     if record_mode == "none" and not p.exists():
         raise CassetteError(f"{p}: no such cassette (record it with record_mode='once')")
     v = make_vcr(record_mode, ignore_body_keys=ignore_body_keys)
-    with v.use_cassette(str(p)) as cassette:
-        run = _Run(cassette, p, ignore_body_keys, secrets)
-        cassette.failures = run.failures
-        with _patched_transports(run):
-            yield cassette
+    with (
+        v.use_cassette(str(p)) as cassette,
+        streaming_into(cassette, p, secrets=secrets, ignore_body_keys=ignore_body_keys),
+    ):
+        yield cassette
     if strict and record_mode == "none" and not cassette.all_played:
         raise CassetteError(unplayed_message(cassette, p))
 
