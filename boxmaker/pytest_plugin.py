@@ -199,7 +199,7 @@ def boxmaker_vcr_config(**overrides: Any) -> dict[str, Any]:
         "before_record_request": scrub_request,
         "before_record_response": scrub_response,
         "decode_compressed_response": True,
-        "skip_patchers": ("httpx",),
+        "skip_patchers": ("httpx", "httpx2"),
         "path_transformer": VCR.ensure_suffix(".yaml"),
     }
     config.update(overrides)

@@ -2,13 +2,15 @@
 
 Recording passes the stream on as it arrives. vcrpy's own httpx stub reads a whole response
 before handing it over, which would freeze the widgets, Stop, and the thinking cap (it must
-send ``reasoning_end`` while reasoning streams). Here the sync httpx transports
-(``HTTPTransport``, ``MockTransport``) are patched instead: a response to record gets its
-stream teed into a buffer, and the interaction is appended to vcrpy's cassette when the
-response ends (read to the end, closed by the client, or broken: then what arrived is kept
-with the error in ``response.error``, and replay raises the same httpx error after the same
-bytes). Interactions are therefore stored in the order their responses ended: a
-reasoning-control request sent during a stream comes before that stream's interaction.
+send ``reasoning_end`` while reasoning streams). Here httpx's transports, sync and async
+(``HTTPTransport``, ``AsyncHTTPTransport``, ``MockTransport``), are patched instead, so any
+httpx client is served (boxmaker's, plain ``httpx.Client``/``AsyncClient``, the openai SDK):
+a response to record gets its stream teed into a buffer, and the interaction is appended to
+vcrpy's cassette when the response ends (read to the end, closed by the client, or broken:
+then what arrived is kept with the error in ``response.error``, and replay raises the same
+httpx error after the same bytes). Interactions are therefore stored in the order their
+responses ended: a reasoning-control request sent during a stream comes before that
+stream's interaction.
 A compressed response is stored decoded and without its ``Content-Encoding`` header.
 
 Each interaction plays once, the first unplayed match first (matching:
@@ -21,9 +23,10 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Literal
 from unittest import mock
 
@@ -42,6 +45,12 @@ from .scrub import (
     scrub_response,
 )
 from .serializer import FilePersister, serializer
+
+httpx2: ModuleType | None
+try:  # the openai SDK's httpx fork (from openai 3)
+    import httpx2
+except ImportError:  # pragma: no cover - not installed
+    httpx2 = None
 
 __all__ = [
     "RECORD_MODES",
@@ -103,7 +112,7 @@ def make_vcr(record_mode: RecordMode = "none", *, ignore_body_keys: Sequence[str
         before_record_request=scrub_request,
         before_record_response=scrub_response,
         decode_compressed_response=True,
-        skip_patchers=("httpx",),
+        skip_patchers=("httpx", "httpx2"),
     )
     v.register_serializer("boxmaker", serializer)
     v.register_persister(FilePersister)
@@ -144,13 +153,51 @@ class _Tee(httpx.SyncByteStream):
             on_end(b"".join(self._parts), error)
 
 
-class _Replay(httpx.SyncByteStream):
+class _AsyncTee(httpx.AsyncByteStream):
+    """:class:`_Tee` for an async response stream (``httpx.AsyncClient``)."""
+
+    def __init__(
+        self, inner: httpx.AsyncByteStream, on_end: Callable[[bytes, Exception | None], None]
+    ) -> None:
+        self._inner = inner
+        self._parts: list[bytes] = []
+        self._on_end: Callable[[bytes, Exception | None], None] | None = on_end
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._inner:
+                self._parts.append(chunk)
+                yield chunk
+        except Exception as exc:
+            self._end(exc)
+            raise
+        self._end(None)
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        finally:
+            self._end(None)
+
+    def _end(self, error: Exception | None) -> None:
+        on_end, self._on_end = self._on_end, None
+        if on_end is not None:
+            on_end(b"".join(self._parts), error)
+
+
+class _Replay(httpx.SyncByteStream, httpx.AsyncByteStream):
     """A recorded body played back one SSE event per chunk (like llama-server sends it),
-    then the recorded transport error, if any."""
+    then the recorded transport error, if any; for sync and async clients."""
+
+    _lib: ModuleType = httpx
 
     def __init__(self, body: bytes, error: str | None) -> None:
         self._body = body
         self._error = error
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self:
+            yield chunk
 
     def __iter__(self) -> Iterator[bytes]:
         body = self._body
@@ -162,15 +209,38 @@ class _Replay(httpx.SyncByteStream):
             start = end
         if self._error:
             name, _, message = self._error.partition(": ")
-            kind = getattr(httpx, name, None)
-            if not (isinstance(kind, type) and issubclass(kind, httpx.TransportError)):
-                kind, message = httpx.RemoteProtocolError, self._error
+            lib = self._lib
+            kind = getattr(lib, name, None)
+            if not (isinstance(kind, type) and issubclass(kind, lib.TransportError)):
+                kind, message = lib.RemoteProtocolError, self._error
             raise kind(message)
 
 
+class _Library:
+    """An httpx-like library (``httpx``, or ``httpx2``, which the openai SDK uses from
+    version 3) with the stream classes made for it."""
+
+    def __init__(self, lib: ModuleType) -> None:
+        self.lib = lib
+        if lib is httpx:
+            self.tee: type[Any] = _Tee
+            self.async_tee: type[Any] = _AsyncTee
+            self.replay: type[Any] = _Replay
+        else:
+            self.tee = type("_Tee", (_Tee, lib.SyncByteStream), {})
+            self.async_tee = type("_AsyncTee", (_AsyncTee, lib.AsyncByteStream), {})
+            self.replay = type(
+                "_Replay", (_Replay, lib.SyncByteStream, lib.AsyncByteStream), {"_lib": lib}
+            )
+
+
+_LIBRARIES = [_Library(httpx)] + ([_Library(httpx2)] if httpx2 is not None else [])
+"""The libraries whose transports :func:`use_cassette` patches."""
+
+
 def _replayed(
-    recorded: Mapping[str, Any], request: httpx.Request, secret: str | None
-) -> httpx.Response:
+    recorded: Mapping[str, Any], request: Any, secret: str | None, library: _Library
+) -> Any:
     status = recorded.get("status") or {}
     message = status.get("message")
     headers = [
@@ -180,10 +250,10 @@ def _replayed(
     ]
     body = recorded["body"]["string"] or b""
     body = restore(body if isinstance(body, bytes) else str(body).encode(), secret)
-    return httpx.Response(
+    return library.lib.Response(
         int(status.get("code", 200)),
         headers=headers,
-        stream=_Replay(body, recorded.get("error")),
+        stream=library.replay(body, recorded.get("error")),
         extensions={"reason_phrase": str(message).encode("ascii")} if message else {},
         request=request,
     )
@@ -207,43 +277,75 @@ class _Run:
         self.failures: list[UnrecordedRequest] = []
         self.lock = threading.Lock()
 
-    def handle(
-        self,
-        original: Callable[[Any, httpx.Request], httpx.Response],
-        transport: Any,
-        request: httpx.Request,
-    ) -> httpx.Response:
-        body = request.read()
+    def lookup(
+        self, request: Any, body: bytes, library: _Library
+    ) -> tuple[Any, VcrRequest, list[str]]:
+        """The replayed response for ``request`` (None: to be sent and recorded), its scrubbed
+        vcrpy request and its credentials. Raises :class:`UnrecordedRequest`."""
         vreq = VcrRequest(request.method, str(request.url), body, dict(request.headers))
-        known = credentials(vreq, self.secrets)
+        known = list(credentials(vreq, self.secrets))
         vreq = scrub_request(hide_in_request(vreq, known))
         with self.lock:
             self.requests += 1
             number = self.requests
             cassette = self.cassette
             if cassette.can_play_response_for(vreq):
-                return _replayed(cassette.play_response(vreq), request, next(iter(known), None))
+                played = cassette.play_response(vreq)
+                replayed = _replayed(played, request, next(iter(known), None), library)
+                return replayed, vreq, known
             if cassette.write_protected and cassette.filter_request(vreq):
                 error = UnrecordedRequest(
                     self.no_match(number, vreq), number=number, method=vreq.method, path=vreq.path
                 )
                 self.failures.append(error)
                 raise error
-        response = original(transport, request)
+        return None, vreq, known
+
+    def tee(self, response: Any, vreq: VcrRequest, known: Sequence[str], library: _Library) -> None:
+        """Record ``response`` (its stream teed, recorded when it ends)."""
         if hasattr(response, "_content"):  # already read and decoded (MockTransport content=)
             self.record(vreq, response, response.content, None, known, decoded=True)
-            return response
+            return
         stream = response.stream
-        if isinstance(stream, httpx.SyncByteStream):
-            response.stream = _Tee(
-                stream, lambda data, error: self.record(vreq, response, data, error, known)
-            )
+
+        def on_end(data: bytes, error: Exception | None) -> None:
+            self.record(vreq, response, data, error, known)
+
+        if isinstance(stream, library.lib.SyncByteStream):
+            response.stream = library.tee(stream, on_end)
+        elif isinstance(stream, library.lib.AsyncByteStream):
+            response.stream = library.async_tee(stream, on_end)
+
+    def handle(
+        self, original: Callable[[Any, Any], Any], transport: Any, request: Any, library: _Library
+    ) -> Any:
+        """A sync transport's ``handle_request`` inside the cassette."""
+        replayed, vreq, known = self.lookup(request, request.read(), library)
+        if replayed is not None:
+            return replayed
+        response = original(transport, request)
+        self.tee(response, vreq, known, library)
+        return response
+
+    async def handle_async(
+        self,
+        original: Callable[[Any, Any], Awaitable[Any]],
+        transport: Any,
+        request: Any,
+        library: _Library,
+    ) -> Any:
+        """An async transport's ``handle_async_request`` inside the cassette."""
+        replayed, vreq, known = self.lookup(request, await request.aread(), library)
+        if replayed is not None:
+            return replayed
+        response = await original(transport, request)
+        self.tee(response, vreq, known, library)
         return response
 
     def record(
         self,
         vreq: VcrRequest,
-        response: httpx.Response,
+        response: Any,
         body: bytes,
         error: Exception | None,
         known: Sequence[str],
@@ -303,17 +405,32 @@ class _Run:
 @contextmanager
 def _patched_transports(run: _Run) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
-        for cls in (httpx.HTTPTransport, httpx.MockTransport):
-            original = cls.handle_request
+        for library in _LIBRARIES:
+            lib = library.lib
+            for cls in (lib.HTTPTransport, lib.MockTransport):
+                original = cls.handle_request
 
-            def handle(
-                self: Any,
-                request: httpx.Request,
-                _original: Callable[[Any, httpx.Request], httpx.Response] = original,
-            ) -> httpx.Response:
-                return run.handle(_original, self, request)
+                def handle(
+                    self: Any,
+                    request: Any,
+                    _original: Callable[[Any, Any], Any] = original,
+                    _library: _Library = library,
+                ) -> Any:
+                    return run.handle(_original, self, request, _library)
 
-            stack.enter_context(mock.patch.object(cls, "handle_request", handle))
+                stack.enter_context(mock.patch.object(cls, "handle_request", handle))
+            for acls in (lib.AsyncHTTPTransport, lib.MockTransport):
+                aoriginal = acls.handle_async_request
+
+                async def ahandle(
+                    self: Any,
+                    request: Any,
+                    _original: Callable[[Any, Any], Awaitable[Any]] = aoriginal,
+                    _library: _Library = library,
+                ) -> Any:
+                    return await run.handle_async(_original, self, request, _library)
+
+                stack.enter_context(mock.patch.object(acls, "handle_async_request", ahandle))
         yield
 
 
@@ -353,7 +470,8 @@ def use_cassette(
     secrets: Sequence[str] = (),
     ignore_body_keys: Sequence[str] = (),
 ) -> Iterator[Any]:
-    """Record or replay every sync httpx request inside the block with the cassette at ``path``.
+    """Record or replay every httpx request (sync or async client) inside the block with the
+    cassette at ``path``.
 
     Args:
         path: the YAML file (created when recording).
