@@ -158,6 +158,8 @@ def cassette(request: pytest.FixtureRequest) -> Iterator[Any]:
     path = cassette_path(item)
     marker = item.get_closest_marker("cassette")
     secrets = tuple(marker.kwargs.get("secrets", ())) if marker else ()
+    if mode == "none" and not path.exists():
+        raise CassetteError(f"{path}: no such cassette (record it with --record-mode once)")
     if mode != "none":
         path.parent.mkdir(parents=True, exist_ok=True)
     with use_cassette(path, mode, strict=False, secrets=secrets) as recorded:

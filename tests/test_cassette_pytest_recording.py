@@ -142,3 +142,18 @@ def test_unplayed():
     _run(pytester, "-p", "no:recording", "--record-mode", "once").assert_outcomes(passed=1)
     bad = _run(pytester, "-p", "no:recording", "--record-mode", "rewrite")
     assert bad.ret != 0
+
+
+@pytest.mark.parametrize("plugins", [("-p", "no:recording"), ()], ids=["without", "with"])
+def test_missing_cassette_hint_is_the_command_line_option(
+    pytester: pytest.Pytester, plugins: tuple[str, ...]
+) -> None:
+    if plugins == () and importlib.util.find_spec("pytest_recording") is None:
+        pytest.skip("pytest-recording not installed")
+    pytester.makepyfile("def test_missing(cassette):\n    pass\n")
+    result = _run(pytester, *plugins)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        ["*test_missing.yaml: no such cassette (record it with --record-mode once)*"]
+    )
+    assert "record_mode='once'" not in result.stdout.str()
