@@ -106,3 +106,19 @@ def test_report_html_into_a_missing_directory_fails_before_the_report(
     out, err = capsys.readouterr()
     assert out == ""
     assert err == f"boxmaker report: cannot write {target}: no such directory\n"
+
+
+@pytest.mark.live
+def test_readme_snippet_prints_the_turn_with_console_view(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    snippet = readme.split("## The API in a dozen lines", 1)[1].split("```python\n", 1)[1]
+    snippet = snippet.split("```", 1)[0]
+    assert "on_event=view" in snippet and "on_event=print" not in snippet
+    monkeypatch.chdir(tmp_path)
+    exec(compile(snippet, "README.md", "exec"), {"__name__": "readme"})
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("model> ") for line in lines)
+    assert len(lines) < 30  # a turn in a few lines, not one line per streamed piece
+    assert lines[-1].startswith("cached tokens: ")
