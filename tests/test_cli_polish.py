@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 from fake_llama import Reply, running
+from fakes import ScriptedClient, answer, timings
 
+from boxmaker import Baseline, Config, Registry, Runtime, Session, run_turn
 from boxmaker.cli import main
+from boxmaker.demo import ConsoleView
 
 DATA = Path(__file__).resolve().parent / "data"
 BAD_REQUEST = {"code": 400, "message": "bad sampling", "type": "invalid_request_error"}
@@ -122,3 +125,20 @@ def test_readme_snippet_prints_the_turn_with_console_view(
     assert any(line.startswith("model> ") for line in lines)
     assert len(lines) < 30  # a turn in a few lines, not one line per streamed piece
     assert lines[-1].startswith("cached tokens: ")
+
+
+def test_console_cache_loss_line_comes_after_the_answer_in_a_turn_without_tool_calls(
+    tmp_path: Path,
+) -> None:
+    session = Session.create(tmp_path, Baseline(system="sys"))
+    steps = [answer("first", timings=timings(0, 100)), answer("second", timings=timings(2, 200))]
+    runtime = Runtime(config=Config(), client=ScriptedClient(steps), registry=Registry())
+    out = io.StringIO()
+    view = ConsoleView(out)
+    for text in ("hi", "again"):
+        run_turn(session, runtime, text, view)
+        view.end()
+    assert out.getvalue().splitlines()[-2:] == [
+        "model> second",
+        "  [cache loss: 2 of 100 cached prompt tokens reused]",
+    ]
