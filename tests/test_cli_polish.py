@@ -7,6 +7,7 @@ import io
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 from fake_llama import Reply, running
 from fakes import ScriptedClient, answer, timings
@@ -14,6 +15,7 @@ from fakes import ScriptedClient, answer, timings
 from boxmaker import Baseline, Config, Registry, Runtime, Session, run_turn
 from boxmaker.cli import main
 from boxmaker.demo import ConsoleView
+from boxmaker.server import EmbeddedServer
 
 DATA = Path(__file__).resolve().parent / "data"
 BAD_REQUEST = {"code": 400, "message": "bad sampling", "type": "invalid_request_error"}
@@ -142,3 +144,38 @@ def test_console_cache_loss_line_comes_after_the_answer_in_a_turn_without_tool_c
         "model> second",
         "  [cache loss: 2 of 100 cached prompt tokens reused]",
     ]
+
+
+@pytest.mark.live
+def test_ctrl_c_while_the_server_starts_leaves_no_server_running(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C during the health wait: the server is stopped (before, it kept running and the
+    process hung at exit after ``boxmaker demo`` was interrupted while starting)."""
+    seen: list[str] = []
+
+    def interrupted(self: EmbeddedServer) -> None:
+        seen.append(self.url)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(EmbeddedServer, "_wait_healthy", interrupted)
+    server = EmbeddedServer(n_ctx=512, n_threads=1)
+    with pytest.raises(KeyboardInterrupt):
+        server.start()
+    assert seen and seen[0].startswith("http://127.0.0.1:")
+    assert server.url == ""
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{seen[0]}/health", timeout=5)
+
+
+def test_ctrl_c_while_the_server_starts_exits_130_without_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    def interrupted(self: EmbeddedServer) -> EmbeddedServer:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(EmbeddedServer, "start", interrupted)
+    assert main(["demo", "--dir", str(tmp_path)]) == 130
+    out, err = capsys.readouterr()
+    assert out.startswith("starting the embedded llama.cpp server")
+    assert err == ""
