@@ -157,3 +157,18 @@ def test_missing_cassette_hint_is_the_command_line_option(
         ["*test_missing.yaml: no such cassette (record it with --record-mode once)*"]
     )
     assert "record_mode='once'" not in result.stdout.str()
+
+
+@needs_recording
+def test_rewrite_mode_re_records_a_boxmaker_cassette(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(STREAM)
+    _run(pytester, "--record-mode", "once").assert_outcomes(passed=1)
+    folder = pytester.path / "cassettes" / "test_rewrite_mode_re_records_a_boxmaker_cassette"
+    recorded = folder / "test_stream.yaml"
+    assert '"content":"Hi"' in recorded.read_text()
+    pytester.makepyfile(STREAM.replace('"content":"Hi"', '"content":"Yo"'))
+    _run(pytester, "--record-mode", "rewrite").assert_outcomes(passed=1)
+    text = recorded.read_text()
+    assert '"content":"Yo"' in text and '"content":"Hi"' not in text  # the old one is gone
+    assert sorted(p.name for p in folder.iterdir()) == [recorded.name]
+    _run(pytester).assert_outcomes(passed=1)
