@@ -23,10 +23,9 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Literal
 from unittest import mock
 
@@ -45,12 +44,7 @@ from .scrub import (
     scrub_response,
 )
 from .serializer import FilePersister, serializer
-
-httpx2: ModuleType | None
-try:  # the openai SDK's httpx fork (from openai 3)
-    import httpx2
-except ImportError:  # pragma: no cover - not installed
-    httpx2 = None
+from .streams import LIBRARIES, Library
 
 __all__ = [
     "RECORD_MODES",
@@ -120,126 +114,8 @@ def make_vcr(record_mode: RecordMode = "none", *, ignore_body_keys: Sequence[str
     return v
 
 
-class _Tee(httpx.SyncByteStream):
-    """A response stream passed on chunk by chunk while a copy is kept; ``on_end(body, error)``
-    runs once, when the stream is exhausted, breaks, or is closed."""
-
-    def __init__(
-        self, inner: httpx.SyncByteStream, on_end: Callable[[bytes, Exception | None], None]
-    ) -> None:
-        self._inner = inner
-        self._parts: list[bytes] = []
-        self._on_end: Callable[[bytes, Exception | None], None] | None = on_end
-
-    def __iter__(self) -> Iterator[bytes]:
-        try:
-            for chunk in self._inner:
-                self._parts.append(chunk)
-                yield chunk
-        except Exception as exc:
-            self._end(exc)
-            raise
-        self._end(None)
-
-    def close(self) -> None:
-        try:
-            self._inner.close()
-        finally:
-            self._end(None)
-
-    def _end(self, error: Exception | None) -> None:
-        on_end, self._on_end = self._on_end, None
-        if on_end is not None:
-            on_end(b"".join(self._parts), error)
-
-
-class _AsyncTee(httpx.AsyncByteStream):
-    """:class:`_Tee` for an async response stream (``httpx.AsyncClient``)."""
-
-    def __init__(
-        self, inner: httpx.AsyncByteStream, on_end: Callable[[bytes, Exception | None], None]
-    ) -> None:
-        self._inner = inner
-        self._parts: list[bytes] = []
-        self._on_end: Callable[[bytes, Exception | None], None] | None = on_end
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self._inner:
-                self._parts.append(chunk)
-                yield chunk
-        except Exception as exc:
-            self._end(exc)
-            raise
-        self._end(None)
-
-    async def aclose(self) -> None:
-        try:
-            await self._inner.aclose()
-        finally:
-            self._end(None)
-
-    def _end(self, error: Exception | None) -> None:
-        on_end, self._on_end = self._on_end, None
-        if on_end is not None:
-            on_end(b"".join(self._parts), error)
-
-
-class _Replay(httpx.SyncByteStream, httpx.AsyncByteStream):
-    """A recorded body played back one SSE event per chunk (like llama-server sends it),
-    then the recorded transport error, if any; for sync and async clients."""
-
-    _lib: ModuleType = httpx
-
-    def __init__(self, body: bytes, error: str | None) -> None:
-        self._body = body
-        self._error = error
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for chunk in self:
-            yield chunk
-
-    def __iter__(self) -> Iterator[bytes]:
-        body = self._body
-        start = 0
-        while start < len(body):
-            end = body.find(b"\n\n", start)
-            end = len(body) if end < 0 else end + 2
-            yield body[start:end]
-            start = end
-        if self._error:
-            name, _, message = self._error.partition(": ")
-            lib = self._lib
-            kind = getattr(lib, name, None)
-            if not (isinstance(kind, type) and issubclass(kind, lib.TransportError)):
-                kind, message = lib.RemoteProtocolError, self._error
-            raise kind(message)
-
-
-class _Library:
-    """An httpx-like library (``httpx``, or ``httpx2``, which the openai SDK uses from
-    version 3) with the stream classes made for it."""
-
-    def __init__(self, lib: ModuleType) -> None:
-        self.lib = lib
-        if lib is httpx:
-            self.tee: type[Any] = _Tee
-            self.async_tee: type[Any] = _AsyncTee
-            self.replay: type[Any] = _Replay
-        else:
-            self.tee = type("_Tee", (_Tee, lib.SyncByteStream), {})
-            self.async_tee = type("_AsyncTee", (_AsyncTee, lib.AsyncByteStream), {})
-            self.replay = type(
-                "_Replay", (_Replay, lib.SyncByteStream, lib.AsyncByteStream), {"_lib": lib}
-            )
-
-
-_LIBRARIES = [_Library(httpx)] + ([_Library(httpx2)] if httpx2 is not None else [])
-"""The libraries whose transports :func:`use_cassette` patches."""
-
-
 def _replayed(
-    recorded: Mapping[str, Any], request: Any, secret: str | None, library: _Library
+    recorded: Mapping[str, Any], request: Any, secret: str | None, library: Library
 ) -> Any:
     status = recorded.get("status") or {}
     message = status.get("message")
@@ -278,7 +154,7 @@ class _Run:
         self.lock = threading.Lock()
 
     def lookup(
-        self, request: Any, body: bytes, library: _Library
+        self, request: Any, body: bytes, library: Library
     ) -> tuple[Any, VcrRequest, list[str]]:
         """The replayed response for ``request`` (None: to be sent and recorded), its scrubbed
         vcrpy request and its credentials. Raises :class:`UnrecordedRequest`."""
@@ -301,7 +177,7 @@ class _Run:
                 raise error
         return None, vreq, known
 
-    def tee(self, response: Any, vreq: VcrRequest, known: Sequence[str], library: _Library) -> None:
+    def tee(self, response: Any, vreq: VcrRequest, known: Sequence[str], library: Library) -> None:
         """Record ``response`` (its stream teed, recorded when it ends)."""
         if hasattr(response, "_content"):  # already read and decoded (MockTransport content=)
             self.record(vreq, response, response.content, None, known, decoded=True)
@@ -317,7 +193,7 @@ class _Run:
             response.stream = library.async_tee(stream, on_end)
 
     def handle(
-        self, original: Callable[[Any, Any], Any], transport: Any, request: Any, library: _Library
+        self, original: Callable[[Any, Any], Any], transport: Any, request: Any, library: Library
     ) -> Any:
         """A sync transport's ``handle_request`` inside the cassette."""
         replayed, vreq, known = self.lookup(request, request.read(), library)
@@ -332,7 +208,7 @@ class _Run:
         original: Callable[[Any, Any], Awaitable[Any]],
         transport: Any,
         request: Any,
-        library: _Library,
+        library: Library,
     ) -> Any:
         """An async transport's ``handle_async_request`` inside the cassette."""
         replayed, vreq, known = self.lookup(request, await request.aread(), library)
@@ -405,7 +281,7 @@ class _Run:
 @contextmanager
 def _patched_transports(run: _Run) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
-        for library in _LIBRARIES:
+        for library in LIBRARIES:
             lib = library.lib
             for cls in (lib.HTTPTransport, lib.MockTransport):
                 original = cls.handle_request
@@ -414,7 +290,7 @@ def _patched_transports(run: _Run) -> Iterator[None]:
                     self: Any,
                     request: Any,
                     _original: Callable[[Any, Any], Any] = original,
-                    _library: _Library = library,
+                    _library: Library = library,
                 ) -> Any:
                     return run.handle(_original, self, request, _library)
 
@@ -426,7 +302,7 @@ def _patched_transports(run: _Run) -> Iterator[None]:
                     self: Any,
                     request: Any,
                     _original: Callable[[Any, Any], Awaitable[Any]] = aoriginal,
-                    _library: _Library = library,
+                    _library: Library = library,
                 ) -> Any:
                     return await run.handle_async(_original, self, request, _library)
 
