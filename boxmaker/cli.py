@@ -55,6 +55,7 @@ from .errors import (
     BoxmakerError,
     ServerError,
     SessionFull,
+    StreamCut,
     TurnCancelled,
     TurnError,
     TurnInferError,
@@ -290,9 +291,12 @@ def _chat_session(runtime: Runtime, directory: Path, system: str) -> int:
 
 
 def _unreachable(failure: BaseException | None) -> bool:
-    """The turn failed without an answer from the server (no HTTP status: connection refused,
-    timed out before a response)."""
-    return isinstance(failure, TurnInferError) and failure.cause.status is None
+    """The turn failed without an answer from the server (no HTTP status, no body, not a stream
+    cut: connection refused, timed out before a response)."""
+    if not isinstance(failure, TurnInferError):
+        return False
+    cause = failure.cause
+    return cause.status is None and not cause.body and not isinstance(cause, StreamCut)
 
 
 def _demo(args: argparse.Namespace) -> int:
