@@ -56,7 +56,15 @@ from .client import Client
 from .config import ClientConfig, Config, load_config
 from .demo import DEMO_PROMPTS, DEMO_SYSTEM, ConsoleView, demo_registry, format_usage_table
 from .doctor import diagnose
-from .errors import BoxmakerError, ServerError, SessionFull, TurnCancelled, TurnError
+from .errors import (
+    BoxmakerError,
+    ServerError,
+    SessionFull,
+    StreamCut,
+    TurnCancelled,
+    TurnError,
+    TurnInferError,
+)
 from .events import TurnEvent
 from .logfile import upgrade_log
 from .records import SCHEMA_VERSION, Baseline, CacheLoss, Record
@@ -203,6 +211,8 @@ def _abandon(session: Session) -> None:
         session.close()
 
 
+CHAT_COMMANDS = "commands: /new starts a new session, /quit (or /exit, Ctrl-D) ends the chat"
+
 FULL_DEMO = (
     "  The session no longer fits the server's context, so the demo stops here. Run it again "
     "with a larger --ctx (tokens)."
@@ -216,7 +226,8 @@ FULL_CHAT = (
 
 def _demo_session(runtime: Runtime, directory: Path) -> int:
     """Run the demo's prompts; Ctrl-C cancels the running turn and ends the demo (130), a full
-    session ends it too (1). The usage table and the log path are printed in every case."""
+    session ends it too (1); another failed turn makes the exit code 1. The usage table and
+    the log path are printed in every case."""
     baseline = Baseline(system=DEMO_SYSTEM, tools=runtime.registry.definitions())
     session = Session.create(directory, baseline)
     view = ConsoleView()
@@ -233,6 +244,8 @@ def _demo_session(runtime: Runtime, directory: Path) -> int:
                     print(FULL_DEMO, flush=True)
                     code = 1
                     break
+                if failure is not None:
+                    code = 1  # a turn failed: the demo goes on, its exit code says so
     except BaseException:
         _abandon(session)
         raise
@@ -243,11 +256,12 @@ def _demo_session(runtime: Runtime, directory: Path) -> int:
 def _chat_session(runtime: Runtime, directory: Path, system: str) -> int:
     """Read messages until Ctrl-D, ``/quit`` or Ctrl-C at the prompt; one turn each. Ctrl-C in a
     turn cancels it. After :class:`SessionFull` nothing is sent to that session; ``/new``
-    starts a new one."""
+    starts a new one. Exit code 1 when turns were tried and none reached the server."""
     baseline = Baseline(system=system, tools=runtime.registry.definitions())
     session = Session.create(directory, baseline)
     view = ConsoleView()
     full = False
+    tried = reached = False
     try:
         while True:
             try:
@@ -266,6 +280,8 @@ def _chat_session(runtime: Runtime, directory: Path, system: str) -> int:
             elif text:
                 with _Interrupts(runtime.cancel) as interrupts:
                     failure = _turn(session, runtime, text, view, interrupts)
+                tried = True
+                reached = reached or not _unreachable(failure)
                 if isinstance(failure, SessionFull):
                     full = True
                     print(FULL_CHAT, flush=True)
@@ -273,7 +289,19 @@ def _chat_session(runtime: Runtime, directory: Path, system: str) -> int:
         _abandon(session)
         raise
     _finish(session)
+    if tried and not reached:
+        print(f"boxmaker chat: never reached {runtime.config.client.url}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _unreachable(failure: BaseException | None) -> bool:
+    """The turn failed without an answer from the server (no HTTP status, no body, not a stream
+    cut: connection refused, timed out before a response)."""
+    if not isinstance(failure, TurnInferError):
+        return False
+    cause = failure.cause
+    return cause.status is None and not cause.body and not isinstance(cause, StreamCut)
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -281,6 +309,8 @@ def _demo(args: argparse.Namespace) -> int:
     if args.url:
         print(f"running the demo against {args.url}", flush=True)
         return _demo_with(config, Path(args.dir))
+    if args.model is not None and not Path(args.model).is_file():
+        raise ServerError(f"{args.model}: no such model file (a GGUF)")
     server = EmbeddedServer(args.model, n_ctx=args.ctx, n_threads=args.threads)
     print(f"starting the embedded llama.cpp server on {server.model_path.name} ...", flush=True)
     with server:
@@ -304,6 +334,7 @@ def _chat(args: argparse.Namespace) -> int:
         runtime = Runtime(config=config, client=client, registry=registry, port=port)
         tools = ", ".join(registry.names)
         print(f"chatting with {client_cfg.url} (tools: {tools}; Ctrl-D ends; Ctrl-C stops a turn)")
+        print(CHAT_COMMANDS)
         return _chat_session(runtime, Path(args.dir), args.system)
 
 
@@ -365,6 +396,9 @@ def _report(args: argparse.Namespace) -> int:
     nothing to report or the HTML file cannot be written."""
     from .report import format_html, format_text, gather  # pandas and matplotlib: only here
 
+    if args.html is not None and not Path(args.html).absolute().parent.is_dir():
+        print(f"boxmaker report: cannot write {args.html}: no such directory", file=sys.stderr)
+        return 1
     found = gather(args.paths)
     for message in found.left_out:
         print(f"boxmaker report: {message}", file=sys.stderr)
@@ -486,8 +520,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(run=_demo)
 
-    chat = sub.add_parser("chat", help="chat interactively with any llama-server")
-    chat.add_argument("--url", default=None, help="llama-server base URL")
+    chat = sub.add_parser(
+        "chat", help="chat interactively with any llama-server", epilog=CHAT_COMMANDS
+    )
+    chat.add_argument(
+        "--url",
+        default=None,
+        help=f"llama-server base URL (default: the --config file's, else {ClientConfig().url})",
+    )
     chat.add_argument("--config", default=None, help="TOML config file")
     chat.add_argument("--dir", default="sessions", help="where session logs go (./sessions)")
     chat.add_argument("--system", default="", help="system prompt")
@@ -563,7 +603,22 @@ def _parser() -> argparse.ArgumentParser:
         help="run each run as a Ray task (auto: the running cluster; local: start one)",
     )
     batch.set_defaults(run=_batch)
+    for command in sub.choices.values():
+        command.formatter_class = _DefaultsHelp
     return parser
+
+
+class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows each option's default, unless its help says it already or there is
+    none (``None``, ``""``, a flag's ``False``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default in (None, False, "", argparse.SUPPRESS):
+            return text
+        if "default" in text or str(action.default) in text:
+            return text
+        return super()._get_help_string(action)
 
 
 def _batch(args: argparse.Namespace) -> int:

@@ -11,6 +11,15 @@ Load it with the entry point (``[project.entry-points.pytest11] boxmaker =
   are always hidden (:mod:`boxmaker.cassettes.scrub`). Unnamed, a test's cassette is
   ``cassettes/<module>/<test name>.yaml`` beside the test file.
 
+With pytest-recording installed (its ``vcr`` marker, ``vcr_config`` fixture, ``--record-mode``
+and ``--block-network``), this plugin adds no option of its own: the ``cassette`` fixture and
+marker read pytest-recording's ``--record-mode`` (its ``rewrite`` re-records, as ``all``), so
+the option means one thing. boxmaker's cassettes are then available through the ``vcr``
+marker too: return :func:`boxmaker_vcr_config` from the ``vcr_config`` fixture (or pass it to
+``@pytest.mark.vcr(**boxmaker_vcr_config())``) and a marked test's cassette is readable YAML,
+matched on method, path and JSON body, scrubbed, and recorded with the stream live; the
+:func:`pytest_recording_configure` hook registers the serializer and matcher by name.
+
 In record mode ``none`` (CI) no request reaches the network: an httpx request with no
 recorded match fails at once with the :class:`~boxmaker.errors.CassetteError` that names the
 cassette, the request's number and the first differing place in its body, and any other
@@ -22,6 +31,8 @@ holds its cassettes to account).
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
 import re
 import socket
 from collections.abc import Generator, Iterator
@@ -31,23 +42,52 @@ from typing import Any
 from unittest import mock
 
 import pytest
+from vcr import VCR
 
 from .cassettes import RECORD_MODES, RecordMode, unplayed_message, use_cassette
+from .cassettes.matching import json_body_matcher
+from .cassettes.scrub import scrub_request, scrub_response
+from .cassettes.serializer import serializer
+from .cassettes.transport import streaming_into
 from .errors import CassetteError
 
 __all__ = [
+    "boxmaker_vcr_config",
     "cassette",
     "cassette_path",
     "pytest_addoption",
     "pytest_configure",
+    "pytest_recording_configure",
     "pytest_runtest_call",
 ]
 
 _OPEN: pytest.StashKey[tuple[Any, Path, RecordMode]] = pytest.StashKey()
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    """Add ``--record-mode``."""
+_RECORDING_NAMES = ("recording", "pytest_recording.plugin", "pytest_recording")
+"""The names pytest-recording's plugin registers under (entry point, ``-p`` module)."""
+
+
+def recording_plugin_present(pluginmanager: pytest.PytestPluginManager) -> bool:
+    """Whether pytest-recording takes part in this run: registered already, or installed (a
+    ``pytest11`` entry point named ``recording``), not blocked with ``-p no:recording`` and
+    plugin autoloading not disabled (``PYTEST_DISABLE_PLUGIN_AUTOLOAD``)."""
+    if any(pluginmanager.has_plugin(name) for name in _RECORDING_NAMES):
+        return True
+    if any(pluginmanager.is_blocked(name) for name in _RECORDING_NAMES):
+        return False
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        return False
+    return any(
+        ep.name == "recording" or ep.value.startswith("pytest_recording")
+        for ep in importlib.metadata.entry_points(group="pytest11")
+    )
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    """Add ``--record-mode``, unless pytest-recording (which has its own) takes part."""
+    if recording_plugin_present(pluginmanager):
+        return
     group = parser.getgroup("boxmaker", "boxmaker cassettes")
     group.addoption(
         "--record-mode",
@@ -114,10 +154,12 @@ def cassette(request: pytest.FixtureRequest) -> Iterator[Any]:
     """The test runs inside its cassette (see the module docstring); yields vcrpy's
     ``Cassette`` (``play_count``, ``all_played``, ``data``, and ``failures``)."""
     item = request.node
-    mode: RecordMode = request.config.getoption("--record-mode")
+    mode = _record_mode(request.config)
     path = cassette_path(item)
     marker = item.get_closest_marker("cassette")
     secrets = tuple(marker.kwargs.get("secrets", ())) if marker else ()
+    if mode == "none" and not path.exists():
+        raise CassetteError(f"{path}: no such cassette (record it with --record-mode once)")
     if mode != "none":
         path.parent.mkdir(parents=True, exist_ok=True)
     with use_cassette(path, mode, strict=False, secrets=secrets) as recorded:
@@ -127,6 +169,85 @@ def cassette(request: pytest.FixtureRequest) -> Iterator[Any]:
                 yield recorded
         else:
             yield recorded
+
+
+def _record_mode(config: pytest.Config) -> RecordMode:
+    """``--record-mode`` (boxmaker's or pytest-recording's: unset means ``none``, its
+    ``rewrite`` means ``all``)."""
+    mode = config.getoption("--record-mode", default=None) or "none"
+    if mode == "rewrite":
+        return "all"
+    if mode not in RECORD_MODES:
+        raise CassetteError(f"--record-mode {mode}: not one of {', '.join(RECORD_MODES)}")
+    return mode
+
+
+def boxmaker_vcr_config(**overrides: Any) -> dict[str, Any]:
+    """The ``vcr_config`` (pytest-recording's fixture, keyword arguments of vcrpy's
+    ``use_cassette``) for boxmaker's cassettes: the readable serializer (files end ``.yaml``),
+    matching on method, path and JSON body, headers and credential-like values scrubbed,
+    compressed responses stored decoded, and vcrpy's own httpx patch skipped (this plugin
+    records the stream live instead). ``overrides`` replace or add keys.
+
+    Example::
+
+        @pytest.fixture
+        def vcr_config():
+            return boxmaker_vcr_config()
+    """
+    config: dict[str, Any] = {
+        "serializer": "boxmaker",
+        "match_on": ("method", "path", "json_body"),
+        "before_record_request": scrub_request,
+        "before_record_response": scrub_response,
+        "decode_compressed_response": True,
+        "skip_patchers": ("httpx", "httpx2"),
+        "path_transformer": VCR.ensure_suffix(".yaml"),
+    }
+    config.update(overrides)
+    return config
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_recording_configure(config: pytest.Config, vcr: Any) -> None:
+    """pytest-recording's hook: register boxmaker's serializer (``"boxmaker"``) and JSON-body
+    matcher (``"json_body"``) on the ``VCR`` it builds for a ``vcr``-marked test."""
+    vcr.register_serializer("boxmaker", serializer)
+    vcr.register_matcher("json_body", json_body_matcher(()))
+
+
+@pytest.fixture(autouse=True)
+def _boxmaker_vcr(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A ``vcr``-marked test whose cassette uses boxmaker's serializer records and replays
+    httpx with the stream live, and is held to account like the ``cassette`` fixture."""
+    item = request.node
+    if item.get_closest_marker("vcr") is None or "vcr" not in request.fixturenames:
+        yield
+        return
+    opened = request.getfixturevalue("vcr")
+    if opened is None or getattr(opened, "_serializer", None) is not serializer:
+        yield
+        return
+    path = Path(opened._path)
+    if _rewriting(request):  # pytest-recording deleted a ``.boxmaker`` file: start over here
+        path.unlink(missing_ok=True)
+        opened.data.clear()
+        opened.play_counts.clear()
+    mode: RecordMode = "none" if opened.record_mode.value == "none" else "once"
+    with streaming_into(opened, path):
+        item.stash[_OPEN] = (opened, path, mode)
+        yield
+
+
+def _rewriting(request: pytest.FixtureRequest) -> bool:
+    """pytest-recording's ``rewrite`` mode (option, ``vcr_config`` or marker) is on: it deletes
+    the cassette before the test but names the file after the serializer (``.boxmaker``), so
+    for boxmaker's cassettes the ``.yaml`` file is deleted and what was loaded dropped here."""
+    config = dict(request.getfixturevalue("vcr_config"))
+    for marker in reversed(list(request.node.iter_markers("vcr"))):
+        config.update(marker.kwargs)
+    mode = request.config.getoption("--record-mode", default=None) or config.get("record_mode")
+    return bool(mode == "rewrite")
 
 
 @pytest.fixture(autouse=True)

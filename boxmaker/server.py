@@ -208,7 +208,7 @@ class EmbeddedServer:
         self.url = address
         try:
             self._wait_healthy()
-        except ServerError:
+        except BaseException:  # ServerError, or Ctrl-C while waiting: no server left running
             self.stop()
             raise
         return self

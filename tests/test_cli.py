@@ -37,8 +37,9 @@ def test_chat_with_no_server_fails_clearly(
     code = main(
         ["chat", "--url", "http://127.0.0.1:9", "--config", str(config), "--dir", str(tmp_path)]
     )
-    out = capsys.readouterr().out
-    assert code == 0
+    out, err = capsys.readouterr()
+    assert code == 1  # issue 14: chat exits non-zero when it never reached the server
+    assert "never reached http://127.0.0.1:9" in err
     assert "turn ended: TurnInferError" in out and "cannot connect" in out.lower()
     log = next(tmp_path.glob("*.jsonl"))
     kinds = [type(r).__name__ for r in Session.open(log, read_only=True).records]

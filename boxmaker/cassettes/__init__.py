@@ -11,8 +11,10 @@ The parts, one role each:
 - :mod:`~boxmaker.cassettes.matching`: requests match on method, path and body compared as
   parsed JSON; :func:`first_difference` names where two bodies differ;
 - :mod:`~boxmaker.cassettes.transport`: :func:`use_cassette` and :func:`make_vcr`, a streaming
-  record/replay patch of the sync httpx transports (the widgets, Stop and the thinking cap see
-  the stream as it arrives while it is recorded);
+  record/replay patch of the httpx transports, sync and async (the widgets, Stop and the
+  thinking cap see the stream as it arrives while it is recorded);
+- :mod:`~boxmaker.cassettes.streams`: the teed and replayed response streams, for httpx and
+  the openai SDK's ``httpx2``;
 - :mod:`~boxmaker.cassettes.inspection`: a :func:`transcript`, the prefix check
   (:func:`prefix_problems`), a recorded stream read with the client's decoder
   (:func:`read_stream`), the :func:`recorded_session`;

@@ -57,6 +57,25 @@ U+0085 NEL, U+2028 LINE SEPARATOR, U+2029 PARAGRAPH SEPARATOR: a literal block t
 ``\\n``, a quoted scalar folds a lone one into a space) and without U+FEFF (a byte order mark)."""
 
 
+def _not_yaml(text: str, exc: yaml.YAMLError) -> str:
+    """The message for a file YAML cannot read: a session log (JSON Lines, each line an object
+    with a ``type``) is named as one; otherwise the line and column where YAML failed."""
+    lines = [line for line in text.splitlines()[:2] if line.strip()]
+    try:
+        first = [json.loads(line) for line in lines]
+    except ValueError:
+        first = []
+    if len(first) > 1 and all(isinstance(r, dict) and "type" in r for r in first):
+        return (
+            "not a cassette: this is a session log (JSON Lines); a cassette is the YAML file "
+            "use_cassette or --record-mode wrote"
+        )
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(exc, "problem", None) or "not YAML"
+    return f"not a readable cassette: invalid YAML{where} ({problem})"
+
+
 class _Dumper(yaml.SafeDumper):
     """A safe YAML dumper that writes multi-line strings as literal blocks, and any string
     holding a character YAML would not give back (:data:`_YAML_PRINTABLE`) double-quoted, where
@@ -173,7 +192,7 @@ class _ReadableSerializer:
         try:
             data = yaml.safe_load(cassette_string)
         except yaml.YAMLError as exc:
-            raise CassetteError(f"not a readable cassette: invalid YAML: {exc}") from exc
+            raise CassetteError(_not_yaml(cassette_string, exc)) from exc
         problem = _shape_problem(data)
         if problem:
             raise CassetteError(f"not a cassette: {problem}")

@@ -2,13 +2,15 @@
 
 Recording passes the stream on as it arrives. vcrpy's own httpx stub reads a whole response
 before handing it over, which would freeze the widgets, Stop, and the thinking cap (it must
-send ``reasoning_end`` while reasoning streams). Here the sync httpx transports
-(``HTTPTransport``, ``MockTransport``) are patched instead: a response to record gets its
-stream teed into a buffer, and the interaction is appended to vcrpy's cassette when the
-response ends (read to the end, closed by the client, or broken: then what arrived is kept
-with the error in ``response.error``, and replay raises the same httpx error after the same
-bytes). Interactions are therefore stored in the order their responses ended: a
-reasoning-control request sent during a stream comes before that stream's interaction.
+send ``reasoning_end`` while reasoning streams). Here httpx's transports, sync and async
+(``HTTPTransport``, ``AsyncHTTPTransport``, ``MockTransport``), are patched instead, so any
+httpx client is served (boxmaker's, plain ``httpx.Client``/``AsyncClient``, the openai SDK):
+a response to record gets its stream teed into a buffer, and the interaction is appended to
+vcrpy's cassette when the response ends (read to the end, closed by the client, or broken:
+then what arrived is kept with the error in ``response.error``, and replay raises the same
+httpx error after the same bytes). Interactions are therefore stored in the order their
+responses ended: a reasoning-control request sent during a stream comes before that
+stream's interaction.
 A compressed response is stored decoded and without its ``Content-Encoding`` header.
 
 Each interaction plays once, the first unplayed match first (matching:
@@ -21,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -42,12 +44,14 @@ from .scrub import (
     scrub_response,
 )
 from .serializer import FilePersister, serializer
+from .streams import LIBRARIES, Library
 
 __all__ = [
     "RECORD_MODES",
     "RecordMode",
     "UnrecordedRequest",
     "make_vcr",
+    "streaming_into",
     "unplayed_message",
     "use_cassette",
 ]
@@ -102,7 +106,7 @@ def make_vcr(record_mode: RecordMode = "none", *, ignore_body_keys: Sequence[str
         before_record_request=scrub_request,
         before_record_response=scrub_response,
         decode_compressed_response=True,
-        skip_patchers=("httpx",),
+        skip_patchers=("httpx", "httpx2"),
     )
     v.register_serializer("boxmaker", serializer)
     v.register_persister(FilePersister)
@@ -110,66 +114,9 @@ def make_vcr(record_mode: RecordMode = "none", *, ignore_body_keys: Sequence[str
     return v
 
 
-class _Tee(httpx.SyncByteStream):
-    """A response stream passed on chunk by chunk while a copy is kept; ``on_end(body, error)``
-    runs once, when the stream is exhausted, breaks, or is closed."""
-
-    def __init__(
-        self, inner: httpx.SyncByteStream, on_end: Callable[[bytes, Exception | None], None]
-    ) -> None:
-        self._inner = inner
-        self._parts: list[bytes] = []
-        self._on_end: Callable[[bytes, Exception | None], None] | None = on_end
-
-    def __iter__(self) -> Iterator[bytes]:
-        try:
-            for chunk in self._inner:
-                self._parts.append(chunk)
-                yield chunk
-        except Exception as exc:
-            self._end(exc)
-            raise
-        self._end(None)
-
-    def close(self) -> None:
-        try:
-            self._inner.close()
-        finally:
-            self._end(None)
-
-    def _end(self, error: Exception | None) -> None:
-        on_end, self._on_end = self._on_end, None
-        if on_end is not None:
-            on_end(b"".join(self._parts), error)
-
-
-class _Replay(httpx.SyncByteStream):
-    """A recorded body played back one SSE event per chunk (like llama-server sends it),
-    then the recorded transport error, if any."""
-
-    def __init__(self, body: bytes, error: str | None) -> None:
-        self._body = body
-        self._error = error
-
-    def __iter__(self) -> Iterator[bytes]:
-        body = self._body
-        start = 0
-        while start < len(body):
-            end = body.find(b"\n\n", start)
-            end = len(body) if end < 0 else end + 2
-            yield body[start:end]
-            start = end
-        if self._error:
-            name, _, message = self._error.partition(": ")
-            kind = getattr(httpx, name, None)
-            if not (isinstance(kind, type) and issubclass(kind, httpx.TransportError)):
-                kind, message = httpx.RemoteProtocolError, self._error
-            raise kind(message)
-
-
 def _replayed(
-    recorded: Mapping[str, Any], request: httpx.Request, secret: str | None
-) -> httpx.Response:
+    recorded: Mapping[str, Any], request: Any, secret: str | None, library: Library
+) -> Any:
     status = recorded.get("status") or {}
     message = status.get("message")
     headers = [
@@ -179,10 +126,10 @@ def _replayed(
     ]
     body = recorded["body"]["string"] or b""
     body = restore(body if isinstance(body, bytes) else str(body).encode(), secret)
-    return httpx.Response(
+    return library.lib.Response(
         int(status.get("code", 200)),
         headers=headers,
-        stream=_Replay(body, recorded.get("error")),
+        stream=library.replay(body, recorded.get("error")),
         extensions={"reason_phrase": str(message).encode("ascii")} if message else {},
         request=request,
     )
@@ -206,43 +153,75 @@ class _Run:
         self.failures: list[UnrecordedRequest] = []
         self.lock = threading.Lock()
 
-    def handle(
-        self,
-        original: Callable[[Any, httpx.Request], httpx.Response],
-        transport: Any,
-        request: httpx.Request,
-    ) -> httpx.Response:
-        body = request.read()
+    def lookup(
+        self, request: Any, body: bytes, library: Library
+    ) -> tuple[Any, VcrRequest, list[str]]:
+        """The replayed response for ``request`` (None: to be sent and recorded), its scrubbed
+        vcrpy request and its credentials. Raises :class:`UnrecordedRequest`."""
         vreq = VcrRequest(request.method, str(request.url), body, dict(request.headers))
-        known = credentials(vreq, self.secrets)
+        known = list(credentials(vreq, self.secrets))
         vreq = scrub_request(hide_in_request(vreq, known))
         with self.lock:
             self.requests += 1
             number = self.requests
             cassette = self.cassette
             if cassette.can_play_response_for(vreq):
-                return _replayed(cassette.play_response(vreq), request, next(iter(known), None))
+                played = cassette.play_response(vreq)
+                replayed = _replayed(played, request, next(iter(known), None), library)
+                return replayed, vreq, known
             if cassette.write_protected and cassette.filter_request(vreq):
                 error = UnrecordedRequest(
                     self.no_match(number, vreq), number=number, method=vreq.method, path=vreq.path
                 )
                 self.failures.append(error)
                 raise error
-        response = original(transport, request)
+        return None, vreq, known
+
+    def tee(self, response: Any, vreq: VcrRequest, known: Sequence[str], library: Library) -> None:
+        """Record ``response`` (its stream teed, recorded when it ends)."""
         if hasattr(response, "_content"):  # already read and decoded (MockTransport content=)
             self.record(vreq, response, response.content, None, known, decoded=True)
-            return response
+            return
         stream = response.stream
-        if isinstance(stream, httpx.SyncByteStream):
-            response.stream = _Tee(
-                stream, lambda data, error: self.record(vreq, response, data, error, known)
-            )
+
+        def on_end(data: bytes, error: Exception | None) -> None:
+            self.record(vreq, response, data, error, known)
+
+        if isinstance(stream, library.lib.SyncByteStream):
+            response.stream = library.tee(stream, on_end)
+        elif isinstance(stream, library.lib.AsyncByteStream):
+            response.stream = library.async_tee(stream, on_end)
+
+    def handle(
+        self, original: Callable[[Any, Any], Any], transport: Any, request: Any, library: Library
+    ) -> Any:
+        """A sync transport's ``handle_request`` inside the cassette."""
+        replayed, vreq, known = self.lookup(request, request.read(), library)
+        if replayed is not None:
+            return replayed
+        response = original(transport, request)
+        self.tee(response, vreq, known, library)
+        return response
+
+    async def handle_async(
+        self,
+        original: Callable[[Any, Any], Awaitable[Any]],
+        transport: Any,
+        request: Any,
+        library: Library,
+    ) -> Any:
+        """An async transport's ``handle_async_request`` inside the cassette."""
+        replayed, vreq, known = self.lookup(request, await request.aread(), library)
+        if replayed is not None:
+            return replayed
+        response = await original(transport, request)
+        self.tee(response, vreq, known, library)
         return response
 
     def record(
         self,
         vreq: VcrRequest,
-        response: httpx.Response,
+        response: Any,
         body: bytes,
         error: Exception | None,
         known: Sequence[str],
@@ -302,18 +281,60 @@ class _Run:
 @contextmanager
 def _patched_transports(run: _Run) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
-        for cls in (httpx.HTTPTransport, httpx.MockTransport):
-            original = cls.handle_request
+        for library in LIBRARIES:
+            lib = library.lib
+            for cls in (lib.HTTPTransport, lib.MockTransport):
+                original = cls.handle_request
 
-            def handle(
-                self: Any,
-                request: httpx.Request,
-                _original: Callable[[Any, httpx.Request], httpx.Response] = original,
-            ) -> httpx.Response:
-                return run.handle(_original, self, request)
+                def handle(
+                    self: Any,
+                    request: Any,
+                    _original: Callable[[Any, Any], Any] = original,
+                    _library: Library = library,
+                ) -> Any:
+                    return run.handle(_original, self, request, _library)
 
-            stack.enter_context(mock.patch.object(cls, "handle_request", handle))
+                stack.enter_context(mock.patch.object(cls, "handle_request", handle))
+            for acls in (lib.AsyncHTTPTransport, lib.MockTransport):
+                aoriginal = acls.handle_async_request
+
+                async def ahandle(
+                    self: Any,
+                    request: Any,
+                    _original: Callable[[Any, Any], Awaitable[Any]] = aoriginal,
+                    _library: Library = library,
+                ) -> Any:
+                    return await run.handle_async(_original, self, request, _library)
+
+                stack.enter_context(mock.patch.object(acls, "handle_async_request", ahandle))
         yield
+
+
+@contextmanager
+def streaming_into(
+    cassette: Any,
+    path: str | os.PathLike[str],
+    *,
+    secrets: Sequence[str] = (),
+    ignore_body_keys: Sequence[str] = (),
+) -> Iterator[Any]:
+    """Inside the block, httpx requests play from or record into an open vcrpy ``cassette``
+    with the stream live (the patch :func:`use_cassette` installs; also used on the cassette
+    pytest-recording opens, :mod:`boxmaker.pytest_plugin`).
+
+    Args:
+        cassette: an open vcrpy ``Cassette``; it gains ``failures`` (see :func:`use_cassette`).
+        path: its file, named in error messages.
+        secrets: more values to hide (see :func:`use_cassette`).
+        ignore_body_keys: top-level request-body keys left out of the no-match message.
+
+    Yields:
+        the cassette.
+    """
+    run = _Run(cassette, Path(path), ignore_body_keys, secrets)
+    cassette.failures = run.failures
+    with _patched_transports(run):
+        yield cassette
 
 
 @contextmanager
@@ -325,7 +346,8 @@ def use_cassette(
     secrets: Sequence[str] = (),
     ignore_body_keys: Sequence[str] = (),
 ) -> Iterator[Any]:
-    """Record or replay every sync httpx request inside the block with the cassette at ``path``.
+    """Record or replay every httpx request (sync or async client) inside the block with the
+    cassette at ``path``.
 
     Args:
         path: the YAML file (created when recording).
@@ -361,11 +383,11 @@ def use_cassette(
     if record_mode == "none" and not p.exists():
         raise CassetteError(f"{p}: no such cassette (record it with record_mode='once')")
     v = make_vcr(record_mode, ignore_body_keys=ignore_body_keys)
-    with v.use_cassette(str(p)) as cassette:
-        run = _Run(cassette, p, ignore_body_keys, secrets)
-        cassette.failures = run.failures
-        with _patched_transports(run):
-            yield cassette
+    with (
+        v.use_cassette(str(p)) as cassette,
+        streaming_into(cassette, p, secrets=secrets, ignore_body_keys=ignore_body_keys),
+    ):
+        yield cassette
     if strict and record_mode == "none" and not cassette.all_played:
         raise CassetteError(unplayed_message(cassette, p))
 
