@@ -29,7 +29,7 @@ LAYERS: list[set[str]] = [
     {"frames", "render", "batchrun"},
     {"plots", "widget_transcript", "demo", "server", "batchview"},
     {"widgets"},
-    {"report", "cassettes", "batch", "doctor"},
+    {"report", "cassettes", "batch", "doctor", "terminal"},
     {"pytest_plugin", "cli"},
     {"__init__", "__main__"},
 ]
