@@ -504,9 +504,25 @@ def _take(recs: list[dict[str, Any]], indexes: list[int], getters: list[_Getter]
             if key not in outer:
                 outer[key] = [r.get(key) for r in recs]
             values = [v.get(sub) if type(v) is dict else None for v in outer[key]]
-        wrong = set(map(type, values)) - ok
+        kinds = set(map(type, values))
+        wrong = kinds - ok
         if wrong:
             j = next(j for j, v in enumerate(values) if type(v) in wrong)
             want = " or ".join(sorted(t.__name__ for t in ok if t is not type(None)))
             raise _BadRecord(f"{name}: {values[j]!r} is not {want}", indexes[j])
+        if (
+            int in kinds
+            and (
+                big := next(
+                    (v for v in values if type(v) is int and not _INT64[0] <= v <= _INT64[1]), None
+                )
+            )
+            is not None
+        ):
+            j = values.index(big)
+            raise _BadRecord(f"{name}: {big!r:.40} is out of range (64-bit)", indexes[j])
         extend(values)
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+"""The range of the frames' integer columns (pandas Int64)."""

@@ -170,10 +170,17 @@ def _read(source: Source, want: Iterable[str]) -> Rows:
     """Read every log of ``source``; rows only for the frames ``want`` needs (a record type
     no needed frame reads is skipped without its fields being checked)."""
     rows = Rows(_needs(want))
+    seen: dict[str, str] = {}  # session id -> the log it came from
     for item in find_logs(source):
         try:
             log = session_log(item) if isinstance(item, Session) else file_log(item)
+            if log.session in seen:  # a copy of a log (a backup): its rows would count twice
+                raise BadLog(
+                    f"{log.path}: session {log.session} was read already from "
+                    f"{seen[log.session]} (a copy?)"
+                )
             rows.add(log)
+            seen[log.session] = log.path
         except (SessionError, BadLog) as exc:
             warnings.warn(f"{exc}; the log is left out", LogReadWarning, stacklevel=3)
     return rows

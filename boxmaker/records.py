@@ -433,12 +433,21 @@ def record_from_json(data: Mapping[str, Any]) -> Record:
                     raise ValueError(
                         f"{name} record: timings.{key} = {number!r:.40} is not a number"
                     )
+                _in_range(name, f"timings.{key}", number)
+        elif type(value) is int:
+            _in_range(name, f.name, value)
         kwargs[f.name] = value
     try:
         record: Record = cls(time=time, **kwargs)
     except TypeError as exc:
         raise ValueError(f"malformed {name} record: {exc}") from exc
     return record
+
+
+def _in_range(record: object, name: str, value: float) -> None:
+    """Refuse an integer the analysis cannot hold (beyond 64 bits: pandas' Int64)."""
+    if type(value) is int and not -(2**63) <= value < 2**63:
+        raise ValueError(f"{record} record: {name} = {value!r:.40} is out of range (64-bit)")
 
 
 _SIMPLE: dict[str, tuple[type, ...]] = {

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 
 from boxmaker.cassettes import use_cassette
@@ -132,3 +133,24 @@ def test_the_readme_names_exactly_what_is_scrubbed() -> None:
     fields = section[section.index("JSON keys named") : section.index("become `<SECRET>`")]
     assert sorted(re.findall(r"`([^`]+)`", query)) == sorted(SECRET_QUERY_PARAMETERS)
     assert sorted(re.findall(r"`([^`]+)`", fields)) == sorted(SECRET_FIELDS)
+
+
+@pytest.mark.parametrize("key", ["e", "Oslo", "EMPTY"])
+def test_a_short_placeholder_key_does_not_garble_the_cassette(tmp_path: Path, key: str) -> None:
+    """A key shorter than 8 characters cannot be told from text: it is not searched for, so
+    the recording stays readable and checkable (the header itself is never written)."""
+    path = tmp_path / "short.yaml"
+    body = {"messages": [{"role": "user", "content": "Weather in Oslo?"}], "stream": False}
+
+    def server(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"choices": [{"message": {"content": "Oslo: sunny"}}]})
+
+    with use_cassette(path, "all"), httpx.Client(transport=httpx.MockTransport(server)) as http:
+        http.post(
+            "http://llama.test/v1/chat/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {key}"},
+        )
+    text = path.read_text()
+    assert "<API_KEY>" not in text and "Authorization" not in text
+    assert "/v1/chat/completions" in text and "messages" in text and "Oslo: sunny" in text

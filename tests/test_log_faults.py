@@ -281,3 +281,26 @@ def test_calls_that_cannot_run_are_marked_not_run_and_the_loop_s_words_are_never
 
 
 SCHEMA_CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+def test_integers_beyond_64_bits_and_copied_logs_are_left_out_with_a_warning(
+    tmp_path: Path,
+) -> None:
+    """Every reader refuses a number the analysis cannot hold; a copy of a log (the same
+    session id twice) is read once, so nothing counts twice."""
+    head = (Path(__file__).parent / "data" / "schema-2.jsonl").read_text().splitlines()[0]
+    usage = {"type": "usage", "timings": {"cache_n": 10**23, "prompt_n": 5}}
+    big = tmp_path / "big.jsonl"
+    big.write_text(f"{head}\n{json.dumps({**usage, 'time': '2026-11-30T00:00:00Z'})}\n")
+    with pytest.raises(SessionError, match=r"big.jsonl:2: .*out of range"):
+        Session.open(big, read_only=True)
+    with pytest.warns(UserWarning, match=r"big.jsonl:2: .*out of range"):
+        assert frames.requests(big).empty
+    good = tmp_path / "logs" / "a.jsonl"
+    good.parent.mkdir()
+    good.write_text((Path(__file__).parent / "data" / "schema-2.jsonl").read_text())
+    copy = good.with_name("b.jsonl")
+    copy.write_bytes(good.read_bytes())
+    with pytest.warns(UserWarning, match=r"b.jsonl: session schema-2 was read already"):
+        summary = frames.summary(good.parent)
+    assert summary.session.tolist() == ["schema-2"]

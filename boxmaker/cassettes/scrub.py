@@ -8,9 +8,12 @@ Before an interaction is written (and, the same way, before a request is matched
   body, response body, a recorded transport error), become ``<API_KEY>``: the configured
   secrets (``use_cassette(secrets=...)``), the token of the request's ``Authorization``
   header (``Bearer X``: ``X``, so ``ClientConfig.api_key`` is always covered), the value of
-  an ``api-key``/``x-api-key`` header, and the values (8 characters or more) of
-  credential-like query parameters and JSON body fields below; also in their URL-encoded and
-  JSON-escaped forms;
+  an ``api-key``/``x-api-key`` header, and the values of credential-like query parameters
+  and JSON body fields below; also in their URL-encoded and JSON-escaped forms. A value
+  found in the request shorter than 8 characters (a placeholder such as ``EMPTY`` for a
+  local server) is not searched for: it cannot be told apart from text, and replacing it
+  everywhere garbles the cassette (``"e"`` in every word); headers are dropped anyway and
+  credential-named fields still become ``<SECRET>``;
 - URI query parameters with a credential-like name (:data:`SECRET_QUERY_PARAMETERS`) are
   removed;
 - JSON string values under a credential-like key (:data:`SECRET_FIELDS`), at any depth of a
@@ -165,17 +168,19 @@ def _scrub_fields(body: bytes) -> bytes:
 def credentials(request: VcrRequest, configured: Sequence[str] = ()) -> list[str]:
     """The credentials a request shows, to hide wherever they appear in its interaction.
 
-    In order: ``configured`` (the ``secrets`` given to ``use_cassette``), the credential of
-    each of :data:`SECRET_HEADERS`' ``authorization``, ``proxy-authorization``, ``api-key``
-    and ``x-api-key`` (an ``Authorization`` value ``Scheme X`` gives ``X``), then the values of
-    credential-like query parameters and JSON body fields of 8 characters or more. Empty
-    values and repeats are left out.
+    In order: ``configured`` (the ``secrets`` given to ``use_cassette``, at any length), the
+    credential of each of :data:`SECRET_HEADERS`' ``authorization``, ``proxy-authorization``,
+    ``api-key`` and ``x-api-key`` (an ``Authorization`` value ``Scheme X`` gives ``X``), then
+    the values of credential-like query parameters and JSON body fields; those found in the
+    request only when 8 characters or more. Empty values and repeats are left out.
     """
     found: list[str] = list(configured)
     for name, value in request.headers.items():
         if name.lower() in _KEYED_HEADERS:
             scheme, _, token = str(value).strip().partition(" ")
-            found.append(token.strip() if token else scheme)
+            token = token.strip() if token else scheme
+            if len(token) >= _HARVEST_MIN:  # shorter: a placeholder, not told apart from text
+                found.append(token)
     for name, value in urllib.parse.parse_qsl(urllib.parse.urlsplit(request.uri).query):
         if _norm(name) in _QUERY and len(value) >= _HARVEST_MIN:
             found.append(value)
