@@ -63,9 +63,10 @@ MANIFEST = "manifest.ndjson"
 """The manifest's file name in the batch directory. Not ``.jsonl``: the frames and
 ``boxmaker report`` search a directory for ``*.jsonl`` session logs, and it is not one."""
 
-RETRIED_OUTCOMES = frozenset({"cancelled", "infer_error"})
+RETRIED_OUTCOMES = frozenset({"cancelled", "infer_error", "process_died"})
 """``TurnEnd`` outcomes of a turn that did not happen: its message is sent again on a rerun
-(the log keeps both attempts). Every other outcome is a finished turn, never re-sent."""
+(the log keeps both attempts). ``process_died`` closes a turn the runner was killed in, when
+the log is reopened. Every other outcome is a finished turn, never re-sent."""
 
 _TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,110}")
 

@@ -17,7 +17,7 @@ import pytest
 
 import boxmaker.batch
 from boxmaker.batch import frames, manifest, run_batch
-from boxmaker.batchplan import MANIFEST, Task, read_manifest
+from boxmaker.batchplan import MANIFEST, RETRIED_OUTCOMES, Task, read_manifest
 from boxmaker.client import Client
 from boxmaker.records import CacheLoss, ToolResult, TurnEnd, Usage, User
 from boxmaker.server import EmbeddedServer
@@ -50,7 +50,7 @@ def _finished_users(path: Path) -> list[str]:
         if isinstance(r, User):
             current = r.content
         elif isinstance(r, TurnEnd) and current is not None:
-            if r.outcome not in ("cancelled", "infer_error"):
+            if r.outcome not in RETRIED_OUTCOMES:
                 out.append(current)
             current = None
     return out
