@@ -35,9 +35,7 @@ place, ``[thinking] turn_tokens`` (``ThinkingConfig.turn_tokens``), still loads,
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
-import re
 import reprlib
 import tomllib
 import types
@@ -49,6 +47,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .config_checks import check as _check
+from .config_checks import nonneg as _nonneg
+from .config_ports import ApprovalPolicy, McpConfig, McpServerConfig
 from .errors import ConfigError
 
 __all__ = [
@@ -63,32 +64,6 @@ __all__ = [
     "ThinkingConfig",
     "load_config",
 ]
-
-
-MAX_SECONDS = 86_400.0
-"""Upper bound of every duration knob (names ending in ``_s``): one day. Larger values are
-typos or overflow the socket layer (``1e308`` seconds cannot be a socket timeout)."""
-
-
-def _check(where: str, **bounds: tuple[object, bool]) -> None:
-    """Raise ConfigError for the first ``name=(value, ok)`` whose ``ok`` is false.
-
-    Whatever ``ok`` says, a float that is infinite or NaN is refused, and so is a duration
-    (a name ending in ``_s``) above :data:`MAX_SECONDS`.
-    """
-    for name, (value, ok) in bounds.items():
-        if isinstance(value, float) and not math.isfinite(value):
-            ok = False
-        if name.endswith("_s") and isinstance(value, int | float) and value > MAX_SECONDS:
-            raise ConfigError(
-                f"{where}.{name} = {value!r} is out of range: at most {MAX_SECONDS:.0f} s (a day)"
-            )
-        if not ok:
-            raise ConfigError(f"{where}.{name} = {value!r} is out of range")
-
-
-def _nonneg(x: float) -> bool:
-    return math.isfinite(x) and x >= 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -307,103 +282,6 @@ class SamplingConfig:
         return fields
 
 
-_SERVER_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-
-
-@dataclass(frozen=True, kw_only=True)
-class McpServerConfig:
-    """One MCP server whose tools a :class:`boxmaker.mcp_port.McpPort` offers: a ``command``
-    started as a subprocess (stdio transport) or a ``url`` (streamable HTTP), exactly one.
-
-    Raises:
-        ConfigError: no or both of ``command`` and ``url``, a URL that is not http(s), a name
-            that is not ``[A-Za-z0-9_.-]{1,64}``, or a timeout that is not positive.
-    """
-
-    name: str
-    """The server's name in the log (``ToolResult.server``) and in error messages."""
-    command: tuple[str, ...] = ()
-    """Program and arguments of a stdio server, e.g. ``("python", "server.py")``."""
-    url: str | None = None
-    """Endpoint of a streamable-HTTP server, e.g. ``"http://127.0.0.1:8000/mcp"``."""
-    cwd: str | None = None
-    """Working directory of a stdio server (``None``: the current one)."""
-    prefix: str = ""
-    """Put before each of the server's tool names in the registry (``"search_"``), to tell
-    apart two servers that offer a tool of the same name."""
-    timeout_s: float = 30.0
-    """Seconds one ``tools/call`` may take; then the call fails and the server is restarted."""
-    start_timeout_s: float = 30.0
-    """Seconds to start (or reach) the server and list its tools."""
-    data_class: str = "public"
-    """The ``data_class`` label of the server's results."""
-    untrusted: bool | None = None
-    """Mark the server's results untrusted (``True``) or trusted (``False``); ``None``: from
-    each tool's ``openWorldHint`` (absent counts as open world, as the MCP specification says)."""
-
-    def __post_init__(self) -> None:
-        if not _SERVER_NAME.fullmatch(self.name):
-            raise ConfigError(f"mcp server name {self.name!r} is not [A-Za-z0-9_.-]{{1,64}}")
-        where = f"mcp server {self.name!r}"
-        if bool(self.command) == (self.url is not None):
-            raise ConfigError(f"{where}: give either command (stdio) or url (HTTP), not both")
-        if self.url is not None and urllib.parse.urlsplit(self.url).scheme not in ("http", "https"):
-            raise ConfigError(f"{where}: url = {self.url!r} is not an http(s) URL")
-        _check(
-            where,
-            timeout_s=(self.timeout_s, _nonneg(self.timeout_s) and self.timeout_s > 0),
-            start_timeout_s=(
-                self.start_timeout_s,
-                _nonneg(self.start_timeout_s) and self.start_timeout_s > 0,
-            ),
-        )
-
-
-@dataclass(frozen=True, kw_only=True)
-class McpConfig:
-    """The MCP servers whose tools join the registry (``[[mcp.servers]]`` tables in TOML).
-
-    Raises:
-        ConfigError: two servers of the same name.
-    """
-
-    servers: tuple[McpServerConfig, ...] = ()
-    """The servers, in order (their tools join the registry in this order)."""
-
-    def __post_init__(self) -> None:
-        names = [s.name for s in self.servers]
-        for name in names:
-            if names.count(name) > 1:
-                raise ConfigError(f"mcp: two servers are named {name!r}")
-
-
-@dataclass(frozen=True, kw_only=True)
-class ApprovalPolicy:
-    """Which tool calls wait for a person's (or a callback's) approval before they run
-    (:class:`boxmaker.approval.ApprovalPort`). A call needs approval when any rule says so.
-
-    Raises:
-        ConfigError: a timeout that is not positive.
-    """
-
-    tools: tuple[str, ...] = ()
-    """Tool names (as registered) whose every call needs approval."""
-    destructive: bool = False
-    """Calls of tools the port marks destructive need approval (MCP ``destructiveHint``; a
-    tool with no annotation counts as destructive unless read-only, as the MCP spec says)."""
-    every_call: bool = False
-    """Every port call needs approval."""
-    timeout_s: float | None = 120.0
-    """Seconds to wait for a decision; then the call is denied (``by="timeout"``). ``None``
-    (or ``-1`` in a TOML file): wait until decided or the turn is stopped."""
-
-    def __post_init__(self) -> None:
-        if self.timeout_s == -1:
-            object.__setattr__(self, "timeout_s", None)
-        t = self.timeout_s
-        _check("approval", timeout_s=(t, t is None or (_nonneg(t) and t > 0)))
-
-
 @dataclass(frozen=True, kw_only=True)
 class Config:
     """Every knob in one object. ``Config()`` gives working defaults."""
@@ -464,7 +342,7 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     Raises:
         ConfigError: unreadable or invalid file (also one nested too deeply for the parser,
             about 300 levels), unknown key, wrong type, or a value out of range (durations:
-            finite, at most :data:`MAX_SECONDS`). The message names the file.
+            finite, at most :data:`boxmaker.config_checks.MAX_SECONDS`). The message names the file.
     """
     p = Path(path)
     try:

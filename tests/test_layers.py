@@ -18,7 +18,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "boxmaker"
 LAYERS: list[set[str]] = [
     {"records", "model", "fastjson"},
     {"errors"},
-    {"events", "migrations", "config", "sse", "infer_errors", "cancel", "completion"},
+    {"events", "migrations", "config_checks", "sse", "infer_errors", "cancel", "completion"},
+    {"config_ports"},
+    {"config"},
     {"logfile", "cache", "tools"},
     {"think_tags"},
     {"chunks", "loopguard"},
