@@ -342,7 +342,8 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     Raises:
         ConfigError: unreadable or invalid file (also one nested too deeply for the parser,
             about 300 levels), unknown key, wrong type, or a value out of range (durations:
-            finite, at most :data:`boxmaker.config_checks.MAX_SECONDS`). The message names the file.
+            finite, at most :data:`boxmaker.config_checks.MAX_SECONDS`). The message names the
+            file.
     """
     p = Path(path)
     try:
