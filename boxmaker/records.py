@@ -17,6 +17,7 @@ with ``cache_n``, ``prompt_n``, ``predicted_n``, ``prompt_ms``, ``predicted_ms``
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -68,14 +69,7 @@ values (:mod:`boxmaker.loopguard`): the limit kind, ``not_run`` reason and turn 
 LimitKind: TypeAlias = Literal[
     "tool_iterations", "repeated_call", "thinking_cap", "context_full", "tool_result_cap", "loop"
 ]
-LIMIT_KINDS: tuple[LimitKind, ...] = (
-    "tool_iterations",
-    "repeated_call",
-    "thinking_cap",
-    "context_full",
-    "tool_result_cap",
-    "loop",
-)
+LIMIT_KINDS: tuple[LimitKind, ...] = typing.get_args(LimitKind)
 """The six kinds of limit (the spec's limits table), in that order; ``loop`` is the loop
 guard's cycle, stale-result and per-tool cap rules (:mod:`boxmaker.loopguard`)."""
 
@@ -91,18 +85,7 @@ TurnEndOutcome: TypeAlias = Literal[
     "answered_after_limit",
     "process_died",
 ]
-TURN_END_OUTCOMES: tuple[TurnEndOutcome, ...] = (
-    "answered",
-    "length",
-    "tool_iterations",
-    "repeated_call",
-    "session_full",
-    "cancelled",
-    "infer_error",
-    "loop",
-    "answered_after_limit",
-    "process_died",
-)
+TURN_END_OUTCOMES: tuple[TurnEndOutcome, ...] = typing.get_args(TurnEndOutcome)
 """How a turn can end (:attr:`TurnEnd.outcome`): an answer, an answer cut at ``max_tokens``
 (``finish_reason: "length"``), each limit that ends a turn, a cancel, or a failed request;
 ``loop``, the loop guard ended it; ``answered_after_limit``, a limit ended it and, with
@@ -121,18 +104,7 @@ NotRunReason: TypeAlias = Literal[
     "loop",
     "invalid_call",
 ]
-NOT_RUN_REASONS: tuple[NotRunReason, ...] = (
-    "repeat",
-    "tool_iterations",
-    "repeated_call",
-    "cancelled",
-    "infer_error",
-    "process_died",
-    "denied",
-    "needs_approval",
-    "loop",
-    "invalid_call",
-)
+NOT_RUN_REASONS: tuple[NotRunReason, ...] = typing.get_args(NotRunReason)
 """Why a tool call was answered without running (:attr:`ToolResult.not_run`): ``repeat``, the
 first repeat of a call already made in the turn; the turn ended first (``tool_iterations``,
 ``repeated_call``, ``cancelled``, ``infer_error``); ``process_died``, the log was reopened
@@ -144,7 +116,7 @@ loop guard's nudge (a cycle, stale results or a tool's call cap), or the turn en
 a JSON object or do not fit the tool's schema): the result says why, for the model to read."""
 
 ApprovalDecision: TypeAlias = Literal["approved", "denied"]
-APPROVAL_DECISIONS: tuple[ApprovalDecision, ...] = ("approved", "denied")
+APPROVAL_DECISIONS: tuple[ApprovalDecision, ...] = typing.get_args(ApprovalDecision)
 """What an :class:`Approval` decided."""
 
 

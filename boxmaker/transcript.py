@@ -73,17 +73,11 @@ def _tail(parts: list[str], size: int, start: int) -> str:
 
 
 @dataclass
-class ReasoningBlock:
-    """Reasoning of one completion.
-
-    ``parts`` the fragments as streamed (read the whole as :attr:`text`), ``tokens`` reasoning
-    deltas seen (about one token each) or the log's ``reasoning_tokens``, ``capped`` when the
-    thinking cap ended it.
-    """
+class _StreamedText:
+    """Text that arrives in fragments: ``parts`` as streamed, read whole as :attr:`text`;
+    appending and reading the tail cost O(new text), whatever the length so far."""
 
     parts: list[str] = field(default_factory=list)
-    tokens: int = 0
-    capped: bool = False
     size: int = field(init=False, default=0)
     """Characters in :attr:`text` (kept as fragments arrive)."""
 
@@ -92,7 +86,7 @@ class ReasoningBlock:
 
     @property
     def text(self) -> str:
-        """The reasoning text: the fragments joined, in order."""
+        """The fragments joined, in order."""
         return _joined(self.parts)
 
     def append(self, text: str) -> None:
@@ -106,32 +100,24 @@ class ReasoningBlock:
 
 
 @dataclass
-class AnswerBlock:
+class ReasoningBlock(_StreamedText):
+    """Reasoning of one completion.
+
+    ``parts`` the fragments as streamed (read the whole as :attr:`text`), ``tokens`` reasoning
+    deltas seen (about one token each) or the log's ``reasoning_tokens``, ``capped`` when the
+    thinking cap ended it.
+    """
+
+    tokens: int = 0
+    capped: bool = False
+
+
+@dataclass
+class AnswerBlock(_StreamedText):
     """The content of one completion, exactly as streamed (Markdown source).
 
     ``parts`` the fragments as streamed; read the whole as :attr:`text`.
     """
-
-    parts: list[str] = field(default_factory=list)
-    size: int = field(init=False, default=0)
-    """Characters in :attr:`text` (kept as fragments arrive)."""
-
-    def __post_init__(self) -> None:
-        self.size = sum(map(len, self.parts))
-
-    @property
-    def text(self) -> str:
-        """The answer text: the fragments joined, in order."""
-        return _joined(self.parts)
-
-    def append(self, text: str) -> None:
-        """Add one streamed fragment (O(1))."""
-        self.parts.append(text)
-        self.size += len(text)
-
-    def tail(self, start: int) -> str:
-        """The text from character ``start`` on; costs O(characters returned)."""
-        return _tail(self.parts, self.size, start)
 
 
 @dataclass
