@@ -211,6 +211,32 @@ REQUEST_COLUMNS: tuple[Column, ...] = (
     ),
 )
 
+
+_SUMMED = (
+    ("cached_tokens", "Int64", "tokens"),
+    ("processed_tokens", "Int64", "tokens"),
+    ("generated_tokens", "Int64", "tokens"),
+    ("reasoning_tokens", "Int64", "tokens"),
+    ("prompt_ms", "Float64", "ms"),
+    ("generation_ms", "Float64", "ms"),
+)
+"""The requests' columns that turns and sessions sum (name, dtype, unit)."""
+
+
+def _request_sums(scope: str) -> tuple[Column, ...]:
+    """The sums of :data:`_SUMMED` over a ``scope``'s (turn's, session's) requests."""
+    return tuple(
+        Column(
+            name=n,
+            dtype=d,
+            unit=u,
+            doc=f"sum over the {scope}'s requests of {n}",
+            agg=("requests", n),
+        )
+        for n, d, u in _SUMMED
+    )
+
+
 TURN_COLUMNS: tuple[Column, ...] = (
     Column(name="session", dtype="category", doc="session id"),
     Column(name="turn", dtype="Int64", doc="number of the turn in the session, from 1"),
@@ -263,17 +289,7 @@ TURN_COLUMNS: tuple[Column, ...] = (
         doc="ToolResult records (including calls answered without running)",
         agg=("tool_calls", None),
     ),
-    *(
-        Column(name=n, dtype=d, unit=u, doc=f"sum over the turn's requests of {n}", agg=a)
-        for n, d, u, a in (
-            ("cached_tokens", "Int64", "tokens", ("requests", "cached_tokens")),
-            ("processed_tokens", "Int64", "tokens", ("requests", "processed_tokens")),
-            ("generated_tokens", "Int64", "tokens", ("requests", "generated_tokens")),
-            ("reasoning_tokens", "Int64", "tokens", ("requests", "reasoning_tokens")),
-            ("prompt_ms", "Float64", "ms", ("requests", "prompt_ms")),
-            ("generation_ms", "Float64", "ms", ("requests", "generation_ms")),
-        )
-    ),
+    *_request_sums("turn"),
     Column(
         name="thinking_capped",
         dtype="Int64",
@@ -485,17 +501,7 @@ SUMMARY_COLUMNS: tuple[Column, ...] = (
         doc="tool calls the model made",
         agg=("requests", "tool_calls"),
     ),
-    *(
-        Column(name=n, dtype=d, unit=u, doc=f"sum over the session's requests of {n}", agg=a)
-        for n, d, u, a in (
-            ("cached_tokens", "Int64", "tokens", ("requests", "cached_tokens")),
-            ("processed_tokens", "Int64", "tokens", ("requests", "processed_tokens")),
-            ("generated_tokens", "Int64", "tokens", ("requests", "generated_tokens")),
-            ("reasoning_tokens", "Int64", "tokens", ("requests", "reasoning_tokens")),
-            ("prompt_ms", "Float64", "ms", ("requests", "prompt_ms")),
-            ("generation_ms", "Float64", "ms", ("requests", "generation_ms")),
-        )
-    ),
+    *_request_sums("session"),
     Column(
         name="cache_reuse_ratio",
         dtype="Float64",

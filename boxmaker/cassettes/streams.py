@@ -20,16 +20,23 @@ except ImportError:  # pragma: no cover - not installed
     httpx2 = None
 
 
-class _Tee(httpx.SyncByteStream):
-    """A response stream passed on chunk by chunk while a copy is kept; ``on_end(body, error)``
-    runs once, when the stream is exhausted, breaks, or is closed."""
+class _Copy:
+    """What both tees share: the inner stream, the chunks kept, and ``on_end(body, error)``,
+    called once, when the stream is exhausted, breaks, or is closed."""
 
-    def __init__(
-        self, inner: httpx.SyncByteStream, on_end: Callable[[bytes, Exception | None], None]
-    ) -> None:
+    def __init__(self, inner: Any, on_end: Callable[[bytes, Exception | None], None]) -> None:
         self._inner = inner
         self._parts: list[bytes] = []
         self._on_end: Callable[[bytes, Exception | None], None] | None = on_end
+
+    def _end(self, error: Exception | None) -> None:
+        on_end, self._on_end = self._on_end, None
+        if on_end is not None:
+            on_end(b"".join(self._parts), error)
+
+
+class _Tee(_Copy, httpx.SyncByteStream):
+    """A response stream passed on chunk by chunk while a copy is kept (see :class:`_Copy`)."""
 
     def __iter__(self) -> Iterator[bytes]:
         try:
@@ -47,21 +54,9 @@ class _Tee(httpx.SyncByteStream):
         finally:
             self._end(None)
 
-    def _end(self, error: Exception | None) -> None:
-        on_end, self._on_end = self._on_end, None
-        if on_end is not None:
-            on_end(b"".join(self._parts), error)
 
-
-class _AsyncTee(httpx.AsyncByteStream):
+class _AsyncTee(_Copy, httpx.AsyncByteStream):
     """:class:`_Tee` for an async response stream (``httpx.AsyncClient``)."""
-
-    def __init__(
-        self, inner: httpx.AsyncByteStream, on_end: Callable[[bytes, Exception | None], None]
-    ) -> None:
-        self._inner = inner
-        self._parts: list[bytes] = []
-        self._on_end: Callable[[bytes, Exception | None], None] | None = on_end
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
@@ -78,11 +73,6 @@ class _AsyncTee(httpx.AsyncByteStream):
             await self._inner.aclose()
         finally:
             self._end(None)
-
-    def _end(self, error: Exception | None) -> None:
-        on_end, self._on_end = self._on_end, None
-        if on_end is not None:
-            on_end(b"".join(self._parts), error)
 
 
 class _Replay(httpx.SyncByteStream, httpx.AsyncByteStream):
