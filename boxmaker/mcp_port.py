@@ -124,6 +124,7 @@ class _Link:
         self.closed = threading.Event()
         self.stop: asyncio.Event | None = None
         self.task: asyncio.Task[None] | None = None
+        self.cancelled = False  # the connecting task was cancelled: never twice (see _drop)
         # a stdio server's stderr, kept to say why it died; closed by McpPort.close
         self.stderr: TextIO = tempfile.TemporaryFile(  # noqa: SIM115
             "w+", encoding="utf-8", errors="replace"
@@ -359,7 +360,11 @@ class McpPort:
             if link.task is None:  # never started
                 link.closed.set()
             elif link.client is None:  # still connecting (or done): stop trying
-                link.task.cancel()
+                # Once only: a second native cancel would land inside the SDK's shielded
+                # shutdown and leave the server process running.
+                if not link.cancelled:
+                    link.cancelled = True
+                    link.task.cancel()
             elif link.stop is not None:  # connected: leave the context, the SDK shuts down
                 link.stop.set()
 
