@@ -21,6 +21,7 @@ from boxmaker.model.format import (
     decode,
     encode,
     random_weights,
+    read_gguf_weights,
     read_template,
     render,
     tensor_shapes,
@@ -141,6 +142,10 @@ def test_gguf_round_trip(tmp_path: Path) -> None:
     )
     # ne0 is the input width: numpy (out, in) shapes are stored as they are.
     assert tuple(int(n) for n in by_name["blk.0.ffn_gate.weight"].shape) == (32, 64)
+    read = read_gguf_weights(path)  # what a fine-tune starts from
+    assert set(read) == set(weights)
+    for name, array in weights.items():
+        np.testing.assert_array_equal(read[name], array)
 
 
 def test_write_gguf_rejects_wrong_shapes(tmp_path: Path) -> None:
@@ -179,6 +184,16 @@ def test_template_keeps_reasoning_after_last_user_only() -> None:
     first_turn = render(CONVERSATION[:3], TOOLS)
     assert "<think>\nSmall talk.\n</think>" in first_turn
     assert not text.startswith(first_turn)
+
+
+def test_preserve_thinking_keeps_every_reasoning_so_each_turn_extends_the_last() -> None:
+    text = render(CONVERSATION, TOOLS, add_generation_prompt=True, preserve_thinking=True)
+    assert "<think>\nSmall talk.\n</think>" in text  # before the last user message: kept
+    first_turn = render(CONVERSATION[:3], TOOLS, preserve_thinking=True)
+    assert text.startswith(first_turn)  # the next user turn only appends: the cache holds
+    # without it, the Qwen3 rule: the same prompt minus the earlier reasoning
+    dropped = render(CONVERSATION, TOOLS, add_generation_prompt=True)
+    assert text.replace("<think>\nSmall talk.\n</think>\n\n", "") == dropped
 
 
 def test_random_city_never_returns_held_out_names() -> None:
@@ -227,6 +242,20 @@ def test_rendering_and_tokens_match_llama_cpp() -> None:
         ).json()
         assert served["prompt"] == render(no_tools, add_generation_prompt=True)
         assert served["prompt"].startswith("<|im_start|>system\nYou are a helpful assistant.")
+
+
+@pytest.mark.live
+def test_llama_cpp_renders_preserve_thinking_from_chat_template_kwargs() -> None:
+    with EmbeddedServer(n_ctx=2048, n_threads=1) as server:
+        body = {
+            "messages": CONVERSATION,
+            "tools": TOOLS,
+            "chat_template_kwargs": {"preserve_thinking": True},
+        }
+        served = httpx.post(f"{server.url}/apply-template", json=body, timeout=30).json()
+        ours = render(CONVERSATION, TOOLS, add_generation_prompt=True, preserve_thinking=True)
+        assert served["prompt"] == ours
+        assert "<think>\nSmall talk.\n</think>" in served["prompt"]
 
 
 def _as_llama_cpp_sends(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:

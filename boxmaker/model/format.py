@@ -56,6 +56,7 @@ __all__ = [
     "decode",
     "encode",
     "random_weights",
+    "read_gguf_weights",
     "read_template",
     "render",
     "tensor_shapes",
@@ -224,6 +225,7 @@ def render(
     tools: Sequence[Mapping[str, Any]] | None = None,
     *,
     add_generation_prompt: bool = False,
+    preserve_thinking: bool = False,
 ) -> str:
     """Render a conversation with the model's chat template, as llama.cpp's jinja does.
 
@@ -233,11 +235,15 @@ def render(
             JSON text or an object).
         tools: OpenAI-style tool definitions, or ``None``/empty for no tools prefix.
         add_generation_prompt: end with ``<|im_start|>assistant\\n``.
+        preserve_thinking: the template kwarg (llama.cpp's ``chat_template_kwargs``) that
+            renders the reasoning of every earlier assistant message, not only those after
+            the last user message (what the history option ``keep`` asks for).
     """
     return _jinja_template().render(
         messages=list(messages),
         tools=list(tools) if tools else None,
         add_generation_prompt=add_generation_prompt,
+        preserve_thinking=preserve_thinking,
     )
 
 
@@ -272,6 +278,22 @@ def random_weights(config: ModelConfig, seed: int = 0) -> dict[str, npt.NDArray[
             out[name] = np.ones(shape, dtype=np.float32)
         else:
             out[name] = (rng.standard_normal(shape) * 0.02).astype(np.float32)
+    return out
+
+
+def read_gguf_weights(path: str | Path) -> dict[str, npt.NDArray[np.float32]]:
+    """The tensors of a GGUF written by :func:`write_gguf`, by GGUF name, as float32 arrays
+    of the shapes of :func:`tensor_shapes` (a fine-tune starts from the shipped file).
+
+    Raises:
+        ValueError: the file holds a tensor that is not float32.
+    """
+    out: dict[str, npt.NDArray[np.float32]] = {}
+    for t in gguf.GGUFReader(str(path)).tensors:
+        if t.tensor_type != gguf.GGMLQuantizationType.F32:
+            raise ValueError(f"tensor {t.name} is {t.tensor_type.name}, not F32")
+        shape = tuple(int(n) for n in reversed(t.shape.tolist()))
+        out[t.name] = np.array(t.data, dtype=np.float32).reshape(shape)
     return out
 
 

@@ -33,9 +33,15 @@ from torch import nn
 
 from boxmaker.model import default_model_path
 from boxmaker.model.data import COPY_WEIGHT, FAMILIES, Sample, make_sample
-from boxmaker.model.format import ModelConfig, tensor_shapes, vocab, write_gguf
+from boxmaker.model.format import (
+    ModelConfig,
+    read_gguf_weights,
+    tensor_shapes,
+    vocab,
+    write_gguf,
+)
 
-__all__ = ["TinyLlama", "export", "main"]
+__all__ = ["TinyLlama", "export", "load_gguf", "main"]
 
 
 class _RMSNorm(nn.Module):
@@ -117,21 +123,43 @@ class TinyLlama(nn.Module):
         return logits
 
 
+_BLOCK_NAMES = {"attn_norm.weight": "attn_norm.weight", "attn_q.weight": "q.weight",
+                "attn_k.weight": "k.weight", "attn_v.weight": "v.weight",
+                "attn_output.weight": "o.weight", "ffn_norm.weight": "ffn_norm.weight",
+                "ffn_gate.weight": "gate.weight", "ffn_up.weight": "up.weight",
+                "ffn_down.weight": "down.weight"}  # fmt: skip
+"""GGUF tensor name in a block -> the torch parameter name in :class:`_Block`."""
+
+
+def _gguf_to_torch(n_layers: int) -> dict[str, str]:
+    names = {"token_embd.weight": "embed.weight", "output_norm.weight": "norm.weight"}
+    for i in range(n_layers):
+        for gname, tname in _BLOCK_NAMES.items():
+            names[f"blk.{i}.{gname}"] = f"blocks.{i}.{tname}"
+    return names
+
+
 def export(model: TinyLlama, path: str | Path, description: str) -> Path:
     """Write ``model`` as a GGUF (see :func:`boxmaker.model.format.write_gguf`)."""
     sd = {k: v.detach().cpu().numpy().astype(np.float32) for k, v in model.state_dict().items()}
-    w: dict[str, Any] = {"token_embd.weight": sd["embed.weight"],
-                         "output_norm.weight": sd["norm.weight"]}  # fmt: skip
-    names = {"attn_norm.weight": "attn_norm.weight", "attn_q.weight": "q.weight",
-             "attn_k.weight": "k.weight", "attn_v.weight": "v.weight",
-             "attn_output.weight": "o.weight", "ffn_norm.weight": "ffn_norm.weight",
-             "ffn_gate.weight": "gate.weight", "ffn_up.weight": "up.weight",
-             "ffn_down.weight": "down.weight"}  # fmt: skip
-    for i in range(model.config.n_layers):
-        for gname, tname in names.items():
-            w[f"blk.{i}.{gname}"] = sd[f"blocks.{i}.{tname}"]
+    w: dict[str, Any] = {g: sd[t] for g, t in _gguf_to_torch(model.config.n_layers).items()}
     assert set(w) == set(tensor_shapes(model.config, len(vocab()[0])))
     return write_gguf(path, model.config, w, description=description)
+
+
+def load_gguf(model: TinyLlama, path: str | Path) -> None:
+    """Set ``model``'s weights from a GGUF written by :func:`export` (the shipped file).
+
+    Raises:
+        ValueError: a tensor is missing, not float32, or of another shape than the model's.
+    """
+    weights = read_gguf_weights(path)
+    state = {t: torch.from_numpy(weights[g].copy())
+             for g, t in _gguf_to_torch(model.config.n_layers).items() if g in weights}  # fmt: skip
+    missing = set(model.state_dict()) - set(state)
+    if missing:
+        raise ValueError(f"{path} lacks {sorted(missing)}")
+    model.load_state_dict(state)
 
 
 def _batches(
@@ -195,7 +223,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--batch-tokens", type=int, default=6144, help="padded tokens per batch")
     ap.add_argument("--max-len", type=int, default=2048, help="longest sample in tokens")
-    ap.add_argument("--init", default="", help="start from this .pt checkpoint")
+    ap.add_argument(
+        "--init", default="", help="start from this .pt checkpoint or .gguf (e.g. the shipped one)"
+    )
     ap.add_argument(
         "--checkpoint",
         default="",
@@ -236,7 +266,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     rng = random.Random(args.seed)
     config = ModelConfig(dim=args.dim, n_layers=args.layers, n_heads=args.heads, ffn=args.ffn)
     model = TinyLlama(config, len(vocab()[0]))
-    if args.init:
+    if args.init.endswith(".gguf"):
+        load_gguf(model, args.init)
+    elif args.init:
         model.load_state_dict(torch.load(args.init, weights_only=True))
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model {config} params {n_params:,}", flush=True)
