@@ -62,6 +62,7 @@ class _Conv:
     messages: list[dict[str, Any]] = field(default_factory=list)
     trained: list[int] = field(default_factory=list)
     copies: list[str] = field(default_factory=list)
+    preserve: bool = False  # rendered with preserve_thinking (the history option "keep")
 
     def add(self, msg: dict[str, Any], train: bool = False) -> None:
         if train:
@@ -290,6 +291,153 @@ def _fam_lookup(rng: random.Random, conv: _Conv) -> None:
     conv.add(_assistant(f"I read the data for {city}. I will answer.", answer), True)
 
 
+BUDGET_MARK = "\x01"
+"""Ends a reasoning that llama.cpp's ``thinking_budget_tokens`` cut: the sampler forces
+``</think>`` alone (measured: logprob -21 at the forced token, then the model's own ``\n``);
+the model must write the ``\n\n`` and go on."""
+_FORCED = "</think>"
+
+
+def _cut(rng: random.Random, text: str, empty: float = 0.1) -> str:
+    """``text`` cut at a random character (empty with probability ``empty``), no newline last."""
+    if rng.random() < empty:
+        return ""
+    return text[: rng.randint(1, len(text) - 1)].rstrip("\n")
+
+
+def _fam_think_budget(rng: random.Random, conv: _Conv) -> None:
+    """As ``think_cut``, the reasoning ended by the per-request budget (``</think>`` forced)."""
+    city = random_city(rng)
+    kind = rng.choice(("weather", "time"))
+    tool = "get_weather" if kind == "weather" else "get_time"
+    q = weather_question(rng, city) if kind == "weather" else time_question(rng, city)
+    if rng.random() < 0.5:
+        q = rng.choice(("Think long and hard: ", "Think step by step. ", "Think carefully. ")) + q
+    conv.add({"role": "user", "content": q})
+    lines = [f"The user wants the {kind} in {city}. I will call {tool}."]
+    if rng.random() < 0.5:
+        lines += [f"Step {k}: I think about the {kind} in {city}." for k in range(1, 12)]
+    cut = _cut(rng, "\n".join(lines))
+    conv.add(_assistant(cut + BUDGET_MARK, calls=[tool_call(rng, tool, city)]), True)
+    conv.copies.append(city)
+
+
+def _fam_cut_answer(rng: random.Random, conv: _Conv) -> None:
+    """A call and its result, then the answer's reasoning cut (by the budget or by
+    ``reasoning_end``, often at once: the turn's budget is spent), then the right answer."""
+    city = random_city(rng)
+    kind = rng.choice(("weather", "time"))
+    q = weather_question(rng, city) if kind == "weather" else time_question(rng, city)
+    conv.add({"role": "user", "content": q})
+    answer = _one_call(rng, conv, kind, city, rng.random() < 0.5)
+    mark = BUDGET_MARK if rng.random() < 0.6 else CUT_MARK
+    cut = _cut(rng, f"I have the {kind} for {city}. I will answer.", empty=0.4)
+    conv.add(_assistant(cut + mark, answer), True)
+
+
+_CYCLE_FORMS = (
+    "Keep checking the {k1} in {c1} and the {k2} in {c2}.",
+    "Check the {k1} in {c1} and the {k2} in {c2} again and again.",
+    "Keep watching the {k1} in {c1} and the {k2} in {c2}.",
+    "Monitor the {k1} in {c1} and the {k2} in {c2}: check both over and over.",
+)
+
+
+def _fam_cycle(rng: random.Random, conv: _Conv) -> None:
+    """Asked to keep checking two things, the model alternates two calls (A, B, A, B ...),
+    one call per completion, whatever the results say: a cycle the loop guard must catch."""
+    c1, c2 = random_city(rng), random_city(rng)
+    k1, k2 = rng.choice((("weather", "time"), ("time", "weather"), ("weather", "weather"),
+                         ("time", "time")))  # fmt: skip
+    if k1 == k2 and c1 == c2:
+        c2 = c2 + "a"
+    conv.add({"role": "user", "content": rng.choice(_CYCLE_FORMS).format(
+        k1=k1, c1=c1, k2=k2, c2=c2)})  # fmt: skip
+    pair = ((k1, c1), (k2, c2))
+    rounds = rng.randint(2, 7)
+    for i in range(rounds):
+        kind, city = pair[i % 2]
+        tool = "get_weather" if kind == "weather" else "get_time"
+        call = tool_call(rng, tool, city)
+        reasoning = (f"The user wants me to keep checking the {k1} in {c1} and the {k2} in {c2}."
+                     f" I will call {tool} for {city}." if i == 0
+                     else f"Next I check the {kind} in {city} again.")  # fmt: skip
+        conv.add(_assistant(reasoning, calls=[call]), True)
+        if i == rounds - 1:
+            break
+        if i >= 2 and rng.random() < 0.3:
+            conv.add(_tool(call, rng.choice(_REPEAT_RESULTS)))
+        elif kind == "weather":
+            conv.add(_tool(call, weather_result(rng, city)[0]))
+        else:
+            conv.add(_tool(call, time_result(rng, city)[0]))
+    conv.copies += [c1, c2]
+
+
+_LIMIT_DETAILS = (
+    "tool_iterations: {n} completions with tool calls in this turn, the cap is {n} "
+    "(value {n}, limit {n})",
+    "repeated_call: {tool} was called {n} times with the same arguments in this turn "
+    "(value {n}, limit {m})",
+    "loop: rule cycle: a cycle of 2 calls ({calls}) repeated 2 times (value 4, limit 2)",
+    "loop: rule stale_result: {tool} returned the same result {n} times in this turn "
+    "(value {n}, limit {n})",
+)
+
+
+def _fam_after_limit(rng: random.Random, conv: _Conv) -> None:
+    """A turn a limit ended (``loop.on_limit = "answer"``): the last call is answered 'not run'
+    with the limit's words, and the model answers from the results it has."""
+    c1 = random_city(rng)
+    two = rng.random() < 0.5
+    c2 = random_city(rng) if two else c1
+    k1 = rng.choice(("weather", "time"))
+    k2 = rng.choice(("weather", "time")) if two else k1
+    if two:
+        q = rng.choice(_CYCLE_FORMS).format(k1=k1, c1=c1, k2=k2, c2=c2)
+    else:
+        q = rng.choice(("Keep checking the {k} in {c}.", "Check the {k} in {c} again and again.",
+                        "What is the {k} in {c}? Check it several times."))  # fmt: skip
+        q = q.format(k=k1, c=c1)
+    conv.add({"role": "user", "content": q})
+    answers: dict[tuple[str, str], str] = {}
+    rounds = rng.randint(2, 5)
+    pair = ((k1, c1), (k2, c2))
+    for i in range(rounds):
+        kind, city = pair[i % 2]
+        tool = "get_weather" if kind == "weather" else "get_time"
+        call = tool_call(rng, tool, city)
+        conv.add(_assistant(f"I will check the {kind} in {city}.", calls=[call]))
+        if i < rounds - 1:
+            if kind == "weather":
+                result, temp, sky = weather_result(rng, city)
+                answers[(kind, city)] = weather_answer(city, temp, sky)
+                copies = [str(temp), sky]
+            else:
+                result, clock = time_result(rng, city)
+                answers[(kind, city)] = time_answer(city, clock)
+                copies = [clock]
+            conv.add(_tool(call, result))
+            conv.copies += copies
+            continue
+        calls = f'get_weather {{"city": "{c1}"}}, get_time {{"city": "{c2}"}}'
+        detail = rng.choice(_LIMIT_DETAILS).format(n=rounds, m=rounds - 1, tool=tool, calls=calls)
+        conv.add(_tool(call, f"This call was not run: the turn ended ({detail})."))
+    said = " ".join(answers[k] for k in pair if k in answers) if two else answers[pair[0]]
+    conv.add(_assistant("The checks were stopped. I will answer with what I have.", said), True)
+    conv.copies += [c1, c2]
+
+
+def _fam_kept(rng: random.Random, conv: _Conv) -> None:
+    """A dialogue after one or two earlier turns whose reasoning the history kept
+    (``preserve_thinking``: the history option ``keep``)."""
+    conv.preserve = True
+    if len(conv.messages) < 3 or rng.random() < 0.5:
+        _prior_exchange(rng, conv)
+    build = rng.choice((_fam_weather, _fam_time, _fam_two_city, _fam_small_talk, _fam_cut_answer))
+    build(rng, conv)
+
+
 FAMILIES: dict[str, tuple[float, Callable[[random.Random, _Conv], None]]] = {
     "weather": (0.20, _fam_weather),
     "time": (0.14, _fam_time),
@@ -301,6 +449,12 @@ FAMILIES: dict[str, tuple[float, Callable[[random.Random, _Conv], None]]] = {
     # Added for the second training phase; share 0 keeps the first phase's draws unchanged.
     "lookup": (0.0, _fam_lookup),
     "think_cut": (0.0, _fam_think_cut),
+    # Added for the fifth phase (a fine-tune of the shipped model): share 0 as above.
+    "think_budget": (0.0, _fam_think_budget),
+    "cut_answer": (0.0, _fam_cut_answer),
+    "cycle": (0.0, _fam_cycle),
+    "after_limit": (0.0, _fam_after_limit),
+    "kept": (0.0, _fam_kept),
 }
 """Family name -> (default share of samples, builder); ``--mix`` overrides the shares."""
 
@@ -379,15 +533,20 @@ def make_sample(
 
 def _weigh(family: str, conv: _Conv, tools: list[dict[str, Any]] | None) -> Sample:
     msgs = conv.messages
-    text = render(msgs, tools)
+    keep = conv.preserve
+    text = render(msgs, tools, preserve_thinking=keep)
     injected: tuple[int, int] | None = None
     if CUT_MARK in text:
         at = text.index(CUT_MARK + "\n" + _INJECTED)
         text = text[:at] + _INJECTED + text[at + len(CUT_MARK + "\n" + _INJECTED) :]
         injected = (at, at + len(_INJECTED))
+    elif BUDGET_MARK in text:  # only </think> is forced; the model writes the blank line
+        at = text.index(BUDGET_MARK + "\n" + _INJECTED)
+        text = text[:at] + _INJECTED + text[at + len(BUDGET_MARK + "\n" + _INJECTED) :]
+        injected = (at, at + len(_FORCED))
     char_w = [0.0] * len(text)
     for i in conv.trained:
-        prefix = render(msgs[:i], tools, add_generation_prompt=True)
+        prefix = render(msgs[:i], tools, add_generation_prompt=True, preserve_thinking=keep)
         if not text.startswith(prefix):
             raise AssertionError(f"render of {family} is not prefix-stable at message {i}")
         start = len(prefix)
