@@ -18,7 +18,15 @@ per family:
   (reasoning of at least 300 tokens), ``repeat`` (the same call again after the result),
   ``think_cap`` (``reasoning_control`` + ``reasoning_end`` sent after 40 reasoning tokens ends
   the reasoning before 200 and the model then calls the tool), ``cache`` (the follow-up
-  request inside a turn reuses the prompt cache).
+  request inside a turn reuses the prompt cache);
+- phase 5 (``--families new``): ``think_budget`` (``thinking_budget_tokens`` 5/12/40 on a long
+  think: reasoning within the budget, counted with ``/tokenize``, then the call, and no markup
+  in the content), ``cut_answer`` (the answer's request with a budget of 0/3/10: right values,
+  no markup), ``keep`` (two user turns with ``chat_template_kwargs.preserve_thinking``: the
+  next turn reuses the whole cache, calls and values right), ``cycle`` ("Keep checking the
+  weather in A and the time in B": W(A), T(B), W(A), T(B)), ``after_limit`` (the last call
+  answered "not run: the turn ended (...)", then ``tool_choice`` none: an answer quoting every
+  result, no markup).
 
 Needs only the base install (httpx, xllamacpp).
 """
@@ -252,6 +260,202 @@ def run_tool_turn(
                    f"cache_n {final.timings['cache_n']} < {expected}")  # fmt: skip
 
 
+def run_old_families(
+    client: httpx.Client, url: str, scores: Scores, rng: random.Random, cities: list[str]
+) -> list[int]:
+    """The families of the first four phases; returns the think_long reasoning lengths."""
+    for i, city in enumerate(cities):
+        q = WEATHER_Q[i % len(WEATHER_Q)].format(c=city)
+        run_tool_turn(client, url, scores, rng, "weather", q, [("get_weather", city)])
+        q = TIME_Q[i % len(TIME_Q)].format(c=city)
+        run_tool_turn(client, url, scores, rng, "time", q, [("get_time", city)])
+    for i in range(0, len(cities) - 1, 2):
+        c1, c2 = cities[i], cities[i + 1]
+        q = f"Tell me the weather in {c1} and the time in {c2}."
+        plan = [("get_weather", c1), ("get_time", c2)]
+        run_tool_turn(client, url, scores, rng, "two_city", q, plan)
+    for q in SMALL_TALK:
+        c = stream(client, url, [{"role": "user", "content": q}])
+        ok = bool(c.reasoning) and bool(c.content) and not c.calls and c.finish == "stop"
+        scores.add("small_talk", "answer_no_call", ok, f"{q!r} -> {c.content!r} {c.calls}")
+    think_lengths: list[int] = []
+    for city in cities[:10]:
+        q = f"Think long and hard about the weather in {city}."
+        c = stream(client, url, [{"role": "user", "content": q}], max_tokens=1500)
+        think_lengths.append(c.reasoning_events)
+        scores.add("think_long", "reasoning_300", c.reasoning_events >= 300,
+                   f"{city}: {c.reasoning_events} reasoning tokens")  # fmt: skip
+        scores.add("think_long", "calls", call_ok(c, "get_weather", city),
+                   f"{city}: {c.calls}")  # fmt: skip
+    for city in cities[:10]:
+        q = f"Keep checking the weather in {city}."
+        messages: list[dict[str, Any]] = [{"role": "user", "content": q}]
+        c = stream(client, url, messages)
+        scores.add("repeat", "calls", call_ok(c, "get_weather", city), f"{c.calls}")
+        if not calls_valid(c):
+            scores.add("repeat", "same_call_again", False, "no usable first call")
+            continue
+        messages.append(c.message())
+        result, _ = weather_result(rng, city)
+        messages.append({"role": "tool", "tool_call_id": c.calls[0]["id"], "content": result})
+        again = stream(client, url, messages)
+        scores.add("repeat", "same_call_again", call_ok(again, "get_weather", city),
+                   f"{again.calls or again.content!r}")  # fmt: skip
+    for city in cities[:5]:
+        q = f"Think long and hard about the weather in {city}."
+        sent = threading.Event()
+
+        def cap(c: Completion, _url: str = url, _sent: threading.Event = sent) -> None:
+            if c.reasoning_events >= 40 and not _sent.is_set():
+                _sent.set()
+                r = httpx.post(f"{_url}/v1/chat/completions/control",
+                               json={"id": c.completion_id, "action": "reasoning_end"},
+                               timeout=30)  # fmt: skip
+                scores.add("think_cap", "control_success", r.json().get("success") is True,
+                           r.text)  # fmt: skip
+
+        c = stream(client, url, [{"role": "user", "content": q}], max_tokens=1500,
+                   on_reasoning=cap, extra={"reasoning_control": True})  # fmt: skip
+        scores.add("think_cap", "ended_early", c.reasoning_events < 200,
+                   f"{c.reasoning_events} reasoning tokens")  # fmt: skip
+        scores.add("think_cap", "then_calls", call_ok(c, "get_weather", city),
+                   f"{c.calls or c.content!r}")  # fmt: skip
+    return think_lengths
+
+
+TAGS = ("<think>", "</think>", "<tool_call>", "}}")
+
+
+def clean(text: str) -> bool:
+    """No reasoning or tool-call markup leaked into an answer."""
+    return not any(t in text for t in TAGS)
+
+
+def n_tokens(client: httpx.Client, url: str, text: str) -> int:
+    """Tokens of ``text`` as the server counts them (``POST /tokenize``)."""
+    body = {"content": text, "add_special": False, "parse_special": True}
+    return len(client.post(f"{url}/tokenize", json=body).json()["tokens"])
+
+
+def tool_result(rng: random.Random, name: str, city: str) -> tuple[str, list[str]]:
+    """A result of ``name`` for ``city`` and the values an answer must quote."""
+    return weather_result(rng, city) if name == "get_weather" else time_result(rng, city)
+
+
+def answer_values(
+    client: httpx.Client,
+    url: str,
+    rng: random.Random,
+    messages: list[dict[str, Any]],
+    name: str,
+    city: str,
+    extra: dict[str, Any] | None = None,
+) -> tuple[Completion, Completion, list[str]]:
+    """One call and its result, then the answer (``extra`` on the answer's request)."""
+    c = stream(client, url, messages)
+    if not calls_valid(c):
+        return c, c, []
+    messages.append(c.message())
+    result, values = tool_result(rng, name, city)
+    messages.append({"role": "tool", "tool_call_id": c.calls[0]["id"], "content": result})
+    return c, stream(client, url, messages, extra=extra), values
+
+
+def as_call(call_id: str, name: str, city: str) -> dict[str, Any]:
+    """An OpenAI ``tool_calls[i]`` of ``name`` with ``{"city": city}``."""
+    args = json.dumps({"city": city})
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def run_new_families(
+    client: httpx.Client, url: str, scores: Scores, rng: random.Random, cities: list[str]
+) -> None:
+    """The families of phase 5: a thinking budget on the call and on the answer, history kept
+    (``preserve_thinking``) across user turns, a two-tool cycle, and an answer after a limit."""
+    for i, city in enumerate(cities[:12]):
+        budget = (5, 12, 40)[i % 3]
+        q = f"Think long and hard about the weather in {city}."
+        extra = {"thinking_budget_tokens": budget}
+        c = stream(client, url, [{"role": "user", "content": q}], max_tokens=400, extra=extra)
+        used = n_tokens(client, url, "\n" + c.reasoning)  # the template's "<think>\n" counts
+        scores.add("think_budget", "within_budget", used <= budget, f"{used} > {budget}")
+        scores.add("think_budget", "then_calls", call_ok(c, "get_weather", city),
+                   f"budget {budget}: {c.calls or c.content!r}")  # fmt: skip
+        scores.add("think_budget", "clean", clean(c.content), repr(c.content))
+    for i, city in enumerate(cities[:12]):
+        budget = (0, 3, 10)[i % 3]
+        name = "get_weather" if i % 2 == 0 else "get_time"
+        q = (WEATHER_Q if name == "get_weather" else TIME_Q)[i % 3].format(c=city)
+        messages: list[dict[str, Any]] = [{"role": "user", "content": q}]
+        extra = {"thinking_budget_tokens": budget}
+        _, final, values = answer_values(client, url, rng, messages, name, city, extra)
+        ok = bool(values) and not final.calls and all(v in final.content for v in values)
+        scores.add("cut_answer", "values", ok, f"budget {budget}: {values} -> {final.content!r}")
+        scores.add("cut_answer", "clean", clean(final.content), repr(final.content))
+    kwargs = {"chat_template_kwargs": {"preserve_thinking": True}}
+    for i in range(0, min(len(cities), 20) - 1, 2):
+        c1, c2 = cities[i], cities[i + 1]
+        messages = [{"role": "user", "content": WEATHER_Q[i % 4].format(c=c1)}]
+        _, first, values = answer_values(client, url, rng, messages, "get_weather", c1, kwargs)
+        messages.append(first.message())
+        messages.append({"role": "user", "content": TIME_Q[i % 3].format(c=c2)})
+        c = stream(client, url, messages, extra=kwargs)
+        scores.add("keep", "calls", call_ok(c, "get_time", c2), f"{c.calls or c.content!r}")
+        if first.timings and c.timings:
+            expected = first.timings["cache_n"] + first.timings["prompt_n"]
+            scores.add("keep", "next_turn_reuses", c.timings["cache_n"] >= expected - 1,
+                       f"cache_n {c.timings['cache_n']} < {expected}")  # fmt: skip
+        if not calls_valid(c):
+            scores.add("keep", "values", False, "no usable call")
+            continue
+        messages.append(c.message())
+        result, values = time_result(rng, c2)
+        messages.append({"role": "tool", "tool_call_id": c.calls[0]["id"], "content": result})
+        final = stream(client, url, messages, extra=kwargs)
+        ok = not final.calls and all(v in final.content for v in values)
+        scores.add("keep", "values", ok, f"{values} -> {final.content!r}")
+    for i in range(0, min(len(cities), 20) - 1, 2):
+        c1, c2 = cities[i], cities[i + 1]
+        k2 = "time" if i % 4 == 0 else "weather"
+        q = f"Keep checking the weather in {c1} and the {k2} in {c2}."
+        plan = [("get_weather", c1), ("get_time" if k2 == "time" else "get_weather", c2)] * 2
+        messages = [{"role": "user", "content": q}]
+        seen: list[tuple[str, str]] = []
+        for name, city in plan:
+            c = stream(client, url, messages)
+            if not calls_valid(c):
+                break
+            args = json.loads(c.calls[0]["arguments"])
+            seen.append((c.calls[0]["name"], str(args.get("city"))))
+            messages.append(c.message())
+            result, _ = tool_result(rng, name, city)
+            messages.append({"role": "tool", "tool_call_id": c.calls[0]["id"], "content": result})
+        scores.add("cycle", "alternates", seen == plan, f"{q!r} -> {seen}")
+    for i in range(0, min(len(cities), 20) - 1, 2):
+        c1, c2 = cities[i], cities[i + 1]
+        q = f"Keep checking the weather in {c1} and the time in {c2}."
+        messages = [{"role": "user", "content": q}]
+        values = []
+        for name, city in (("get_weather", c1), ("get_time", c2)):
+            call = as_call(f"call{len(messages)}", name, city)
+            messages.append({"role": "assistant", "content": "", "tool_calls": [call],
+                             "reasoning_content": f"I will check {city}."})  # fmt: skip
+            result, vals = tool_result(rng, name, city)
+            values += vals
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+        call = as_call("call9", "get_weather", c1)
+        messages.append({"role": "assistant", "content": "", "tool_calls": [call],
+                         "reasoning_content": f"I will check {c1} again."})  # fmt: skip
+        why = (f'loop: rule cycle: a cycle of 2 calls (get_weather {{"city": "{c1}"}}, get_time '
+               f'{{"city": "{c2}"}}) repeated 2 times (value 4, limit 2)')  # fmt: skip
+        messages.append({"role": "tool", "tool_call_id": "call9",
+                         "content": f"This call was not run: the turn ended ({why})."})  # fmt: skip
+        final = stream(client, url, messages, extra={"tool_choice": "none"})
+        ok = not final.calls and all(v in final.content for v in values)
+        scores.add("after_limit", "answers", ok, f"{values} -> {final.content!r}")
+        scores.add("after_limit", "clean", clean(final.content), repr(final.content))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the evaluation and print the table; returns 0."""
     ap = argparse.ArgumentParser(
@@ -263,70 +467,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default="", help="also write the figures to this file")
     ap.add_argument("--show-failures", action="store_true")
+    ap.add_argument(
+        "--families",
+        default="old,new",
+        help="'old' (phases 1-4), 'new' (phase 5: budget, cut answer, cycle, after_limit, keep)",
+    )
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
     cities = list(HELD_OUT_CITIES[: args.cities])
     scores = Scores()
+    think_lengths: list[int] = []
     t0 = time.monotonic()
     with EmbeddedServer(args.model, n_ctx=4096, n_threads=args.threads) as server, \
             httpx.Client(timeout=300) as client:  # fmt: skip
         url = server.url
-        for i, city in enumerate(cities):
-            q = WEATHER_Q[i % len(WEATHER_Q)].format(c=city)
-            run_tool_turn(client, url, scores, rng, "weather", q, [("get_weather", city)])
-            q = TIME_Q[i % len(TIME_Q)].format(c=city)
-            run_tool_turn(client, url, scores, rng, "time", q, [("get_time", city)])
-        for i in range(0, len(cities) - 1, 2):
-            c1, c2 = cities[i], cities[i + 1]
-            q = f"Tell me the weather in {c1} and the time in {c2}."
-            plan = [("get_weather", c1), ("get_time", c2)]
-            run_tool_turn(client, url, scores, rng, "two_city", q, plan)
-        for q in SMALL_TALK:
-            c = stream(client, url, [{"role": "user", "content": q}])
-            ok = bool(c.reasoning) and bool(c.content) and not c.calls and c.finish == "stop"
-            scores.add("small_talk", "answer_no_call", ok, f"{q!r} -> {c.content!r} {c.calls}")
-        think_lengths: list[int] = []
-        for city in cities[:10]:
-            q = f"Think long and hard about the weather in {city}."
-            c = stream(client, url, [{"role": "user", "content": q}], max_tokens=1500)
-            think_lengths.append(c.reasoning_events)
-            scores.add("think_long", "reasoning_300", c.reasoning_events >= 300,
-                       f"{city}: {c.reasoning_events} reasoning tokens")  # fmt: skip
-            scores.add("think_long", "calls", call_ok(c, "get_weather", city),
-                       f"{city}: {c.calls}")  # fmt: skip
-        for city in cities[:10]:
-            q = f"Keep checking the weather in {city}."
-            messages: list[dict[str, Any]] = [{"role": "user", "content": q}]
-            c = stream(client, url, messages)
-            scores.add("repeat", "calls", call_ok(c, "get_weather", city), f"{c.calls}")
-            if not calls_valid(c):
-                scores.add("repeat", "same_call_again", False, "no usable first call")
-                continue
-            messages.append(c.message())
-            result, _ = weather_result(rng, city)
-            messages.append({"role": "tool", "tool_call_id": c.calls[0]["id"], "content": result})
-            again = stream(client, url, messages)
-            scores.add("repeat", "same_call_again", call_ok(again, "get_weather", city),
-                       f"{again.calls or again.content!r}")  # fmt: skip
-        for city in cities[:5]:
-            q = f"Think long and hard about the weather in {city}."
-            sent = threading.Event()
-
-            def cap(c: Completion, _url: str = url, _sent: threading.Event = sent) -> None:
-                if c.reasoning_events >= 40 and not _sent.is_set():
-                    _sent.set()
-                    r = httpx.post(f"{_url}/v1/chat/completions/control",
-                                   json={"id": c.completion_id, "action": "reasoning_end"},
-                                   timeout=30)  # fmt: skip
-                    scores.add("think_cap", "control_success", r.json().get("success") is True,
-                               r.text)  # fmt: skip
-
-            c = stream(client, url, [{"role": "user", "content": q}], max_tokens=1500,
-                       on_reasoning=cap, extra={"reasoning_control": True})  # fmt: skip
-            scores.add("think_cap", "ended_early", c.reasoning_events < 200,
-                       f"{c.reasoning_events} reasoning tokens")  # fmt: skip
-            scores.add("think_cap", "then_calls", call_ok(c, "get_weather", city),
-                       f"{c.calls or c.content!r}")  # fmt: skip
+        if "old" in args.families:
+            think_lengths = run_old_families(client, url, scores, rng, cities)
+        if "new" in args.families:
+            run_new_families(client, url, scores, rng, cities)
     minutes = (time.monotonic() - t0) / 60
     figures: dict[str, Any] = {}
     print(f"{'family':<12} {'check':<20} {'passed':>7} {'total':>6} {'rate':>7}")

@@ -296,6 +296,14 @@ BUDGET_MARK = "\x01"
 ``</think>`` alone (measured: logprob -21 at the forced token, then the model's own ``\n``);
 the model must write the ``\n\n`` and go on."""
 _FORCED = "</think>"
+BUDGET_ZERO_MARK = "\x02"
+"""A budget of 0 tokens: the sampler forces ``</think>`` right after ``<think>`` (no newline
+between them, measured), the model writes the ``\n\n``."""
+
+
+def _budget_mark(rng: random.Random, cut: str) -> str:
+    """The mark that ends ``cut`` when the budget ended it (an empty cut: often a budget of 0)."""
+    return BUDGET_ZERO_MARK if not cut and rng.random() < 0.6 else BUDGET_MARK
 
 
 def _cut(rng: random.Random, text: str, empty: float = 0.1) -> str:
@@ -318,7 +326,7 @@ def _fam_think_budget(rng: random.Random, conv: _Conv) -> None:
     if rng.random() < 0.5:
         lines += [f"Step {k}: I think about the {kind} in {city}." for k in range(1, 12)]
     cut = _cut(rng, "\n".join(lines))
-    conv.add(_assistant(cut + BUDGET_MARK, calls=[tool_call(rng, tool, city)]), True)
+    conv.add(_assistant(cut + _budget_mark(rng, cut), calls=[tool_call(rng, tool, city)]), True)
     conv.copies.append(city)
 
 
@@ -330,9 +338,9 @@ def _fam_cut_answer(rng: random.Random, conv: _Conv) -> None:
     q = weather_question(rng, city) if kind == "weather" else time_question(rng, city)
     conv.add({"role": "user", "content": q})
     answer = _one_call(rng, conv, kind, city, rng.random() < 0.5)
-    mark = BUDGET_MARK if rng.random() < 0.6 else CUT_MARK
+    budget = rng.random() < 0.6
     cut = _cut(rng, f"I have the {kind} for {city}. I will answer.", empty=0.4)
-    conv.add(_assistant(cut + mark, answer), True)
+    conv.add(_assistant(cut + (_budget_mark(rng, cut) if budget else CUT_MARK), answer), True)
 
 
 _CYCLE_FORMS = (
@@ -543,6 +551,12 @@ def _weigh(family: str, conv: _Conv, tools: list[dict[str, Any]] | None) -> Samp
     elif BUDGET_MARK in text:  # only </think> is forced; the model writes the blank line
         at = text.index(BUDGET_MARK + "\n" + _INJECTED)
         text = text[:at] + _INJECTED + text[at + len(BUDGET_MARK + "\n" + _INJECTED) :]
+        injected = (at, at + len(_FORCED))
+    elif BUDGET_ZERO_MARK in text:  # budget 0: "<think></think>", then the model's blank line
+        mark = "<think>\n" + BUDGET_ZERO_MARK + "\n" + _INJECTED
+        at = text.index(mark)
+        text = text[:at] + "<think>" + _INJECTED + text[at + len(mark) :]
+        at += len("<think>")
         injected = (at, at + len(_FORCED))
     char_w = [0.0] * len(text)
     for i in conv.trained:
