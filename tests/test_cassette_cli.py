@@ -100,6 +100,34 @@ def test_show_prints_new_messages_stream_and_timings(
     assert "  + tool [call_1]: 12:00" in third
 
 
+def test_show_lists_a_reasoning_end_right_after_the_completion_it_ended(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # as recorded: the control request returns while its stream runs, so it comes first
+    second = STREAM.replace(b'"id":"c1"', b'"id":"c2"')
+    items = [
+        interaction(CHAT, {"messages": [U1], "tools": []}, STREAM, "text/event-stream"),
+        interaction(
+            CHAT + "/control",
+            {"id": "c2", "action": "reasoning_end"},
+            b'{"success":true}',
+            "application/json",
+        ),
+        interaction(CHAT, {"messages": [U1, A1, T1], "tools": []}, second, "text/event-stream"),
+    ]
+    path = tmp_path / "c.yaml"
+    path.write_text(serializer.serialize({"version": 1, "interactions": items}))
+    assert main(["cassette", "show", str(path)]) == 0
+    out = capsys.readouterr().out
+    heads = [line for line in out.splitlines() if line.startswith("[")]
+    assert heads == [
+        "[1] POST /v1/chat/completions -> 200",
+        "[3] POST /v1/chat/completions -> 200",
+        "[2] POST /v1/chat/completions/control -> 200",
+    ]
+    assert '  request: {"id":"c2","action":"reasoning_end"}' in out.split("[2]", 1)[1]
+
+
 def test_show_a_cut_stream_keeps_what_arrived(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["cassette", "show", str(HAND_MADE / "cut-stream.yaml")]) == 0
     out = capsys.readouterr().out

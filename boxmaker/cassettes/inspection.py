@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,7 @@ __all__ = [
 ]
 
 CHAT_PATH = "/v1/chat/completions"
+CONTROL_PATH = "/v1/chat/completions/control"
 """The path of llama-server's OpenAI-compatible chat endpoint."""
 
 _SHOW_CHARS = 600
@@ -131,13 +133,52 @@ def _message_line(message: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _completion_id(raw: bytes) -> str | None:
+    """The ``id`` of the first chunk of a recorded chat stream (llama.cpp's completion id)."""
+    match = _STREAM_ID.search(raw[:4096])
+    return match.group(1).decode("utf-8", "replace") if match else None
+
+
+_STREAM_ID = re.compile(rb'"id"\s*:\s*"([^"]+)"')
+
+
+def _in_order(interactions: Sequence[Mapping[str, Any]]) -> list[tuple[int, Mapping[str, Any]]]:
+    """The interactions numbered as recorded, each reasoning-control request moved to right
+    after the chat completion it acted on (its body's ``id`` is the stream's id). The control
+    request ends while its stream still runs, so the recorder writes it first."""
+    numbered = list(enumerate(interactions, 1))
+    chats = [
+        (number, _completion_id(item["response"]["body"]["string"] or b""))
+        for number, item in numbered
+        if _path_of(item["request"]["uri"]) == CHAT_PATH
+    ]
+    after: dict[int, list[tuple[int, Mapping[str, Any]]]] = {}
+    kept: list[tuple[int, Mapping[str, Any]]] = []
+    for number, item in numbered:
+        body = _request_json(item)
+        wanted = str(body.get("id")) if isinstance(body, dict) else None
+        # the first chat recorded after it with that id (none: it stays where it is)
+        target = next((n for n, cid in chats if n > number and cid == wanted), None)
+        if _path_of(item["request"]["uri"]) == CONTROL_PATH and target is not None:
+            after.setdefault(target, []).append((number, item))
+        else:
+            kept.append((number, item))
+    out: list[tuple[int, Mapping[str, Any]]] = []
+    for number, item in kept:
+        out.append((number, item))
+        out.extend(after.get(number, []))
+    return out
+
+
 def transcript(path: str | os.PathLike[str]) -> str:
     """A readable transcript of a cassette (what ``boxmaker cassette show`` prints).
 
-    For each interaction: its number, method, path and status; for a chat request the
-    messages it adds to the previous chat request (all of them when it does not extend it),
-    then the streamed answer as the client reads it (reasoning, content, tool calls, finish
-    reason) and llama.cpp's timings; for other requests (reasoning control) the bodies.
+    For each interaction: its number (the order recorded), method, path and status; for a chat
+    request the messages it adds to the previous chat request (all of them when it does not
+    extend it), then the streamed answer as the client reads it (reasoning, content, tool
+    calls, finish reason) and llama.cpp's timings; for other requests (reasoning control) the
+    bodies. A reasoning-control request (``reasoning_end``) is listed right after the
+    completion it ended, though recorded before it (it returns while the stream still runs).
 
     Raises:
         CassetteError: the file is not a readable cassette.
@@ -145,7 +186,7 @@ def transcript(path: str | os.PathLike[str]) -> str:
     interactions = load_interactions(path)
     out = [f"{path}: {len(interactions)} interaction(s)"]
     previous: list[Any] = []
-    for number, item in enumerate(interactions, 1):
+    for number, item in _in_order(interactions):
         request, response = item["request"], item["response"]
         status = (response.get("status") or {}).get("code")
         where = _path_of(request["uri"])
