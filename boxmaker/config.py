@@ -216,6 +216,12 @@ class LoopLimits:
             tool_call_caps=(dict(caps), min(caps.values(), default=0) >= 0),
             on_limit=(self.on_limit, self.on_limit in ("stop", "answer")),
         )
+        if answered is not None and ends is not None and answered > ends:
+            raise ConfigError(
+                f"loop.repeat_answered_at = {answered} is after loop.repeat_ends_turn_at = "
+                f"{ends}: the turn would end before a repeat is ever answered (set "
+                "repeat_answered_at to None, -1 in TOML, for no answer before the end)"
+            )
 
 
 _OFF_WITH_MINUS_ONE = (

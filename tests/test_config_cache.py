@@ -87,6 +87,15 @@ def test_out_of_range_values_are_refused(section: str, key: str, value: object) 
         Config.from_dict({section: {key: value}})
 
 
+def test_a_repeat_answered_after_the_turn_ends_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"repeat_answered_at = 4 is after .*ends_turn_at = 3"):
+        Config.from_dict({"loop": {"repeat_answered_at": 4, "repeat_ends_turn_at": 3}})
+    same = Config.from_dict({"loop": {"repeat_answered_at": 3, "repeat_ends_turn_at": 3}})
+    assert (same.loop.repeat_answered_at, same.loop.repeat_ends_turn_at) == (3, 3)
+    no_answer = LoopLimits(repeat_answered_at=None, repeat_ends_turn_at=2)
+    assert no_answer.repeat_ends_turn_at == 2
+
+
 @pytest.mark.parametrize("url", ["http://[::1", "ftp://x", "127.0.0.1:8080", "http://h:99999"])
 def test_bad_urls_are_refused(url: str) -> None:
     with pytest.raises(ConfigError, match="is not an http"):
