@@ -498,7 +498,9 @@ def cap_result(text: str, cap: int | None) -> tuple[str, bool]:
     """Cap a tool result at ``cap`` characters; returns ``(text, truncated)``.
 
     A longer text keeps its head and ends with a note saying how much was shown, all within
-    ``cap`` characters (a cap too small for the note cuts the text bare). ``None``: no cap.
+    ``cap`` characters; a cap too small for that note ends it with the short note
+    ``"\n[truncated]"`` (12 characters), and a cap smaller than that cuts the text bare (the
+    log's ``truncated`` flag still says so). ``None``: no cap.
 
     Raises:
         ValueError: a negative cap.
@@ -516,5 +518,8 @@ def cap_result(text: str, cap: int | None) -> tuple[str, bool]:
     for _ in range(4):  # the note's length depends on the digits of `keep`: find the fixpoint
         keep = cap - len(note(keep))
     if keep <= 0 or keep + len(note(keep)) > cap:
+        short = "\n[truncated]"
+        if cap > len(short):
+            return text[: cap - len(short)] + short, True
         return text[:cap], True
     return text[:keep] + note(keep), True

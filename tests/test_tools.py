@@ -178,8 +178,16 @@ def test_cap_result_never_exceeds_the_cap(text: str, cap: int) -> None:
     if not truncated:
         assert out == text
     else:
-        kept = out.split("\n[truncated: the first ")[0] if "[truncated" in out else out
+        kept = out.split("\n[truncated")[0] if "[truncated" in out else out
         assert text.startswith(kept)
+        if cap > 12:  # a note whenever one fits
+            assert out.endswith(("\n[truncated]", " characters are shown]"))
+
+
+def test_cap_result_too_small_for_the_full_note_keeps_a_short_one() -> None:
+    assert cap_result("abcdefghijklmnopqrstuvwxyz" * 2, 20) == ("abcdefgh\n[truncated]", True)
+    assert cap_result("abcdefghijklmnopqrstuvwxyz", 12) == ("abcdefghijkl", True)
+    assert cap_result("abc", 0) == ("", True)
 
 
 def test_unserialisable_result_is_a_failure_text() -> None:
