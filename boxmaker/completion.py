@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .records import LimitHit, ToolCall, Usage
+from .records import LimitHit, ToolCall, Usage, is_measurement
 
 __all__ = ["Completion"]
 
@@ -75,11 +75,13 @@ class Completion:
 
     def usage_record(self) -> Usage:
         """The session log's :class:`~boxmaker.records.Usage` record of this completion:
-        ``timings`` as sent, reasoning tokens, the thinking-cap flag, the OpenAI
+        ``timings`` as sent (but a value that is not a finite number >= 0, e.g. the ``null``
+        llama.cpp sends for a rate over 0 ms, is left out: the log holds measurements only),
+        reasoning tokens, the thinking-cap flag, the OpenAI
         ``usage.prompt_tokens`` / ``completion_tokens`` (``None`` when absent) and the
         ``finish_reason``."""
         return Usage(
-            timings=dict(self.timings),
+            timings={k: v for k, v in self.timings.items() if is_measurement(v)},
             reasoning_tokens=self.reasoning_tokens,
             thinking_capped=self.thinking_capped,
             prompt_tokens=_int_or_none(self.usage.get("prompt_tokens")),

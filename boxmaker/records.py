@@ -17,6 +17,7 @@ with ``cache_n``, ``prompt_n``, ``predicted_n``, ``prompt_ms``, ``predicted_ms``
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ __all__ = [
     "Usage",
     "User",
     "format_time",
+    "is_measurement",
     "parse_time",
     "record_from_json",
     "record_to_json",
@@ -401,9 +403,9 @@ def record_from_json(data: Mapping[str, Any]) -> Record:
                 raise ValueError(f"malformed tool_calls in {name} record: {exc}") from exc
         elif f.name == "timings":
             for key, number in value.items():
-                if not isinstance(number, int | float) or isinstance(number, bool):
+                if not is_measurement(number):
                     raise ValueError(
-                        f"{name} record: timings.{key} = {number!r:.40} is not a number"
+                        f"{name} record: timings.{key} = {number!r:.40} is not a finite number >= 0"
                     )
                 _in_range(name, f"timings.{key}", number)
         elif type(value) is int:
@@ -414,6 +416,14 @@ def record_from_json(data: Mapping[str, Any]) -> Record:
     except TypeError as exc:
         raise ValueError(f"malformed {name} record: {exc}") from exc
     return record
+
+
+def is_measurement(value: object) -> bool:
+    """``value`` can be a llama.cpp timing (a count or a duration): a finite int or float, zero
+    or more (not a bool). The one rule of the session and the frames for ``timings``."""
+    return (type(value) is int and value >= 0) or (
+        type(value) is float and math.isfinite(value) and value >= 0
+    )
 
 
 def _in_range(record: object, name: str, value: float) -> None:

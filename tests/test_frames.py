@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from pandas.testing import assert_frame_equal
 
 from boxmaker import frames
+from boxmaker.completion import Completion
 from boxmaker.config import Config, LoopLimits
 from boxmaker.errors import InferError, SessionError, TurnError
 from boxmaker.frames import COLUMNS, LogReadWarning
@@ -733,6 +734,35 @@ def test_a_log_session_open_refuses_is_left_out(tmp_path: Path, schema: Any) -> 
     with pytest.warns(LogReadWarning, match=r"old\.jsonl:1: log schema .* the log is left out"):
         loaded = frames.load(path)
     assert all(getattr(loaded, name).empty for name in loaded._fields)
+
+
+@pytest.mark.parametrize("bad", [-5.0, -1, float("inf"), "12"])
+def test_a_timing_that_is_no_measurement_is_judged_alike_by_session_and_frames(
+    tmp_path: Path, bad: object
+) -> None:
+    user = {"type": "user", "content": "x", "time": "2026-11-30T07:00:00Z"}
+    used = record_to_json(usage(0, 10, 5, 1.5))
+    used["timings"]["predicted_ms"] = bad
+    path = write_lines(tmp_path / "odd.jsonl", [HEAD, user, used])
+    with pytest.raises(SessionError, match=r"odd\.jsonl:3: .*timings\.predicted_ms = .* is not"):
+        Session.open(path, read_only=True)
+    with pytest.warns(LogReadWarning, match=r"odd\.jsonl:3: .* is not .*the log is left out"):
+        loaded = frames.load(path)
+    assert loaded.requests.empty
+
+
+def test_a_null_timing_from_the_server_is_left_out_of_the_record() -> None:
+    """llama.cpp sends ``null`` for a rate it cannot compute (NaN in C++): the usage record
+    keeps the measurements only, so the log it writes always reads back."""
+    done = Completion(
+        id="c",
+        content="ok",
+        reasoning=None,
+        tool_calls=(),
+        finish_reason="stop",
+        timings={"prompt_n": 3, "prompt_ms": 0.0, "prompt_per_second": None},  # type: ignore[dict-item]
+    )
+    assert dict(done.usage_record().timings) == {"prompt_n": 3, "prompt_ms": 0.0}
 
 
 def test_a_schema_1_log_is_read_through_the_migrations(tmp_path: Path) -> None:

@@ -175,7 +175,7 @@ def test_deeply_nested_arguments_are_invalid_json_and_poison_nothing(tmp_path: P
         ('{"type":"user","time":"0001-01-01T00:00:00+05:00","content":"x"}', "out of range"),
         (
             '{"type":"usage","time":"2026-11-30T00:00:00Z","timings":{"cache_n":"many"}}',
-            "not a number",
+            "not a finite number >= 0",
         ),
     ],
 )
