@@ -17,10 +17,13 @@ turn); after a call ran it reports the result with :meth:`LoopGuard.ran`. The kn
 - per-tool call caps (``tool_call_caps``): the call past a tool's cap fires.
 
 The last three share one policy: the first time one fires in a turn the call is answered with
-a nudge saying what was detected (``not_run="loop"``, the call is not run), the next time the
-turn ends (``TurnLimit`` of kind ``loop``, whose detail names the rule, and for a cycle its
-length and calls). Tools named in ``repeat_exempt`` (a status poll is meant to repeat) are left
-out of the repeat, cycle and stale rules; a cap named for a tool still applies.
+a nudge saying what was detected (``not_run="loop"``, the call is not run); the turn ends
+(``TurnLimit`` of kind ``loop``, whose detail names the rule, and for a cycle its length and
+calls) the next time one fires, or as soon as the model calls again what the nudge named (a
+call of the cycle, the stale or capped tool), though the rule itself would not fire on it (a
+model told to stop alternating A and B that calls B once more has not heeded the nudge).
+Tools named in ``repeat_exempt`` (a status poll is meant to repeat) are left out of the
+repeat, cycle and stale rules; a cap named for a tool still applies.
 
 Pure logic: no I/O.
 """
@@ -102,6 +105,9 @@ class LoopGuard:
     _per_tool: Counter[str] = field(default_factory=Counter)
     _results: Counter[tuple[str, str]] = field(default_factory=Counter)
     _nudged: bool = False
+    # what the nudge named (a cycle's calls, a stale or capped tool), and its words: a call
+    # of it after the nudge ends the turn, though the rule itself may not fire again
+    _flagged: tuple[frozenset[tuple[str, str]], frozenset[str], str, str] | None = None
 
     def completion(self) -> TurnLimit | None:
         """Count one completion with tool calls; the ``TurnLimit`` of kind
@@ -135,14 +141,21 @@ class LoopGuard:
             length, block = cycle
             names = ", ".join(f"{name} {args}" for name, args in block)
             what = f"a cycle of {length} calls ({names}) repeated {lim.cycle_repeats} times"
+            self._flag(frozenset(block), frozenset(), "cycle", what)
             return self._fire("cycle", lim.cycle_repeats, lim.cycle_repeats - 1, what)
         stale = lim.stale_results_at
         same = max((n for (name, _), n in self._results.items() if name == call.name), default=0)
         if stale is not None and same >= stale:
             what = f"{call.name} returned the same result {same} times in this turn"
+            self._flag(frozenset(), frozenset({call.name}), "stale_result", what)
             return self._fire("stale_result", same + 1, stale, what)
         if capped and cap is not None:
-            return self._fire("tool_call_cap", n, cap, f"{call.name} called {n} times, cap {cap}")
+            what = f"{call.name} called {n} times, cap {cap}"
+            self._flag(frozenset(), frozenset({call.name}), "tool_call_cap", what)
+            return self._fire("tool_call_cap", n, cap, what)
+        if self._flagged is not None and (key in self._flagged[0] or call.name in self._flagged[1]):
+            _, _, rule, what = self._flagged
+            return self._fire(rule, 2, 1, f"{what}; {call.name} was called again after the nudge")
         return _RUN
 
     def ran(self, call: ToolCall, content: str) -> None:
@@ -172,6 +185,13 @@ class LoopGuard:
             ):
                 return length, block
         return None
+
+    def _flag(
+        self, keys: frozenset[tuple[str, str]], names: frozenset[str], rule: str, what: str
+    ) -> None:
+        """Remember what the first nudge of the turn named."""
+        if not self._nudged:
+            self._flagged = (keys, names, rule, what)
 
     def _fire(self, rule: str, value: int, bound: int, what: str) -> Verdict:
         """First firing in the turn: a nudge; later: stop with a ``loop`` ``TurnLimit``."""

@@ -10,8 +10,14 @@
 #   3. adds the short "lookup" family (a result in the user message answered in the tool
 #      answer's words) so the model learns to quote result values; lr 2e-3 -> 3e-5 over 2316;
 #   4. more two-city dialogues and the think_cut family (a reasoning ended by reasoning_end);
-#      lr 1e-3 -> 3e-5 over 1101 steps.
-# 6,277 steps: about 95 minutes on one free core (the shipped run took 107 on a shared one).
+#      lr 1e-3 -> 3e-5 over 1101 steps;
+#   5. a fine-tune for the cache, loops and server issues: think_budget (the per-request
+#      thinking budget forces "</think>" alone, "<think></think>" at 0), cut_answer (the
+#      answer's reasoning cut), cycle (two tools alternated), after_limit (an answer after a
+#      limit's "not run" result) and kept (history rendered with preserve_thinking);
+#      lr 1e-3 -> 3e-5 over 1400 steps.
+# 7,677 steps: about 118 minutes on one free core. Phase 5 alone (from the phase-4 file, e.g.
+# a copy of the shipped model before it: train --init accepts a .gguf) takes about 22.
 set -euo pipefail
 OUT="${1:-boxmaker/model/tiny-agent.gguf}"
 WORK="${TMPDIR:-/tmp}/boxmaker-train"
@@ -29,4 +35,8 @@ python -m boxmaker.model.train --seed 2 --steps 2316 --threads 1 \
 python -m boxmaker.model.train --seed 3 --steps 1101 --threads 1 \
     --init "$WORK/phase3.pt" --lr 1e-3 --lr-floor 3e-5 --warmup 20 \
     --mix weather=14,time=16,two_city=22,lookup=14,think_cut=8,think_long=4,repeat=6,small_talk=6,copy=10 \
-    --out "$OUT" --checkpoint "$WORK/phase4.pt"
+    --out "$WORK/phase4.gguf" --checkpoint "$WORK/phase4.pt"
+python -m boxmaker.model.train --seed 4 --steps 1400 --threads 1 \
+    --init "$WORK/phase4.pt" --lr 1e-3 --lr-floor 3e-5 --warmup 20 \
+    --mix weather=10,time=10,two_city=14,lookup=8,think_cut=5,think_budget=8,cut_answer=8,think_long=3,repeat=5,cycle=9,after_limit=8,kept=9,small_talk=5,copy=6 \
+    --out "$OUT" --checkpoint "$WORK/phase5.pt"

@@ -230,3 +230,31 @@ def test_cli_takes_the_loop_guard_knobs(looping: Path, capsys: pytest.CaptureFix
     assert any(line.startswith("turn 1, completion 1: loop fired: rule cycle") for line in lines)
     # the answer after the limit asks a request the recording does not hold (tool_choice none)
     assert lines[-2].startswith("stopped at turn 1 ('Keep checking Lisbon'), completion 2:")
+
+
+RECORDED_LOOP = Path(__file__).resolve().parent.parent / "cassettes" / "loop-cycle.yaml"
+
+
+def test_a_recorded_looping_turn_of_the_shipped_model_replayed_with_other_guard_settings() -> None:
+    """Real llama.cpp traffic (scripts/record_cassettes.py): the shipped model alternates
+    get_weather(Paris) and get_time(London), recorded with the guard off until the
+    tool-iteration limit (5); replayed with the cycle rule, it fires at the fourth call."""
+    as_recorded = what_if(
+        RECORDED_LOOP, LoopLimits(tool_iterations=5, repeat_detection=False, cycle_length=None)
+    )
+    assert as_recorded.stopped is None
+    assert [h[:3] for h in as_recorded.hits] == [(1, 6, "tool_iterations")]
+    cycle = what_if(RECORDED_LOOP, LoopLimits(repeat_detection=False, cycle_length=2))
+    assert [h[:3] for h in cycle.hits] == [(1, 4, "loop")]
+    assert cycle.hits[0][3].startswith("rule cycle: a cycle of 2 calls")
+    # the nudge is a tool result the recording does not hold: the replay stops after it
+    assert cycle.stopped is not None and cycle.stopped.startswith("turn 1 (")
+    repeat = what_if(RECORDED_LOOP)  # the default identical-repeat rule answers call 3
+    assert any("repeat nudge on get_weather (call 3 not run)" in line for line in repeat.lines)
+
+
+def test_cli_replays_the_recorded_looping_turn(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["replay", str(RECORDED_LOOP), "--no-repeat-detection", "--loop-cycle", "2"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "turn 1, completion 4: loop fired: rule cycle: a cycle of 2 calls" in out

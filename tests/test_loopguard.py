@@ -90,6 +90,26 @@ def test_cycle_of_two_tools_is_nudged_then_ends_the_turn(tmp_path: Path) -> None
     assert turns(session.path)["outcome"].tolist() == ["loop"]
 
 
+def test_a_call_of_the_nudged_cycle_ends_the_turn_though_no_cycle_completes(
+    tmp_path: Path,
+) -> None:
+    """What the shipped model does: told its fourth call (B) closed a cycle, it calls B again.
+    A, B, A, B, B completes no cycle, but the model has not heeded the nudge: the turn ends."""
+    a, b = ("weather", {"city": "Paris"}), ("clock", {"city": "London"})
+    steps = [calls(call(*c, f"c{i}")) for i, c in enumerate([a, b, a, b, b, a])]
+    session, _, _, stop = run(tmp_path, steps, repeat_detection=False, cycle_length=2)
+    assert isinstance(stop, TurnLimit) and stop.kind == "loop"
+    assert stop.detail.startswith("rule cycle: a cycle of 2 calls (weather")
+    assert stop.detail.endswith("; clock was called again after the nudge")
+    assert [r.not_run for r in results(session)] == [None, None, None, "loop", "loop"]
+    assert_well_formed(session)
+    other = ("lookup", {"page": 1})  # a call outside the cycle after the nudge runs
+    steps = [calls(call(*c, f"c{i}")) for i, c in enumerate([a, b, a, b, other])]
+    session, _, _, stop = run(tmp_path / "other", steps, repeat_detection=False, cycle_length=2)
+    assert stop is None
+    assert [r.not_run for r in results(session)] == [None, None, None, "loop", None]
+
+
 def test_cycle_needs_the_configured_repeats_and_length(tmp_path: Path) -> None:
     a, b, c = ("weather", {"city": "A"}), ("clock", {"city": "A"}), ("lookup", {"page": 1})
     seq = [a, b, c, a, b, c]
@@ -205,14 +225,15 @@ KEYS = [("weather", {"city": "A"}), ("weather", {"city": "B"}), ("clock", {"city
 EXEMPT: tuple[str, dict[str, Any]] = ("poll", {})
 
 
-def _cycle_at(seq: list[tuple[str, str]], k: int, r: int) -> bool:
-    """Oracle: the sequence ends with a non-constant block of length 2..k repeated r times."""
+def _cycle_at(seq: list[tuple[str, str]], k: int, r: int) -> list[tuple[str, str]]:
+    """Oracle: the non-constant block of length 2..k that the sequence ends with, repeated r
+    times (the shortest), else []."""
     for length in range(2, k + 1):
         tail = seq[-length * r :]
         block = tail[-length:]
         if len(tail) == length * r and len(set(block)) > 1 and tail == block * r:
-            return True
-    return False
+            return block
+    return []
 
 
 @settings(
@@ -235,7 +256,8 @@ def test_guard_fires_exactly_at_the_first_repetition_past_the_threshold(
 ) -> None:
     """Oracle computed apart from the guard: for the repeat rule, the 2nd identical call is
     answered 'repeat' and the 3rd ends the turn; for cycles (repeat rule off), the first call
-    completing a cycle is nudged and the next one ends the turn. Exempt calls always run, and
+    completing a cycle is nudged, and the next one completing a cycle, or any call of the
+    nudged cycle, ends the turn. Exempt calls always run, and
     the log is well formed after every stop (also with on_limit="answer", whose last
     completion may still make calls)."""
     loop: dict[str, Any] = {"repeat_exempt": ("poll",), "tool_iterations": None}
@@ -246,6 +268,7 @@ def test_guard_fires_exactly_at_the_first_repetition_past_the_threshold(
         loop.update(cycle_length=None)
     expected: list[str | None] = []
     counted: list[tuple[str, str]] = []
+    flagged: set[tuple[str, str]] = set()  # the calls of the nudged cycle
     fired = 0
     for name, args in seq:
         if name == "poll":
@@ -257,7 +280,9 @@ def test_guard_fires_exactly_at_the_first_repetition_past_the_threshold(
             n = counted.count(key)
             verdict = None if n == 1 else "repeat" if n == 2 else "repeated_call"
         else:
-            verdict = "loop" if _cycle_at(counted, k, r) else None
+            block = _cycle_at(counted, k, r)
+            verdict = "loop" if block or key in flagged else None
+            flagged = flagged or set(block)
             fired += verdict is not None
         expected.append(verdict)
         if verdict == "repeated_call" or fired == 2:

@@ -230,3 +230,32 @@ def test_loop_guard_live_stale_results_nudge_then_stop(
     end = session.records[-1]
     assert isinstance(end, TurnEnd) and end.outcome == "loop"
     assert info.value.detail.startswith("rule stale_result: get_weather returned")
+
+
+def test_loop_guard_live_stops_a_cycle_of_two_tools(server: EmbeddedServer, tmp_path: Path) -> None:
+    """The model card's cycling prompt (two things to keep checking) with the identical-repeat
+    rule off: the model alternates get_weather(Paris) and get_time(London); the cycle rule
+    (length 2, twice) answers the fourth call with a nudge, then ends the turn."""
+    runtime, client = _runtime(server.url)
+    loop = LoopLimits(tool_iterations=8, repeat_detection=False, cycle_length=2)
+    runtime.config = dataclasses.replace(runtime.config, loop=loop)
+    session = _session(tmp_path)
+    with client, pytest.raises(TurnLimit) as info:
+        run_turn(session, runtime, "Keep checking the weather in Paris and the time in London.")
+    calls = [
+        (c.name, c.arguments)
+        for r in session.records
+        if isinstance(r, Assistant)
+        for c in r.tool_calls
+    ]
+    paris, london = ("get_weather", '{"city": "Paris"}'), ("get_time", '{"city": "London"}')
+    assert calls == [paris, london, paris, london, paris]
+    assert info.value.kind == "loop"
+    assert info.value.detail.startswith("rule cycle: a cycle of 2 calls")
+    results = [r for r in session.records if isinstance(r, ToolResult)]
+    assert [r.not_run for r in results] == [None, None, None, "loop", "loop"]
+    assert results[3].content.startswith("Loop guard: a cycle of 2 calls")
+    hits = [r for r in session.records if isinstance(r, LimitHit)]
+    assert hits[-1].kind == "loop"
+    end = session.records[-1]
+    assert isinstance(end, TurnEnd) and end.outcome == "loop"
