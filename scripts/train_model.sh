@@ -15,9 +15,11 @@
 #      thinking budget forces "</think>" alone, "<think></think>" at 0), cut_answer (the
 #      answer's reasoning cut), cycle (two tools alternated), after_limit (an answer after a
 #      limit's "not run" result) and kept (history rendered with preserve_thinking);
-#      lr 1e-3 -> 3e-5 over 1400 steps.
-# 7,677 steps: about 118 minutes on one free core. Phase 5 alone (from the phase-4 file, e.g.
-# a copy of the shipped model before it: train --init accepts a .gguf) takes about 22.
+#      lr 1e-3 -> 3e-5 over 1400 steps;
+#   6. more after_limit and two_city (phase 5 left after_limit at 2/10 and two_city values one
+#      below phase 4), lr 5e-4 -> 2e-5 over 600 steps.
+# 8,277 steps: about 128 minutes on one free core. Phases 5 and 6 alone (from the phase-4
+# file: train --init accepts a .gguf) take about 32.
 set -euo pipefail
 OUT="${1:-boxmaker/model/tiny-agent.gguf}"
 WORK="${TMPDIR:-/tmp}/boxmaker-train"
@@ -39,4 +41,8 @@ python -m boxmaker.model.train --seed 3 --steps 1101 --threads 1 \
 python -m boxmaker.model.train --seed 4 --steps 1400 --threads 1 \
     --init "$WORK/phase4.pt" --lr 1e-3 --lr-floor 3e-5 --warmup 20 \
     --mix weather=10,time=10,two_city=14,lookup=8,think_cut=5,think_budget=8,cut_answer=8,think_long=3,repeat=5,cycle=9,after_limit=8,kept=9,small_talk=5,copy=6 \
-    --out "$OUT" --checkpoint "$WORK/phase5.pt"
+    --out "$WORK/phase5.gguf" --checkpoint "$WORK/phase5.pt"
+python -m boxmaker.model.train --seed 5 --steps 600 --threads 1 \
+    --init "$WORK/phase5.pt" --lr 5e-4 --lr-floor 2e-5 --warmup 10 \
+    --mix weather=8,time=8,two_city=20,lookup=10,think_cut=3,think_budget=5,cut_answer=5,think_long=2,repeat=4,cycle=8,after_limit=18,kept=6,small_talk=4,copy=5 \
+    --out "$OUT" --checkpoint "$WORK/phase6.pt"

@@ -291,10 +291,14 @@ def test_training_samples_match_llama_cpp_rendering() -> None:
                     body: dict[str, Any] = {"messages": msgs}
                     if sample.tools:
                         body["tools"] = sample.tools
+                    keep = sample.preserve_thinking
+                    if keep:
+                        body["chat_template_kwargs"] = {"preserve_thinking": True}
                     served = httpx.post(f"{server.url}/apply-template", json=body, timeout=30)
                     prompt = served.json()["prompt"]
                     tools = _as_llama_cpp_sends(sample.tools)
-                    assert prompt == render(msgs, tools, add_generation_prompt=True)
+                    want = render(msgs, tools, add_generation_prompt=True, preserve_thinking=keep)
+                    assert prompt == want
                     if tools == sample.tools:
                         assert sample.text.startswith(prompt)
                     tok = httpx.post(

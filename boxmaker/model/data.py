@@ -479,6 +479,7 @@ class Sample:
         messages: the conversation (OpenAI-style messages).
         tools: the tools offered, or ``None``.
         trained: indices of the assistant messages the loss is on.
+        preserve_thinking: rendered with the template kwarg ``preserve_thinking`` (``kept``).
     """
 
     family: str
@@ -488,6 +489,7 @@ class Sample:
     messages: list[dict[str, Any]] = field(default_factory=list)
     tools: list[dict[str, Any]] | None = None
     trained: list[int] = field(default_factory=list)
+    preserve_thinking: bool = False
 
 
 def _prior_exchange(rng: random.Random, conv: _Conv) -> None:
@@ -592,7 +594,7 @@ def _weigh(family: str, conv: _Conv, tools: list[dict[str, Any]] | None) -> Samp
                 raise AssertionError(f"non-ASCII text in sample: {piece!r}")
             weights.extend(char_w[pos : pos + len(piece)])
         pos += len(piece)
-    return Sample(family, text, ids, weights, msgs, tools, list(conv.trained))
+    return Sample(family, text, ids, weights, msgs, tools, list(conv.trained), keep)
 
 
 _SPECIAL_STRINGS = (
