@@ -238,17 +238,23 @@ RECORDED_LOOP = Path(__file__).resolve().parent.parent / "cassettes" / "loop-cyc
 def test_a_recorded_looping_turn_of_the_shipped_model_replayed_with_other_guard_settings() -> None:
     """Real llama.cpp traffic (scripts/record_cassettes.py): the shipped model alternates
     get_weather(Paris) and get_time(London), recorded with the guard off until the
-    tool-iteration limit (5); replayed with the cycle rule, it fires at the fourth call."""
+    tool-iteration limit (5); replayed with the cycle rule, it nudges the fourth call, after
+    which the cassette holds no answer."""
     as_recorded = what_if(
         RECORDED_LOOP, LoopLimits(tool_iterations=5, repeat_detection=False, cycle_length=None)
     )
     assert as_recorded.stopped is None
     assert [h[:3] for h in as_recorded.hits] == [(1, 6, "tool_iterations")]
     cycle = what_if(RECORDED_LOOP, LoopLimits(repeat_detection=False, cycle_length=2))
-    assert [h[:3] for h in cycle.hits] == [(1, 4, "loop")]
-    assert cycle.hits[0][3].startswith("rule cycle: a cycle of 2 calls")
+    nudges = [line for line in cycle.lines if "nudge" in line]
+    assert nudges == [
+        "turn 1, completion 4: loop nudge on get_time (call 4 not run): "
+        "'Loop guard: a cycle of 2 calls (get_weather {\"city\":\"Pari...'"
+    ]
     # the nudge is a tool result the recording does not hold: the replay stops after it
+    assert cycle.hits == []
     assert cycle.stopped is not None and cycle.stopped.startswith("turn 1 (")
+    assert "completion 5: the loop needs traffic the cassette does not hold" in cycle.stopped
     repeat = what_if(RECORDED_LOOP)  # the default identical-repeat rule answers call 3
     assert any("repeat nudge on get_weather (call 3 not run)" in line for line in repeat.lines)
 
@@ -257,4 +263,5 @@ def test_cli_replays_the_recorded_looping_turn(capsys: pytest.CaptureFixture[str
     args = ["replay", str(RECORDED_LOOP), "--no-repeat-detection", "--loop-cycle", "2"]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "turn 1, completion 4: loop fired: rule cycle: a cycle of 2 calls" in out
+    assert "turn 1, completion 4: loop nudge on get_time (call 4 not run)" in out
+    assert "played 4 of 6 recorded interactions" in out

@@ -40,8 +40,7 @@ def recorded_users(session: Session) -> list[User]:
 
 
 def _replay(name: str, tmp_path: Path, events: list[Any] | None = None) -> tuple[Session, Session]:
-    """Replay a cassette through the real loop; the recorded log is read through the
-    migrations (the shipped logs are schema 1, which wrote no TurnEnd records)."""
+    """Replay a cassette through the real loop, beside the session log the recording made."""
     recorded = Session.open(CASSETTES / f"{name}.session.jsonl", read_only=True)
     prompts = [r.content for r in recorded.records if isinstance(r, User)]
     config = Config(client=ClientConfig(url=UNREACHABLE, retry_attempts=0))
@@ -58,10 +57,9 @@ def test_replayed_turns_append_the_same_records(tmp_path: Path) -> None:
     events: list[Any] = []
     recorded, session = _replay("demo-turns", tmp_path, events)
     assert len(session.records) >= 4
-    assert recorded.schema == 1  # written before TurnEnd existed: compare without them
-    replayed = [r for r in session.records if not isinstance(r, TurnEnd)]
+    assert recorded.schema == 2
     assert sum(isinstance(r, TurnEnd) for r in session.records) == len(recorded_users(recorded))
-    assert _without_time(replayed) == _without_time(recorded.records)
+    assert _without_time(session.records) == _without_time(recorded.records)
     assert session.baseline.tools == recorded.baseline.tools
     # the replay went through the streaming path: queued, prompt progress, then tokens
     assert isinstance(events[1], Queued)
