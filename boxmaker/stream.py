@@ -116,16 +116,18 @@ class StreamDecoder:
         if chunks.done:
             return
         feed = chunks.feed
+        feed_usual = chunks.feed_usual
         for name, data in sse_events:
             if name == "data" and data != "[DONE]":  # a chunk: feed_event's steps, inlined
-                try:
-                    obj = _loads(data)
-                except _JSONDecodeError:
-                    obj = _strict_loads(data)
-                if obj.__class__ is not dict:
-                    raise _not_an_object(data)
-                for event in feed(obj, data):
-                    on_event(event)
+                if not feed_usual(data, on_event):
+                    try:
+                        obj = _loads(data)
+                    except _JSONDecodeError:
+                        obj = _strict_loads(data)
+                    if obj.__class__ is not dict:
+                        raise _not_an_object(data)
+                    for event in feed(obj, data):
+                        on_event(event)
             else:
                 for event in self.feed_event(name, data):
                     on_event(event)
@@ -151,6 +153,9 @@ class StreamDecoder:
         if name == "data":
             if data == "[DONE]":
                 return chunks.mark_done()
+            events: list[ClientEvent] = []
+            if chunks.feed_usual(data, events.append):
+                return events
             try:
                 obj = _loads(data)
             except _JSONDecodeError:
