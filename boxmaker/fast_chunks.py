@@ -16,6 +16,7 @@ faster than parsing the object. The result is by construction the one the full p
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -56,11 +57,11 @@ _MEMBER = re.compile(
 # The text of a tool-call fragment before the arguments' inside (group 1: the index).
 _CALL_HEAD = re.compile(r'"tool_calls":\[\{"index":(0|[1-9][0-9]*),"function":\{"arguments":"')
 _CALL_END = '"}}]'  # after the arguments' inside
+_TOOL_CALLS = '"tool_calls":'
 _REASONING_CONTENT = '"reasoning_content":"'
 _CONTENT = '"content":"'
 _REASONING = '"reasoning":"'
 _DELTA = '"delta":{'
-_DECODER = json.JSONDecoder()
 _PROBE = "probe \u00e9"
 _PROBE_MEMBER = f'"content":"{_PROBE}"'
 _LEARN_TRIES = 4  # texts around a member that failed the probe before learning gives up
@@ -73,14 +74,18 @@ class FastChunks(ThinkTags):
     """
 
     __slots__ = (
+        "_after",
         "_call_head",
         "_call_index",
+        "_call_start",
+        "_call_tail",
+        "_call_tail_len",
         "_head",
         "_head_len",
         "_last",
         "_learn_tries",
-        "_tail_len",
-        "_tail_text",
+        "_text_tail",
+        "_text_tail_len",
         "chunks",
     )
 
@@ -92,12 +97,14 @@ class FastChunks(ThinkTags):
     tool_call_deltas: bool
 
     def __init__(self) -> None:
-        self._head: str | None = None  # the text before the delta's member, once learned
-        self._tail_text = ""  # the text after it
-        self._head_len = self._tail_len = 0
+        self._head: str | None = None  # the text before the delta's member, once learnt
+        self._after = ""  # the text after it
+        self._text_tail = self._call_tail = ""  # '"' and '"}}]' before _after
+        self._head_len = self._text_tail_len = self._call_tail_len = 0
         self._learn_tries = _LEARN_TRIES
-        self._call_head = "\x00"  # the text before the arguments of the last fragment read
-        self._call_index = -1  # and its call's index
+        self._call_head = "\x00"  # the member's text before the arguments of the last call read
+        self._call_start = 0  # where the arguments start: _head_len + len(_call_head)
+        self._call_index = -1  # and that call's index
 
     def feed_usual(self, text: str, on_event: Callable[[ClientEvent], None]) -> bool:
         """Read the chunk whose JSON text is ``text`` if it is a usual one, passing its
@@ -113,15 +120,50 @@ class FastChunks(ThinkTags):
         feeds it).
         """
         head = self._head
-        if head is None or not text.startswith(head) or not text.endswith(self._tail_text):
+        if head is None or not text.startswith(head):
             return False
         start = self._head_len
-        end = len(text) - self._tail_len - 1  # the member's last character
+        if not text.startswith(self._call_head, start):
+            if not text.startswith(_TOOL_CALLS, start):
+                return self._text_member(text, start, on_event)
+            call = _CALL_HEAD.match(text, start)  # a fragment of another call than the last
+            if call is None:
+                return False
+            self._call_head, self._call_index = call[0], int(call[1])
+            self._call_start = call.end()
+        # the next arguments of the call at index _call_index
+        start = self._call_start
+        end = len(text) - self._call_tail_len
+        if end < start or not text.endswith(self._call_tail):
+            return False
+        number = self._at_index.get(self._call_index)
+        if number is None:  # a call not seen yet: the full path numbers it
+            return False
+        arguments = text[start:end]
+        if '"' in arguments or "\\" in arguments or not arguments.isprintable():
+            exact = _inside(arguments)
+            if exact is None:
+                return False
+            arguments = exact
+        self.chunks += 1
+        self._last = number
+        if arguments:
+            self._calls[number].arguments.append(arguments)
+        if self.tool_call_deltas:
+            event = new_event(ToolCallDelta)
+            set_index(event, number)
+            set_id(event, None)
+            set_name(event, None)
+            set_arguments(event, arguments)
+            on_event(event)
+        return True
+
+    def _text_member(self, text: str, start: int, on_event: Callable[[ClientEvent], None]) -> bool:
+        """:meth:`feed_usual` of a text field (``text`` starts with the learnt head, which
+        ends at ``start``)."""
         if text.startswith(_REASONING_CONTENT, start):
             start += len(_REASONING_CONTENT)
             reasoning = True
-        elif text.startswith(self._call_head, start):
-            return self._arguments(text, start + len(self._call_head), on_event)
         elif text.startswith(_CONTENT, start):
             start += len(_CONTENT)
             reasoning = False
@@ -129,16 +171,13 @@ class FastChunks(ThinkTags):
             start += len(_REASONING)
             reasoning = True
         else:
-            call = _CALL_HEAD.match(text, start)
-            if call is None:
-                return False
-            self._call_head, self._call_index = call[0], int(call[1])
-            return self._arguments(text, call.end(), on_event)
-        if end < start or text[end] != '"':
+            return False
+        end = len(text) - self._text_tail_len
+        if end < start or not text.endswith(self._text_tail):
             return False
         value = text[start:end]
         if '"' in value or "\\" in value or not value.isprintable():
-            exact = _string(text, start, end)
+            exact = _inside(value)
             if exact is None:
                 return False
             value = exact
@@ -168,32 +207,6 @@ class FastChunks(ThinkTags):
             on_event(event)
         return True
 
-    def _arguments(self, text: str, start: int, on_event: Callable[[ClientEvent], None]) -> bool:
-        """:meth:`feed_usual` of a tool-call fragment whose arguments' inside starts at
-        ``start``, of the call at index :attr:`_call_index`."""
-        end = len(text) - self._tail_len - len(_CALL_END)
-        number = self._at_index.get(self._call_index)
-        if number is None or end < start or not text.startswith(_CALL_END, end):
-            return False  # a call not seen yet (the full path numbers it), or no fragment
-        arguments = text[start:end]
-        if '"' in arguments or "\\" in arguments or not arguments.isprintable():
-            exact = _string(text, start, end)
-            if exact is None:
-                return False
-            arguments = exact
-        self.chunks += 1
-        self._last = number
-        if arguments:
-            self._calls[number].arguments.append(arguments)
-        if self.tool_call_deltas:
-            event = new_event(ToolCallDelta)
-            set_index(event, number)
-            set_id(event, None)
-            set_name(event, None)
-            set_arguments(event, arguments)
-            on_event(event)
-        return True
-
     def learn(self, text: str) -> None:
         """Learn the text around the delta's member from ``text``, the JSON text of a chunk
         just fed (parsed), for :meth:`feed_usual`.
@@ -219,13 +232,15 @@ class FastChunks(ThinkTags):
         if member is None or text[member.end() : member.end() + 1] != "}":
             return
         head, tail = text[:start], text[member.end() :]
-        if head == self._head and tail == self._tail_text:
+        if head == self._head and tail == self._after:
             return
         if not self._probe(head, tail):
             self._learn_tries -= 1
             return
-        self._head, self._tail_text = head, tail
-        self._head_len, self._tail_len = len(head), len(tail)
+        self._head, self._after, self._head_len = head, tail, len(head)
+        self._text_tail, self._call_tail = '"' + tail, _CALL_END + tail
+        self._text_tail_len, self._call_tail_len = len(self._text_tail), len(self._call_tail)
+        self._call_head, self._call_index = "\x00", -1  # a new head: no call read yet
 
     def _probe(self, head: str, tail: str) -> bool:
         """Whether ``head + probe member + tail`` is a chunk of nothing but that delta."""
@@ -247,12 +262,14 @@ class FastChunks(ThinkTags):
         return choice.get("finish_reason") is None and choice.get("delta") == {"content": _PROBE}
 
 
-def _string(text: str, start: int, end: int) -> str | None:
-    """The JSON string whose inside is ``text[start:end]`` (``text[start - 1]`` and
-    ``text[end]`` are its quotes) as :func:`json.loads` reads it, or ``None`` if that is no
-    string's inside (an unescaped quote, a control character, a bad escape)."""
+@functools.lru_cache(maxsize=4096)
+def _inside(inside: str) -> str | None:
+    """The JSON string ``'"' + inside + '"'`` as :func:`json.loads` reads it, or ``None`` if
+    ``inside`` is no string's inside (an unescaped quote, a control character, a bad escape:
+    then the text is no single string). Cached: the same escaped fragments recur (``\\"``
+    in tool arguments, ``\\n`` in text)."""
     try:
-        value, after = _DECODER.raw_decode(text, start - 1)
+        value: str = json.loads(f'"{inside}"')
     except ValueError:
         return None
-    return value if after == end + 1 and value.__class__ is str else None
+    return value

@@ -125,11 +125,13 @@ def streams(draw: st.DrawFn) -> list[str]:
         head, tail = layout
         roll = draw(st.integers(0, 19))
         if roll == 0:
-            second += 1  # llama.cpp's "created" moves on
+            second += draw(st.sampled_from([1, 95]))  # "created" moves on (to more digits)
         elif roll == 1:
             tail = draw(st.sampled_from(HOSTILE_TAILS))
         elif roll == 2:
-            head, tail = draw(st.sampled_from(LAYOUTS))
+            head, tail = draw(st.sampled_from(LAYOUTS))  # one chunk
+        elif roll == 4:
+            head, tail = layout = draw(st.sampled_from(LAYOUTS))  # from now on
         elif roll == 3:
             chunks.append(draw(st.sampled_from([FIRST, FINISH, USAGE])))
             continue
@@ -200,6 +202,36 @@ class Counting(ChunkDecoder):
     def feed(self, obj: dict[str, Any], text: str | None = None) -> list[ClientEvent]:
         self.parsed += 1
         return super().feed(obj, text)
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_MEMBERS)
+@pytest.mark.parametrize("layout", LAYOUTS[:2])
+def test_a_hostile_member_after_fragments_of_a_known_call_is_read_as_parsing_does(
+    hostile: str, layout: tuple[str, str]
+) -> None:
+    head, tail = (part.replace("@T", "1") for part in layout)
+    call = '"tool_calls":[{"index":0,"id":"c","type":"function","function":{"name":"f"}}]'
+    fragment = '"tool_calls":[{"index":0,"function":{"arguments":"x"}}]'
+    chunks = [FIRST] + [head + member + tail for member in [call, fragment, fragment, hostile]]
+    body = "".join(f"data: {c}\n\n" for c in [*chunks, FINISH]).encode()
+    for emit in (True, False):
+        assert decode([body], usual=True, tool_call_deltas=True, emit=emit) == decode(
+            [body], usual=False, tool_call_deltas=True, emit=emit
+        )
+
+
+@pytest.mark.parametrize("switch", [(0, 1), (1, 0)])
+def test_fragments_of_one_call_read_across_a_change_of_layout(switch: tuple[int, int]) -> None:
+    (head_a, tail_a), (head_b, tail_b) = (
+        tuple(part.replace("@T", "1") for part in LAYOUTS[i]) for i in switch
+    )
+    call = '"tool_calls":[{"index":0,"id":"c","type":"function","function":{"name":"f"}}]'
+    fragments = [f'"tool_calls":[{{"index":0,"function":{{"arguments":"{t}"}}}}]' for t in "abc"]
+    chunks = [FIRST, head_a + call + tail_a]
+    chunks += [head_a + f + tail_a for f in fragments] + [head_b + f + tail_b for f in fragments]
+    read, events = usual_count([*chunks, FINISH])
+    assert read == 4  # b and c in each layout: the first fragment in each is parsed, learnt
+    assert [e.arguments for e in events if isinstance(e, ToolCallDelta)] == ["", *"abcabc"]
 
 
 def usual_count(chunks: list[str]) -> tuple[int, list[ClientEvent]]:
