@@ -104,6 +104,11 @@ class ChunkDecoder(FastChunks):
     them on the finish chunk, or on a trailing ``"choices": []`` chunk when
     ``stream_options.include_usage`` is set).
 
+    A chunk of the usual shape (one text or arguments member in an otherwise unchanged
+    chunk) can be given as its JSON text to :meth:`feed_usual` instead, which reads it
+    without parsing, with the same events and state (:class:`~boxmaker.fast_chunks.FastChunks`;
+    :meth:`feed` learns the shape from the chunks it parses when given their ``text``).
+
     Attributes:
         id: the stream's completion id (``"chatcmpl-..."``), ``""`` until one arrives.
         finish_reason: the ``finish_reason`` once a chunk carried one, else ``None``.
@@ -288,7 +293,7 @@ class ChunkDecoder(FastChunks):
             raise InferError(
                 f"malformed chunk from llama-server ({exc!r}): {text}", body=text
             ) from exc
-        if self._text is not None:
+        if self._text is not None and self._learn_tries > 0:
             self.learn(self._text)
         return events
 

@@ -502,11 +502,8 @@ class Client:
 
 
 def _reads(response: httpx.Response) -> Iterator[bytes]:
-    """The body's reads as they arrive: :meth:`httpx.Response.iter_raw` when the body has
-    no ``Content-Encoding`` to undo (llama.cpp sends none; it skips the decoder and chunker
-    layers of :meth:`~httpx.Response.iter_bytes`, which gives the same bytes), else
-    :meth:`~httpx.Response.iter_bytes` (also for a body already read, as a replayed
-    cassette's may be)."""
+    """The body's reads: ``iter_raw`` (the same bytes as ``iter_bytes`` without its layers)
+    unless a ``Content-Encoding`` must be undone or the body was read (a replayed cassette)."""
     if response.is_stream_consumed or "content-encoding" in response.headers:
         return response.iter_bytes()
     return response.iter_raw()

@@ -84,6 +84,7 @@ class FastChunks(ThinkTags):
         "_head_len",
         "_last",
         "_learn_tries",
+        "_learnt_at",
         "_text_tail",
         "_text_tail_len",
         "chunks",
@@ -102,6 +103,7 @@ class FastChunks(ThinkTags):
         self._text_tail = self._call_tail = ""  # '"' and '"}}]' before _after
         self._head_len = self._text_tail_len = self._call_tail_len = 0
         self._learn_tries = _LEARN_TRIES
+        self._learnt_at = -2  # the chunk count when the text was last learnt
         self._call_head = "\x00"  # the member's text before the arguments of the last call read
         self._call_start = 0  # where the arguments start: _head_len + len(_call_head)
         self._call_index = -1  # and that call's index
@@ -219,13 +221,17 @@ class FastChunks(ThinkTags):
         ``usage`` or ``finish_reason``, and an ``id`` already taken. JSON's grammar makes
         the member one element between the two fixed texts, so any other member there
         yields the same chunk with that delta: the probe rules out a cut in the wrong place
-        (a duplicate key after it, a look-alike inside a string). A text that fails the
-        probe costs a parse; after a few, learning stops for this stream.
+        (a duplicate key after it, a look-alike inside a string). A probe costs a parse, so
+        learning stops for this stream after a few texts that fail it or that are followed
+        at once by another one (a server that varies the text around every delta, such as
+        a per-chunk random field, gains nothing from it).
         """
         if self._learn_tries <= 0:
             return
         at = text.find(_DELTA)
         if at < 0:
+            if '"delta"' in text:  # written with spaces (never read the usual way)
+                self._learn_failed()
             return
         start = at + len(_DELTA)
         member = _MEMBER.match(text, start)
@@ -234,13 +240,25 @@ class FastChunks(ThinkTags):
         head, tail = text[:start], text[member.end() :]
         if head == self._head and tail == self._after:
             return
+        if self._learnt_at == self.chunks - 1:  # the last one read no chunk after its own
+            self._learn_failed()
+            if self._learn_tries <= 0:
+                return
         if not self._probe(head, tail):
-            self._learn_tries -= 1
+            self._learn_failed()
             return
+        self._learnt_at = self.chunks
         self._head, self._after, self._head_len = head, tail, len(head)
         self._text_tail, self._call_tail = '"' + tail, _CALL_END + tail
         self._text_tail_len, self._call_tail_len = len(self._text_tail), len(self._call_tail)
         self._call_head, self._call_index = "\x00", -1  # a new head: no call read yet
+
+    def _learn_failed(self) -> None:
+        """Count a text that was not worth learning; after a few, stop learning and reading
+        the usual way (every chunk parsed, as the reading would not pay)."""
+        self._learn_tries -= 1
+        if self._learn_tries <= 0:
+            self._head = None
 
     def _probe(self, head: str, tail: str) -> bool:
         """Whether ``head + probe member + tail`` is a chunk of nothing but that delta."""

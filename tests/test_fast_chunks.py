@@ -270,6 +270,27 @@ def test_after_one_parsed_chunk_the_usual_ones_are_read_without_parsing() -> Non
     ]
 
 
+def test_a_text_that_changes_around_every_delta_stops_being_learnt() -> None:
+    probes = 0
+
+    class Probing(ChunkDecoder):
+        def _probe(self, head: str, tail: str) -> bool:
+            nonlocal probes
+            probes += 1
+            return super()._probe(head, tail)
+
+    head = LAYOUTS[1][0].replace("@T", "1")
+    chunks = [head + f'"content":"{i}"}}}}],"obfuscation":"{i:x}"}}' for i in range(200)]
+    decoder = StreamDecoder()
+    decoder.chunks = Probing()
+    events: list[ClientEvent] = []
+    decoder.emit(
+        decoder.sse.feed("".join(f"data: {c}\n\n" for c in chunks).encode()), events.append
+    )
+    assert probes <= 4
+    assert [e.text for e in events if isinstance(e, Content)] == [str(i) for i in range(200)]
+
+
 @pytest.mark.parametrize("hostile", HOSTILE_TAILS[:7])
 def test_a_text_after_the_delta_that_changes_the_chunk_is_never_learnt(hostile: str) -> None:
     head = LAYOUTS[0][0]
