@@ -15,12 +15,15 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from live_server import SERVER_API_KEY, live_server
 
 from boxmaker.chunks import ChunkDecoder
 from boxmaker.completion import Completion
+from boxmaker.demo import demo_registry
 from boxmaker.errors import InferError
 from boxmaker.events import ClientEvent, Content, Reasoning, ToolCallDelta
 from boxmaker.stream import StreamDecoder
@@ -297,3 +300,34 @@ def test_a_text_after_the_delta_that_changes_the_chunk_is_never_learnt(hostile: 
     chunks = [head + '"content":"a"' + hostile.replace("@T", "1")] * 3
     read, _ = usual_count(chunks)
     assert read == 0
+
+
+@pytest.mark.live
+def test_a_real_llama_cpp_stream_is_read_the_usual_way_as_parsing_reads_it() -> None:
+    # the shipped model asked about the weather with the demo tools: reasoning, content and
+    # tool-call fragments as llama.cpp writes them, read both ways from the recorded bytes
+    body = {
+        "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+        "tools": demo_registry().definitions(),
+        "max_tokens": 200,
+        "temperature": 0.0,
+        "stream": True,
+        "return_progress": True,
+        "stream_options": {"include_usage": True},
+    }
+    headers = {"Authorization": f"Bearer {SERVER_API_KEY}"} if SERVER_API_KEY else {}
+    with live_server(n_ctx=4096) as server:
+        response = httpx.post(
+            f"{server.url}/v1/chat/completions", json=body, headers=headers, timeout=120
+        )
+    assert response.status_code == 200
+    raw = response.content
+    cuts = cut(raw, list(range(0, len(raw), 97)))
+    for emit in (True, False):
+        usual = decode(cuts, usual=True, tool_call_deltas=True, emit=emit)
+        assert usual == decode([raw], usual=False, tool_call_deltas=True, emit=emit)
+        assert usual[2] == ""  # no error
+        assert usual[1].finish_reason is not None
+    chunks = [p[6:] for p in raw.decode().split("\n\n") if p.startswith("data: {")]
+    read, _ = usual_count(chunks)
+    assert read >= len(chunks) - 10  # all but the first, progress, new calls and the end
