@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 from .completion import Completion
 from .errors import InferError, StreamCut
@@ -26,30 +26,23 @@ from .events import (
     ToolCallDelta,
     Waiting,
 )
+from .fast_chunks import (
+    FastChunks,
+    new_event,
+    set_arguments,
+    set_content,
+    set_id,
+    set_index,
+    set_name,
+    set_reasoning,
+)
 from .infer_errors import stream_error
 from .records import ToolCall
-from .think_tags import ThinkTags
 from .tools import canonical_arguments
 
 __all__ = ["ChunkDecoder", "Completion"]
 
 _WAITING = Waiting()
-_E = TypeVar("_E")
-
-# The hot events built as object.__new__ + their slots' descriptors: the same frozen objects as
-# their __init__ makes (which goes through object.__setattr__ once per field), at about half
-# the cost per chunk.
-if TYPE_CHECKING:
-
-    def _new(cls: type[_E]) -> _E: ...
-
-else:
-    _new = object.__new__
-_set_content = vars(Content)["text"].__set__
-_set_reasoning = vars(Reasoning)["text"].__set__
-_set_index, _set_id, _set_name, _set_arguments = (
-    vars(ToolCallDelta)[field].__set__ for field in ("index", "id", "name", "arguments")
-)
 
 
 class _CallParts:
@@ -61,7 +54,7 @@ class _CallParts:
         self.arguments: list[str] = []
 
 
-class ChunkDecoder(ThinkTags):
+class ChunkDecoder(FastChunks):
     """Parsed stream chunks -> client events, accumulating one :class:`Completion`.
 
     Feed each ``data:`` JSON object (OpenAI ``chat.completion.chunk`` with llama.cpp's
@@ -111,6 +104,11 @@ class ChunkDecoder(ThinkTags):
     them on the finish chunk, or on a trailing ``"choices": []`` chunk when
     ``stream_options.include_usage`` is set).
 
+    A chunk of the usual shape (one text or arguments member in an otherwise unchanged
+    chunk) can be given as its JSON text to :meth:`feed_usual` instead, which reads it
+    without parsing, with the same events and state (:class:`~boxmaker.fast_chunks.FastChunks`;
+    :meth:`feed` learns the shape from the chunks it parses when given their ``text``).
+
     Attributes:
         id: the stream's completion id (``"chatcmpl-..."``), ``""`` until one arrives.
         finish_reason: the ``finish_reason`` once a chunk carried one, else ``None``.
@@ -136,11 +134,9 @@ class ChunkDecoder(ThinkTags):
         "_at_index",
         "_by_id",
         "_calls",
-        "_last",
         "_text",
         "_waiting",
         "cap_warning",
-        "chunks",
         "done",
         "finish_reason",
         "id",
@@ -151,6 +147,7 @@ class ChunkDecoder(ThinkTags):
     )
 
     def __init__(self, *, tool_call_deltas: bool = True) -> None:
+        FastChunks.__init__(self)
         self.tool_call_deltas = tool_call_deltas
         self.id = ""
         self.finish_reason: str | None = None
@@ -205,10 +202,11 @@ class ChunkDecoder(ThinkTags):
 
         Raises:
             InferError: the chunk is an error object (``{"error": {...}}``; ``status`` is
-                ``error.code`` when present), or its shape is not a chat-completion chunk.
+                ``error.code`` when present), or its shape is not a chat-completion chunk
+                (a ``delta.content`` that is neither a string nor ``null`` included).
         """
         # The hot path (one call per chunk): the rare keys tested with `in`, the events
-        # built without their dataclass __init__ (see _new).
+        # built without their dataclass __init__ (see fast_chunks.new_event).
         self.chunks += 1
         self._text = text
         events: list[ClientEvent] = []
@@ -238,19 +236,19 @@ class ChunkDecoder(ThinkTags):
                                 self._decide(events)
                             self._reasoning.append(text)
                             self.reasoning_tokens += 1
-                            reasoning = _new(Reasoning)
-                            _set_reasoning(reasoning, text)
+                            reasoning = new_event(Reasoning)
+                            set_reasoning(reasoning, text)
                             events.append(reasoning)
                         text = delta.get("content")
                         if text:
                             if text.__class__ is not str:
-                                text = self._exact(obj)["choices"][0]["delta"]["content"]
+                                raise TypeError("delta.content is not a string")
                             if self._undecided:
                                 self._split_content(text, events)
                             else:
                                 self._content.append(text)
-                                content = _new(Content)
-                                _set_content(content, text)
+                                content = new_event(Content)
+                                set_content(content, text)
                                 events.append(content)
                     if calls:
                         call = calls[0]
@@ -268,11 +266,11 @@ class ChunkDecoder(ThinkTags):
                             if arguments:
                                 self._calls[number].arguments.append(arguments)
                             if self.tool_call_deltas:
-                                tool_call = _new(ToolCallDelta)
-                                _set_index(tool_call, number)
-                                _set_id(tool_call, None)
-                                _set_name(tool_call, None)
-                                _set_arguments(tool_call, arguments)
+                                tool_call = new_event(ToolCallDelta)
+                                set_index(tool_call, number)
+                                set_id(tool_call, None)
+                                set_name(tool_call, None)
+                                set_arguments(tool_call, arguments)
                                 events.append(tool_call)
                         else:
                             self._tool_calls(calls, events, obj)
@@ -295,6 +293,8 @@ class ChunkDecoder(ThinkTags):
             raise InferError(
                 f"malformed chunk from llama-server ({exc!r}): {text}", body=text
             ) from exc
+        if self._text is not None and self._learn_tries > 0:
+            self.learn(self._text)
         return events
 
     def _exact(self, obj: dict[str, Any]) -> Any:
@@ -361,11 +361,11 @@ class ChunkDecoder(ThinkTags):
                 if arguments:
                     parts.arguments.append(arguments)
             if self.tool_call_deltas:
-                event = _new(ToolCallDelta)
-                _set_index(event, number)
-                _set_id(event, new_id)
-                _set_name(event, new_name)
-                _set_arguments(event, arguments)
+                event = new_event(ToolCallDelta)
+                set_index(event, number)
+                set_id(event, new_id)
+                set_name(event, new_name)
+                set_arguments(event, arguments)
                 events.append(event)
 
     def _call_number(self, index: Any, call_id: str) -> int:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -440,10 +440,7 @@ class Client:
             if cap is not None:
                 cap.check(chunks, on_event)
             if cancel is not None and cancel.is_set():
-                response.close()
-                raise RequestCancelled(
-                    f"request cancelled after {chunks.chunks} chunks; stream closed"
-                )
+                raise _cancelled(response, chunks.chunks)
 
         check = None if budget is None and cancel is None else between
         silence = self.config.silence_timeout_s
@@ -452,16 +449,11 @@ class Client:
         seen = 0  # chunks when the last data event came
         feed_sse = decoder.sse.feed
         emit = decoder.emit
-        stream = response.iter_bytes()
-        while True:
-            raw = next(stream, None)
-            emit(feed_sse(raw) if raw is not None else decoder.sse.flush(), on_event, check)
+        for raw in _reads(response):
+            emit(feed_sse(raw), on_event, check)
             if cancel is not None and cancel.is_set():  # a read of comments, or cut by the watch
-                response.close()
-                raise RequestCancelled(
-                    f"request cancelled after {chunks.chunks} chunks; stream closed"
-                )
-            if chunks.done or raw is None:
+                raise _cancelled(response, chunks.chunks)
+            if chunks.done:
                 return chunks.finish()
             if silence is not None:
                 if chunks.chunks != seen:
@@ -475,6 +467,10 @@ class Client:
                         f"llama-server at {self.url} sent no data event for {silence} s, only "
                         "SSE comments (silence timeout, ClientConfig.silence_timeout_s)"
                     )
+        emit(decoder.sse.flush(), on_event, check)
+        if cancel is not None and cancel.is_set():
+            raise _cancelled(response, chunks.chunks)
+        return chunks.finish()
 
     def _first_unseen(self) -> bool:
         """Whether "no reasoning seen" is still to be said (once per client)."""
@@ -503,6 +499,20 @@ class Client:
                 body=text,
             )
         return answer.get("success") is True, text
+
+
+def _reads(response: httpx.Response) -> Iterator[bytes]:
+    """The body's reads: ``iter_raw`` (the same bytes as ``iter_bytes`` without its layers)
+    unless a ``Content-Encoding`` must be undone or the body was read (a replayed cassette)."""
+    if response.is_stream_consumed or "content-encoding" in response.headers:
+        return response.iter_bytes()
+    return response.iter_raw()
+
+
+def _cancelled(response: httpx.Response, chunks: int) -> RequestCancelled:
+    """Close ``response`` (a cancelled stream); the error to raise."""
+    response.close()
+    return RequestCancelled(f"request cancelled after {chunks} chunks; stream closed")
 
 
 def _loads_or_text(text: str) -> Any:

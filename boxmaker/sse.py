@@ -8,6 +8,8 @@ from __future__ import annotations
 
 __all__ = ["SSEDecoder"]
 
+_CR, _LF = 13, 10  # b"\r", b"\n"
+
 
 class SSEDecoder:
     """Incremental Server-Sent Events decoder: bytes as they arrive -> ``(field, data)``.
@@ -36,12 +38,12 @@ class SSEDecoder:
         """Decode one chunk of bytes; return the events it completed (maybe none)."""
         buf = self._buf + chunk if self._buf else chunk
         hold = b""
-        if b"\r" in buf:
-            if buf[-1:] == b"\r":  # may be the first half of a \r\n split between chunks
+        if _CR in buf:  # (an int: bytes' `in` tries it as a byte first, a bytes needle is slower)
+            if buf[-1] == _CR:  # may be the first half of a \r\n split between chunks
                 hold = b"\r"
                 buf = buf[:-1]
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        if buf[-1:] == b"\n":
+        if buf and buf[-1] == _LF:
             self._buf = hold
         else:
             end = buf.rfind(b"\n") + 1

@@ -12,7 +12,8 @@ both drive them):
 - :class:`SSEDecoder` (:mod:`boxmaker.sse`): bytes as they arrive -> ``(field, data)`` SSE
   events;
 - :class:`ChunkDecoder` (:mod:`boxmaker.chunks`): parsed JSON chunks -> :mod:`boxmaker.events`
-  client events, and the accumulated :class:`Completion`;
+  client events, and the accumulated :class:`Completion`; the usual chunk is read from its
+  text without a parse (:mod:`boxmaker.fast_chunks`);
 - :class:`StreamDecoder` (here): both joined, with the JSON parse and ``[DONE]``: bytes ->
   events.
 
@@ -116,16 +117,18 @@ class StreamDecoder:
         if chunks.done:
             return
         feed = chunks.feed
+        feed_usual = chunks.feed_usual
         for name, data in sse_events:
             if name == "data" and data != "[DONE]":  # a chunk: feed_event's steps, inlined
-                try:
-                    obj = _loads(data)
-                except _JSONDecodeError:
-                    obj = _strict_loads(data)
-                if obj.__class__ is not dict:
-                    raise _not_an_object(data)
-                for event in feed(obj, data):
-                    on_event(event)
+                if not feed_usual(data, on_event):
+                    try:
+                        obj = _loads(data)
+                    except _JSONDecodeError:
+                        obj = _strict_loads(data)
+                    if obj.__class__ is not dict:
+                        raise _not_an_object(data)
+                    for event in feed(obj, data):
+                        on_event(event)
             else:
                 for event in self.feed_event(name, data):
                     on_event(event)
@@ -140,8 +143,9 @@ class StreamDecoder:
     def feed_event(self, name: str, data: str) -> list[ClientEvent]:
         """The client events of one SSE event ``(field, data)`` from :attr:`sse`.
 
-        A ``data`` event is one JSON chunk (parsed with orjson; what orjson refuses, such as
-        ``NaN`` or a lone surrogate escape, is parsed by :func:`json.loads` as before) or
+        A ``data`` event is one JSON chunk (read by :meth:`ChunkDecoder.feed_usual` when it
+        has the usual shape, else parsed with orjson; what orjson refuses, such as ``NaN``
+        or a lone surrogate escape, is parsed by :func:`json.loads` as before) or
         ``[DONE]``; other fields but ``error`` are ignored, and so is everything after
         ``[DONE]`` (``[]``). Raises as :meth:`feed`.
         """
@@ -151,6 +155,9 @@ class StreamDecoder:
         if name == "data":
             if data == "[DONE]":
                 return chunks.mark_done()
+            events: list[ClientEvent] = []
+            if chunks.feed_usual(data, events.append):
+                return events
             try:
                 obj = _loads(data)
             except _JSONDecodeError:

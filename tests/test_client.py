@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import threading
 from collections.abc import Iterator
@@ -350,6 +351,26 @@ def test_crlf_stream_split_everywhere() -> None:
     body = b"".join(stream_of("é", "€")).replace(b"\n", b"\r\n")
     completion, _, _ = run([body[i : i + 3] for i in range(0, len(body), 3)])
     assert completion.content == "é€"
+    assert completion.usage == USAGE
+
+
+def test_a_compressed_stream_is_read_decompressed() -> None:
+    # the client reads raw bytes when there is nothing to undo; a Content-Encoding is undone
+    body = gzip.compress(b"".join(stream_of("é", "€")))
+    headers = {"content-type": "text/event-stream", "content-encoding": "gzip"}
+    answer = httpx.Response(200, headers=headers, stream=Chunks([body[:25], body[25:]]))
+    completion, _, _ = run(answer)
+    assert completion.content == "é€"
+    assert completion.usage == USAGE
+
+
+def test_a_stream_answered_as_one_read_body_is_read() -> None:
+    # a transport may answer with the body already read (httpx.Response(content=...))
+    answer = httpx.Response(
+        200, headers={"content-type": "text/event-stream"}, content=b"".join(stream_of("é"))
+    )
+    completion, _, _ = run(answer)
+    assert completion.content == "é"
     assert completion.usage == USAGE
 
 

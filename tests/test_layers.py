@@ -23,6 +23,7 @@ LAYERS: list[set[str]] = [
     {"config"},
     {"logfile", "cache", "tools"},
     {"think_tags"},
+    {"fast_chunks"},
     {"chunks", "loopguard"},
     {"stream", "thinking_cap"},
     {"session", "client", "approval", "mcp_port"},
