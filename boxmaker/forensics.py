@@ -385,6 +385,23 @@ class ExplainedLoss:
         """Tokens processed again: ``expected - reused`` (at least 0)."""
         return max(0, self.expected - self.reused)
 
+    def to_json(self) -> dict[str, Any]:
+        """``{"request", "expected", "reused", "lost", "position", "cause", "old_window",
+        "new_window", "detail", "error"}`` (the forensic fields ``None`` when not found)."""
+        found = self.found
+        return {
+            "request": self.request,
+            "expected": self.expected,
+            "reused": self.reused,
+            "lost": self.lost,
+            "position": found.position if found else None,
+            "cause": found.cause if found else None,
+            "old_window": found.old_window if found else None,
+            "new_window": found.new_window if found else None,
+            "detail": found.detail if found else None,
+            "error": self.error,
+        }
+
 
 def explain_log(
     path: str | Path, url: str, *, config: Config | None = None, api_key: str | None = None
