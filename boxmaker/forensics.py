@@ -404,13 +404,19 @@ class ExplainedLoss:
 
 
 def explain_log(
-    path: str | Path, url: str, *, config: Config | None = None, api_key: str | None = None
+    path: str | Path,
+    url: str,
+    *,
+    config: Config | None = None,
+    api_key: str | None = None,
+    transport: httpx.BaseTransport | None = None,
 ) -> list[ExplainedLoss]:
     """Explain every ``CacheLoss`` of a session log through a server with the same model.
 
     Args:
         path: the session log (JSON Lines).
-        url: the server's base URL; ``api_key`` its key, if it needs one.
+        url: the server's base URL; ``api_key`` its key, if it needs one; ``transport`` an
+            httpx transport instead of the network (tests).
         config: gives the template kwargs the session ran with (``thinking.enabled``,
             ``history.reasoning``); default :class:`~boxmaker.config.Config()`.
 
@@ -422,7 +428,7 @@ def explain_log(
         SessionError: the log cannot be read.
     """
     kwargs = (config or Config()).template_kwargs()
-    server = TemplateServer(url, api_key=api_key)
+    server = TemplateServer(url, api_key=api_key, transport=transport)
     out: list[ExplainedLoss] = []
     with Session.open(path, read_only=True) as session:
         records = session.records

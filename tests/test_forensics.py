@@ -26,7 +26,13 @@ from boxmaker.cache import (
 from boxmaker.client import Client
 from boxmaker.config import CacheConfig, ClientConfig, Config, HistoryConfig, load_config
 from boxmaker.errors import ConfigError
-from boxmaker.forensics import CacheForensics, SentRequest, TemplateServer, paused_while
+from boxmaker.forensics import (
+    CacheForensics,
+    SentRequest,
+    TemplateServer,
+    explain_log,
+    paused_while,
+)
 from boxmaker.records import Assistant, Baseline, CacheLoss, ToolResult, TurnEnd, Usage, User
 from boxmaker.session import Session
 from boxmaker.tools import Registry
@@ -374,3 +380,64 @@ def test_template_server_reads_byte_pieces_and_refuses_odd_answers() -> None:
     assert server.n_ctx() is None
     with pytest.raises(Exception, match="no 'prompt' string"):
         server.render(SentRequest(messages=({"role": "user", "content": "q"},)))
+
+
+def test_explain_log_explains_each_loss_of_a_log_made_earlier(tmp_path: Path) -> None:
+    session, config = two_turns(tmp_path), Config()
+    old = request_text(session, 4, config)
+    at = 1 + len(request_text(session, 2, config)) + 1
+    session.extend(
+        [
+            Assistant(content="done"),
+            Usage(timings=timings(at, 50)),
+            CacheLoss(expected=1 + len(old), reused=at),
+        ]
+    )
+    session.close()
+    toy = ToyServer()
+    (explained,) = explain_log(
+        session.path, "http://llama.test", transport=httpx.MockTransport(toy.handler)
+    )
+    assert (explained.request, explained.lost) == (3, 1 + len(old) - at)
+    assert explained.found is not None and explained.error is None
+    assert (explained.found.cause, explained.found.position) == ("history_rewritten", at)
+    assert explained.to_json()["cause"] == "history_rewritten"
+    assert set(explained.to_json()) == {
+        "request",
+        "expected",
+        "reused",
+        "lost",
+        "position",
+        "cause",
+        "old_window",
+        "new_window",
+        "detail",
+        "error",
+    }
+    broken = ToyServer(fail="/apply-template")
+    (failed,) = explain_log(
+        session.path, "http://llama.test", transport=httpx.MockTransport(broken.handler)
+    )
+    assert failed.found is None and failed.error is not None and "HTTP 500" in failed.error
+    assert failed.to_json()["cause"] is None
+
+
+def test_explain_log_says_when_a_loss_has_no_earlier_completion(tmp_path: Path) -> None:
+    session = Session.create(tmp_path, Baseline())
+    session.extend(
+        [
+            User(content="q"),
+            Assistant(content="a"),
+            Usage(timings=timings(0, 9)),
+            CacheLoss(expected=5, reused=0),
+        ]
+    )
+    session.close()
+    (explained,) = explain_log(
+        session.path, "http://llama.test", transport=httpx.MockTransport(ToyServer().handler)
+    )
+    assert (explained.request, explained.found, explained.error) == (
+        1,
+        None,
+        "no earlier completion in the log",
+    )

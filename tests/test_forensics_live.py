@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import httpx
 import pytest
 from live_server import SERVER_API_KEY, GivenServer, embedded_only, live_server
 
+from boxmaker.cli import main
 from boxmaker.client import Client
 from boxmaker.config import ClientConfig, Config, HistoryConfig, LoopLimits, SamplingConfig
 from boxmaker.demo import DEMO_PROMPTS, demo_registry
@@ -79,7 +81,7 @@ def _tokens(url: str, text: str) -> int:
 
 
 def test_dropped_reasoning_is_history_rewritten_where_the_first_reply_began_live(
-    server: EmbeddedServer | GivenServer, tmp_path: Path
+    server: EmbeddedServer | GivenServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     embedded_only("the shipped template, which drops earlier reasoning")
     config = _config(server.url)
@@ -103,6 +105,17 @@ def test_dropped_reasoning_is_history_rewritten_where_the_first_reply_began_live
     assert explained.found is not None
     assert (explained.found.cause, explained.found.position) == ("history_rewritten", first_prompt)
     assert explained.lost == loss.expected - loss.reused > 0
+    # and from the command line, as text and as JSON
+    log, url = str(session.path), server.url
+    assert main(["cache", "explain", log, "--url", url]) == 0
+    text = capsys.readouterr().out
+    lost = loss.expected - loss.reused
+    head = f"request 3: {lost} tokens lost ({loss.reused} of {loss.expected} reused)"
+    assert f"{head}, history_rewritten at token {first_prompt}" in text
+    assert '  old: "' in text and "<think>" in text
+    assert main(["cache", "explain", log, "--url", url, "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["cause"], row["position"], row["lost"]) == ("history_rewritten", first_prompt, lost)
 
 
 def test_tools_changed_between_turns_is_history_edited_live(
