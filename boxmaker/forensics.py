@@ -40,7 +40,7 @@ import httpx
 from .cache import LossCause, Tokens, cache_outcome, classify_loss, history_change
 from .client import ChatClient, Client
 from .config import Config
-from .errors import BoxmakerError
+from .errors import BoxmakerError, InferError
 from .records import Assistant, Baseline, CacheLoss, Record, Usage
 from .session import Session, message_of, messages
 
@@ -95,8 +95,9 @@ class TemplateServer:
         transport: an httpx transport instead of the network (tests, cassettes).
         timeout_s: timeout of each request, in seconds.
 
-    Every method raises :class:`~boxmaker.errors.BoxmakerError` on a connection failure, an
-    HTTP status other than 200 or an answer of the wrong shape.
+    Every method raises :class:`~boxmaker.errors.InferError` on a connection failure or an
+    HTTP status other than 200 (status and body kept), and
+    :class:`~boxmaker.errors.BoxmakerError` on an answer of the wrong shape.
     """
 
     def __init__(
@@ -129,10 +130,13 @@ class TemplateServer:
         try:
             response = self._http.request(method, path, json=body)
         except httpx.HTTPError as exc:
-            raise BoxmakerError(f"{method} {path} at {self.url} failed: {exc!r}") from exc
+            raise InferError(f"{method} {path} at {self.url} failed: {exc!r}") from exc
         if response.status_code != 200:
-            raise BoxmakerError(
-                f"{method} {path}: HTTP {response.status_code} {response.text[:200]}"
+            text = response.text
+            raise InferError(
+                f"{method} {path}: HTTP {response.status_code} {text[:200]}",
+                status=response.status_code,
+                body=text,
             )
         try:
             return response.json()

@@ -5,6 +5,7 @@ prove it on llama.cpp."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from boxmaker.cache import (
 )
 from boxmaker.client import Client
 from boxmaker.config import CacheConfig, ClientConfig, Config, HistoryConfig, load_config
+from boxmaker.demo import ConsoleView
 from boxmaker.errors import ConfigError
 from boxmaker.forensics import (
     CacheForensics,
@@ -440,4 +442,15 @@ def test_explain_log_says_when_a_loss_has_no_earlier_completion(tmp_path: Path) 
         1,
         None,
         "no earlier completion in the log",
+    )
+
+
+def test_the_console_says_the_cause_of_a_loss() -> None:
+    out = io.StringIO()
+    view = ConsoleView(out)
+    view(CacheLoss(expected=777, reused=571, position=571, cause="history_rewritten"))
+    view.end()
+    assert (
+        "[cache loss: 571 of 777 cached prompt tokens reused, history_rewritten at token 571]"
+        in (out.getvalue())
     )
