@@ -313,9 +313,10 @@ class CacheForensics:
     """The loop's side of forensics: remembers each session's last request (in memory, per
     session id, the last :data:`REMEMBERED` sessions) and explains a loss after a completion.
 
-    A request not remembered (a log reopened by another process) is rebuilt from the log with
-    the session's baseline; a change the client made to the baseline between the two requests
-    (e.g. its tools) is then not seen.
+    A request not remembered (a log reopened by another process), or remembered with other
+    messages than the log's (the session was also run by another runtime), is rebuilt from the
+    log with the session's baseline; a change the client made to the baseline between the two
+    requests (e.g. its tools) is then not seen.
     """
 
     REMEMBERED = 64
@@ -356,9 +357,11 @@ class CacheForensics:
             rebuilt = _previous_request(session.baseline, session.records, config.template_kwargs())
             if rebuilt is None:
                 return [_loss(expected, reused, None, "no earlier assistant message in the log")]
+            if old is None or list(old.messages) != list(rebuilt[0].messages):
+                old = rebuilt[0]  # not remembered, or remembered by another runtime: stale
             found = explain_loss(
                 server,
-                old=old or rebuilt[0],
+                old=old,
                 reply=rebuilt[1],
                 new=new,
                 expected=expected,

@@ -454,3 +454,16 @@ def test_the_console_says_the_cause_of_a_loss() -> None:
         "[cache loss: 571 of 777 cached prompt tokens reused, history_rewritten at token 571]"
         in (out.getvalue())
     )
+
+
+def test_a_stale_remembered_request_gives_way_to_the_log(tmp_path: Path) -> None:
+    session, toy, config = two_turns(tmp_path), ToyServer(), Config()
+    forensics, runtime = CacheForensics(), toy_runtime(toy, config)
+    stale = {"messages": [{"role": "user", "content": "from another runtime"}], "tools": []}
+    assert forensics.losses(session, runtime, stale, None, Usage(timings=timings(0, 9))) == []
+    expected = 1 + len(request_text(session, 4, config))
+    at = 1 + len(request_text(session, 2, config)) + 1
+    earlier = Usage(timings=timings(0, expected, 10))
+    body = body_of(session, config)
+    (loss,) = forensics.losses(session, runtime, body, earlier, Usage(timings=timings(at, 20)))
+    assert (loss.cause, loss.position) == ("history_rewritten", at)
