@@ -467,3 +467,33 @@ def test_a_stale_remembered_request_gives_way_to_the_log(tmp_path: Path) -> None
     body = body_of(session, config)
     (loss,) = forensics.losses(session, runtime, body, earlier, Usage(timings=timings(at, 20)))
     assert (loss.cause, loss.position) == ("history_rewritten", at)
+
+
+ids = st.lists(st.integers(0, 3), max_size=12)
+
+
+@given(ids, ids, ids, st.integers(0, 20), st.integers(0, 20), st.booleans())
+def test_any_loss_gets_a_known_cause_at_the_first_divergence(
+    old: list[int], gen: list[int], new: list[int], expected: int, reused: int, edited: bool
+) -> None:
+    def t(xs: list[int]) -> Tokens:
+        return Tokens(ids=tuple(xs), pieces=tuple(str(x) for x in xs))
+
+    found = classify_loss(
+        expected=expected,
+        reused=reused,
+        old_prompt=t(old),
+        generated=t(gen),
+        new_prompt=t(new),
+        edited="the tools changed" if edited else None,
+        held_tokens=len(old) + len(gen),
+        n_ctx=8,
+    )
+    assert found.cause in CAUSES
+    assert found.position == first_divergence(old + gen, new)
+    if len(old) != expected:
+        assert found.cause == "unknown"
+    elif reused < min(found.position, expected):
+        assert found.cause == ("truncated" if len(old) + len(gen) >= 8 else "evicted")
+    else:
+        assert found.cause == ("history_edited" if edited else "history_rewritten")
