@@ -300,13 +300,11 @@ class HistoryConfig:
     """How the session's history is sent back to the server."""
 
     reasoning: str = "drop"
-    """Earlier reasoning: ``"drop"`` leaves it to the chat template (today's requests: every
-    assistant message carries its ``reasoning_content``, and a Qwen3-style template renders it
-    only after the last user message, so each new user turn re-renders the history and loses the
-    prompt cache from the first earlier reasoning on); ``"keep"`` also sends
-    ``chat_template_kwargs.preserve_thinking = true`` so a template that can render every
-    earlier reasoning does, the history stays byte for byte what the slot holds and the cache
-    is kept (a template that ignores the flag renders as with ``"drop"``)."""
+    """Earlier reasoning: ``"drop"`` leaves it to the template (every assistant message carries
+    its ``reasoning_content``; a Qwen3-style template renders it only after the last user
+    message, so each user turn loses the cache from the first earlier reasoning on); ``"keep"``
+    also sends ``chat_template_kwargs.preserve_thinking = true``: a template that can render
+    every earlier reasoning does, and the cache is kept (one that cannot: as ``"drop"``)."""
 
     def __post_init__(self) -> None:
         if self.reasoning not in HISTORY_REASONING:
