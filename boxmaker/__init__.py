@@ -32,8 +32,10 @@ from .approval import ApprovalPort, PendingCall
 from .client import Client
 from .config import (
     ApprovalPolicy,
+    CacheConfig,
     ClientConfig,
     Config,
+    HistoryConfig,
     LoopLimits,
     McpConfig,
     McpServerConfig,
@@ -69,6 +71,7 @@ from .events import (
     ToolCallStarted,
     Waiting,
 )
+from .forensics import explain_log
 from .records import (
     Approval,
     Assistant,
@@ -142,6 +145,7 @@ __all__ = [
     "Assistant",
     "Baseline",
     "BoxmakerError",
+    "CacheConfig",
     "CacheLoss",
     "CapNotEnforced",
     "CassetteError",
@@ -151,6 +155,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "Content",
+    "HistoryConfig",
     "InProcessPort",
     "InferError",
     "LimitHit",
@@ -196,6 +201,7 @@ __all__ = [
     "User",
     "Waiting",
     "__version__",
+    "explain_log",
     "load_config",
     "run_turn",
 ]

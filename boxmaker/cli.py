@@ -23,6 +23,9 @@
 - ``boxmaker doctor --url URL [--api-key KEY] [--json]``: probe a llama-server with small
   requests and say what is set up right for agent loops, and what to change (exit 1 if a
   check failed).
+- ``boxmaker cache explain LOG --url URL [--reasoning drop|keep] [--json]``: each cache loss of
+  a session log with where and why (re-rendered through a llama-server with the same model;
+  :func:`boxmaker.forensics.explain_log`).
 - ``boxmaker log upgrade PATH...``: rewrite session logs of an older schema in the current one
   (atomically; :func:`boxmaker.logfile.upgrade_log`).
 - ``boxmaker batch TASKS.jsonl --url URL [--url URL ...] --dir DIR [--grid FILE]`` (or
@@ -47,12 +50,13 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .config import ClientConfig, Config, load_config
+from .config import ClientConfig, Config, HistoryConfig, load_config
 from .doctor import diagnose
 from .errors import (
     BoxmakerError,
     ServerError,
 )
+from .forensics import explain_log
 from .logfile import upgrade_log
 from .records import SCHEMA_VERSION
 from .render import terminal_safe
@@ -184,6 +188,25 @@ def _log(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cache(args: argparse.Namespace) -> int:
+    """``cache explain``: one block per loss (or JSON); exit 1 when one could not be explained."""
+    config = Config(history=HistoryConfig(reasoning=args.reasoning))
+    losses = explain_log(args.log, args.url, config=config, api_key=args.api_key)
+    if args.json:
+        print(json.dumps([e.to_json() for e in losses], indent=2))
+        return 1 if any(e.found is None for e in losses) else 0
+    print(f"{args.log}: {len(losses)} cache loss(es)")
+    for e in losses:
+        head = f"request {e.request}: {e.lost} tokens lost ({e.reused} of {e.expected} reused)"
+        if e.found is None:
+            print(f"{head}, not explained: {terminal_safe(e.error or '')}")
+            continue
+        print(f"{head}, {e.found.cause} at token {e.found.position}: {e.found.detail}")
+        for name, text in (("old", e.found.old_window), ("new", e.found.new_window)):
+            print(f"  {name}: {terminal_safe(json.dumps(text or '', ensure_ascii=False))}")
+    return 1 if any(e.found is None for e in losses) else 0
+
+
 def _doctor(args: argparse.Namespace) -> int:
     report = diagnose(args.url, api_key=args.api_key)
     if args.json:
@@ -289,6 +312,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     log.add_argument("paths", nargs="+", help="session logs (.jsonl)")
     log.set_defaults(run=_log)
+
+    cache = sub.add_parser("cache", help="why did the prompt cache miss? (cache forensics)")
+    cache.add_argument("action", choices=("explain",), help="explain: each loss of a log")
+    cache.add_argument("log", help="a session log (.jsonl)")
+    cache.add_argument("--url", required=True, help="a llama-server with the session's model")
+    cache.add_argument("--api-key", default=None, help="its API key (--api-key), if any")
+    cache.add_argument(
+        "--reasoning", choices=("drop", "keep"), default="drop", help="the session's history"
+    )
+    cache.add_argument("--json", action="store_true", help="print the losses as JSON")
+    cache.set_defaults(run=_cache)
 
     doctor = sub.add_parser("doctor", help="check a llama-server's setup for agent loops")
     doctor.add_argument("--url", required=True, help="the llama-server's base URL")

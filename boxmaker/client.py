@@ -97,6 +97,7 @@ class Client:
     Attributes:
         url: the server's base URL, without trailing ``/`` (``config.url``).
         config: the client config in use.
+        transport: the httpx transport given (``None``: the network).
 
     Timeouts: connecting may take ``config.connect_timeout_s`` seconds; once connected, the
     request fails if the server sends no byte for ``config.idle_timeout_s`` seconds (an idle
@@ -124,6 +125,7 @@ class Client:
         self.url = self.config.url.rstrip("/")
         self._chat_url = f"{self.url}/v1/chat/completions"
         self._control_url = f"{self.url}/v1/chat/completions/control"
+        self.transport = transport  # also used by boxmaker.forensics' requests
         self._sleep = sleep
         self._unseen_warned = False  # CapNotEnforced for "no reasoning seen" was emitted
         headers = {}

@@ -379,6 +379,12 @@ CACHE_LOSS_COLUMNS: tuple[Column, ...] = (
         doc="a short text window of the new prompt around position",
         field="new_window",
     ),
+    Column(
+        name="detail",
+        dtype="string",
+        doc="what forensics saw, in words, or why it could not look",
+        field="detail",
+    ),
 )
 
 LIMIT_HIT_COLUMNS: tuple[Column, ...] = (

@@ -23,6 +23,12 @@ A config file names sections and keys exactly as the dataclasses below do::
     tools = ["delete_file"]
     destructive = true
 
+    [history]
+    reasoning = "keep"             # send earlier reasoning back rendered: keeps the cache
+
+    [cache]
+    forensics = true               # after a cache loss, find where and why (a few requests)
+
 Unknown sections or keys, values of the wrong type and values out of range raise
 :class:`ConfigError` naming the file and the key. Every limit is in :class:`LoopLimits`, and
 for each of them ``None`` means "off"; TOML has no null, so write ``-1`` there to turn a limit
@@ -53,9 +59,12 @@ from .config_ports import ApprovalPolicy, McpConfig, McpServerConfig
 from .errors import ConfigError
 
 __all__ = [
+    "HISTORY_REASONING",
     "ApprovalPolicy",
+    "CacheConfig",
     "ClientConfig",
     "Config",
+    "HistoryConfig",
     "LoopLimits",
     "McpConfig",
     "McpServerConfig",
@@ -288,6 +297,44 @@ class SamplingConfig:
         return fields
 
 
+HISTORY_REASONING = ("drop", "keep")
+"""The values of :attr:`HistoryConfig.reasoning`."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class HistoryConfig:
+    """How the session's history is sent back to the server."""
+
+    reasoning: str = "drop"
+    """Earlier reasoning: ``"drop"`` leaves it to the template (every assistant message carries
+    its ``reasoning_content``; a Qwen3-style template renders it only after the last user
+    message, so each user turn loses the cache from the first earlier reasoning on); ``"keep"``
+    also sends ``chat_template_kwargs.preserve_thinking = true``: a template that can render
+    every earlier reasoning does, and the cache is kept (one that cannot: as ``"drop"``)."""
+
+    def __post_init__(self) -> None:
+        if self.reasoning not in HISTORY_REASONING:
+            raise ConfigError(
+                f"history.reasoning = {self.reasoning!r} is not one of "
+                f"{', '.join(repr(v) for v in HISTORY_REASONING)}"
+            )
+
+    def template_kwargs(self) -> dict[str, Any]:
+        """The ``chat_template_kwargs`` entries this option adds to a chat request
+        (``{}`` for ``"drop"``, ``{"preserve_thinking": True}`` for ``"keep"``)."""
+        return {"preserve_thinking": True} if self.reasoning == "keep" else {}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheConfig:
+    """Prompt-cache forensics (:mod:`boxmaker.forensics`)."""
+
+    forensics: bool = True
+    """After a cache loss, ask the server where the prompts diverged and why (a few extra
+    requests after the completion, see :func:`boxmaker.forensics.explain_loss`); ``False``
+    records the loss without a cause."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Config:
     """Every knob in one object. ``Config()`` gives working defaults."""
@@ -299,6 +346,8 @@ class Config:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     mcp: McpConfig = field(default_factory=McpConfig)
     approval: ApprovalPolicy = field(default_factory=ApprovalPolicy)
+    history: HistoryConfig = field(default_factory=HistoryConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
 
     def __post_init__(self) -> None:
         moved = self.thinking.turn_tokens
@@ -312,6 +361,12 @@ class Config:
         object.__setattr__(self, "loop", dataclasses.replace(self.loop, thinking_tokens=moved))
         thinking = dataclasses.replace(self.thinking, turn_tokens=None)
         object.__setattr__(self, "thinking", thinking)
+
+    def template_kwargs(self) -> dict[str, Any]:
+        """The ``chat_template_kwargs`` of every chat request: ``enable_thinking``
+        (:attr:`ThinkingConfig.enabled`), and ``preserve_thinking`` with
+        ``history.reasoning = "keep"``."""
+        return {"enable_thinking": self.thinking.enabled, **self.history.template_kwargs()}
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike[str]) -> Config:

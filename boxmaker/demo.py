@@ -134,9 +134,11 @@ class ConsoleView:
             self._switch("limit", f"{self._reset}  [limit {detail}]")
             self._mode = ""
         elif isinstance(event, CacheLoss):
+            why = f", {event.cause} at token {event.position}" if event.cause else ""
             self._switch(
                 "cache",
-                f"  [cache loss: {event.reused} of {event.expected} cached prompt tokens reused]",
+                f"  [cache loss: {event.reused} of {event.expected} cached prompt tokens reused"
+                f"{why}]",
             )
             self._mode = ""
         elif isinstance(event, Retrying):

@@ -10,6 +10,7 @@ made in a loop are freed).
 - :func:`cache_reuse`: the cache reuse ratio along each session, losses marked.
 - :func:`time_per_request`: stacked bars per request: prompt and generation milliseconds.
 - :func:`limit_hits_per_kind`: one bar per limit kind.
+- :func:`lost_tokens_by_cause`: stacked bars per request: tokens lost to cache misses, by cause.
 
 matplotlib is imported here only; ``import boxmaker`` does not load it.
 """
@@ -24,7 +25,14 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-__all__ = ["cache_reuse", "limit_hits_per_kind", "time_per_request", "tokens_per_request"]
+__all__ = [
+    "CAUSE_COLORS",
+    "cache_reuse",
+    "limit_hits_per_kind",
+    "lost_tokens_by_cause",
+    "time_per_request",
+    "tokens_per_request",
+]
 
 COLORS = {
     "cached": "#4c9f70",
@@ -35,6 +43,20 @@ COLORS = {
     "loss": "#c03030",
 }
 """The colours of the series, shared by all plots."""
+
+CAUSE_COLORS = {
+    "history_rewritten": "#c03030",
+    "history_edited": "#e0a030",
+    "evicted": "#4878b0",
+    "truncated": "#8060b0",
+    "unknown": "#808080",
+    "not explained": "#c8c8c8",
+}
+"""The colour of each cache-loss cause (:data:`boxmaker.cache.CAUSES`; ``not explained``: a
+loss without a cause)."""
+
+NOT_EXPLAINED = "not explained"
+"""The label of losses without a cause (forensics off or failed, an older log)."""
 
 
 def _axes(ax: Axes | None, width: float = 8.0, height: float = 3.5) -> tuple[Figure, Axes]:
@@ -188,4 +210,48 @@ def limit_hits_per_kind(limit_hits: pd.DataFrame, *, ax: Axes | None = None) -> 
     ax.set_ylabel("hits")
     ax.set_title("Limit hits per kind")
     ax.tick_params(axis="x", labelrotation=20)
+    return figure
+
+
+def lost_tokens_by_cause(cache_losses: pd.DataFrame, *, ax: Axes | None = None) -> Figure:
+    """Tokens lost to cache misses along the session, stacked by cause.
+
+    Args:
+        cache_losses: a :func:`boxmaker.frames.cache_losses` frame (``request``, ``cause``,
+            ``lost_tokens``); filter it to one session to see that session (the requests of
+            several sessions with the same number share a bar).
+        ax: draw into this Axes instead of a new Figure.
+
+    Returns:
+        The Figure drawn on: one bar container per cause present (labelled with the cause,
+        losses without one as :data:`NOT_EXPLAINED`), one bar per request that lost cache,
+        its height the lost tokens (summed over sessions).
+    """
+    figure, ax = _axes(ax)
+    frame = pd.DataFrame(
+        {
+            "request": _floats(cache_losses["request"]),
+            "cause": cache_losses["cause"].astype("string").fillna(NOT_EXPLAINED),
+            "lost": _floats(cache_losses["lost_tokens"]),
+        }
+    )
+    table = frame.pivot_table(
+        index="request", columns="cause", values="lost", aggfunc="sum", fill_value=0.0
+    )
+    order = [c for c in CAUSE_COLORS if c in table.columns]
+    order += [str(c) for c in table.columns if c not in CAUSE_COLORS]
+    x = table.index.to_numpy(dtype=float)
+    bottom = np.zeros(len(x))
+    for cause in order:
+        heights = table[cause].to_numpy(dtype=float)
+        ax.bar(x, heights, bottom=bottom, label=cause, color=CAUSE_COLORS.get(cause))
+        bottom += heights
+    if len(x) <= 30:
+        ax.set_xticks(x)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("request in the session")
+    ax.set_ylabel("lost tokens")
+    ax.set_title("Tokens lost to cache misses, by cause")
+    if order:
+        ax.legend(loc="upper left", fontsize="small")
     return figure

@@ -224,7 +224,8 @@ class CacheLoss:
     ``position``, the first token (0-based) at which the slot's tokens and the new prompt
     differ; ``cause``, why (``history_rewritten``, ``history_edited``, ``evicted``,
     ``truncated``, ``unknown``); ``old_window`` / ``new_window``, a short text window of the
-    old and the new prompt around ``position``.
+    old and the new prompt around ``position``. ``detail`` (added later in schema 2, optional:
+    older logs read with ``None``) is what forensics saw, in words, or why it could not look.
     """
 
     expected: int
@@ -233,6 +234,7 @@ class CacheLoss:
     cause: str | None = None
     old_window: str | None = None
     new_window: str | None = None
+    detail: str | None = None
     time: datetime = field(default_factory=utc_now)
 
 

@@ -146,6 +146,8 @@ TRANSCRIPT_CSS = (
     ".bxm-tool{border-left:3px solid #888;padding:2px 8px;margin:4px 0;}"
     ".bxm-tool pre,.bxm-reasoning pre{white-space:pre-wrap;margin:2px 0;font-size:90%;}"
     ".bxm-reasoning summary{color:#666;cursor:pointer;}"
+    ".bxm-loss{display:inline-block;}.bxm-loss summary{cursor:pointer;}"
+    ".bxm-loss pre{white-space:pre-wrap;margin:2px 0;font-size:90%;background:#f6f6f6;}"
     ".bxm-badge{display:inline-block;border-radius:8px;padding:0 6px;margin:2px;"
     "color:white;font-size:85%;}"
     ".bxm-counters{color:#555;font-size:85%;}"
@@ -218,16 +220,27 @@ def render_user(turn: TurnView) -> str:
 
 def render_turn_foot(turn: TurnView) -> str:
     """What follows a turn's blocks: counters (:func:`counters_text`), one badge per limit hit
-    or cache loss, and how the turn ended; all escaped."""
+    or cache loss (a loss with text windows as a ``<details>`` that opens on them: what the
+    slot held and the new prompt around the divergence), and how the turn ended; all
+    escaped."""
     e = html.escape
     parts = []
     if turn.completions:
         parts.append(f"<div class='bxm-counters'>{e(counters_text(turn))}</div>")
-    for kind, text in turn.badges:
+    for i, (kind, text) in enumerate(turn.badges):
         colour = _BADGE_COLOURS.get(kind, "#c0392b")
-        parts.append(
+        badge = (
             f"<span class='bxm-badge bxm-badge-{e(kind)}' style='background:{colour}'>"
             f"{e(text)}</span>"
+        )
+        if i not in turn.windows:
+            parts.append(badge)
+            continue
+        old, new = turn.windows[i]  # model and tool text: escaped, shown as it is
+        parts.append(
+            f"<details class='bxm-loss'><summary>{badge}</summary>"
+            f"<div>slot held:</div><pre>{e(old)}</pre>"
+            f"<div>new prompt:</div><pre>{e(new)}</pre></details>"
         )
     if turn.ended:
         parts.append(f"<div class='bxm-ended'><i>Turn ended: {e(turn.ended)}</i></div>")

@@ -1,7 +1,8 @@
 """``boxmaker report PATH... [--html FILE]``: usage, cache loss and limit hits of session logs.
 
 The text report (printed) has one table per question: the sessions (:func:`boxmaker.frames.
-summary`), turns by outcome, limit hits by kind, cache losses by session, tool calls by tool.
+summary`), turns by outcome, limit hits by kind, cache losses by session and by cause (what
+cache forensics found: lost tokens and lost time of each), tool calls by tool.
 The HTML report holds the same tables and the plots of :mod:`boxmaker.plots`, embedded as
 base64 PNG images, in one self-contained file (no scripts, styles inline, nothing fetched).
 
@@ -55,7 +56,8 @@ def tables(loaded: frames.Frames) -> dict[str, pd.DataFrame]:
 
     ``Sessions`` (a row per session and a ``total`` row), ``Turns by outcome`` (every outcome
     of :data:`boxmaker.frames.TURN_OUTCOMES`), ``Limit hits by kind`` (every kind),
-    ``Cache losses by session``, ``Tool calls by tool``. Milliseconds are rounded to 0.1,
+    ``Cache losses by session``, ``Cache losses by cause`` (losses without a cause as
+    ``not explained``), ``Tool calls by tool``. Milliseconds are rounded to 0.1,
     ratios to 0.001.
     """
     s = loaded.summary
@@ -92,6 +94,13 @@ def tables(loaded: frames.Frames) -> dict[str, pd.DataFrame]:
         lost_ms=("lost_ms", "sum"),
         mean_lost_tokens=("lost_tokens", "mean"),
     )
+    by_cause = c.assign(cause=c["cause"].astype("string").fillna("not explained"))
+    causes = by_cause.groupby("cause").agg(
+        losses=("lost_tokens", "size"),
+        sessions=("session", "nunique"),
+        lost_tokens=("lost_tokens", "sum"),
+        lost_ms=("lost_ms", "sum"),
+    )
     tc = loaded.tool_calls
     tools = tc.groupby("name", observed=True).agg(
         calls=("call", "size"),
@@ -105,6 +114,7 @@ def tables(loaded: frames.Frames) -> dict[str, pd.DataFrame]:
         "Turns by outcome": outcomes.reset_index(),
         "Limit hits by kind": hits.reset_index(),
         "Cache losses by session": losses.reset_index(),
+        "Cache losses by cause": causes.sort_values("lost_tokens", ascending=False).reset_index(),
         "Tool calls by tool": tools.reset_index(),
     }
     return {title: _rounded(df) for title, df in out.items()}
@@ -147,7 +157,8 @@ def format_html(
     loaded: frames.Frames, *, title: str = "boxmaker report", left_out: Sequence[str] = ()
 ) -> str:
     """A self-contained HTML report: :func:`tables`, then the plots as embedded PNG images
-    (``data:image/png;base64,...``): limit hits per kind, cache reuse along the sessions, and
+    (``data:image/png;base64,...``): limit hits per kind, cache reuse along the sessions, lost
+    tokens by cause (when there are losses), and
     tokens and time per request for the sessions with the most requests (at most
     :data:`PER_REQUEST_PLOTS`). ``left_out`` lists the logs (or lines) that could not be read,
     shown first so a reader knows what the numbers do not cover."""
@@ -166,6 +177,8 @@ def format_html(
         plots.limit_hits_per_kind(loaded.limit_hits),
         plots.cache_reuse(req, loaded.cache_losses),
     ]
+    if len(loaded.cache_losses):
+        figures.append(plots.lost_tokens_by_cause(loaded.cache_losses))
     busiest = req.groupby("session", observed=True).size().sort_values(ascending=False)
     for session in list(busiest.index[:PER_REQUEST_PLOTS]):
         rows = req[req["session"] == session]

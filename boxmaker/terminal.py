@@ -165,7 +165,8 @@ def _finish(session: Session) -> None:
         print(
             "\nCache losses at the start of a turn are expected with Qwen3-style templates: "
             "they drop the\nreasoning of earlier turns once a new user message comes, so the "
-            "prompt re-renders from there."
+            "prompt re-renders from there\n(history_rewritten). "
+            'A config with [history] reasoning = "keep" keeps them, and the cache.'
         )
     print(f"\nsession log: {session.path}", flush=True)
     if failure is not None:

@@ -149,8 +149,10 @@ class TurnView:
     processed), ``cached`` (``cache_n``, tokens reused), ``generated`` (``predicted_n``),
     ``reasoning`` tokens, and ``ms`` (``prompt_ms + predicted_ms``). ``badges`` holds one
     ``(kind, text)`` per ``LimitHit`` (kind = the limit) and ``CacheLoss`` (kind
-    ``"cache_loss"``). ``ended`` says why the turn stopped early (``None``: it did not, or
-    it is still running).
+    ``"cache_loss"``; with the cause forensics found, e.g. ``cache loss (history_rewritten at
+    token 571): ...``); ``windows`` maps the index of a cache-loss badge to its ``(old, new)``
+    text windows around the divergence, when forensics found them. ``ended`` says why the turn
+    stopped early (``None``: it did not, or it is still running).
     """
 
     user: str
@@ -162,6 +164,7 @@ class TurnView:
     reasoning: int = 0
     ms: float = 0.0
     badges: list[tuple[str, str]] = field(default_factory=list)
+    windows: dict[int, tuple[str, str]] = field(default_factory=dict)
     ended: str | None = None
 
     def answer(self) -> str:
@@ -268,9 +271,7 @@ class Transcript:
         elif isinstance(event, Usage):
             self._usage(event)
         elif isinstance(event, CacheLoss):
-            lost = event.expected - event.reused
-            text = f"cache loss: {lost} tokens re-processed ({event.reused} of {event.expected})"
-            self._turn().badges.append(("cache_loss", text))
+            self._cache_loss(event)
         elif isinstance(event, LimitHit):
             self._turn().badges.append((event.kind, f"{event.kind}: {event.detail}"))
         elif isinstance(event, TurnEnd) and self.turns:
@@ -323,6 +324,17 @@ class Transcript:
         block.data_class = record.data_class
         block.untrusted = record.untrusted
         block.truncated = record.truncated
+
+    def _cache_loss(self, loss: CacheLoss) -> None:
+        turn, lost = self._turn(), loss.expected - loss.reused
+        why = ""
+        if loss.cause is not None:
+            at = f" at token {loss.position}" if loss.position is not None else ""
+            why = f" ({loss.cause}{at})"
+        text = f"cache loss{why}: {lost} tokens re-processed ({loss.reused} of {loss.expected})"
+        if loss.old_window is not None and loss.new_window is not None:
+            turn.windows[len(turn.badges)] = (loss.old_window, loss.new_window)
+        turn.badges.append(("cache_loss", text))
 
     def _usage(self, record: Usage) -> None:
         turn, t = self._turn(), record.timings

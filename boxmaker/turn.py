@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from .cache import cache_outcome
 from .client import ChatClient
 from .config import Config
 from .errors import (
@@ -29,10 +28,10 @@ from .errors import (
     TurnLimit,
 )
 from .events import ClientEvent, Hook, ToolCallDelta, ToolCallStarted, guarded
+from .forensics import CacheForensics
 from .loopguard import ALREADY_MADE, AnswerAfterLimit, LoopGuard, after_limit, not_run_results
 from .records import (
     Assistant,
-    CacheLoss,
     LimitHit,
     Record,
     ToolCall,
@@ -61,6 +60,7 @@ class Runtime:
         port: where port tools go (``None``: port tools answer that no port is connected).
         cancel: set it (from any thread) to stop the running turn between events; the turn
             clears it when it starts.
+        forensics: explains cache losses (remembers each session's last request).
     """
 
     config: Config
@@ -68,6 +68,7 @@ class Runtime:
     registry: Registry
     port: ToolPort | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
+    forensics: CacheForensics = field(default_factory=CacheForensics)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +84,8 @@ class TurnOutcome:
 class _TurnState:
     guard: LoopGuard
     reasoning_tokens: int = 0
+    earlier: Usage | None = None  # the session's last usage before the running completion
+    body: dict[str, Any] = field(default_factory=dict)  # the running completion's request
 
 
 def run_turn(
@@ -122,8 +125,8 @@ def run_turn(
         _append(session, emit, User(content=content))
         last: TurnLimit | None = None  # on_limit="answer": the limit, before the last completion
         while True:
-            completion, earlier = _complete(session, runtime, state, emit, last is not None)
-            calls, usage = _record_completion(session, completion, earlier, emit, last)
+            completion = _complete(session, runtime, state, emit, last is not None)
+            calls, usage = _record_completion(session, runtime, state, completion, emit, last)
             if not calls or last is not None:
                 return TurnOutcome(content=completion.content or "", usage=usage)
             try:
@@ -141,16 +144,16 @@ def run_turn(
 
 def _complete(
     session: Session, runtime: Runtime, state: _TurnState, emit: Hook, last: bool = False
-) -> tuple[Completion, Usage | None]:
+) -> Completion:
     """Steps 2 and 3: build the request and stream one completion (``last``: the answer after
     a limit, ``tool_choice: "none"`` with the tools kept so the prompt cache holds)."""
     cfg = runtime.config
-    earlier = session.last_usage()
-    body: dict[str, Any] = {"messages": session.messages(), "id_slot": cfg.slots.main}
+    state.earlier = session.last_usage()
+    state.body = body = {"messages": session.messages(), "id_slot": cfg.slots.main}
     if session.baseline.tools:
         body["tools"] = [dict(t) for t in session.baseline.tools]
         body.update({"tool_choice": "none"} if last else {})
-    body["chat_template_kwargs"] = {"enable_thinking": cfg.thinking.enabled}
+    body["chat_template_kwargs"] = cfg.template_kwargs()
     body.update(cfg.sampling.request_fields())
     cap = cfg.loop.thinking_tokens
     budget = None if cap is None else max(0, cap - state.reasoning_tokens)
@@ -171,17 +174,18 @@ def _complete(
             _end_turn(session, full, emit, exc)
         _end_turn(session, TurnInferError(f"the completion failed: {exc}", cause=exc), emit, exc)
     state.reasoning_tokens += completion.reasoning_tokens
-    return completion, earlier
+    return completion
 
 
 def _record_completion(
     session: Session,
+    runtime: Runtime,
+    state: _TurnState,
     completion: Completion,
-    earlier: Usage | None,
     emit: Hook,
     limit: TurnLimit | None = None,
 ) -> tuple[tuple[ToolCall, ...], Usage]:
-    """Step 4 (and 5): Assistant, Usage, CacheLoss, thinking-cap LimitHit, TurnEnd: one write.
+    """Step 4 (and 5): Assistant, Usage, CacheLoss (+ forensics), thinking-cap LimitHit, TurnEnd.
     After ``limit`` (on_limit="answer") the outcome is ``answered_after_limit``; calls made
     anyway are answered 'not run'."""
     calls, usage = completion.tool_calls, completion.usage_record()
@@ -189,9 +193,7 @@ def _record_completion(
         Assistant(content=completion.content, reasoning=completion.reasoning, tool_calls=calls),
         usage,
     ]
-    outcome = cache_outcome(earlier.timings, usage.timings) if earlier else None
-    if outcome is not None and not outcome.hit:
-        records.append(CacheLoss(expected=outcome.expected, reused=outcome.reused))
+    records += runtime.forensics.losses(session, runtime, state.body, state.earlier, usage)
     records += completion.limit_hits()  # the thinking cap's LimitHit, if any
     if limit is not None:
         records += after_limit(calls, session.next_call(), limit)

@@ -17,7 +17,9 @@ last one repeats:
   :attr:`FakeLlama.disconnected` is set) or the server is closed; ``hold=False`` closes it at
   once. A failed send (the client went away) also sets ``disconnected``.
 
-A ``GET`` (``/health``) is answered ``{"status": "ok"}`` and takes no item of the script.
+A ``GET`` (``/health``) is answered ``{"status": "ok"}`` and takes no item of the script; a
+``POST`` to :data:`NOT_SERVED` (the endpoints cache forensics asks) is answered 404 and takes
+none either.
 
 Example::
 
@@ -169,6 +171,12 @@ def context_full() -> Reply:
 Item = Reply | Raw
 
 
+NOT_SERVED = frozenset({"/apply-template", "/tokenize"})
+"""Paths the fake answers 404 without taking an item of the script."""
+
+NOT_FOUND = {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}
+
+
 class Script:
     """A script played behind :class:`httpx.MockTransport` (pass :meth:`handler`), no socket.
 
@@ -197,6 +205,8 @@ class Script:
         steps need the socket; raises ``TypeError`` on one)."""
         if request.method == "GET":
             return httpx.Response(200, json={"status": "ok"})
+        if request.url.path in NOT_SERVED:
+            return httpx.Response(404, json=NOT_FOUND)
         item = self.next_item(request.read())
         if isinstance(item, Raw):
             raise TypeError("Raw steps are played on the socket only")
@@ -288,6 +298,9 @@ class FakeLlama(Script):
             if head.startswith(b"GET "):
                 self._send(conn, _ok_json())
                 return
+            if head.split(b" ", 2)[1].decode("latin-1") in NOT_SERVED:
+                self._send(conn, _not_found_json())
+                return
             item = self.next_item(body)
             raw = item if isinstance(item, Raw) else Raw(item.steps(), hold=False)
             for step in raw.steps:
@@ -362,6 +375,12 @@ class FakeLlama(Script):
             self.disconnected.set()
             return False
         return True
+
+
+def _not_found_json() -> bytes:
+    body = json.dumps(NOT_FOUND).encode()
+    head = b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    return head + b"Content-Length: %d\r\n\r\n" % len(body) + body
 
 
 def _ok_json() -> bytes:

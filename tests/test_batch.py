@@ -115,6 +115,9 @@ class FakeLlama:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path in ("/apply-template", "/tokenize"):  # cache forensics: not served
+                    self._json(404, {"error": {"code": 404, "message": "File Not Found"}})
+                    return
                 owner.bodies.append(body)
                 if owner.fail is not None and owner.fail(body):
                     self._json(500, {"error": {"code": 500, "message": "boom"}})

@@ -90,6 +90,7 @@ RECORDS: list[Record] = [
         cause="history_edited",
         old_window="sunny",
         new_window="rainy",
+        detail="messages[2] (tool) changed",
         time=at(3.5),
     ),
     # turn 2: tool iterations limit (the second call was not run)
@@ -245,6 +246,7 @@ def test_cache_losses_limit_hits_tool_calls_exact(log: Path) -> None:
                 "cause": cat(["history_edited"], ["history_edited"]),
                 "old_window": ["sunny"],
                 "new_window": ["rainy"],
+                "detail": ["messages[2] (tool) changed"],
             },
             "cache_losses",
         ),

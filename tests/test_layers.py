@@ -27,6 +27,7 @@ LAYERS: list[set[str]] = [
     {"chunks", "loopguard"},
     {"stream", "thinking_cap"},
     {"session", "client", "approval", "mcp_port"},
+    {"forensics"},
     {"turn", "transcript", "columns", "batchplan"},
     {"frame_rows"},
     {"frames", "render", "batchrun"},

@@ -97,3 +97,13 @@ def test_plots_of_empty_frames(tmp_path: Path) -> None:
         plots.limit_hits_per_kind(empty.limit_hits),
     ):
         assert isinstance(figure, Figure)
+
+
+def test_lost_tokens_by_cause_stacks_one_series_per_cause(loaded: frames.Frames) -> None:
+    figure = plots.lost_tokens_by_cause(loaded.cache_losses)
+    containers = bars(figure)
+    # s1 lost 40 tokens at its request 2 (history_edited); s2 7 at request 2, not explained
+    assert [c.get_label() for c in containers] == ["history_edited", "not explained"]
+    assert [[b.get_height() for b in c] for c in containers] == [[40.0], [7.0]]
+    assert [b.get_y() for b in containers[1]] == [40.0]  # stacked on the first
+    assert figure.axes[0].get_ylabel() == "lost tokens"

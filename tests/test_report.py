@@ -72,6 +72,10 @@ def test_tables_cover_every_outcome_and_kind(logs: Path) -> None:
     }
     assert list(t["Limit hits by kind"].kind) == list(frames.COLUMNS["limit_hits"][4].categories)
     assert t["Cache losses by session"].lost_ms.tolist() == [20.0]
+    by_cause = t["Cache losses by cause"]
+    assert by_cause.to_dict("records") == [
+        {"cause": "history_edited", "losses": 1, "sessions": 1, "lost_tokens": 40, "lost_ms": 20.0}
+    ]
 
 
 def test_html_report_is_self_contained(logs: Path, tmp_path: Path) -> None:
@@ -79,9 +83,11 @@ def test_html_report_is_self_contained(logs: Path, tmp_path: Path) -> None:
     assert run_report([str(logs)], html=str(out)) == 0
     text = out.read_text(encoding="utf-8")
     images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', text)
-    assert len(images) == 4  # limit hits, cache reuse, tokens and time of the one session
+    # limit hits, cache reuse, lost tokens by cause, tokens and time of the one session
+    assert len(images) == 5
     assert all(base64.b64decode(i).startswith(b"\x89PNG") for i in images)
     assert "<table" in text and "Limit hits by kind" in text
+    assert "Cache losses by cause" in text and 'alt="Tokens lost to cache misses, by cause"' in text
     assert "http://" not in text and "https://" not in text and "<script" not in text
 
 

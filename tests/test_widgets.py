@@ -823,3 +823,36 @@ def test_an_executed_saved_notebook_shows_the_conversation_in_html(
     for text in ("Weather in Oslo?", "<strong>Oslo</strong>", "And in\nRome?", "&lt;b&gt;warm"):
         assert page.count(text) == 2, text  # the panel's copy and the SessionView's
     assert "model not found" not in page
+
+
+def test_a_cache_loss_badge_says_its_cause_and_opens_on_the_escaped_windows(
+    tmp_path: Path,
+) -> None:
+    loss = CacheLoss(
+        expected=777,
+        reused=571,
+        position=571,
+        cause="history_rewritten",
+        old_window="assistant\n<think>\n<script>alert(1)</script>",
+        new_window="assistant\n<tool_call>\n<img src=x onerror=alert(1)>",
+    )
+    session = _session(tmp_path)
+    session.extend(
+        [User(content="q"), Assistant(content="a"), loss, CacheLoss(expected=9, reused=1)]
+    )
+    view = SessionView(session.path)
+    (turn,) = view.transcript.turns
+    assert turn.badges == [
+        (
+            "cache_loss",
+            "cache loss (history_rewritten at token 571): 206 tokens re-processed (571 of 777)",
+        ),
+        ("cache_loss", "cache loss: 8 tokens re-processed (1 of 9)"),
+    ]
+    assert turn.windows == {0: (loss.old_window, loss.new_window)}
+    page = view.html()
+    assert "<details class='bxm-loss'><summary><span class='bxm-badge bxm-badge-cache_loss'" in page
+    assert "&lt;think&gt;\n&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert live_hazards(page, tags=PANEL_TAGS) == []
+    assert page.count("<details class='bxm-loss'>") == 1  # the loss without windows: a badge

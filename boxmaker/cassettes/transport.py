@@ -34,6 +34,7 @@ import vcr
 from vcr.request import Request as VcrRequest
 
 from ..errors import CassetteError
+from ..forensics import paused_while
 from .matching import body_for_matching, describe_difference, first_difference, json_body_matcher
 from .scrub import (
     credentials,
@@ -333,7 +334,9 @@ def streaming_into(
     """
     run = _Run(cassette, Path(path), ignore_body_keys, secrets)
     cassette.failures = run.failures
-    with _patched_transports(run):
+    # forensics sends nothing inside a cassette: it holds the chat traffic only (tokenizer
+    # answers would swell it) and the replay of the loop stays strict (boxmaker.forensics)
+    with _patched_transports(run), paused_while(lambda: True):
         yield cassette
 
 
