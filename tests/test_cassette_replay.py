@@ -249,7 +249,7 @@ def test_a_recorded_looping_turn_of_the_shipped_model_replayed_with_other_guard_
     nudges = [line for line in cycle.lines if "nudge" in line]
     assert nudges == [
         "turn 1, completion 4: loop nudge on get_time (call 4 not run): "
-        "'Loop guard: a cycle of 2 calls (get_weather {\"city\":\"Pari...'"
+        '\'Loop guard: a cycle of 2 calls (get_weather {"city":"Pari...\''
     ]
     # the nudge is a tool result the recording does not hold: the replay stops after it
     assert cycle.hits == []
