@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -121,13 +121,7 @@ class StreamDecoder:
         for name, data in sse_events:
             if name == "data" and data != "[DONE]":  # a chunk: feed_event's steps, inlined
                 if not feed_usual(data, on_event):
-                    try:
-                        obj = _loads(data)
-                    except _JSONDecodeError:
-                        obj = _strict_loads(data)
-                    if obj.__class__ is not dict:
-                        raise _not_an_object(data)
-                    for event in feed(obj, data):
+                    for event in feed(_chunk_object(data), data):
                         on_event(event)
             else:
                 for event in self.feed_event(name, data):
@@ -158,16 +152,22 @@ class StreamDecoder:
             events: list[ClientEvent] = []
             if chunks.feed_usual(data, events.append):
                 return events
-            try:
-                obj = _loads(data)
-            except _JSONDecodeError:
-                obj = _strict_loads(data)
-            if obj.__class__ is not dict:
-                raise _not_an_object(data)
-            return chunks.feed(obj, data)
+            return chunks.feed(_chunk_object(data), data)
         if name == "error":
             raise stream_error(_loads_or_text(data), data)
         return []
+
+
+def _chunk_object(data: str) -> dict[str, Any]:
+    """The JSON object of one ``data:`` chunk: orjson, or :func:`json.loads` for what orjson
+    refuses (``NaN``, a lone surrogate escape). Raises ``InferError`` for another value."""
+    try:
+        obj = _loads(data)
+    except _JSONDecodeError:
+        obj = _strict_loads(data)
+    if obj.__class__ is not dict:
+        raise _not_an_object(data)
+    return cast(dict[str, Any], obj)
 
 
 def _not_an_object(data: str) -> InferError:
