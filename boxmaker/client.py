@@ -128,6 +128,7 @@ class Client:
         self.transport = transport  # also used by boxmaker.forensics' requests
         self._sleep = sleep
         self._unseen_warned = False  # CapNotEnforced for "no reasoning seen" was emitted
+        self._reasoning_seen = False  # a completion of this client had reasoning
         headers = {}
         if self.config.api_key:
             headers["Authorization"] = f"Bearer {self.config.api_key}"
@@ -396,7 +397,9 @@ class Client:
                         raise _Retryable(error, f"HTTP 503: {_short(error)}")
                     raise error
                 on_event(_QUEUED)
-                return self._read(response, on_event, reasoning_budget, cancel, tool_call_deltas)
+                done = self._read(response, on_event, reasoning_budget, cancel, tool_call_deltas)
+                self._reasoning_seen = self._reasoning_seen or done.reasoning_tokens > 0
+                return done
         except httpx.TransportError as exc:
             if cancel is not None and cancel.is_set():  # the watch shut the connection
                 raise RequestCancelled("request cancelled; connection closed") from exc
@@ -475,7 +478,11 @@ class Client:
         return chunks.finish()
 
     def _first_unseen(self) -> bool:
-        """Whether "no reasoning seen" is still to be said (once per client)."""
+        """Whether "no reasoning seen" is still to be said: once per client, and never after
+        a completion of this client had reasoning (the server then shows it: a completion
+        without reasoning is the model's choice, e.g. an answer after a tool result)."""
+        if self._reasoning_seen:
+            return False
         first, self._unseen_warned = not self._unseen_warned, True
         return first
 

@@ -42,6 +42,7 @@ from .tools import canonical_arguments
 
 __all__ = [
     "ALREADY_MADE",
+    "NUDGE",
     "AnswerAfterLimit",
     "LoopGuard",
     "Verdict",
@@ -54,10 +55,11 @@ ALREADY_MADE = (
     "Use the earlier result."
 )
 
-_NUDGE = (
+NUDGE = (
     "Loop guard: {what}. This call was not run. Do not repeat it: use the results you have, "
     "try something else, or answer."
 )
+"""The loop guard's answer to the call it nudges (``what`` names the rule's finding)."""
 
 
 @dataclass(frozen=True)
@@ -197,7 +199,7 @@ class LoopGuard:
         """First firing in the turn: a nudge; later: stop with a ``loop`` ``TurnLimit``."""
         if not self._nudged:
             self._nudged = True
-            return Verdict("answer", content=_NUDGE.format(what=what), not_run="loop")
+            return Verdict("answer", content=NUDGE.format(what=what), not_run="loop")
         return Verdict("stop", limit=TurnLimit("loop", value, bound, f"rule {rule}: {what}"))
 
 

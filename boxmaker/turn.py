@@ -1,10 +1,10 @@
 """``run_turn``: one user message in, an answer out, tool calls and limits in between.
 
 It reads top to bottom like the spec's "One turn" (steps 1-7) and "Limits". Every limit that
-fires appends a ``LimitHit``; a turn that ends early leaves the log well formed (each tool call
-of the last ``Assistant`` gets a ``ToolResult`` with ``not_run`` saying why). Every turn ends
-with a ``TurnEnd`` record giving its outcome. Every appended record is also passed to
-``on_event``. The loop knows nothing of widgets, cassettes or frames.
+fires appends a ``LimitHit`` (the thinking cap once a turn); a turn that ends early leaves the
+log well formed (each tool call of the last ``Assistant`` gets a ``ToolResult`` with ``not_run``
+saying why). Every turn ends with a ``TurnEnd`` record giving its outcome. Every appended
+record is also passed to ``on_event``. The loop knows nothing of widgets, cassettes or frames.
 """
 
 from __future__ import annotations
@@ -84,6 +84,7 @@ class TurnOutcome:
 class _TurnState:
     guard: LoopGuard
     reasoning_tokens: int = 0
+    capped: bool = False  # the thinking cap fired (or was said not enforced) in this turn
     earlier: Usage | None = None  # the session's last usage before the running completion
     body: dict[str, Any] = field(default_factory=dict)  # the running completion's request
 
@@ -105,9 +106,8 @@ def run_turn(
         The answer and the last completion's usage.
 
     Raises:
-        TurnLimit: more tool iterations than ``config.loop.tool_iterations``, a third
-            identical call, or the loop guard (``kind`` says which; see
-            :mod:`boxmaker.loopguard`); with ``loop.on_limit = "answer"`` these end the turn
+        TurnLimit: too many tool iterations, a repeated call or the loop guard (``kind`` says
+            which; :mod:`boxmaker.loopguard`); with ``loop.on_limit = "answer"`` the turn ends
             with one last completion without tools instead (outcome ``answered_after_limit``).
         SessionFull: llama.cpp answered ``exceed_context_size_error``.
         TurnCancelled: ``runtime.cancel`` was set.
@@ -186,15 +186,15 @@ def _record_completion(
     limit: TurnLimit | None = None,
 ) -> tuple[tuple[ToolCall, ...], Usage]:
     """Step 4 (and 5): Assistant, Usage, CacheLoss (+ forensics), thinking-cap LimitHit, TurnEnd.
-    After ``limit`` (on_limit="answer") the outcome is ``answered_after_limit``; calls made
-    anyway are answered 'not run'."""
+    After ``limit`` (on_limit="answer"): ``answered_after_limit``, calls made answered 'not run'."""
     calls, usage = completion.tool_calls, completion.usage_record()
     records: list[Record] = [
         Assistant(content=completion.content, reasoning=completion.reasoning, tool_calls=calls),
         usage,
     ]
     records += runtime.forensics.losses(session, runtime, state.body, state.earlier, usage)
-    records += completion.limit_hits()  # the thinking cap's LimitHit, if any
+    records += [] if state.capped else completion.limit_hits()  # the cap's LimitHit: once a turn
+    state.capped = state.capped or completion.thinking_capped or bool(completion.cap_warning)
     if limit is not None:
         records += after_limit(calls, session.next_call(), limit)
     elif not calls:

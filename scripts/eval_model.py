@@ -26,7 +26,8 @@ per family:
   next turn reuses the whole cache, calls and values right), ``cycle`` ("Keep checking the
   weather in A and the time in B": W(A), T(B), W(A), T(B)), ``after_limit`` (the last call
   answered "not run: the turn ended (...)", then ``tool_choice`` none: an answer quoting every
-  result, no markup).
+  result, no markup), ``after_nudge`` (the same as the loop leaves it live: the guard's nudge,
+  then "not run: the turn ended (...); answer the user now ...").
 
 Needs only the base install (httpx, xllamacpp).
 """
@@ -44,6 +45,7 @@ from typing import Any
 
 import httpx
 
+from boxmaker.loopguard import NUDGE, LoopGuard
 from boxmaker.model.data import HELD_OUT_CITIES, TOOLS
 from boxmaker.server import EmbeddedServer
 
@@ -454,6 +456,32 @@ def run_new_families(
         ok = not final.calls and all(v in final.content for v in values)
         scores.add("after_limit", "answers", ok, f"{values} -> {final.content!r}")
         scores.add("after_limit", "clean", clean(final.content), repr(final.content))
+    for i in range(0, min(len(cities), 20) - 1, 2):  # as the loop leaves it, live
+        c1, c2 = cities[i], cities[i + 1]
+        messages = [{"role": "user", "content": f"Keep checking the weather in {c1} and the "
+                     f"time in {c2}."}]  # fmt: skip
+        values = []
+        cycle = f'get_weather {{"city":"{c1}"}}, get_time {{"city":"{c2}"}}'
+        answers = (
+            None,
+            None,
+            NUDGE.format(what=f"a cycle of 2 calls ({cycle}) repeated 2 times"),
+            f"This call was not run: the turn ended (loop: rule cycle: a cycle of 2 calls "
+            f"({cycle}) repeated 2 times (value 2, limit 1)){LoopGuard.ANSWER_NOW}.",
+        )
+        for k, said in enumerate(answers):
+            name, city = (("get_weather", c1), ("get_time", c2))[k % 2]
+            call = as_call(f"call{k}", name, city)
+            messages.append({"role": "assistant", "content": "", "tool_calls": [call],
+                             "reasoning_content": f"I will check {city}."})  # fmt: skip
+            if said is None:
+                said, vals = tool_result(rng, name, city)
+                values += vals
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": said})
+        final = stream(client, url, messages, extra={"tool_choice": "none"})
+        ok = not final.calls and all(v in final.content for v in values)
+        scores.add("after_nudge", "answers", ok, f"{values} -> {final.content!r}")
+        scores.add("after_nudge", "clean", clean(final.content), repr(final.content))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -512,6 +512,20 @@ def test_no_reasoning_seen_warns_once_per_client() -> None:
     assert first.content == "Hi there" and not first.thinking_capped
 
 
+def test_no_reasoning_after_a_completion_with_reasoning_is_the_model_s_choice() -> None:
+    """A client that saw reasoning knows the server shows it: a later completion without
+    reasoning (an answer after a tool result) is no sign of a cap it cannot enforce."""
+    thought = _capped_stream({"reasoning_content": "hm"}, {"content": "call"})
+    plain = _capped_stream({"content": "Hi"})
+    bodies = iter([thought, plain])
+    events: list[ClientEvent] = []
+    with mock_client(lambda request: httpx.Response(200, content=next(bodies))) as client:
+        client.chat(BODY, events.append, reasoning_budget=10)
+        after = client.chat(BODY, events.append, reasoning_budget=10)
+    assert not any(isinstance(e, CapNotEnforced) for e in events)
+    assert after.cap_warning is None and after.limit_hits() == []
+
+
 def test_reasoning_past_the_budget_closed_by_a_lone_tag_warns() -> None:
     deltas = [{"content": f"r{i}"} for i in range(5)] + [{"content": "</think>ok"}]
     completion, events, controls = _run_capped(_capped_stream(*deltas), budget=2)

@@ -213,6 +213,30 @@ def test_thinking_cap_budget_spans_the_turn(tmp_path: Path) -> None:
     assert sum(isinstance(e, Reasoning) for e in events) == 8
 
 
+def test_the_thinking_cap_is_one_limit_hit_a_turn_though_it_ends_later_reasonings_too(
+    tmp_path: Path,
+) -> None:
+    """The cap spent in the first completion: the next ones get a budget of 0, so their
+    reasoning ends at once too (Usage.thinking_capped), but the cap fired once."""
+    steps = [
+        calls(call("weather", {"city": "Oslo"}, "a"), reasoning="x" * 6),
+        calls(call("weather", {"city": "Rome"}, "b"), reasoning="yy"),
+        Step(content="done", reasoning="zz"),
+        Step(content="fine", reasoning="w" * 9),
+    ]
+    session, runtime, client = make(tmp_path, steps)
+    runtime.config = dataclasses.replace(runtime.config, loop=LoopLimits(thinking_tokens=4))
+    run_turn(session, runtime, "go")
+    assert client.budgets == [4, 0, 0]
+    usages = [r for r in session.records if isinstance(r, Usage)]
+    assert [u.thinking_capped for u in usages] == [True, True, True]
+    hits = [r for r in session.records if isinstance(r, LimitHit)]
+    assert [h.kind for h in hits] == ["thinking_cap"]
+    run_turn(session, runtime, "again")  # a new turn, a new budget: its own hit
+    hits = [r for r in session.records if isinstance(r, LimitHit)]
+    assert [h.kind for h in hits] == ["thinking_cap", "thinking_cap"]
+
+
 def test_thinking_cap_off_sends_no_budget(tmp_path: Path) -> None:
     session, runtime, client = make(tmp_path, [Step(content="a", reasoning="zzz")])
     run_turn(session, runtime, "go")

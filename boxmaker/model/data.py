@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from boxmaker.loopguard import ALREADY_MADE, NUDGE, LoopGuard
 from boxmaker.model.format import EOS_TOKEN, encode, render
 from boxmaker.model.words import (
     HELD_OUT_CITIES,
@@ -436,6 +437,65 @@ def _fam_after_limit(rng: random.Random, conv: _Conv) -> None:
     conv.copies += [c1, c2]
 
 
+def _fam_after_nudge(rng: random.Random, conv: _Conv) -> None:
+    """A looping turn as the loop leaves it with ``on_limit = "answer"``: the first calls ran,
+    the later ones were answered as the loop answers them (:data:`ALREADY_MADE`, the guard's
+    :data:`NUDGE`), the last one "not run: the turn ended (...)" with
+    ``LoopGuard.ANSWER_NOW``; the model answers from the results that ran."""
+    c1 = random_city(rng)
+    two = rng.random() < 0.7
+    c2 = random_city(rng) if two else c1
+    k1 = rng.choice(("weather", "time"))
+    k2 = rng.choice(("weather", "time")) if two else k1
+    if two:
+        conv.add({"role": "user", "content": rng.choice(_CYCLE_FORMS).format(
+            k1=k1, c1=c1, k2=k2, c2=c2)})  # fmt: skip
+    else:
+        conv.add({"role": "user", "content": f"Keep checking the {k1} in {c1}."})
+    pair = ((k1, c1), (k2, c2)) if two else ((k1, c1),)
+    answers: dict[tuple[str, str], str] = {}
+    style = rng.choice(("repeat", "nudge", "iterations"))
+    rounds = rng.randint(len(pair) + 1, len(pair) + 3)
+    for i in range(rounds):
+        kind, city = pair[i % len(pair)]
+        tool = "get_weather" if kind == "weather" else "get_time"
+        call = tool_call(rng, tool, city)
+        conv.add(_assistant(f"I will check the {kind} in {city}.", calls=[call]))
+        last = i == rounds - 1
+        if not last and ((kind, city) not in answers or style == "iterations"):
+            if kind == "weather":
+                result, temp, sky = weather_result(rng, city)
+                answers[(kind, city)] = weather_answer(city, temp, sky)
+                conv.copies += [str(temp), sky]
+            else:
+                result, clock = time_result(rng, city)
+                answers[(kind, city)] = time_answer(city, clock)
+                conv.copies += [clock]
+            conv.add(_tool(call, result))
+        elif not last:
+            calls = ", ".join(
+                f'{"get_weather" if k == "weather" else "get_time"} {{"city":"{c}"}}'
+                for k, c in pair
+            )
+            what = f"a cycle of {len(pair)} calls ({calls}) repeated 2 times"
+            said = ALREADY_MADE if style == "repeat" else NUDGE.format(what=what)
+            conv.add(_tool(call, said))
+        else:
+            detail = {
+                "repeat": f"repeated_call: {tool} was called 3 times with the same arguments "
+                "in this turn (value 3, limit 2)",
+                "nudge": f"loop: rule cycle: a cycle of {len(pair)} calls repeated 2 times "
+                "(value 2, limit 1)",
+                "iterations": f"tool_iterations: {rounds} completions with tool calls in this "
+                f"turn, the cap is {rounds - 1} (value {rounds}, limit {rounds - 1})",
+            }[style]
+            end = LoopGuard.ANSWER_NOW if rng.random() < 0.85 else ""
+            conv.add(_tool(call, f"This call was not run: the turn ended ({detail}){end}."))
+    said_all = " ".join(answers[k] for k in pair if k in answers)
+    conv.add(_assistant("The checks were stopped. I will answer with what I have.", said_all), True)
+    conv.copies += [c1, c2]
+
+
 def _fam_kept(rng: random.Random, conv: _Conv) -> None:
     """A dialogue after one or two earlier turns whose reasoning the history kept
     (``preserve_thinking``: the history option ``keep``)."""
@@ -463,6 +523,8 @@ FAMILIES: dict[str, tuple[float, Callable[[random.Random, _Conv], None]]] = {
     "cycle": (0.0, _fam_cycle),
     "after_limit": (0.0, _fam_after_limit),
     "kept": (0.0, _fam_kept),
+    # Added for the seventh phase: the live shape of an answer after a limit.
+    "after_nudge": (0.0, _fam_after_nudge),
 }
 """Family name -> (default share of samples, builder); ``--mix`` overrides the shares."""
 
