@@ -116,13 +116,13 @@ def _report(args: argparse.Namespace) -> int:
         print(f"boxmaker report: cannot write {args.html}: no such directory", file=sys.stderr)
         return 1
     found = gather(args.paths)
-    for message in found.left_out:
-        print(f"boxmaker report: {message}", file=sys.stderr)
+    for message in found.left_out:  # log text (a tool name, a cause...) is printed inert
+        print(terminal_safe(f"boxmaker report: {message}"), file=sys.stderr)
     if found.loaded is None:
-        print(f"boxmaker report: {found.error}", file=sys.stderr)
+        print(terminal_safe(f"boxmaker report: {found.error}"), file=sys.stderr)
         return 1
     print(f"{len(found.loaded.summary)} session logs, {len(found.loaded.requests)} requests\n")
-    print(format_text(found.loaded))
+    print(terminal_safe(format_text(found.loaded)))
     if args.html is not None:
         page = format_html(found.loaded, left_out=list(found.left_out))
         try:

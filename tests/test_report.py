@@ -174,3 +174,26 @@ def test_html_report_keeps_hostile_model_text_inert(tmp_path: Path) -> None:
     assert page.count("<style>") == 1 and "<script" not in page
     assert "&lt;img src=x onerror=alert(1)&gt;" in page  # the tool name, shown as text
     assert "zz-&lt;img src=x onerror=alert(1)&gt;.jsonl:2" in page  # left out, as text
+
+
+def test_text_report_prints_terminal_controls_from_a_log_inert(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Tool names, limit kinds and cache-loss causes come from the log: printed to a terminal
+    their escape sequences (title, blink, clear) must show as text, never act."""
+    folder = tmp_path / "sessions"
+    name = "get_\x1b]0;PWN\x07weather"
+    with Session.create(folder, Baseline(time=at(-1)), session_id="esc") as session:
+        session.append(User(content="x", time=at(0)))
+        made = ToolCall(id="c1", name=name, arguments="{}")
+        session.append(Assistant(content=None, tool_calls=(made,)))
+        session.append(ToolResult(call=1, tool_call_id="c1", name=name, content="ok"))
+        session.append(LimitHit(kind="loop\x1b[5m", detail="\x1b[2J", time=at(1)))
+    bad = folder / "zz-\x1b[31m.jsonl"
+    bad.write_text('{"type": "baseline", "schema": 1}\n\x1b[2J\n')
+    assert run_report([str(folder)]) == 0
+    out, err = capsys.readouterr()
+    for stream in (out, err):
+        assert "\x1b" not in stream and "\x07" not in stream
+    assert "get_\\x1b]0;PWN\\x07weather" in out and "loop\\x1b[5m" in out
+    assert "zz-\\x1b[31m.jsonl" in err
