@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from .config_checks import check as _check
+from .config_checks import check_loop_types
 from .config_checks import nonneg as _nonneg
 from .config_ports import ApprovalPolicy, McpConfig, McpServerConfig
 from .errors import ConfigError
@@ -185,7 +186,10 @@ class LoopLimits:
     """Longest cycle of tool calls (in calls, from 2) the loop guard looks for: the turn's last
     calls being one block of that many (name, canonical arguments) calls repeated
     :attr:`cycle_repeats` times in a row (A, B, A, B) fires the guard. The cycle of length 1
-    is the identical-repeat rule above. ``None``: no cycle detection."""
+    is the identical-repeat rule above. A cycle repeats calls, so with the repeat rule on
+    (the default) a cycle's third call is already answered "already made" and the turn ends
+    as ``repeated_call`` first; the cycle rule is the stop that sees a cycle as such with
+    ``repeat_detection`` off. ``None``: no cycle detection."""
     cycle_repeats: int = 2
     """Times in a row a block of calls must be repeated to count as a cycle (at least 2)."""
     stale_results_at: int | None = None
@@ -206,9 +210,11 @@ class LoopLimits:
     (``TurnLimit`` of kind ``loop``)."""
 
     def __post_init__(self) -> None:
+        check_loop_types(self, _OFF_WITH_MINUS_ONE)  # Python callers: the TOML reader's errors
         for name in _OFF_WITH_MINUS_ONE:
             if getattr(self, name) == -1:
                 object.__setattr__(self, name, None)
+        object.__setattr__(self, "repeat_exempt", tuple(self.repeat_exempt))
         it, answered, ends = self.tool_iterations, self.repeat_answered_at, self.repeat_ends_turn_at
         cap, think = self.tool_result_cap, self.thinking_tokens
         k, stale, caps = self.cycle_length, self.stale_results_at, self.tool_call_caps

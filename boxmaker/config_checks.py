@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["MAX_SECONDS", "check", "nonneg"]
+__all__ = ["MAX_SECONDS", "check", "check_loop_types", "nonneg"]
 
 MAX_SECONDS = 86_400.0
 """Upper bound of every duration knob (names ending in ``_s``): one day. Larger values are
@@ -34,3 +36,23 @@ def check(where: str, **bounds: tuple[object, bool]) -> None:
 def nonneg(x: float) -> bool:
     """``x`` is a finite number, zero or more."""
     return math.isfinite(x) and x >= 0
+
+
+def check_loop_types(loop: Any, optional: Sequence[str]) -> None:
+    """Refuse what :class:`~boxmaker.config.LoopLimits` cannot hold, with ConfigError: the
+    whole-number fields (``optional`` ones may be ``None``) and ``cycle_repeats`` not an int
+    (a bool, a float, a text), ``repeat_detection`` not a bool, ``repeat_exempt`` a text
+    (matched by substring if let through) or not all texts, ``tool_call_caps`` not
+    text -> int."""
+    for name in (*optional, "cycle_repeats"):
+        value = getattr(loop, name)
+        if not (type(value) is int or (value is None and name in optional)):
+            raise ConfigError(f"loop.{name} = {value!r:.60} is not a whole number")
+    if type(loop.repeat_detection) is not bool:
+        raise ConfigError(f"loop.repeat_detection = {loop.repeat_detection!r:.60} is not bool")
+    exempt = loop.repeat_exempt
+    if isinstance(exempt, str) or not all(isinstance(t, str) for t in exempt):
+        raise ConfigError(f"loop.repeat_exempt = {exempt!r:.60} is not a list of tool names")
+    caps = loop.tool_call_caps
+    if not all(isinstance(k, str) and type(v) is int for k, v in dict(caps).items()):
+        raise ConfigError(f"loop.tool_call_caps = {caps!r:.60} is not tool name -> count")

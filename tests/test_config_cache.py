@@ -87,6 +87,31 @@ def test_out_of_range_values_are_refused(section: str, key: str, value: object) 
         Config.from_dict({section: {key: value}})
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("repeat_exempt", "get_weather", "is not a list of tool names"),  # not by substring
+        ("repeat_exempt", [1], "is not a list of tool names"),
+        ("cycle_length", "4", "is not a whole number"),
+        ("cycle_length", 2.5, "is not a whole number"),
+        ("cycle_length", True, "is not a whole number"),
+        ("thinking_tokens", 3.7, "is not a whole number"),
+        ("cycle_repeats", None, "is not a whole number"),
+        ("repeat_detection", 1, "is not bool"),
+        ("tool_call_caps", {"poll": 1.5}, "is not tool name -> count"),
+    ],
+)
+def test_loop_limits_from_python_refuse_what_toml_refuses(
+    field: str, value: object, words: str
+) -> None:
+    with pytest.raises(ConfigError, match=rf"loop\.{field} = .* {words}"):
+        LoopLimits(**{field: value})  # type: ignore[arg-type]
+
+
+def test_loop_limits_take_a_list_of_exempt_tools_as_a_tuple() -> None:
+    assert LoopLimits(repeat_exempt=["a", "b"]).repeat_exempt == ("a", "b")  # type: ignore[arg-type]
+
+
 def test_a_repeat_answered_after_the_turn_ends_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"repeat_answered_at = 4 is after .*ends_turn_at = 3"):
         Config.from_dict({"loop": {"repeat_answered_at": 4, "repeat_ends_turn_at": 3}})
