@@ -440,16 +440,31 @@ def explain_log(
     with Session.open(path, read_only=True) as session:
         records = session.records
     usages: list[int] = []
+    unreachable: str | None = None  # the server did not answer: the other losses are not asked
     try:
         for i, record in enumerate(records):
             if isinstance(record, Usage):
                 usages.append(i)
             if not isinstance(record, CacheLoss):
                 continue
-            out.append(_explain_at(server, session.baseline, records, usages, i, kwargs))
+            try:
+                if unreachable is not None:
+                    raise _Unreachable(
+                        f"not asked: the server did not answer for an earlier loss ({unreachable})"
+                    )
+                out.append(_explain_at(server, session.baseline, records, usages, i, kwargs))
+            except _Unreachable as exc:
+                unreachable = unreachable or str(exc)
+                n, expected, reused = len(usages), record.expected, record.reused
+                out.append(ExplainedLoss(request=n, expected=expected, reused=reused, found=None,
+                                         error=str(exc)))  # fmt: skip
     finally:
         server.close()
     return out
+
+
+class _Unreachable(Exception):
+    """The server did not answer (connection refused, timeout): explaining stops asking it."""
 
 
 def _explain_at(
@@ -491,5 +506,7 @@ def _explain_at(
             held_tokens=held,
         )
     except BoxmakerError as exc:
+        if isinstance(exc.__cause__, httpx.TransportError):
+            raise _Unreachable(str(exc)) from exc
         return failed(str(exc))
     return ExplainedLoss(request=number, expected=expected, reused=reused, found=found)

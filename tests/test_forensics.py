@@ -424,6 +424,30 @@ def test_explain_log_explains_each_loss_of_a_log_made_earlier(tmp_path: Path) ->
     assert failed.to_json()["cause"] is None
 
 
+def test_explain_log_stops_asking_a_server_that_does_not_answer(tmp_path: Path) -> None:
+    """A hung server costs one timeout, not one per loss of a long log."""
+    session, config = two_turns(tmp_path), Config()
+    old = request_text(session, 4, config)
+    at = 1 + len(request_text(session, 2, config)) + 1
+    loss = CacheLoss(expected=1 + len(old), reused=at)
+    session.extend([Assistant(content="done"), Usage(timings=timings(at, 50)), loss])
+    session.extend([Assistant(content="more"), Usage(timings=timings(at, 60)), loss])
+    session.close()
+    asked: list[str] = []
+
+    def hung(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.path)
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    first, second = explain_log(
+        session.path, "http://llama.test", transport=httpx.MockTransport(hung)
+    )
+    assert len(asked) == 1
+    assert first.error is not None and "ReadTimeout" in first.error
+    assert second.error is not None and second.error.startswith("not asked: the server did not")
+    assert (second.request, second.found) == (4, None)
+
+
 def test_explain_log_says_when_a_loss_has_no_earlier_completion(tmp_path: Path) -> None:
     session = Session.create(tmp_path, Baseline())
     session.extend(
