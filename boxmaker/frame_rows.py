@@ -29,7 +29,7 @@ from typing import Any, NamedTuple, TypeAlias
 
 from .columns import COLUMNS, ENDING_LIMITS, TIME
 from .logfile import LogReadWarning, read_log
-from .records import is_measurement, record_to_json
+from .records import COUNTS, is_measurement, record_to_json
 from .session import Session
 
 __all__ = ["HIDDEN", "BadLog", "Log", "Rows", "Turn", "file_log", "session_log", "split_turns"]
@@ -510,6 +510,9 @@ def _take(recs: list[dict[str, Any]], indexes: list[int], getters: list[_Getter]
             j = next(j for j, v in enumerate(values) if type(v) in wrong)
             want = " or ".join(sorted(t.__name__ for t in ok if t is not type(None)))
             raise _BadRecord(f"{name}: {values[j]!r} is not {want}", indexes[j])
+        if key in COUNTS and sub is None and any(type(v) is int and v < 0 for v in values):
+            j = next(j for j, v in enumerate(values) if type(v) is int and v < 0)
+            raise _BadRecord(f"{name}: {values[j]!r} is not a count (>= 0)", indexes[j])
         if key == "timings" and (
             (bad := next((v for v in values if v is not None and not is_measurement(v)), None))
             is not None

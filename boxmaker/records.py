@@ -26,6 +26,7 @@ from typing import Any, Literal, TypeAlias
 
 __all__ = [
     "APPROVAL_DECISIONS",
+    "COUNTS",
     "LIMIT_KINDS",
     "NOT_RUN_REASONS",
     "SCHEMA_VERSION",
@@ -412,12 +413,19 @@ def record_from_json(data: Mapping[str, Any]) -> Record:
                 _in_range(name, f"timings.{key}", number)
         elif type(value) is int:
             _in_range(name, f.name, value)
+            if value < 0 and f.name in COUNTS:
+                raise ValueError(f"{name} record: {f.name} = {value} is not a count (>= 0)")
         kwargs[f.name] = value
     try:
         record: Record = cls(time=time, **kwargs)
     except TypeError as exc:
         raise ValueError(f"malformed {name} record: {exc}") from exc
     return record
+
+
+COUNTS = frozenset({"expected", "reused", "position"})
+"""Integer fields that count tokens (``CacheLoss``): never negative, for the session and the
+frames alike."""
 
 
 def is_measurement(value: object) -> bool:

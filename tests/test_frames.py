@@ -753,6 +753,16 @@ def test_a_timing_that_is_no_measurement_is_judged_alike_by_session_and_frames(
     assert loaded.requests.empty
 
 
+def test_a_negative_token_count_is_judged_alike_by_session_and_frames(tmp_path: Path) -> None:
+    user = {"type": "user", "content": "x", "time": "2026-11-30T07:00:00Z"}
+    loss = {"type": "cache_loss", "expected": 10**12, "reused": -5, "time": "2026-11-30T07:00:01Z"}
+    path = write_lines(tmp_path / "neg.jsonl", [HEAD, user, loss])
+    with pytest.raises(SessionError, match=r"neg\.jsonl:3: cache_loss record: reused = -5 is not"):
+        Session.open(path, read_only=True)
+    with pytest.warns(LogReadWarning, match=r"neg\.jsonl:3: .*-5 is not a count .*left out"):
+        assert frames.load(path).cache_losses.empty
+
+
 def test_a_null_timing_from_the_server_is_left_out_of_the_record() -> None:
     """llama.cpp sends ``null`` for a rate it cannot compute (NaN in C++): the usage record
     keeps the measurements only, so the log it writes always reads back."""
