@@ -188,7 +188,7 @@ def test_text_report_prints_terminal_controls_from_a_log_inert(
         made = ToolCall(id="c1", name=name, arguments="{}")
         session.append(Assistant(content=None, tool_calls=(made,)))
         session.append(ToolResult(call=1, tool_call_id="c1", name=name, content="ok"))
-        session.append(LimitHit(kind="loop\x1b[5m", detail="\x1b[2J", time=at(1)))
+        session.append(LimitHit(kind="loop\x1b[5m", detail="\x1b[2J", time=at(1)))  # type: ignore[arg-type]
     bad = folder / "zz-\x1b[31m.jsonl"
     bad.write_text('{"type": "baseline", "schema": 1}\n\x1b[2J\n')
     assert run_report([str(folder)]) == 0
