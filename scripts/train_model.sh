@@ -17,9 +17,13 @@
 #      limit's "not run" result) and kept (history rendered with preserve_thinking);
 #      lr 1e-3 -> 3e-5 over 1400 steps;
 #   6. more after_limit and two_city (phase 5 left after_limit at 2/10 and two_city values one
-#      below phase 4), lr 5e-4 -> 2e-5 over 600 steps.
-# 8,277 steps: about 128 minutes on one free core. Phases 5 and 6 alone (from the phase-4
-# file: train --init accepts a .gguf) take about 32.
+#      below phase 4), lr 5e-4 -> 2e-5 over 600 steps;
+#   7. after_nudge, the turn as the loop leaves it with on_limit = "answer" (the guard's
+#      nudge, "not run: the turn ended (...); answer the user now ..."), on which phase 6
+#      still wrote a tool call as text; lr 1.5e-4 -> 1e-5 over 400 steps;
+#   8. the same mix with fewer after_nudge, lr 6e-5 -> 1e-5 over 250 steps.
+# 8,927 steps: about 138 minutes on one free core. Phases 5 to 8 alone (from the phase-4
+# file: train --init accepts a .gguf) take about 38.
 set -euo pipefail
 OUT="${1:-boxmaker/model/tiny-agent.gguf}"
 WORK="${TMPDIR:-/tmp}/boxmaker-train"
@@ -45,4 +49,12 @@ python -m boxmaker.model.train --seed 4 --steps 1400 --threads 1 \
 python -m boxmaker.model.train --seed 5 --steps 600 --threads 1 \
     --init "$WORK/phase5.pt" --lr 5e-4 --lr-floor 2e-5 --warmup 10 \
     --mix weather=8,time=8,two_city=20,lookup=10,think_cut=3,think_budget=5,cut_answer=5,think_long=2,repeat=4,cycle=8,after_limit=18,kept=6,small_talk=4,copy=5 \
-    --out "$OUT" --checkpoint "$WORK/phase6.pt"
+    --out "$WORK/phase6.gguf" --checkpoint "$WORK/phase6.pt"
+python -m boxmaker.model.train --seed 7 --steps 400 --threads 1 \
+    --init "$WORK/phase6.pt" --lr 1.5e-4 --lr-floor 1e-5 --warmup 10 \
+    --mix weather=10,time=10,two_city=16,lookup=8,think_cut=3,think_budget=5,cut_answer=5,think_long=2,repeat=4,cycle=7,after_limit=5,after_nudge=10,kept=5,small_talk=4,copy=6 \
+    --out "$WORK/phase7.gguf" --checkpoint "$WORK/phase7.pt"
+python -m boxmaker.model.train --seed 8 --steps 250 --threads 1 \
+    --init "$WORK/phase7.pt" --lr 6e-5 --lr-floor 1e-5 --warmup 5 \
+    --mix weather=12,time=10,two_city=16,lookup=10,think_cut=3,think_budget=5,cut_answer=5,think_long=2,repeat=4,cycle=8,after_limit=5,after_nudge=6,kept=5,small_talk=4,copy=6 \
+    --out "$OUT" --checkpoint "$WORK/phase8.pt"

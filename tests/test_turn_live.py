@@ -206,6 +206,7 @@ def test_on_limit_answer_live_after_a_tool_iteration_stop(
     assert [h.kind for h in hits] == ["tool_iterations"]
     assert out.content == (assistants[-1].content or "")
     assert not assistants[-1].tool_calls  # the parser made no calls with tool_choice none
+    assert out.content.strip() and "<tool_call>" not in out.content  # an answer, not a call
     usages = [r for r in session.records if isinstance(r, Usage)]
     previous = usages[-2].timings
     assert usages[-1].timings["cache_n"] >= previous["cache_n"] + previous["prompt_n"]
