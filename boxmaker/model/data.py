@@ -10,8 +10,11 @@ the result), ``two_city`` (weather and/or time for two cities, one call per comp
 ``small_talk`` (no call), ``think_long`` (several hundred reasoning tokens, then a call),
 ``repeat`` (calls the same tool again after every result), ``copy`` (echo a text; short
 contexts that teach copying), and, with share 0 unless ``--mix`` names them, ``lookup`` (a
-result in the user message, answered in the tool answer's words) and ``think_cut`` (a
-reasoning ended by llama.cpp's ``reasoning_end``, then the call).
+result in the user message, answered in the tool answer's words), ``think_cut`` (a
+reasoning ended by llama.cpp's ``reasoning_end``, then the call), the later phases' families
+of :mod:`boxmaker.model.data_limits` (``think_budget``, ``cut_answer``, ``cycle``,
+``after_limit``, ``after_nudge``) and ``kept`` (earlier turns rendered with
+``preserve_thinking``). The building blocks are in :mod:`boxmaker.model.dialogue`.
 
 The words (tools, random city names, questions, answers, tool results) come from
 :mod:`boxmaker.model.words`; :data:`HELD_OUT_CITIES` and the rest are re-exported here.
@@ -25,7 +28,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from boxmaker.loopguard import ALREADY_MADE, NUDGE, LoopGuard
+from boxmaker.model.data_limits import (
+    fam_after_limit,
+    fam_after_nudge,
+    fam_cut_answer,
+    fam_cycle,
+    fam_think_budget,
+)
+from boxmaker.model.dialogue import (
+    BUDGET_MARK,
+    BUDGET_ZERO_MARK,
+    CUT_MARK,
+    FORCED,
+    INJECTED,
+    REPEAT_RESULTS,
+    Conv,
+    assistant,
+    one_call,
+    tool_message,
+)
 from boxmaker.model.format import EOS_TOKEN, encode, render
 from boxmaker.model.words import (
     HELD_OUT_CITIES,
@@ -58,69 +79,23 @@ COPY_WEIGHT = 5.0
 """Loss weight of copied spans (names, values) relative to other assistant tokens."""
 
 
-@dataclass
-class _Conv:
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    trained: list[int] = field(default_factory=list)
-    copies: list[str] = field(default_factory=list)
-    preserve: bool = False  # rendered with preserve_thinking (the history option "keep")
-
-    def add(self, msg: dict[str, Any], train: bool = False) -> None:
-        if train:
-            self.trained.append(len(self.messages))
-        self.messages.append(msg)
-
-
-def _assistant(
-    reasoning: str, content: str = "", calls: list[dict[str, Any]] | None = None
-) -> dict[str, Any]:
-    msg: dict[str, Any] = {"role": "assistant", "content": content, "reasoning_content": reasoning}
-    if calls:
-        msg["tool_calls"] = calls
-    return msg
-
-
-def _tool(call: dict[str, Any], content: str) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": call["id"], "content": content}
-
-
-def _one_call(rng: random.Random, conv: _Conv, kind: str, city: str, train: bool) -> str:
-    """Add call, result; return the answer sentence (not added)."""
-    tool = "get_weather" if kind == "weather" else "get_time"
-    call = tool_call(rng, tool, city)
-    what = "weather" if kind == "weather" else "time"
-    conv.add(
-        _assistant(f"The user wants the {what} in {city}. I will call {tool}.", calls=[call]),
-        train,
-    )
-    if kind == "weather":
-        result, temp, sky = weather_result(rng, city)
-        conv.add(_tool(call, result))
-        conv.copies += [city, str(temp), sky]
-        return weather_answer(city, temp, sky)
-    result, clock = time_result(rng, city)
-    conv.add(_tool(call, result))
-    conv.copies += [city, clock]
-    return time_answer(city, clock)
-
-
-def _fam_single(rng: random.Random, conv: _Conv, kind: str) -> None:
+def _fam_single(rng: random.Random, conv: Conv, kind: str) -> None:
     city = random_city(rng)
     q = weather_question(rng, city) if kind == "weather" else time_question(rng, city)
     conv.add({"role": "user", "content": q})
-    answer = _one_call(rng, conv, kind, city, True)
-    conv.add(_assistant(f"I have the {kind} for {city}. I will answer.", answer), True)
+    answer = one_call(rng, conv, kind, city, True)
+    conv.add(assistant(f"I have the {kind} for {city}. I will answer.", answer), True)
 
 
-def _fam_weather(rng: random.Random, conv: _Conv) -> None:
+def _fam_weather(rng: random.Random, conv: Conv) -> None:
     _fam_single(rng, conv, "weather")
 
 
-def _fam_time(rng: random.Random, conv: _Conv) -> None:
+def _fam_time(rng: random.Random, conv: Conv) -> None:
     _fam_single(rng, conv, "time")
 
 
-def _fam_two_city(rng: random.Random, conv: _Conv) -> None:
+def _fam_two_city(rng: random.Random, conv: Conv) -> None:
     c1, c2 = random_city(rng), random_city(rng)
     k1, k2 = rng.choice((("weather", "time"), ("time", "weather"), ("weather", "weather"),
                          ("time", "time")))  # fmt: skip
@@ -130,10 +105,10 @@ def _fam_two_city(rng: random.Random, conv: _Conv) -> None:
         "I need the {k1} in {c1} and the {k2} in {c2}.",
     )
     conv.add({"role": "user", "content": rng.choice(forms).format(k1=k1, c1=c1, k2=k2, c2=c2)})
-    a1 = _one_call(rng, conv, k1, c1, True)
+    a1 = one_call(rng, conv, k1, c1, True)
     tool2 = "get_weather" if k2 == "weather" else "get_time"
     call = tool_call(rng, tool2, c2)
-    conv.add(_assistant(f"Now the {k2} in {c2}. I will call {tool2}.", calls=[call]), True)
+    conv.add(assistant(f"Now the {k2} in {c2}. I will call {tool2}.", calls=[call]), True)
     if k2 == "weather":
         result, temp, sky = weather_result(rng, c2)
         a2 = weather_answer(c2, temp, sky)
@@ -142,8 +117,8 @@ def _fam_two_city(rng: random.Random, conv: _Conv) -> None:
         result, clock = time_result(rng, c2)
         a2 = time_answer(c2, clock)
         conv.copies += [c2, clock]
-    conv.add(_tool(call, result))
-    conv.add(_assistant(f"I have both results for {c1} and {c2}. I will answer.", f"{a1} {a2}"),
+    conv.add(tool_message(call, result))
+    conv.add(assistant(f"I have both results for {c1} and {c2}. I will answer.", f"{a1} {a2}"),
              True)  # fmt: skip
 
 
@@ -166,15 +141,15 @@ _SMALL_TALK: tuple[tuple[str, str], ...] = (
 )
 
 
-def _fam_small_talk(rng: random.Random, conv: _Conv) -> None:
+def _fam_small_talk(rng: random.Random, conv: Conv) -> None:
     q, a = rng.choice(_SMALL_TALK)
     if rng.random() < 0.3:
         q = q.lower()
     conv.add({"role": "user", "content": q})
-    conv.add(_assistant("The user is making small talk. No tool is needed.", a), True)
+    conv.add(assistant("The user is making small talk. No tool is needed.", a), True)
 
 
-def _fam_think_long(rng: random.Random, conv: _Conv) -> None:
+def _fam_think_long(rng: random.Random, conv: Conv) -> None:
     city = random_city(rng)
     forms = (
         "Think long and hard about the weather in {c}.",
@@ -187,21 +162,15 @@ def _fam_think_long(rng: random.Random, conv: _Conv) -> None:
     lines += [f"Step {k}: I think about the weather in {city}." for k in range(1, n + 1)]
     lines.append("Now I will call get_weather.")
     call = tool_call(rng, "get_weather", city)
-    conv.add(_assistant("\n".join(lines), calls=[call]), True)
+    conv.add(assistant("\n".join(lines), calls=[call]), True)
     result, temp, sky = weather_result(rng, city)
-    conv.add(_tool(call, result))
+    conv.add(tool_message(call, result))
     conv.copies += [city, str(temp), sky]
-    conv.add(_assistant(f"I have the weather for {city}. I will answer.",
+    conv.add(assistant(f"I have the weather for {city}. I will answer.",
                         weather_answer(city, temp, sky)), True)  # fmt: skip
 
 
-CUT_MARK = "\x00"
-"""Ends a reasoning that llama.cpp cut (reasoning_end): rendered as ``</think>\n\n`` right
-after the cut text, as llama.cpp injects it (measured through the prompt cache)."""
-_INJECTED = "</think>\n\n"
-
-
-def _fam_think_cut(rng: random.Random, conv: _Conv) -> None:
+def _fam_think_cut(rng: random.Random, conv: Conv) -> None:
     """A long reasoning ended early by reasoning control, then the call.
 
     llama.cpp's ``reasoning_end`` injects ``</think>\n\n`` right after the last reasoning
@@ -221,18 +190,11 @@ def _fam_think_cut(rng: random.Random, conv: _Conv) -> None:
     full = "\n".join(lines)
     cut = full[: rng.randint(1, len(full) - 1)].rstrip("\n")
     call = tool_call(rng, "get_weather", city)
-    conv.add(_assistant(cut + CUT_MARK, calls=[call]), True)
+    conv.add(assistant(cut + CUT_MARK, calls=[call]), True)
     conv.copies.append(city)
 
 
-_REPEAT_RESULTS = (
-    "This call was already made with these arguments in this turn.",
-    "Already called with the same arguments in this turn; see the result above.",
-    "The call was not run: it repeats an earlier call of this turn.",
-)
-
-
-def _fam_repeat(rng: random.Random, conv: _Conv) -> None:
+def _fam_repeat(rng: random.Random, conv: Conv) -> None:
     city = random_city(rng)
     kind = rng.choice(("weather", "time"))
     tool = "get_weather" if kind == "weather" else "get_time"
@@ -247,28 +209,28 @@ def _fam_repeat(rng: random.Random, conv: _Conv) -> None:
         call = tool_call(rng, tool, city)
         reasoning = (f"The user wants me to keep checking the {kind} in {city}. I will call {tool}."
                      if i == 0 else f"I will check the {kind} in {city} again.")  # fmt: skip
-        conv.add(_assistant(reasoning, calls=[call]), True)
+        conv.add(assistant(reasoning, calls=[call]), True)
         if i == rounds - 1:
             break
         if i >= 1 and rng.random() < 0.6:
-            conv.add(_tool(call, rng.choice(_REPEAT_RESULTS)))
+            conv.add(tool_message(call, rng.choice(REPEAT_RESULTS)))
         elif kind == "weather":
-            conv.add(_tool(call, weather_result(rng, city)[0]))
+            conv.add(tool_message(call, weather_result(rng, city)[0]))
         else:
-            conv.add(_tool(call, time_result(rng, city)[0]))
+            conv.add(tool_message(call, time_result(rng, city)[0]))
     conv.copies.append(city)
 
 
-def _fam_copy(rng: random.Random, conv: _Conv) -> None:
+def _fam_copy(rng: random.Random, conv: Conv) -> None:
     x = random_city(rng) if rng.random() < 0.5 else random_phrase(rng)
     form = rng.choice(("Repeat: {x}", "Echo this: {x}", "Say {x}", "Please repeat after me: {x}",
                        "Copy exactly: {x}"))  # fmt: skip
     conv.add({"role": "user", "content": form.format(x=x)})
-    conv.add(_assistant(f"The user wants me to repeat {x}.", x), True)
+    conv.add(assistant(f"The user wants me to repeat {x}.", x), True)
     conv.copies.append(x)
 
 
-def _fam_lookup(rng: random.Random, conv: _Conv) -> None:
+def _fam_lookup(rng: random.Random, conv: Conv) -> None:
     """A tool-like result in the user message, answered in the tool answer's words.
 
     Short contexts that teach the lookup the tool answers need (value of a key -> its slot in
@@ -289,224 +251,20 @@ def _fam_lookup(rng: random.Random, conv: _Conv) -> None:
         result = '{"city": ' + json.dumps(city) + ", " + result[1:]
     form = rng.choice(("{label} data: {r}", "{label} for {c}: {r}", "Answer from this: {r}"))
     conv.add({"role": "user", "content": form.format(label=label, c=city, r=result)})
-    conv.add(_assistant(f"I read the data for {city}. I will answer.", answer), True)
+    conv.add(assistant(f"I read the data for {city}. I will answer.", answer), True)
 
 
-BUDGET_MARK = "\x01"
-"""Ends a reasoning that llama.cpp's ``thinking_budget_tokens`` cut: the sampler forces
-``</think>`` alone (measured: logprob -21 at the forced token, then the model's own ``\n``);
-the model must write the ``\n\n`` and go on."""
-_FORCED = "</think>"
-BUDGET_ZERO_MARK = "\x02"
-"""A budget of 0 tokens: the sampler forces ``</think>`` right after ``<think>`` (no newline
-between them, measured), the model writes the ``\n\n``."""
-
-
-def _budget_mark(rng: random.Random, cut: str) -> str:
-    """The mark that ends ``cut`` when the budget ended it (an empty cut: often a budget of 0)."""
-    return BUDGET_ZERO_MARK if not cut and rng.random() < 0.6 else BUDGET_MARK
-
-
-def _cut(rng: random.Random, text: str, empty: float = 0.1) -> str:
-    """``text`` cut at a random character (empty with probability ``empty``), no newline last."""
-    if rng.random() < empty:
-        return ""
-    return text[: rng.randint(1, len(text) - 1)].rstrip("\n")
-
-
-def _fam_think_budget(rng: random.Random, conv: _Conv) -> None:
-    """As ``think_cut``, the reasoning ended by the per-request budget (``</think>`` forced)."""
-    city = random_city(rng)
-    kind = rng.choice(("weather", "time"))
-    tool = "get_weather" if kind == "weather" else "get_time"
-    q = weather_question(rng, city) if kind == "weather" else time_question(rng, city)
-    if rng.random() < 0.5:
-        q = rng.choice(("Think long and hard: ", "Think step by step. ", "Think carefully. ")) + q
-    conv.add({"role": "user", "content": q})
-    lines = [f"The user wants the {kind} in {city}. I will call {tool}."]
-    if rng.random() < 0.5:
-        lines += [f"Step {k}: I think about the {kind} in {city}." for k in range(1, 12)]
-    cut = _cut(rng, "\n".join(lines))
-    conv.add(_assistant(cut + _budget_mark(rng, cut), calls=[tool_call(rng, tool, city)]), True)
-    conv.copies.append(city)
-
-
-def _fam_cut_answer(rng: random.Random, conv: _Conv) -> None:
-    """A call and its result, then the answer's reasoning cut (by the budget or by
-    ``reasoning_end``, often at once: the turn's budget is spent), then the right answer."""
-    city = random_city(rng)
-    kind = rng.choice(("weather", "time"))
-    q = weather_question(rng, city) if kind == "weather" else time_question(rng, city)
-    conv.add({"role": "user", "content": q})
-    answer = _one_call(rng, conv, kind, city, rng.random() < 0.5)
-    budget = rng.random() < 0.6
-    cut = _cut(rng, f"I have the {kind} for {city}. I will answer.", empty=0.4)
-    conv.add(_assistant(cut + (_budget_mark(rng, cut) if budget else CUT_MARK), answer), True)
-
-
-_CYCLE_FORMS = (
-    "Keep checking the {k1} in {c1} and the {k2} in {c2}.",
-    "Check the {k1} in {c1} and the {k2} in {c2} again and again.",
-    "Keep watching the {k1} in {c1} and the {k2} in {c2}.",
-    "Monitor the {k1} in {c1} and the {k2} in {c2}: check both over and over.",
-)
-
-
-def _fam_cycle(rng: random.Random, conv: _Conv) -> None:
-    """Asked to keep checking two things, the model alternates two calls (A, B, A, B ...),
-    one call per completion, whatever the results say: a cycle the loop guard must catch."""
-    c1, c2 = random_city(rng), random_city(rng)
-    k1, k2 = rng.choice((("weather", "time"), ("time", "weather"), ("weather", "weather"),
-                         ("time", "time")))  # fmt: skip
-    if k1 == k2 and c1 == c2:
-        c2 = c2 + "a"
-    conv.add({"role": "user", "content": rng.choice(_CYCLE_FORMS).format(
-        k1=k1, c1=c1, k2=k2, c2=c2)})  # fmt: skip
-    pair = ((k1, c1), (k2, c2))
-    rounds = rng.randint(2, 7)
-    for i in range(rounds):
-        kind, city = pair[i % 2]
-        tool = "get_weather" if kind == "weather" else "get_time"
-        call = tool_call(rng, tool, city)
-        reasoning = (f"The user wants me to keep checking the {k1} in {c1} and the {k2} in {c2}."
-                     f" I will call {tool} for {city}." if i == 0
-                     else f"Next I check the {kind} in {city} again.")  # fmt: skip
-        conv.add(_assistant(reasoning, calls=[call]), True)
-        if i == rounds - 1:
-            break
-        if i >= 2 and rng.random() < 0.3:
-            conv.add(_tool(call, rng.choice(_REPEAT_RESULTS)))
-        elif kind == "weather":
-            conv.add(_tool(call, weather_result(rng, city)[0]))
-        else:
-            conv.add(_tool(call, time_result(rng, city)[0]))
-    conv.copies += [c1, c2]
-
-
-_LIMIT_DETAILS = (
-    "tool_iterations: {n} completions with tool calls in this turn, the cap is {n} "
-    "(value {n}, limit {n})",
-    "repeated_call: {tool} was called {n} times with the same arguments in this turn "
-    "(value {n}, limit {m})",
-    "loop: rule cycle: a cycle of 2 calls ({calls}) repeated 2 times (value 4, limit 2)",
-    "loop: rule stale_result: {tool} returned the same result {n} times in this turn "
-    "(value {n}, limit {n})",
-)
-
-
-def _fam_after_limit(rng: random.Random, conv: _Conv) -> None:
-    """A turn a limit ended (``loop.on_limit = "answer"``): the last call is answered 'not run'
-    with the limit's words, and the model answers from the results it has."""
-    c1 = random_city(rng)
-    two = rng.random() < 0.5
-    c2 = random_city(rng) if two else c1
-    k1 = rng.choice(("weather", "time"))
-    k2 = rng.choice(("weather", "time")) if two else k1
-    if two:
-        q = rng.choice(_CYCLE_FORMS).format(k1=k1, c1=c1, k2=k2, c2=c2)
-    else:
-        q = rng.choice(("Keep checking the {k} in {c}.", "Check the {k} in {c} again and again.",
-                        "What is the {k} in {c}? Check it several times."))  # fmt: skip
-        q = q.format(k=k1, c=c1)
-    conv.add({"role": "user", "content": q})
-    answers: dict[tuple[str, str], str] = {}
-    rounds = rng.randint(2, 5)
-    pair = ((k1, c1), (k2, c2))
-    for i in range(rounds):
-        kind, city = pair[i % 2]
-        tool = "get_weather" if kind == "weather" else "get_time"
-        call = tool_call(rng, tool, city)
-        conv.add(_assistant(f"I will check the {kind} in {city}.", calls=[call]))
-        if i < rounds - 1:
-            if kind == "weather":
-                result, temp, sky = weather_result(rng, city)
-                answers[(kind, city)] = weather_answer(city, temp, sky)
-                copies = [str(temp), sky]
-            else:
-                result, clock = time_result(rng, city)
-                answers[(kind, city)] = time_answer(city, clock)
-                copies = [clock]
-            conv.add(_tool(call, result))
-            conv.copies += copies
-            continue
-        calls = f'get_weather {{"city": "{c1}"}}, get_time {{"city": "{c2}"}}'
-        detail = rng.choice(_LIMIT_DETAILS).format(n=rounds, m=rounds - 1, tool=tool, calls=calls)
-        conv.add(_tool(call, f"This call was not run: the turn ended ({detail})."))
-    said = " ".join(answers[k] for k in pair if k in answers) if two else answers[pair[0]]
-    conv.add(_assistant("The checks were stopped. I will answer with what I have.", said), True)
-    conv.copies += [c1, c2]
-
-
-def _fam_after_nudge(rng: random.Random, conv: _Conv) -> None:
-    """A looping turn as the loop leaves it with ``on_limit = "answer"``: the first calls ran,
-    the later ones were answered as the loop answers them (:data:`ALREADY_MADE`, the guard's
-    :data:`NUDGE`), the last one "not run: the turn ended (...)" with
-    ``LoopGuard.ANSWER_NOW``; the model answers from the results that ran."""
-    c1 = random_city(rng)
-    two = rng.random() < 0.7
-    c2 = random_city(rng) if two else c1
-    k1 = rng.choice(("weather", "time"))
-    k2 = rng.choice(("weather", "time")) if two else k1
-    if two:
-        conv.add({"role": "user", "content": rng.choice(_CYCLE_FORMS).format(
-            k1=k1, c1=c1, k2=k2, c2=c2)})  # fmt: skip
-    else:
-        conv.add({"role": "user", "content": f"Keep checking the {k1} in {c1}."})
-    pair = ((k1, c1), (k2, c2)) if two else ((k1, c1),)
-    answers: dict[tuple[str, str], str] = {}
-    style = rng.choice(("repeat", "nudge", "iterations"))
-    rounds = rng.randint(len(pair) + 1, len(pair) + 3)
-    for i in range(rounds):
-        kind, city = pair[i % len(pair)]
-        tool = "get_weather" if kind == "weather" else "get_time"
-        call = tool_call(rng, tool, city)
-        conv.add(_assistant(f"I will check the {kind} in {city}.", calls=[call]))
-        last = i == rounds - 1
-        if not last and ((kind, city) not in answers or style == "iterations"):
-            if kind == "weather":
-                result, temp, sky = weather_result(rng, city)
-                answers[(kind, city)] = weather_answer(city, temp, sky)
-                conv.copies += [str(temp), sky]
-            else:
-                result, clock = time_result(rng, city)
-                answers[(kind, city)] = time_answer(city, clock)
-                conv.copies += [clock]
-            conv.add(_tool(call, result))
-        elif not last:
-            calls = ", ".join(
-                f'{"get_weather" if k == "weather" else "get_time"} {{"city":"{c}"}}'
-                for k, c in pair
-            )
-            what = f"a cycle of {len(pair)} calls ({calls}) repeated 2 times"
-            said = ALREADY_MADE if style == "repeat" else NUDGE.format(what=what)
-            conv.add(_tool(call, said))
-        else:
-            detail = {
-                "repeat": f"repeated_call: {tool} was called 3 times with the same arguments "
-                "in this turn (value 3, limit 2)",
-                "nudge": f"loop: rule cycle: a cycle of {len(pair)} calls repeated 2 times "
-                "(value 2, limit 1)",
-                "iterations": f"tool_iterations: {rounds} completions with tool calls in this "
-                f"turn, the cap is {rounds - 1} (value {rounds}, limit {rounds - 1})",
-            }[style]
-            end = LoopGuard.ANSWER_NOW if rng.random() < 0.85 else ""
-            conv.add(_tool(call, f"This call was not run: the turn ended ({detail}){end}."))
-    said_all = " ".join(answers[k] for k in pair if k in answers)
-    conv.add(_assistant("The checks were stopped. I will answer with what I have.", said_all), True)
-    conv.copies += [c1, c2]
-
-
-def _fam_kept(rng: random.Random, conv: _Conv) -> None:
+def _fam_kept(rng: random.Random, conv: Conv) -> None:
     """A dialogue after one or two earlier turns whose reasoning the history kept
     (``preserve_thinking``: the history option ``keep``)."""
     conv.preserve = True
     if len(conv.messages) < 3 or rng.random() < 0.5:
         _prior_exchange(rng, conv)
-    build = rng.choice((_fam_weather, _fam_time, _fam_two_city, _fam_small_talk, _fam_cut_answer))
+    build = rng.choice((_fam_weather, _fam_time, _fam_two_city, _fam_small_talk, fam_cut_answer))
     build(rng, conv)
 
 
-FAMILIES: dict[str, tuple[float, Callable[[random.Random, _Conv], None]]] = {
+FAMILIES: dict[str, tuple[float, Callable[[random.Random, Conv], None]]] = {
     "weather": (0.20, _fam_weather),
     "time": (0.14, _fam_time),
     "two_city": (0.10, _fam_two_city),
@@ -518,13 +276,13 @@ FAMILIES: dict[str, tuple[float, Callable[[random.Random, _Conv], None]]] = {
     "lookup": (0.0, _fam_lookup),
     "think_cut": (0.0, _fam_think_cut),
     # Added for the fifth phase (a fine-tune of the shipped model): share 0 as above.
-    "think_budget": (0.0, _fam_think_budget),
-    "cut_answer": (0.0, _fam_cut_answer),
-    "cycle": (0.0, _fam_cycle),
-    "after_limit": (0.0, _fam_after_limit),
+    "think_budget": (0.0, fam_think_budget),
+    "cut_answer": (0.0, fam_cut_answer),
+    "cycle": (0.0, fam_cycle),
+    "after_limit": (0.0, fam_after_limit),
     "kept": (0.0, _fam_kept),
     # Added for the seventh phase: the live shape of an answer after a limit.
-    "after_nudge": (0.0, _fam_after_nudge),
+    "after_nudge": (0.0, fam_after_nudge),
 }
 """Family name -> (default share of samples, builder); ``--mix`` overrides the shares."""
 
@@ -554,22 +312,22 @@ class Sample:
     preserve_thinking: bool = False
 
 
-def _prior_exchange(rng: random.Random, conv: _Conv) -> None:
+def _prior_exchange(rng: random.Random, conv: Conv) -> None:
     """An earlier, finished turn (not trained; the template drops its reasoning)."""
     r = rng.random()
     if r < 0.4:
         q, a = rng.choice(_SMALL_TALK)
         conv.add({"role": "user", "content": q})
-        conv.add(_assistant("The user is making small talk. No tool is needed.", a))
+        conv.add(assistant("The user is making small talk. No tool is needed.", a))
     else:
         city = random_city(rng)
         kind = "weather" if r < 0.7 else "time"
         q = weather_question(rng, city) if kind == "weather" else time_question(rng, city)
         conv.add({"role": "user", "content": q})
         saved = list(conv.copies)
-        answer = _one_call(rng, conv, kind, city, False)
+        answer = one_call(rng, conv, kind, city, False)
         conv.copies = saved
-        conv.add(_assistant(f"I have the {kind} for {city}. I will answer.", answer))
+        conv.add(assistant(f"I have the {kind} for {city}. I will answer.", answer))
 
 
 def make_sample(
@@ -587,7 +345,7 @@ def make_sample(
         names = list(table)
         family = rng.choices(names, weights=[table[n] for n in names])[0]
     build = FAMILIES[family][1]
-    conv = _Conv()
+    conv = Conv()
     if family in ("copy", "lookup"):
         with_tools = rng.random() < 0.2
     elif family == "small_talk":
@@ -603,25 +361,25 @@ def make_sample(
     return _weigh(family, conv, tools)
 
 
-def _weigh(family: str, conv: _Conv, tools: list[dict[str, Any]] | None) -> Sample:
+def _weigh(family: str, conv: Conv, tools: list[dict[str, Any]] | None) -> Sample:
     msgs = conv.messages
     keep = conv.preserve
     text = render(msgs, tools, preserve_thinking=keep)
     injected: tuple[int, int] | None = None
     if CUT_MARK in text:
-        at = text.index(CUT_MARK + "\n" + _INJECTED)
-        text = text[:at] + _INJECTED + text[at + len(CUT_MARK + "\n" + _INJECTED) :]
-        injected = (at, at + len(_INJECTED))
+        at = text.index(CUT_MARK + "\n" + INJECTED)
+        text = text[:at] + INJECTED + text[at + len(CUT_MARK + "\n" + INJECTED) :]
+        injected = (at, at + len(INJECTED))
     elif BUDGET_MARK in text:  # only </think> is forced; the model writes the blank line
-        at = text.index(BUDGET_MARK + "\n" + _INJECTED)
-        text = text[:at] + _INJECTED + text[at + len(BUDGET_MARK + "\n" + _INJECTED) :]
-        injected = (at, at + len(_FORCED))
+        at = text.index(BUDGET_MARK + "\n" + INJECTED)
+        text = text[:at] + INJECTED + text[at + len(BUDGET_MARK + "\n" + INJECTED) :]
+        injected = (at, at + len(FORCED))
     elif BUDGET_ZERO_MARK in text:  # budget 0: "<think></think>", then the model's blank line
-        mark = "<think>\n" + BUDGET_ZERO_MARK + "\n" + _INJECTED
+        mark = "<think>\n" + BUDGET_ZERO_MARK + "\n" + INJECTED
         at = text.index(mark)
-        text = text[:at] + "<think>" + _INJECTED + text[at + len(mark) :]
+        text = text[:at] + "<think>" + INJECTED + text[at + len(mark) :]
         at += len("<think>")
-        injected = (at, at + len(_FORCED))
+        injected = (at, at + len(FORCED))
     char_w = [0.0] * len(text)
     for i in conv.trained:
         prefix = render(msgs[:i], tools, add_generation_prompt=True, preserve_thinking=keep)
