@@ -133,14 +133,21 @@ _LIMIT_DETAILS = (
 )
 
 
-def fam_after_limit(rng: random.Random, conv: Conv) -> None:
-    """A turn a limit ended (``loop.on_limit = "answer"``): the last call is answered 'not run'
-    with the limit's words, and the model answers from the results it has."""
+def _targets(rng: random.Random, share_two: float) -> tuple[bool, tuple[str, str], tuple[str, str]]:
+    """What a looping turn keeps checking: two (kind, city) with probability ``share_two``,
+    else one (given twice)."""
     c1 = random_city(rng)
-    two = rng.random() < 0.5
+    two = rng.random() < share_two
     c2 = random_city(rng) if two else c1
     k1 = rng.choice(("weather", "time"))
     k2 = rng.choice(("weather", "time")) if two else k1
+    return two, (k1, c1), (k2, c2)
+
+
+def fam_after_limit(rng: random.Random, conv: Conv) -> None:
+    """A turn a limit ended (``loop.on_limit = "answer"``): the last call is answered 'not run'
+    with the limit's words, and the model answers from the results it has."""
+    two, (k1, c1), (k2, c2) = _targets(rng, 0.5)
     if two:
         q = rng.choice(CYCLE_FORMS).format(k1=k1, c1=c1, k2=k2, c2=c2)
     else:
@@ -181,11 +188,7 @@ def fam_after_nudge(rng: random.Random, conv: Conv) -> None:
     the later ones were answered as the loop answers them (:data:`ALREADY_MADE`, the guard's
     :data:`NUDGE`), the last one "not run: the turn ended (...)" with
     ``LoopGuard.ANSWER_NOW``; the model answers from the results that ran."""
-    c1 = random_city(rng)
-    two = rng.random() < 0.7
-    c2 = random_city(rng) if two else c1
-    k1 = rng.choice(("weather", "time"))
-    k2 = rng.choice(("weather", "time")) if two else k1
+    two, (k1, c1), (k2, c2) = _targets(rng, 0.7)
     if two:
         conv.add({"role": "user", "content": rng.choice(CYCLE_FORMS).format(
             k1=k1, c1=c1, k2=k2, c2=c2)})  # fmt: skip
