@@ -22,8 +22,7 @@ import os
 import tempfile
 import time
 
-from boxmaker.batch import run_batch
-from boxmaker.batchplan import Task
+from boxmaker.batch import Task, run_batch
 from boxmaker.demo import DEMO_PROMPTS, DEMO_SYSTEM, demo_registry
 from boxmaker.server import EmbeddedServer
 

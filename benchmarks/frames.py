@@ -9,7 +9,7 @@ limit hit), then times, in one run, reading every log with ``pandas.read_json(li
     PYTHONPATH=. python benchmarks/frames.py [--logs N] [--records N] [--schema 1|2]
 
 ``--schema 1`` (the default, so figures compare across versions) writes logs as schema 1 did
-(the frames upgrade them on read, :mod:`boxmaker.migrations`); ``--schema 2`` as the loop
+(the frames upgrade them on read, :mod:`boxmaker.session`); ``--schema 2`` as the loop
 writes them now (``not_run`` on tool results, a ``turn_end`` record ending each turn). The
 first line names the ``boxmaker`` measured: a script's own folder, not the current one, is
 on ``sys.path``, so without ``PYTHONPATH=.`` an installed copy may be measured instead.

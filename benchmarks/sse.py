@@ -17,7 +17,7 @@ Three contenders, each over the same bytes and the same kind of ``httpx.Client``
 (b) naive orjson: the same loop with ``orjson.loads``.
 (c) boxmaker: :meth:`boxmaker.client.Client.chat` doing all its work: every client event
     built and passed to a (no-op) hook, tool-call arguments joined, timings kept, the
-    :class:`~boxmaker.stream.Completion` built;
+    :class:`~boxmaker.client.Completion` built;
 (d) the same with ``tool_call_deltas=False``: no :class:`~boxmaker.events.ToolCallDelta`
     events (the turn loop drops them), everything else as (c).
 
@@ -50,10 +50,9 @@ from pathlib import Path
 import httpx
 import orjson
 
-from boxmaker.client import Client
+from boxmaker.client import Client, Completion
 from boxmaker.config import ClientConfig
 from boxmaker.events import ClientEvent
-from boxmaker.stream import Completion
 
 URL = "http://llama.test"
 BODY = {"messages": [{"role": "user", "content": "What is the weather in Paris?"}], "id_slot": 0}

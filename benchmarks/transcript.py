@@ -1,6 +1,6 @@
 """Benchmark: the cost of folding one streamed token into the widgets' transcript, as it grows.
 
-Feeds :class:`boxmaker.transcript.Transcript` one long turn of ``--tokens`` streamed fragments
+Feeds :class:`boxmaker.view.Transcript` one long turn of ``--tokens`` streamed fragments
 (``--chars`` characters each; reasoning first, then content, half and half) and prints the
 milliseconds spent per 1,000 fragments in each tenth of the stream. The cost of one fragment
 must not grow with the text already streamed: the last tenth should cost about what the first
@@ -20,8 +20,8 @@ import time
 
 from boxmaker.events import Content, Reasoning
 from boxmaker.records import Assistant, User
-from boxmaker.transcript import Transcript
-from boxmaker.widget_transcript import TranscriptBox
+from boxmaker.view import Transcript
+from boxmaker.widgets._draw import TranscriptBox
 
 
 def fold_stream(tokens: int, chars: int) -> list[float]:

@@ -8,10 +8,10 @@ run turns, watch them and keep their logs: the loop (``run_turn``, ``Runtime``,
 the answers of tool ports (names that say they are tools'), the events a hook receives, the
 errors, the widgets (loaded on first use) and the tool ports. The building blocks under them
 stay in their modules and are imported from there: message building
-(``boxmaker.session.messages``), stream decoding (``boxmaker.stream``: ``Completion``,
+(``boxmaker.session.messages``), stream decoding (``boxmaker.client``: ``Completion``,
 ``is_context_full``; the client-level ``ToolCallDelta`` of ``boxmaker.events``, which turn
 hooks never receive), the cache rule (``boxmaker.cache.cache_outcome``), tool dispatch and
-capping (``boxmaker.tools.dispatch``, ``cap_result``), the log file (``boxmaker.logfile``:
+capping (``boxmaker.tools.dispatch``, ``cap_result``), the log file (``boxmaker.session``:
 ``read_log``), the frames (``boxmaker.frames``), cassettes (``boxmaker.cassettes``), the
 batch runner (``boxmaker.batch``), the embedded server (``boxmaker.server``).
 ``tests/test_package.py`` keeps this list exact.
@@ -28,7 +28,7 @@ batch runner (``boxmaker.batch``), the embedded server (``boxmaker.server``).
 
 import typing as _typing
 
-from .approval import ApprovalPort, PendingCall
+from .cache import explain_log
 from .client import Client
 from .config import (
     ApprovalPolicy,
@@ -71,7 +71,6 @@ from .events import (
     ToolCallStarted,
     Waiting,
 )
-from .forensics import explain_log
 from .records import (
     Approval,
     Assistant,
@@ -95,10 +94,11 @@ from .tools import (
     ToolPort,
     ToolRequest,
 )
+from .tools.approval import ApprovalPort, PendingCall
 from .turn import Runtime, TurnOutcome, run_turn
 
 if _typing.TYPE_CHECKING:
-    from .mcp_port import McpPort
+    from .tools.mcp import McpPort
     from .widgets import ChatPanel, SessionView
 
 __version__ = "0.1.0"
@@ -107,7 +107,7 @@ _WIDGETS = ("ChatPanel", "SessionView")
 """Names loaded from :mod:`boxmaker.widgets` on first use, so that ``import boxmaker`` does not
 import ipywidgets (a kernel-side library a script or CI run need not load)."""
 _MCP = ("McpPort",)
-"""Names loaded from :mod:`boxmaker.mcp_port` on first use, so that ``import boxmaker`` does not
+"""Names loaded from :mod:`boxmaker.tools.mcp` on first use, so that ``import boxmaker`` does not
 import the ``mcp`` SDK (pydantic, anyio, starlette) when no MCP server is used."""
 
 
@@ -124,7 +124,7 @@ def __getattr__(name: str) -> object:
 
         value = getattr(widgets, name)
     elif name in _MCP:
-        from . import mcp_port  # the mcp SDK on first use only (see _MCP)
+        from .tools import mcp as mcp_port  # the mcp SDK on first use only (see _MCP)
 
         value = getattr(mcp_port, name)
     else:

@@ -1,5 +1,4 @@
-"""The demo's tools, prompts and console view, shared by ``boxmaker demo``, the notebooks and
-the tests.
+"""The demo's tools and prompts, shared by ``boxmaker demo``, the notebooks and the tests.
 
 The two tools are the ones the shipped tiny model was trained with (``get_weather`` and
 ``get_time``, one ``city`` string argument each). Their answers are made-up but stable: derived
@@ -10,25 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
-from collections.abc import Sequence
-from typing import TextIO
 
-from .events import (
-    Content,
-    Progress,
-    Queued,
-    Reasoning,
-    Retrying,
-    ThinkingCapped,
-    ToolCallStarted,
-    TurnEvent,
-)
-from .records import Approval, CacheLoss, LimitHit, Record, ToolResult, Usage
-from .render import terminal_safe
 from .tools import Registry
 
-__all__ = ["DEMO_PROMPTS", "DEMO_SYSTEM", "ConsoleView", "demo_registry", "usage_rows"]
+__all__ = ["DEMO_PROMPTS", "DEMO_SYSTEM", "demo_registry", "get_time", "get_weather"]
 
 DEMO_SYSTEM = ""
 """The demo's system prompt (empty: the tiny model was trained without one)."""
@@ -76,115 +60,3 @@ def demo_registry() -> Registry:
     registry.add(get_weather)
     registry.add(get_time)
     return registry
-
-
-class ConsoleView:
-    """An ``on_event`` hook that prints a turn live to a text stream.
-
-    Reasoning is printed dim (when the stream is a terminal), content as it streams, tool
-    calls and results on their own lines, limits and cache losses flagged. Every text that
-    comes from the model, a tool or the server passes through
-    :func:`~boxmaker.render.terminal_safe` first, so it cannot move the cursor, clear the
-    screen or retitle the window: the only escape sequences written are the view's own dim
-    and reset.
-
-    Args:
-        out: the text stream (default ``sys.stdout``).
-    """
-
-    def __init__(self, out: TextIO | None = None) -> None:
-        self.out = out or sys.stdout
-        tty = hasattr(self.out, "isatty") and self.out.isatty()
-        self._dim, self._reset = ("\x1b[2m", "\x1b[0m") if tty else ("", "")
-        self._mode = ""
-
-    def _switch(self, mode: str, header: str) -> None:
-        if self._mode != mode:
-            self.out.write(f"\n{header}" if header else "\n")
-            self._mode = mode
-
-    def __call__(self, event: TurnEvent | Record) -> None:
-        """Print one event."""
-        w, safe = self.out.write, terminal_safe
-        if isinstance(event, Queued):
-            self._switch("status", "  [queued]")
-        elif isinstance(event, Progress) and event.processed >= event.total:
-            self._switch("status", f"  [prompt {event.total} tokens, {event.cache} cached]")
-        elif isinstance(event, Reasoning):
-            self._switch("reasoning", f"{self._dim}think> ")
-            w(safe(event.text))
-        elif isinstance(event, Content):
-            self._switch("content", f"{self._reset}model> ")
-            w(safe(event.text))
-        elif isinstance(event, ToolCallStarted):
-            call = safe(f"{event.name}{event.arguments}")
-            self._switch("tool", f"{self._reset}  call #{event.call} {call}")
-        elif isinstance(event, Approval):
-            said = f": {safe(event.reason)}" if event.reason else ""
-            self._switch("approval", f"{self._reset}  [{event.decision} by {safe(event.by)}{said}]")
-            self._mode = ""
-        elif isinstance(event, ToolResult):
-            flag = " (truncated)" if event.truncated else ""
-            self._switch("result", f"  result{flag}: {safe(event.content[:200])}")
-            self._mode = ""
-        elif isinstance(event, ThinkingCapped):
-            self._switch("limit", f"{self._reset}  [thinking cap: {event.reasoning_tokens} tokens]")
-        elif isinstance(event, LimitHit):
-            detail = safe(f"{event.kind}: {event.detail}")
-            self._switch("limit", f"{self._reset}  [limit {detail}]")
-            self._mode = ""
-        elif isinstance(event, CacheLoss):
-            why = f", {event.cause} at token {event.position}" if event.cause else ""
-            self._switch(
-                "cache",
-                f"  [cache loss: {event.reused} of {event.expected} cached prompt tokens reused"
-                f"{why}]",
-            )
-            self._mode = ""
-        elif isinstance(event, Retrying):
-            reason = safe(event.reason)
-            self._switch("status", f"  [retry {event.attempt} in {event.delay_s:.1f} s: {reason}]")
-            self._mode = ""
-        elif isinstance(event, Usage) and event.finish_reason == "length":
-            self._switch("limit", f"{self._reset}  [cut at max_tokens]")
-            self._mode = ""
-        self.out.flush()
-
-    def end(self) -> None:
-        """Finish the current line (call after a turn)."""
-        self.out.write(self._reset + "\n")
-        self._mode = ""
-        self.out.flush()
-
-
-USAGE_COLUMNS = ("prompt_n", "cache_n", "predicted_n", "reasoning", "prompt_ms", "predicted_ms")
-
-
-def usage_rows(records: Sequence[Record]) -> list[tuple[int | float, ...]]:
-    """One row per completion: ``prompt_n``, ``cache_n``, ``predicted_n`` (tokens), reasoning
-    tokens, ``prompt_ms``, ``predicted_ms`` (milliseconds), from the ``Usage`` records."""
-    rows: list[tuple[int | float, ...]] = []
-    for r in records:
-        if isinstance(r, Usage):
-            t = r.timings
-            rows.append(
-                (
-                    int(t.get("prompt_n", 0)),
-                    int(t.get("cache_n", 0)),
-                    int(t.get("predicted_n", 0)),
-                    r.reasoning_tokens,
-                    round(float(t.get("prompt_ms", 0.0)), 1),
-                    round(float(t.get("predicted_ms", 0.0)), 1),
-                )
-            )
-    return rows
-
-
-def format_usage_table(records: Sequence[Record]) -> str:
-    """:func:`usage_rows` as a fixed-width text table with a header and a request number."""
-    header = ("request", *USAGE_COLUMNS)
-    lines = [header] + [(str(i), *map(str, row)) for i, row in enumerate(usage_rows(records), 1)]
-    widths = [max(len(line[c]) for line in lines) for c in range(len(header))]
-    return "\n".join(
-        "  ".join(v.rjust(w) for v, w in zip(line, widths, strict=True)) for line in lines
-    )

@@ -63,7 +63,7 @@ class InferError(BoxmakerError):
         error: the parsed ``error`` object of llama.cpp's error body
             (``{"code", "message", "type", ...}``), or ``None`` when the body is not such JSON.
         context_full: the server said the context is full (decided once, where the error is
-            made from the server's answer, by :func:`boxmaker.infer_errors.context_full_error`).
+            made from the server's answer, by :func:`boxmaker.client._errors.context_full_error`).
     """
 
     def __init__(
@@ -120,7 +120,7 @@ class TurnError(BoxmakerError):
 
 class SessionFull(TurnError):
     """The server said the context is full (llama.cpp's HTTP 400 ``exceed_context_size_error``,
-    or another form, see :func:`boxmaker.infer_errors.is_context_full`): the session no longer fits.
+    or another form, see :func:`boxmaker.client.is_context_full`): the session no longer fits.
 
     Attributes:
         n_prompt_tokens: tokens the request would have needed, when the server said.

@@ -59,13 +59,13 @@ SCHEMA_VERSION = 2
 """Version of the log format, written in each log's first line (the baseline).
 
 1: the first format. 2: ``TurnEnd`` records, ``ToolResult.not_run``, the forensic fields of
-``CacheLoss``. Older logs are upgraded on read by the steps of :mod:`boxmaker.migrations`.
+``CacheLoss``. Older logs are upgraded on read by the steps of :mod:`boxmaker.session`.
 
 Added within schema 2, without a new version because nothing is lost when an older schema-2
 reader meets them: ``ToolResult.server`` (an optional field, ignored by a reader that does not
 know it, absent in older logs and read as ``None``) and :class:`Approval` records (kept as
 ``Unknown`` by a reader that does not know the type; never messages), and the loop guard's
-values (:mod:`boxmaker.loopguard`): the limit kind, ``not_run`` reason and turn outcome
+values (:mod:`boxmaker.turn`): the limit kind, ``not_run`` reason and turn outcome
 ``loop``, and the outcome ``answered_after_limit`` (strings an older reader keeps as they are).
 """
 
@@ -74,7 +74,7 @@ LimitKind: TypeAlias = Literal[
 ]
 LIMIT_KINDS: tuple[LimitKind, ...] = typing.get_args(LimitKind)
 """The six kinds of limit (the spec's limits table), in that order; ``loop`` is the loop
-guard's cycle, stale-result and per-tool cap rules (:mod:`boxmaker.loopguard`)."""
+guard's cycle, stale-result and per-tool cap rules (:mod:`boxmaker.turn`)."""
 
 TurnEndOutcome: TypeAlias = Literal[
     "answered",

@@ -25,8 +25,8 @@ from typing import Any
 
 import httpx
 
-from boxmaker.errors import ServerError
-from boxmaker.model import default_model_path
+from .errors import ServerError
+from .model import default_model_path
 
 __all__ = ["LIMITS", "REASONING_FORMATS", "EmbeddedServer", "check_param"]
 

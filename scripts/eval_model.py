@@ -45,9 +45,9 @@ from typing import Any
 
 import httpx
 
-from boxmaker.loopguard import NUDGE, LoopGuard
 from boxmaker.model.data import HELD_OUT_CITIES, TOOLS
 from boxmaker.server import EmbeddedServer
+from boxmaker.turn._guard import NUDGE, LoopGuard
 
 SKIES = ("sunny", "cloudy", "rainy", "windy", "foggy", "snowy", "clear", "stormy")
 SMALL_TALK = (

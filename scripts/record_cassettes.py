@@ -20,12 +20,13 @@ from pathlib import Path
 from boxmaker.cassettes import use_cassette
 from boxmaker.client import Client
 from boxmaker.config import ClientConfig, Config, LoopLimits
-from boxmaker.demo import DEMO_PROMPTS, DEMO_SYSTEM, ConsoleView, demo_registry
+from boxmaker.demo import DEMO_PROMPTS, DEMO_SYSTEM, demo_registry
 from boxmaker.errors import TurnError
 from boxmaker.records import Baseline
 from boxmaker.server import EmbeddedServer
 from boxmaker.session import Session
 from boxmaker.turn import Runtime, run_turn
+from boxmaker.view import ConsoleView
 
 ROOT = Path(__file__).resolve().parent.parent
 CASSETTES = ROOT / "cassettes"

@@ -10,10 +10,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from boxmaker.client import Completion
 from boxmaker.errors import InferError, RequestCancelled
 from boxmaker.events import ClientEvent, Content, Reasoning, ThinkingCapped, ToolCallDelta
 from boxmaker.records import ToolCall
-from boxmaker.stream import Completion
 
 
 def call(name: str, arguments: Any, call_id: str | None = None) -> ToolCall:

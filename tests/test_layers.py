@@ -1,9 +1,13 @@
-"""Nothing imports upward: each module of ``boxmaker/`` imports only modules of lower layers.
+"""The architecture, stated: one package per part of the spec, in layers, with no upward import.
 
-``LAYERS`` is the architecture, lowest first; a module may import any module of an earlier
-layer (or of its own, where the pair is listed in ``SAME_LAYER``), never a later one, and
-imports sit at the top of each module (none hidden in a function, where they would hide a
-dependency), except the modules named in ``LAZY`` (they pull heavy libraries).
+``LAYERS`` is the layout, lowest first. A part (a package, or a top-level module such as
+``records``) may import any part of an earlier layer, never one of its own layer or a later
+one; inside a part its modules import each other freely. Across parts only the part's public
+face is imported (``from ..client import Client``), never a private module
+(``from ..client._client import ...``): a part's private modules are its own. Imports sit at
+the top of each module (none hidden in a function, where they would hide a dependency), except
+imports of the parts named in ``LAZY`` (they pull heavy libraries, so ``import boxmaker``
+stays light). ``server`` and ``model`` stand apart: they need only ``errors``.
 """
 
 from __future__ import annotations
@@ -16,45 +20,39 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "boxmaker"
 
 LAYERS: list[set[str]] = [
-    {"records", "model", "fastjson"},
-    {"errors"},
-    {"events", "migrations", "config_checks", "sse", "infer_errors", "cancel", "completion"},
-    {"config_ports"},
-    {"config"},
-    {"logfile", "cache", "tools"},
-    {"think_tags"},
-    {"fast_chunks"},
-    {"chunks", "loopguard"},
-    {"stream", "thinking_cap"},
-    {"session", "client", "approval", "mcp_port"},
-    {"forensics"},
-    {"turn", "transcript", "columns", "batchplan"},
-    {"frame_rows"},
-    {"frames", "render", "batchrun"},
-    {"plots", "widget_transcript", "demo", "server", "batchview"},
-    {"widgets"},
-    {"report", "cassettes", "batch", "doctor", "terminal"},
-    {"pytest_plugin", "cli"},
-    {"__init__", "__main__"},
+    {"records", "_json", "_public", "model"},
+    {"errors", "events"},
+    {"config", "server"},
+    {"session", "tools", "view"},
+    {"client"},
+    {"cache"},
+    {"turn"},
+    {"frames", "widgets", "cassettes", "batch", "demo", "testing"},
+    {"cli"},
+    {"__init__"},
 ]
+"""The parts, lowest first (LAYOUT.md's eight layers, with the leaf modules of layer 1 and
+``server`` placed where their imports put them)."""
 
-LAZY = {
-    "widgets",
-    "server",
-    "plots",
-    "frames",
-    "report",
-    "cassettes",
-    "mcp_port",
-    "batch",
-    "batchview",
+SAME_LAYER = {
+    ("errors", "records"),  # the tree's TurnLimit names a LimitKind (under TYPE_CHECKING)
+    ("events", "records"),  # events carry records
+    ("batch", "frames"),  # batch.frames joins settings to a frame (lazily)
+    ("batch", "demo"),
+    ("cassettes", "demo"),
 }
-"""Modules that pull a heavy library (ipywidgets, xllamacpp, matplotlib, pandas, vcrpy, mcp): a
-higher layer may import them inside a function, so ``import boxmaker`` stays light."""
+
+LAZY = {"widgets", "server", "frames", "cassettes", "batch", "tools.mcp", "frames.plots"}
+"""Parts (or public submodules) that pull a heavy library (ipywidgets, xllamacpp, pandas,
+matplotlib, vcrpy, mcp): a higher layer may import them inside a function."""
+
+
+def _part(module: str) -> str:
+    return module.split(".")[0]
 
 
 def _layer(module: str) -> int:
-    top = module.split(".")[0]
+    top = _part(module)
     for number, names in enumerate(LAYERS):
         if top in names:
             return number
@@ -72,12 +70,12 @@ def _own_imports(path: Path) -> list[tuple[str, int, bool]]:
             if node.level:
                 base = list(package_parts[: len(package_parts) - node.level + 1])
                 names = (
-                    [".".join([*base, node.module])]
+                    _modules_of(".".join([*base, node.module]), node)
                     if node.module
                     else [".".join([*base, a.name]) for a in node.names]
                 )
             elif node.module and node.module.startswith("boxmaker"):
-                names = [node.module]
+                names = _modules_of(node.module, node)
             else:
                 continue
         elif isinstance(node, ast.Import):
@@ -87,6 +85,17 @@ def _own_imports(path: Path) -> list[tuple[str, int, bool]]:
         for name in names:
             inner = name.split(".", 1)[1] if "." in name else "__init__"
             out.append((inner, node.lineno, id(node) in top or _in_type_checking(tree, node)))
+    return out
+
+
+def _modules_of(module: str, node: ast.ImportFrom) -> list[str]:
+    """``from boxmaker.tools import mcp`` imports the module ``boxmaker.tools.mcp``."""
+    folder = PACKAGE.parent.joinpath(*module.split("."))
+    out = []
+    for alias in node.names:
+        sub = folder / alias.name
+        is_module = sub.with_suffix(".py").exists() or (sub / "__init__.py").exists()
+        out.append(f"{module}.{alias.name}" if is_module else module)
     return out
 
 
@@ -101,24 +110,52 @@ def _in_type_checking(tree: ast.Module, target: ast.AST) -> bool:
     return False
 
 
+def _me(path: Path) -> str:
+    rel = path.relative_to(PACKAGE).with_suffix("")
+    parts = [p for p in rel.parts if p != "__init__"] or ["__init__"]
+    return ".".join(parts)
+
+
 MODULES = sorted(
     p for p in PACKAGE.rglob("*.py") if "model" not in p.relative_to(PACKAGE).parts[:-1]
 )
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_no_module_imports_upward_or_hides_an_import(path: Path) -> None:
-    rel = path.relative_to(PACKAGE).with_suffix("")
-    me = ".".join(rel.parts)
-    mine = _layer(me if rel.parts[0] != "cassettes" else "cassettes")
+def test_no_module_imports_upward_hides_an_import_or_reaches_inside_a_part(path: Path) -> None:
+    me = _me(path)
+    mine = _layer(me)
     for imported, line, at_top in _own_imports(path):
-        if imported.split(".")[0] == me.split(".")[0]:
-            continue  # inside one package (boxmaker/cassettes/...)
+        if _part(imported) == _part(me):
+            continue  # inside one part
+        where = f"boxmaker/{path.relative_to(PACKAGE)}:{line}"
         theirs = _layer(imported)
-        assert theirs < mine or me == "__init__", (
-            f"boxmaker/{rel}.py:{line} imports boxmaker.{imported} (layer {theirs}) "
-            f"from layer {mine}: an upward import"
+        assert theirs < mine or me == "__init__" or (_part(me), _part(imported)) in SAME_LAYER, (
+            f"{where} imports boxmaker.{imported} (layer {theirs}) from layer {mine}: upward"
         )
-        assert at_top or imported.split(".")[0] in LAZY, (
-            f"boxmaker/{rel}.py:{line}: import of boxmaker.{imported} in a function"
+        assert not any(p.startswith("_") for p in imported.split(".")[1:]), (
+            f"{where} imports boxmaker.{imported}: a private module of another part"
         )
+        assert at_top or imported in LAZY or _part(imported) in LAZY, (
+            f"{where}: import of boxmaker.{imported} in a function"
+        )
+
+
+def test_every_part_has_a_public_face_with_a_docstring_and_an_exact_all() -> None:
+    import importlib
+
+    for init in sorted(PACKAGE.glob("*/__init__.py")):
+        name = f"boxmaker.{init.parent.name}"
+        if init.parent.name == "model":
+            continue
+        module = importlib.import_module(name)
+        assert module.__doc__, f"{name} has no docstring"
+        exported = set(getattr(module, "__all__", ()))
+        assert exported, f"{name} has no __all__"
+        for item in exported:
+            obj = getattr(module, item)
+            owner = getattr(obj, "__module__", None)
+            if isinstance(owner, str) and owner.startswith(name + "."):
+                assert not owner.split(".")[-1].startswith("_"), (
+                    f"{name}.{item}.__module__ is {owner}, not the public path"
+                )

@@ -2,20 +2,20 @@
 
 The parts, one role each:
 
-- :mod:`~boxmaker.cassettes.serializer`: the readable YAML form of a cassette (request bodies
+- :mod:`~boxmaker.cassettes`: the readable YAML form of a cassette (request bodies
   parsed, llama.cpp's SSE streams as literal blocks, JSON answers as mappings) and
   :func:`load_interactions`;
-- :mod:`~boxmaker.cassettes.scrub`: what never reaches a cassette (every header but
+- :mod:`~boxmaker.cassettes`: what never reaches a cassette (every header but
   ``Accept`` and ``Content-Type``; the request's credentials, the ``Authorization`` token
   among them, wherever they appear; credential-like query parameters and JSON fields);
-- :mod:`~boxmaker.cassettes.matching`: requests match on method, path and body compared as
+- :mod:`~boxmaker.cassettes`: requests match on method, path and body compared as
   parsed JSON; :func:`first_difference` names where two bodies differ;
-- :mod:`~boxmaker.cassettes.transport`: :func:`use_cassette` and :func:`make_vcr`, a streaming
+- :mod:`~boxmaker.cassettes`: :func:`use_cassette` and :func:`make_vcr`, a streaming
   record/replay patch of the httpx transports, sync and async (the widgets, Stop and the
   thinking cap see the stream as it arrives while it is recorded);
-- :mod:`~boxmaker.cassettes.streams`: the teed and replayed response streams, for httpx and
+- :mod:`~boxmaker.cassettes`: the teed and replayed response streams, for httpx and
   the openai SDK's ``httpx2``;
-- :mod:`~boxmaker.cassettes.inspection`: a :func:`transcript`, the prefix check
+- :mod:`~boxmaker.cassettes`: a :func:`transcript`, the prefix check
   (:func:`prefix_problems`), a recorded stream read with the client's decoder
   (:func:`read_stream`), the :func:`recorded_session`;
 - :mod:`~boxmaker.cassettes.whatif`: :func:`what_if`, the loop run again on a recording with
@@ -32,12 +32,12 @@ Example::
     with use_cassette("cassettes/demo.yaml", record_mode="none"):
         run_turn(session, runtime, "What is the weather in Lisbon?")
 
-The pytest side (fixture, marker, ``--record-mode``) is :mod:`boxmaker.pytest_plugin`.
+The pytest side (fixture, marker, ``--record-mode``) is :mod:`boxmaker.cassettes.pytest_plugin`.
 """
 
 from __future__ import annotations
 
-from .inspection import (
+from ._inspection import (
     CHAT_PATH,
     PrefixCheck,
     RecordedSession,
@@ -48,16 +48,16 @@ from .inspection import (
     recorded_session,
     transcript,
 )
-from .matching import MISSING, first_difference
-from .scrub import (
+from ._matching import MISSING, first_difference
+from ._scrub import (
     API_KEY_PLACEHOLDER,
     SECRET_FIELDS,
     SECRET_HEADERS,
     SECRET_PLACEHOLDER,
     SECRET_QUERY_PARAMETERS,
 )
-from .serializer import load_interactions, serializer
-from .transport import (
+from ._serializer import load_interactions, serializer
+from ._transport import (
     RECORD_MODES,
     RecordMode,
     UnrecordedRequest,
@@ -95,3 +95,7 @@ __all__ = [
     "use_cassette",
     "what_if",
 ]
+
+from .._public import publish
+
+publish(globals(), __all__)

@@ -1,7 +1,7 @@
 """The what-if replay: run the loop again on a recorded session with other limits.
 
 This module is the layer above :mod:`boxmaker.turn`: it builds a session, a runtime and a
-tool port from a cassette (:func:`~boxmaker.cassettes.inspection.recorded_session`), replays
+tool port from a cassette (:func:`~boxmaker.cassettes.recorded_session`), replays
 each completion from the cassette, and reports which limits fire and when. It returns a
 :class:`WhatIf`; ``boxmaker replay`` prints it.
 """
@@ -25,9 +25,9 @@ from ..records import Baseline, LimitHit, ToolResult, TurnEnd
 from ..session import Session
 from ..tools import Registry, ToolAnswer, ToolFailed, ToolOk, ToolRequest, canonical_arguments
 from ..turn import Runtime, run_turn
-from .inspection import recorded_session
-from .matching import short
-from .transport import UnrecordedRequest, use_cassette
+from ._inspection import recorded_session
+from ._matching import short
+from ._transport import UnrecordedRequest, use_cassette
 
 __all__ = ["WhatIf", "what_if"]
 
@@ -73,7 +73,7 @@ def _limits_text(limits: LoopLimits) -> str:
 
 
 def _guard_text(limits: LoopLimits) -> str:
-    """The loop guard's other knobs (:mod:`boxmaker.loopguard`), one phrase each."""
+    """The loop guard's other knobs (:mod:`boxmaker.turn`), one phrase each."""
 
     def value(v: int | None) -> str:
         return "none" if v is None else str(v)
@@ -112,7 +112,7 @@ def what_if(path: str | os.PathLike[str], limits: LoopLimits = _DEFAULT_LIMITS) 
     """Run the loop again on a recorded session with other limits; say which fire and when.
 
     The user messages, system prompt, tools and sampling come from the cassette
-    (:func:`~boxmaker.cassettes.inspection.recorded_session`); the limits are ``limits``, the
+    (:func:`~boxmaker.cassettes.recorded_session`); the limits are ``limits``, the
     same object as ``config.loop``, each field meaning what it means there (``None``: that
     limit off). Tools: the demo tools when the recorded tool names are theirs, else a port
     answering from the results recorded in the cassette. Each completion is replayed from the

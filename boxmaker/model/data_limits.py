@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import random
 
-from boxmaker.loopguard import ALREADY_MADE, NUDGE, LoopGuard
 from boxmaker.model.dialogue import (
     BUDGET_MARK,
     BUDGET_ZERO_MARK,
@@ -29,6 +28,7 @@ from boxmaker.model.words import (
     weather_question,
     weather_result,
 )
+from boxmaker.turn import ALREADY_MADE, NUDGE, LoopGuard
 
 __all__ = [
     "CYCLE_FORMS",

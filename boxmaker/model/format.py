@@ -2,7 +2,7 @@
 
 Everything here must agree with what llama.cpp does with the written file, because the
 training text is rendered and tokenised here and the served model sees llama.cpp's rendering
-and tokenisation of the same conversation (``tests/test_model.py`` checks both against the
+and tokenisation of the same conversation (``tests/model/test_model.py`` checks both against the
 server's ``POST /apply-template`` and ``POST /tokenize``).
 
 Vocab (tokenizer model ``llama``, i.e. SentencePiece-style, one token per character):

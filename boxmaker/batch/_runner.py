@@ -1,0 +1,506 @@
+"""The batch runner: many scripted sessions over every slot of every llama-server, resumable.
+
+Example::
+
+    from boxmaker.batch import Task, run_batch, frames
+
+    tasks = [Task(id="lisbon", messages=("What is the weather in Lisbon?",))]
+    grid = {"loop.thinking_tokens": [16, 64], "loop.tool_result_cap": [40, 4000]}
+    run_batch(tasks, "runs/b1", servers=["http://127.0.0.1:8080"], grid=grid)
+    frames("runs/b1", "turns").groupby(["loop.thinking_tokens"])["outcome"].value_counts()
+
+How it runs:
+
+- Slots: each server's slots are found with ``GET /slots`` (llama.cpp answers one object per
+  slot, each with its ``id``), else ``GET /props`` (``total_slots``). One worker per slot
+  keeps one run in flight; a run stays on its slot for its whole life (every request carries
+  that ``id_slot``, through ``Config(slots=SlotsConfig(main=slot))``), so each session keeps
+  its prompt cache.
+- Output: ``<batch_dir>/logs/<run id>.jsonl`` (one session log per run, its session id the run
+  id) and ``<batch_dir>/manifest.ndjson`` (:class:`~boxmaker.batch._plan.Manifest`).
+  :func:`frames` gives any frame of :mod:`boxmaker.frames` with the task and setting columns
+  joined in; ``boxmaker report <batch_dir>`` reads the logs.
+- Resume: running the same batch again skips runs whose log is finished (every message has a
+  finished turn, :func:`~boxmaker.batch._plan.log_state`), continues the others from their logs
+  (``Session.open`` repairs a torn tail; the loop answers calls left without results), and
+  sends only the messages without a finished turn. A turn cut by a kill has no ``TurnEnd``:
+  its message is sent again (the log keeps the cut attempt).
+- Ctrl-C (or the ``cancel`` event): in-flight turns are cancelled (``runtime.cancel``: the log
+  gets its ``TurnEnd``), the workers are waited for, then ``KeyboardInterrupt`` is raised again
+  (the event returns normally, with ``stopped``); a rerun picks up.
+- Faults: when a turn fails on an inference error, the server is probed (``GET /health``); a
+  server that does not answer is given up on for this call, its runs go back to the queue and
+  the other servers' slots take them (their logs go on). A run that fails otherwise is tried
+  again, up to ``max_tries`` times, then marked ``failed`` with the reason.
+- Ray (``executor="ray"``, the optional extra ``boxmaker[ray]``): the same plan, manifest and
+  resume rules; each run is a Ray task that writes its log to ``batch_dir`` (which every node
+  must reach, e.g. a shared file system), the driver keeps the slots and the manifest. Ctrl-C
+  cancels the tasks (``ray.cancel``): a turn cut that way has no ``TurnEnd`` and is sent
+  again on a rerun. Progress comes per finished run (no live token count).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..client import Client
+from ..config import Config
+from ..demo import demo_registry
+from ..errors import ConfigError, ServerError
+from ..events import TurnEvent
+from ..records import Record, Usage
+from ..tools import Registry
+from ..turn import Runtime
+from ._plan import (
+    BatchProgress,
+    Manifest,
+    RunSpec,
+    Task,
+    expand,
+    load_grid,
+    load_tasks,
+    log_state,
+    manifest,
+    read_manifest,
+)
+from ._run import RunOutcome, discover_slots, run_alone, run_one
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = [
+    "BatchProgress",
+    "ProgressHook",
+    "Task",
+    "frames",
+    "load_grid",
+    "load_tasks",
+    "manifest",
+    "run_batch",
+]
+
+ProgressHook = Callable[[BatchProgress], None]
+"""Called with a :class:`BatchProgress` on every change (from worker threads; cheap: throttle
+in the display, as :class:`~boxmaker.batch._view.BatchView` does)."""
+
+
+class _HasUrl(Protocol):
+    url: str
+
+
+class _Batch:
+    """The shared state of one :func:`run_batch` call: the queue, tries, counters, manifest.
+
+    Every method takes :attr:`cond`'s lock; the manifest is written under it."""
+
+    def __init__(
+        self,
+        runs: Sequence[RunSpec],
+        logs_dir: Path,
+        book: Manifest,
+        max_tries: int,
+        on_progress: ProgressHook | None,
+        stop: threading.Event,
+    ) -> None:
+        self.cond = threading.Condition()
+        self.logs_dir, self.book, self.max_tries = logs_dir, book, max_tries
+        self.on_progress, self.stop = on_progress, stop
+        self.total, self.started = len(runs), time.monotonic()
+        self.queue: deque[RunSpec] = deque()
+        self.tries: dict[str, int] = {}
+        self.down: set[str] = set()
+        self.running, self.done, self.skipped, self.tokens = 0, 0, 0, 0
+        self.slots_of: dict[str, int] = {}
+        self.failures: list[tuple[str, str]] = []
+        self.runtimes: dict[str, Runtime] = {}
+        known = read_manifest(book.path.parent) if book.path.stat().st_size else {}
+        for spec in runs:
+            if spec.id not in known:
+                settings = dict(spec.settings)
+                n = len(spec.task.messages)
+                book.write(spec.id, "planned", task=spec.task.id, settings=settings, messages=n)
+            state = log_state(logs_dir / f"{spec.id}.jsonl")
+            if state.finished(len(spec.task.messages)):
+                self.done += 1
+                self.skipped += 1
+                if known.get(spec.id, {}).get("state") != "done":
+                    book.write(spec.id, "done", turns=state.turns_done, outcome=state.last_outcome)
+            else:
+                self.queue.append(spec)
+
+    def snapshot(self, finished: bool = False) -> BatchProgress:
+        """The counters now."""
+        with self.cond:
+            return BatchProgress(
+                total=self.total,
+                done=self.done,
+                skipped=self.skipped,
+                failed=len(self.failures),
+                running=self.running,
+                slots=sum(n for url, n in self.slots_of.items() if url not in self.down),
+                servers_down=len(self.down),
+                tokens=self.tokens,
+                elapsed_s=time.monotonic() - self.started,
+                failures=tuple(self.failures),
+                stopped=self.stop.is_set(),
+                finished=finished,
+            )
+
+    def notify(self, finished: bool = False) -> None:
+        """Give the progress hook a snapshot."""
+        if self.on_progress is not None:
+            self.on_progress(self.snapshot(finished))
+
+    def pop(self, url: str, slot: int) -> RunSpec | None:
+        """The next run for ``url``'s ``slot`` (marked running), or ``None`` when none waits."""
+        with self.cond:
+            if self.stop.is_set() or url in self.down or not self.queue:
+                return None
+            spec = self.queue.popleft()
+            self.running += 1
+            self.book.write(
+                spec.id, "running", server=url, slot=slot, attempt=self.tries.get(spec.id, 0) + 1
+            )
+        self.notify()
+        return spec
+
+    def take(self, url: str, slot: int) -> RunSpec | None:
+        """Like :meth:`pop`, but waits while runs are in flight (they may come back)."""
+        with self.cond:
+            while True:
+                spec = self.pop(url, slot)
+                if spec is not None or self.stop.is_set() or url in self.down:
+                    return spec
+                if not self.running:
+                    return None
+                self.cond.wait(0.5)
+
+    def add_tokens(self, event: TurnEvent | Record) -> None:
+        """The hook of thread-executor runs: count generated tokens."""
+        if isinstance(event, Usage):
+            with self.cond:
+                self.tokens += int(event.timings.get("predicted_n", 0))
+            self.notify()
+
+    def settle(self, spec: RunSpec, url: str, outcome: RunOutcome) -> None:
+        """Book an attempt's outcome: done, failed, back to the queue, or interrupted."""
+        with self.cond:
+            self.running -= 1
+            if outcome.state == "done":
+                self.done += 1
+                self.book.write(spec.id, "done", turns=outcome.turns, outcome=outcome.outcome)
+            elif outcome.state == "cancelled":
+                self.book.write(spec.id, "interrupted", turns=outcome.turns)
+            elif outcome.state == "server_down":
+                if url not in self.down:
+                    self.down.add(url)
+                    self.book.write(None, "server_down", server=url, reason=outcome.reason)
+                self.book.write(spec.id, "retry", reason=f"server down: {outcome.reason}")
+                self.queue.appendleft(spec)
+            else:
+                self.tries[spec.id] = tries = self.tries.get(spec.id, 0) + 1
+                if tries >= self.max_tries:
+                    reason = f"failed {tries} times; last: {outcome.reason}"
+                    self.failures.append((spec.id, reason))
+                    self.book.write(spec.id, "failed", reason=reason, turns=outcome.turns)
+                else:
+                    self.book.write(spec.id, "retry", reason=outcome.reason)
+                    self.queue.append(spec)
+            self.cond.notify_all()
+        self.notify()
+
+    def give_up_queue(self) -> None:
+        """After the workers: runs still queued had no server left (unless stopped)."""
+        with self.cond:
+            while self.queue and not self.stop.is_set():
+                spec = self.queue.popleft()
+                reason = "no server left: " + ", ".join(sorted(self.down))
+                self.failures.append((spec.id, reason))
+                self.book.write(spec.id, "failed", reason=reason)
+
+
+def _run_threads(
+    batch: _Batch, slots: Sequence[tuple[str, int]], base: Config, registry: Registry
+) -> None:
+    """One worker thread per slot; waits for them (Ctrl-C: cancel in-flight turns, wait, and
+    raise ``KeyboardInterrupt`` again)."""
+    clients = {url: Client(dataclasses.replace(base.client, url=url)) for url, _ in slots}
+
+    def work(url: str, slot: int) -> None:
+        while (spec := batch.take(url, slot)) is not None:
+            _work_on(batch, spec, url, slot, base, registry, clients[url])
+
+    # Polling is_alive, not Thread.join: a join cut by Ctrl-C can leave a live thread
+    # looking finished (Python 3.11).
+    threads: list[threading.Thread] = []
+    interrupted = False
+    try:
+        for i, slot in enumerate(slots):
+            threads.append(threading.Thread(target=work, args=slot, daemon=True))
+            threads[-1].name = f"boxmaker-batch-{i}"
+            threads[-1].start()
+        while any(t.is_alive() for t in threads):
+            if batch.stop.is_set():
+                _stop(batch)  # the caller's cancel event
+            time.sleep(0.05)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        if any(t.is_alive() for t in threads):  # Ctrl-C, or an error here: cancel, then
+            _stop(batch)  # wait for the workers to book their runs; another Ctrl-C
+            while any(t.is_alive() for t in threads):  # does not cut the wait
+                try:
+                    time.sleep(0.05)
+                except KeyboardInterrupt:
+                    continue
+        for client in clients.values():
+            client.close()
+    if interrupted:
+        raise KeyboardInterrupt
+
+
+def _work_on(
+    batch: _Batch,
+    spec: RunSpec,
+    url: str,
+    slot: int,
+    base: Config,
+    registry: Registry,
+    client: Client,
+) -> None:
+    """One attempt at ``spec`` on a worker thread, booked in the batch."""
+
+    def register(runtime: Runtime) -> None:
+        with batch.cond:
+            batch.runtimes[spec.id] = runtime
+            if batch.stop.is_set():
+                runtime.cancel.set()
+
+    try:
+        outcome = run_one(
+            spec,
+            batch.logs_dir,
+            url,
+            slot,
+            base=base,
+            registry=registry,
+            client=client,
+            cancel=batch.stop,
+            on_event=batch.add_tokens,
+            on_start=register,
+        )
+    except Exception as exc:  # a bug or a config error: the run fails, the batch goes on
+        outcome = RunOutcome("failed", reason=f"{type(exc).__name__}: {exc}")
+    with batch.cond:
+        batch.runtimes.pop(spec.id, None)
+    batch.settle(spec, url, outcome)
+
+
+def _stop(batch: _Batch) -> None:
+    """Stop the batch: no new runs, every in-flight turn cancelled."""
+    with batch.cond:
+        batch.stop.set()
+        for runtime in batch.runtimes.values():
+            runtime.cancel.set()
+        batch.cond.notify_all()
+
+
+def _import_ray() -> Any:
+    """The ``ray`` module (the optional extra ``boxmaker[ray]``).
+
+    Raises:
+        ConfigError: Ray is not installed.
+    """
+    try:
+        import ray
+    except ImportError as exc:
+        raise ConfigError('executor="ray" needs Ray: pip install "boxmaker[ray]"') from exc
+    return ray
+
+
+def _run_ray(
+    ray: Any,
+    batch: _Batch,
+    slots: Sequence[tuple[str, int]],
+    base: Config,
+    registry: Registry,
+    address: str | None,
+) -> None:
+    """Each run a Ray task (``ray.init(address)`` unless Ray is initialised already); the
+    driver keeps the slots, the queue and the manifest."""
+    if not ray.is_initialized():
+        ray.init(address=address, log_to_driver=False)
+    task = ray.remote(num_cpus=0, max_retries=0)(run_alone)
+    free = list(slots)
+    pending: dict[Any, tuple[RunSpec, str, int]] = {}
+    try:
+        while True:
+            free = [s for s in free if s[0] not in batch.down]
+            while free and (spec := batch.pop(*free[0])) is not None:
+                url, slot = free.pop(0)
+                ref = task.remote(spec, batch.logs_dir, url, slot, base, registry)
+                pending[ref] = (spec, url, slot)
+            if not pending:
+                break
+            if batch.stop.is_set():  # the caller's cancel event
+                _cancel_ray(ray, batch, pending)
+                return
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.2)
+            for ref in ready:
+                spec, url, slot = pending.pop(ref)
+                outcome = _ray_outcome(ray, ref)
+                with batch.cond:
+                    batch.tokens += outcome.tokens
+                batch.settle(spec, url, outcome)
+                free.append((url, slot))
+    except KeyboardInterrupt:
+        _cancel_ray(ray, batch, pending)
+        raise
+
+
+def _cancel_ray(ray: Any, batch: _Batch, pending: dict[Any, tuple[RunSpec, str, int]]) -> None:
+    """Stop the batch and cancel its Ray tasks (a ``KeyboardInterrupt`` inside each: the turn
+    in flight is left without its ``TurnEnd`` and sent again on a rerun); book each one."""
+    _stop(batch)
+    for ref in pending:
+        ray.cancel(ref)
+    for ref, (spec, url, _slot) in pending.items():
+        outcome = _ray_outcome(ray, ref)
+        if outcome.state == "failed":  # the cancel, as Ray reports it
+            outcome = RunOutcome("cancelled", reason=outcome.reason)
+        batch.settle(spec, url, outcome)
+    pending.clear()
+
+
+def _ray_outcome(ray: Any, ref: Any) -> RunOutcome:
+    """A finished Ray task's :class:`RunOutcome`; a task that raised is a failed attempt."""
+    try:
+        outcome: RunOutcome = ray.get(ref)
+    except Exception as exc:  # Ray wraps the task's exception (or the cancel) in its own
+        return RunOutcome("failed", reason=f"{type(exc).__name__}: {exc}")
+    return outcome
+
+
+def run_batch(
+    tasks: Any,
+    batch_dir: str | Path,
+    *,
+    servers: Sequence[str | _HasUrl],
+    grid: Mapping[str, Sequence[Any]] | None = None,
+    config: Config | None = None,
+    registry: Registry | None = None,
+    max_tries: int = 3,
+    executor: str = "threads",
+    ray_address: str | None = None,
+    on_progress: ProgressHook | None = None,
+    cancel: threading.Event | None = None,
+) -> BatchProgress:
+    """Run every task under every grid setting, as many at once as there are slots.
+
+    Args:
+        tasks: :class:`Task` objects, mappings, a DataFrame or a JSON Lines path
+            (:func:`~boxmaker.batch.load_tasks`).
+        batch_dir: the batch's directory (logs in ``logs/``, ``manifest.ndjson``); run the
+            same batch into it again to resume.
+        servers: llama-server base URLs, or objects with a ``url`` (an
+            :class:`~boxmaker.server.EmbeddedServer`).
+        grid: dotted config keys to lists of values; one run per task and combination.
+        config: the base config (default ``Config()``); its ``client`` settings (timeouts,
+            retries) apply to every server.
+        registry: the tools (default: the demo tools).
+        max_tries: attempts of a failing run before it is marked failed.
+        executor: ``"threads"`` (one thread per slot, here) or ``"ray"`` (one Ray task per run).
+        ray_address: ``ray.init(address=...)``: ``"auto"`` joins a running cluster, ``None``
+            starts a local instance (unless Ray is initialised already).
+        on_progress: called with a :class:`BatchProgress` on every change, and once at the end
+            (``finished``).
+        cancel: set it to stop like Ctrl-C (the call then returns, ``stopped``).
+
+    Returns:
+        The last :class:`BatchProgress` (runs done, skipped, failed with reasons).
+
+    Raises:
+        ConfigError: a malformed task, grid or config, an unknown tool name, or an unknown
+            executor, or Ray missing for ``executor="ray"``.
+        ServerError: no server's slots could be read.
+        SessionError: another runner holds this batch directory.
+        KeyboardInterrupt: after Ctrl-C, once the in-flight turns are cancelled.
+    """
+    if executor not in ("threads", "ray"):
+        raise ConfigError(f"executor must be 'threads' or 'ray', not {executor!r}")
+    ray = _import_ray() if executor == "ray" else None
+    base = config or Config()
+    registry = registry or demo_registry()
+    runs = expand(load_tasks(tasks), grid)
+    for spec in runs:
+        spec.config(base)
+        missing = set(spec.task.tools or ()) - set(registry.names)
+        if missing:
+            raise ConfigError(f"task {spec.task.id}: unknown tools {sorted(missing)}")
+    slots: list[tuple[str, int]] = []
+    problems: list[str] = []
+    urls = [(s if isinstance(s, str) else s.url).rstrip("/") for s in servers]
+    for url in dict.fromkeys(urls):  # a server named twice still has its slots once
+        try:
+            slots += [(url, slot) for slot in discover_slots(url)]
+        except ServerError as exc:
+            problems.append(str(exc))
+    if not slots:
+        raise ServerError("no server to run on: " + ("; ".join(problems) or "none given"))
+    root = Path(batch_dir)
+    (root / "logs").mkdir(parents=True, exist_ok=True)
+    book = Manifest(root)
+    try:
+        for problem in problems:
+            book.write(None, "server_down", reason=problem)
+        batch = _Batch(
+            runs, root / "logs", book, max_tries, on_progress, cancel or threading.Event()
+        )
+        for url, _slot in slots:
+            batch.slots_of[url] = batch.slots_of.get(url, 0) + 1
+        batch.notify()
+        try:
+            if ray is not None:
+                _run_ray(ray, batch, slots, base, registry, ray_address)
+            else:
+                _run_threads(batch, slots, base, registry)
+            batch.give_up_queue()
+        finally:
+            batch.notify(finished=True)
+    finally:
+        book.close()
+    return batch.snapshot(finished=True)
+
+
+def frames(batch_dir: str | Path, name: str = "turns") -> pd.DataFrame:
+    """A frame of :mod:`boxmaker.frames` (``requests``, ``turns``, ``cache_losses``,
+    ``limit_hits``, ``tool_calls``, ``summary``) over a batch's logs, with ``run``, ``task``
+    and the grid setting columns of :func:`manifest` joined in by session id, so results can be
+    grouped by task and setting.
+
+    Raises:
+        ConfigError: ``name`` is not a frame.
+        SessionError: the manifest is missing or unreadable.
+    """
+    from .. import frames as log_frames
+
+    names = ("requests", "turns", "cache_losses", "limit_hits", "tool_calls", "summary")
+    if name not in names:
+        raise ConfigError(f"frame {name!r} is none of {', '.join(names)}")
+    frame = getattr(log_frames, name)(Path(batch_dir) / "logs")
+    runs = manifest(batch_dir)
+    keep = [
+        c
+        for c in runs.columns
+        if c not in ("state", "server", "slot", "attempts", "turns", "outcome", "reason")
+    ]
+    runs = runs[keep]
+    frame = frame.assign(run=frame["session"].astype(str))
+    joined: pd.DataFrame = frame.merge(runs, on="run", how="left")
+    return joined

@@ -1,0 +1,512 @@
+"""Cache-loss forensics at the edge: ask llama-server where and why a prompt cache was lost.
+
+After a completion whose cache reuse fell short (:func:`boxmaker.cache.cache_outcome`), the
+loop calls :meth:`CacheForensics.losses`; ``boxmaker cache explain`` and :func:`explain_log`
+do the same for a log made earlier. Both re-render the two requests with the server's own
+template and tokenizer (llama.cpp's ``POST /apply-template`` and ``POST /tokenize`` with
+``with_pieces``) and hand the tokens to the pure :func:`boxmaker.cache.classify_loss`.
+
+What the slot held = the previous prompt + what was generated. The generated part is rebuilt
+as the template renders the previous assistant message after the previous prompt, asked with
+``chat_template_kwargs.preserve_thinking = true`` so that its reasoning is kept. A template
+that ignores the flag and drops the reasoning of that last message leaves the reasoning out of
+the rebuilt part: the divergence inside the previous prompt (where every loss the loop counts
+lies, since it counts the previous prompt only) is still exact; a position past the previous
+prompt may then be early. When the rendered reply does not extend the previous prompt, the
+generated part is left out and ``detail`` says so.
+
+Bounds: at most :data:`MAX_REQUESTS` extra requests per loss (three ``/apply-template``, three
+``/tokenize``, one ``GET /props`` for ``n_ctx`` when the loss looks like an eviction), each
+with a :data:`TIMEOUT_S` timeout, all after the completion has ended (never on the streaming
+path). A failure of any of them never fails the turn: the loss is recorded without a cause and
+``detail`` says why. ``config.cache.forensics = False`` turns it off. Inside a cassette
+(recording or replay, :func:`paused_while`) no request is sent and the loss is recorded as
+before forensics existed: a cassette holds the chat traffic only (the tokenizer's answers would
+swell it) and its replay stays strict; explain such a log afterwards with :func:`explain_log`
+(``boxmaker cache explain``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+
+from ..client import ChatClient, Client
+from ..config import Config
+from ..errors import BoxmakerError, InferError
+from ..records import Assistant, Baseline, CacheLoss, Record, Usage
+from ..session import Session, message_of, messages
+from ._outcome import LossCause, Tokens, cache_outcome, classify_loss, history_change
+
+__all__ = [
+    "MAX_REQUESTS",
+    "TIMEOUT_S",
+    "CacheForensics",
+    "ExplainedLoss",
+    "Runs",
+    "SentRequest",
+    "TemplateServer",
+    "explain_log",
+    "explain_loss",
+    "paused_while",
+]
+
+MAX_REQUESTS = 7
+"""Extra requests forensics sends for one loss, at most."""
+
+TIMEOUT_S = 30.0
+"""Timeout of each forensic request (connect and read), in seconds."""
+
+_PAUSES: list[Callable[[], bool]] = []
+_PAUSES_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def paused_while(paused: Callable[[], bool]) -> Iterator[None]:
+    """Inside the block, forensics sends no request while ``paused()`` is true (an open
+    cassette installs one). Process-wide, like the cassette's patch of the httpx transports."""
+    with _PAUSES_LOCK:
+        _PAUSES.append(paused)
+    try:
+        yield
+    finally:
+        with _PAUSES_LOCK:
+            _PAUSES.remove(paused)
+
+
+def _paused() -> bool:
+    with _PAUSES_LOCK:
+        checks = list(_PAUSES)
+    return any(check() for check in checks)
+
+
+class TemplateServer:
+    """llama-server's template and tokenizer endpoints (JSON in, JSON out).
+
+    Args:
+        url: the server's base URL (``http://host:port``).
+        api_key: sent as ``Authorization: Bearer`` when given.
+        transport: an httpx transport instead of the network (tests, cassettes).
+        timeout_s: timeout of each request, in seconds.
+
+    Every method raises :class:`~boxmaker.errors.InferError` on a connection failure or an
+    HTTP status other than 200 (status and body kept), and
+    :class:`~boxmaker.errors.BoxmakerError` on an answer of the wrong shape.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        api_key: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+        timeout_s: float = TIMEOUT_S,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(
+            base_url=self.url, headers=headers, timeout=timeout_s, transport=transport
+        )
+
+    @classmethod
+    def of(cls, client: ChatClient) -> TemplateServer | None:
+        """The server behind a :class:`~boxmaker.client.Client` (its URL, key and transport);
+        ``None`` for any other client (a test's fake has no server to ask)."""
+        if not isinstance(client, Client):
+            return None
+        return cls(client.url, api_key=client.config.api_key, transport=client.transport)
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def _json(self, method: str, path: str, body: Any = None) -> Any:
+        try:
+            response = self._http.request(method, path, json=body)
+        except httpx.HTTPError as exc:
+            raise InferError(f"{method} {path} at {self.url} failed: {exc!r}") from exc
+        if response.status_code != 200:
+            text = response.text
+            raise InferError(
+                f"{method} {path}: HTTP {response.status_code} {text[:200]}",
+                status=response.status_code,
+                body=text,
+            )
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise BoxmakerError(f"{method} {path}: the answer is not JSON") from exc
+
+    def render(self, request: SentRequest, *extra: Mapping[str, Any], keep: bool = False) -> str:
+        """The prompt text the template makes of ``request``'s messages (plus ``extra``
+        messages) and tools (``POST /apply-template``); ``keep`` adds
+        ``chat_template_kwargs.preserve_thinking = true``. A last ``assistant`` message is
+        rendered as the start of the reply (llama.cpp's prefill)."""
+        kwargs = {**request.template_kwargs, **({"preserve_thinking": True} if keep else {})}
+        body: dict[str, Any] = {"messages": [*request.messages, *extra]}
+        if request.tools:
+            body["tools"] = list(request.tools)
+        if kwargs:
+            body["chat_template_kwargs"] = kwargs
+        answer = self._json("POST", "/apply-template", body)
+        if not isinstance(answer, dict) or not isinstance(answer.get("prompt"), str):
+            raise BoxmakerError("/apply-template: no 'prompt' string in the answer")
+        return str(answer["prompt"])
+
+    def tokenize(self, text: str, *, add_special: bool) -> Tokens:
+        """``text`` in the model's tokens (``POST /tokenize`` with ``with_pieces``;
+        ``add_special``: add BOS as the server does for a prompt). A piece that is not valid
+        UTF-8 (llama.cpp then sends its bytes) is decoded with replacement characters."""
+        body = {"content": text, "add_special": add_special, "with_pieces": True}
+        answer = self._json("POST", "/tokenize", body)
+        items = answer.get("tokens") if isinstance(answer, dict) else None
+        if not isinstance(items, list):
+            raise BoxmakerError("/tokenize: no 'tokens' list in the answer")
+        ids, pieces = [], []
+        for item in items:
+            if not isinstance(item, dict) or not isinstance(item.get("id"), int):
+                raise BoxmakerError("/tokenize: a token without pieces (an old server?)")
+            piece = item.get("piece", "")
+            if isinstance(piece, list):
+                piece = bytes(int(b) & 0xFF for b in piece).decode("utf-8", "replace")
+            ids.append(int(item["id"]))
+            pieces.append(str(piece))
+        return Tokens(ids=tuple(ids), pieces=tuple(pieces))
+
+    def n_ctx(self) -> int | None:
+        """The context size of a slot (``GET /props``, ``default_generation_settings.n_ctx``),
+        ``None`` when the server does not say."""
+        answer = self._json("GET", "/props")
+        settings = answer.get("default_generation_settings") if isinstance(answer, dict) else None
+        value = settings.get("n_ctx") if isinstance(settings, dict) else None
+        return value if isinstance(value, int) else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SentRequest:
+    """What of a chat request the template renders: ``messages``, ``tools`` and
+    ``template_kwargs`` (``chat_template_kwargs``)."""
+
+    messages: tuple[Mapping[str, Any], ...]
+    tools: tuple[Mapping[str, Any], ...] = ()
+    template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> SentRequest:
+        """The parts of a chat request body (``messages``, ``tools``, ``chat_template_kwargs``)."""
+        return cls(
+            messages=tuple(body.get("messages", ())),
+            tools=tuple(body.get("tools", ())),
+            template_kwargs=dict(body.get("chat_template_kwargs", {})),
+        )
+
+
+def explain_loss(
+    server: TemplateServer,
+    *,
+    old: SentRequest,
+    reply: Assistant,
+    new: SentRequest,
+    expected: int,
+    reused: int,
+    held_tokens: int | None = None,
+) -> LossCause:
+    """Where and why the cache was lost between two requests (at most :data:`MAX_REQUESTS`).
+
+    Args:
+        server: the server that served them (or one with the same model and template).
+        old: the earlier request; ``reply`` its completion.
+        new: the request whose reuse fell short.
+        expected: previous ``cache_n + prompt_n`` (tokens); ``reused``: new ``cache_n``.
+        held_tokens: the slot's tokens after the earlier completion (``cache_n + prompt_n +
+            predicted_n``), to tell a context shift.
+
+    Raises:
+        BoxmakerError: a request failed or was answered in an unexpected shape.
+    """
+    reply_message = message_of(reply) or {"role": "assistant", "content": ""}
+    old_text = server.render(old)
+    held_text = server.render(old, reply_message, keep=True)
+    new_text = server.render(new)
+    old_prompt = server.tokenize(old_text, add_special=True)
+    rebuilt = held_text.startswith(old_text)
+    generated_text = held_text[len(old_text) :] if rebuilt else ""
+    generated = server.tokenize(generated_text, add_special=False)
+    new_prompt = server.tokenize(new_text, add_special=True)
+    edited = history_change(old.messages, old.tools, new.messages, new.tools)
+    n_ctx = None
+    if held_tokens is not None and reused < min(expected, len(new_prompt)):
+        n_ctx = server.n_ctx()
+    found = classify_loss(
+        expected=expected,
+        reused=reused,
+        old_prompt=old_prompt,
+        generated=generated,
+        new_prompt=new_prompt,
+        edited=edited,
+        held_tokens=held_tokens,
+        n_ctx=n_ctx,
+    )
+    if rebuilt:
+        return found
+    note = "; the rendered reply does not extend the old prompt: generated part left out"
+    return LossCause(
+        position=found.position,
+        cause=found.cause,
+        old_window=found.old_window,
+        new_window=found.new_window,
+        detail=found.detail + note,
+    )
+
+
+def _held(usage: Usage) -> int | None:
+    t = usage.timings
+    try:
+        return int(t["cache_n"]) + int(t["prompt_n"]) + int(t["predicted_n"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _loss(expected: int, reused: int, found: LossCause | None, detail: str | None) -> CacheLoss:
+    if found is None:
+        return CacheLoss(expected=expected, reused=reused, detail=detail)
+    return CacheLoss(
+        expected=expected,
+        reused=reused,
+        position=found.position,
+        cause=found.cause,
+        old_window=found.old_window,
+        new_window=found.new_window,
+        detail=found.detail,
+    )
+
+
+def _previous_request(
+    baseline: Baseline, records: Sequence[Record], kwargs: Mapping[str, Any]
+) -> tuple[SentRequest, Assistant] | None:
+    """The request of the last ``Assistant`` in ``records`` and that reply, rebuilt from the
+    log (baseline tools, ``kwargs`` as the template kwargs); ``None`` without one."""
+    for i in range(len(records) - 1, -1, -1):
+        reply = records[i]
+        if isinstance(reply, Assistant):
+            sent = messages(baseline, records[:i])
+            return SentRequest(
+                messages=tuple(sent), tools=baseline.tools, template_kwargs=kwargs
+            ), reply
+    return None
+
+
+class Runs(Protocol):
+    """What forensics needs of the loop's runtime (:class:`boxmaker.turn.Runtime`)."""
+
+    config: Config
+    client: ChatClient
+
+
+class CacheForensics:
+    """The loop's side of forensics: remembers each session's last request (in memory, per
+    session id, the last :data:`REMEMBERED` sessions) and explains a loss after a completion.
+
+    A request not remembered (a log reopened by another process), or remembered with other
+    messages than the log's (the session was also run by another runtime), is rebuilt from the
+    log with the session's baseline; a change the client made to the baseline between the two
+    requests (e.g. its tools) is then not seen.
+    """
+
+    REMEMBERED = 64
+
+    def __init__(self) -> None:
+        self._sent: dict[str, SentRequest] = {}
+        self._lock = threading.Lock()
+
+    def losses(
+        self,
+        session: Session,
+        runtime: Runs,
+        body: Mapping[str, Any],
+        earlier: Usage | None,
+        usage: Usage,
+    ) -> list[CacheLoss]:
+        """The ``CacheLoss`` record for the completion of ``body`` (``[]`` when the cache held
+        or either usage lacks timings); called after every completion, before its records are
+        appended; ``runtime`` gives the config and the client. Never raises (a failure goes
+        into the record's ``detail``)."""
+        config, client = runtime.config, runtime.client
+        new = SentRequest.of(body)
+        with self._lock:
+            old = self._sent.pop(session.id, None)
+            self._sent[session.id] = new
+            while len(self._sent) > self.REMEMBERED:
+                del self._sent[next(iter(self._sent))]
+        outcome = cache_outcome(earlier.timings, usage.timings) if earlier else None
+        if earlier is None or outcome is None or outcome.hit:
+            return []
+        expected, reused = outcome.expected, outcome.reused
+        if not config.cache.forensics or _paused():
+            return [CacheLoss(expected=expected, reused=reused)]
+        server = TemplateServer.of(client)
+        if server is None:
+            return [_loss(expected, reused, None, "no server to ask: not a boxmaker Client")]
+        try:
+            rebuilt = _previous_request(session.baseline, session.records, config.template_kwargs())
+            if rebuilt is None:
+                return [_loss(expected, reused, None, "no earlier assistant message in the log")]
+            if old is None or list(old.messages) != list(rebuilt[0].messages):
+                old = rebuilt[0]  # not remembered, or remembered by another runtime: stale
+            found = explain_loss(
+                server,
+                old=old,
+                reply=rebuilt[1],
+                new=new,
+                expected=expected,
+                reused=reused,
+                held_tokens=_held(earlier),
+            )
+        except Exception as exc:  # forensics never fails the turn
+            return [_loss(expected, reused, None, f"forensics failed: {exc}")]
+        finally:
+            server.close()
+        return [_loss(expected, reused, found, None)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExplainedLoss:
+    """One ``CacheLoss`` of a log, explained: ``request`` is the number (1, 2, ...) of the
+    completion whose reuse fell short; ``expected``, ``reused`` and ``lost`` in tokens;
+    ``found`` what forensics says (``None`` with ``error`` when it could not look)."""
+
+    request: int
+    expected: int
+    reused: int
+    found: LossCause | None
+    error: str | None = None
+
+    @property
+    def lost(self) -> int:
+        """Tokens processed again: ``expected - reused`` (at least 0)."""
+        return max(0, self.expected - self.reused)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"request", "expected", "reused", "lost", "position", "cause", "old_window",
+        "new_window", "detail", "error"}`` (the forensic fields ``None`` when not found)."""
+        found = self.found
+        return {
+            "request": self.request,
+            "expected": self.expected,
+            "reused": self.reused,
+            "lost": self.lost,
+            "position": found.position if found else None,
+            "cause": found.cause if found else None,
+            "old_window": found.old_window if found else None,
+            "new_window": found.new_window if found else None,
+            "detail": found.detail if found else None,
+            "error": self.error,
+        }
+
+
+def explain_log(
+    path: str | Path,
+    url: str,
+    *,
+    config: Config | None = None,
+    api_key: str | None = None,
+    transport: httpx.BaseTransport | None = None,
+) -> list[ExplainedLoss]:
+    """Explain every ``CacheLoss`` of a session log through a server with the same model.
+
+    Args:
+        path: the session log (JSON Lines).
+        url: the server's base URL; ``api_key`` its key, if it needs one; ``transport`` an
+            httpx transport instead of the network (tests).
+        config: gives the template kwargs the session ran with (``thinking.enabled``,
+            ``history.reasoning``); default :class:`~boxmaker.config.Config()`.
+
+    Each request is rebuilt from the log (the baseline's system prompt and tools, the
+    messages before its assistant record). At most :data:`MAX_REQUESTS` requests per loss; a
+    loss that cannot be explained carries ``error``.
+
+    Raises:
+        SessionError: the log cannot be read.
+    """
+    kwargs = (config or Config()).template_kwargs()
+    server = TemplateServer(url, api_key=api_key, transport=transport)
+    out: list[ExplainedLoss] = []
+    with Session.open(path, read_only=True) as session:
+        records = session.records
+    usages: list[int] = []
+    unreachable: str | None = None  # the server did not answer: the other losses are not asked
+    try:
+        for i, record in enumerate(records):
+            if isinstance(record, Usage):
+                usages.append(i)
+            if not isinstance(record, CacheLoss):
+                continue
+            try:
+                if unreachable is not None:
+                    raise _Unreachable(
+                        f"not asked: the server did not answer for an earlier loss ({unreachable})"
+                    )
+                out.append(_explain_at(server, session.baseline, records, usages, i, kwargs))
+            except _Unreachable as exc:
+                unreachable = unreachable or str(exc)
+                n, expected, reused = len(usages), record.expected, record.reused
+                out.append(ExplainedLoss(request=n, expected=expected, reused=reused, found=None,
+                                         error=str(exc)))  # fmt: skip
+    finally:
+        server.close()
+    return out
+
+
+class _Unreachable(Exception):
+    """The server did not answer (connection refused, timeout): explaining stops asking it."""
+
+
+def _explain_at(
+    server: TemplateServer,
+    baseline: Baseline,
+    records: Sequence[Record],
+    usages: Sequence[int],
+    at: int,
+    kwargs: Mapping[str, Any],
+) -> ExplainedLoss:
+    """Explain the ``CacheLoss`` at ``records[at]`` (``usages``: indexes of the Usage
+    records up to it)."""
+    loss = records[at]
+    assert isinstance(loss, CacheLoss)
+    number, expected, reused = len(usages), loss.expected, loss.reused
+
+    def failed(why: str) -> ExplainedLoss:
+        return ExplainedLoss(
+            request=number, expected=expected, reused=reused, found=None, error=why
+        )
+
+    if len(usages) < 2:
+        return failed("no earlier completion in the log")
+    new_at, old_at = usages[-1] - 1, usages[-2] - 1  # the Assistant before each Usage
+    new = _previous_request(baseline, records[: new_at + 1], kwargs)
+    old = _previous_request(baseline, records[: old_at + 1], kwargs)
+    if new is None or old is None:
+        return failed("no assistant record before the usage")
+    earlier = records[usages[-2]]
+    held = _held(earlier) if isinstance(earlier, Usage) else None
+    try:
+        found = explain_loss(
+            server,
+            old=old[0],
+            reply=old[1],
+            new=new[0],
+            expected=loss.expected,
+            reused=loss.reused,
+            held_tokens=held,
+        )
+    except BoxmakerError as exc:
+        if isinstance(exc.__cause__, httpx.TransportError):
+            raise _Unreachable(str(exc)) from exc
+        return failed(str(exc))
+    return ExplainedLoss(request=number, expected=expected, reused=reused, found=found)

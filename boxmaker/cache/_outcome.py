@@ -1,0 +1,211 @@
+"""Prompt-cache outcome between two completions of a session (llama.cpp ``timings``).
+
+After each completion llama.cpp reports ``timings.cache_n`` (prompt tokens reused from the
+slot's cache) and ``timings.prompt_n`` (prompt tokens processed anew). Because every request of
+a session extends the previous one, the next request should reuse at least the previous
+``cache_n + prompt_n`` tokens. Less is a loss: the server threw away (part of) what it had.
+Recordings made in separate conversations do not line up, and a loss between them is correct.
+
+The second half says where and why (cache forensics, pure): :func:`classify_loss` compares
+what the slot held (the previous prompt plus what was generated) with the new prompt, in the
+model's tokens, and names a cause (:data:`CAUSES`). The tokens come from the server
+(:mod:`boxmaker.cache`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "CAUSES",
+    "WINDOW_TOKENS",
+    "CacheOutcome",
+    "LossCause",
+    "Tokens",
+    "cache_outcome",
+    "classify_loss",
+    "first_divergence",
+    "history_change",
+    "window",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheOutcome:
+    """``expected``: previous ``cache_n + prompt_n`` (tokens); ``reused``: new ``cache_n``
+    (tokens); ``hit``: ``reused >= expected``; ``lost``: ``max(0, expected - reused)``."""
+
+    expected: int
+    reused: int
+
+    @property
+    def hit(self) -> bool:
+        """True when the new request reused everything the previous one made cacheable."""
+        return self.reused >= self.expected
+
+    @property
+    def lost(self) -> int:
+        """Tokens that had to be processed again (0 on a hit)."""
+        return max(0, self.expected - self.reused)
+
+
+def cache_outcome(
+    previous_timings: Mapping[str, float], new_timings: Mapping[str, float]
+) -> CacheOutcome | None:
+    """Compare two completions' ``timings``; ``None`` when either lacks ``cache_n``/``prompt_n``.
+
+    Args:
+        previous_timings: llama.cpp ``timings`` of the earlier completion.
+        new_timings: ``timings`` of the completion that followed it in the same session.
+    """
+    try:
+        expected = int(previous_timings["cache_n"]) + int(previous_timings["prompt_n"])
+        reused = int(new_timings["cache_n"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return CacheOutcome(expected=expected, reused=reused)
+
+
+# --------------------------------------------------------------------------------------------
+# forensics: where the slot's tokens and the new prompt part, and why (pure; the requests that
+# render and tokenize are in boxmaker.cache)
+
+CAUSES: tuple[str, ...] = ("history_rewritten", "history_edited", "evicted", "truncated", "unknown")
+"""Why a cache reuse fell short, as :func:`classify_loss` says it."""
+
+WINDOW_TOKENS = 24
+"""Tokens each side of the divergence in a loss's text windows."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tokens:
+    """A text in the model's tokens: ``ids`` and, one per id, the text ``pieces`` (both as
+    llama.cpp's ``POST /tokenize`` with ``with_pieces`` gives them)."""
+
+    ids: tuple[int, ...]
+    pieces: tuple[str, ...]
+
+    def __add__(self, other: Tokens) -> Tokens:
+        return Tokens(ids=self.ids + other.ids, pieces=self.pieces + other.pieces)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LossCause:
+    """What forensics found for one loss.
+
+    ``position``: first token (0-based) where what the slot held and the new prompt differ
+    (``None`` when not found); ``cause``: one of :data:`CAUSES`; ``old_window`` /
+    ``new_window``: the text of :data:`WINDOW_TOKENS` tokens each side of ``position`` in the
+    slot's tokens and in the new prompt; ``detail``: what was seen, in words.
+    """
+
+    position: int | None
+    cause: str
+    old_window: str | None = None
+    new_window: str | None = None
+    detail: str = ""
+
+
+def first_divergence(a: Sequence[int], b: Sequence[int]) -> int:
+    """The length of the common prefix of two token sequences: the first index where they
+    differ, or the shorter length when one is a prefix of the other."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def window(tokens: Tokens, position: int, size: int = WINDOW_TOKENS) -> str:
+    """The text of the tokens ``[position - size, position + size)`` (clipped to the sequence),
+    the pieces joined; ``""`` for an empty range."""
+    start = max(0, position - size)
+    return "".join(tokens.pieces[start : position + size])
+
+
+def history_change(
+    old_messages: Sequence[Mapping[str, Any]],
+    old_tools: Sequence[Mapping[str, Any]],
+    new_messages: Sequence[Mapping[str, Any]],
+    new_tools: Sequence[Mapping[str, Any]],
+) -> str | None:
+    """What the client changed in the history between two requests of a session, or ``None``
+    when the new request extends the old one (its first messages equal the old ones, the tools
+    are the same).
+
+    Returns:
+        e.g. ``"the tools changed"``, ``"messages[0] (system) changed"``, ``"messages[2]
+        removed"``.
+    """
+    if list(old_tools) != list(new_tools):
+        return "the tools changed"
+    for i, old in enumerate(old_messages):
+        if i >= len(new_messages):
+            return f"messages[{i}] removed"
+        if dict(old) != dict(new_messages[i]):
+            return f"messages[{i}] ({old.get('role', '?')}) changed"
+    return None
+
+
+def classify_loss(
+    *,
+    expected: int,
+    reused: int,
+    old_prompt: Tokens,
+    generated: Tokens,
+    new_prompt: Tokens,
+    edited: str | None,
+    held_tokens: int | None = None,
+    n_ctx: int | None = None,
+) -> LossCause:
+    """Say where and why a cache reuse fell short, from the server's own tokens.
+
+    Args:
+        expected: previous ``cache_n + prompt_n`` (tokens): the old prompt's length as counted.
+        reused: the new ``cache_n`` (tokens).
+        old_prompt: the previous request's prompt, re-rendered and tokenized.
+        generated: what the previous completion added to the slot, re-rendered (empty when it
+            could not be rebuilt).
+        new_prompt: the new request's prompt, rendered and tokenized.
+        edited: :func:`history_change` of the two requests (``None``: the client only
+            appended).
+        held_tokens: tokens the slot held after the previous completion (``cache_n +
+            prompt_n + predicted_n``), ``None`` if unknown.
+        n_ctx: the slot's context size (tokens), ``None`` if unknown.
+
+    The slot held ``old_prompt + generated``; ``position`` is the first token where that and
+    the new prompt differ. The prompts agree up to ``agree = min(position, expected)``:
+    - the re-rendered old prompt is not ``expected`` tokens long: ``unknown`` (another model
+      or template than the one that served the session);
+    - ``reused < agree``: the server reused less than the prompts share: ``truncated`` when
+      the slot was full (``held_tokens >= n_ctx``: context shift), else ``evicted``;
+    - otherwise the new prompt differs inside the old one: ``history_edited`` when the client
+      changed the history (``edited``), else ``history_rewritten`` (the template rendered the
+      same messages differently, e.g. dropped an earlier reasoning).
+    """
+    held = old_prompt + generated
+    position = first_divergence(held.ids, new_prompt.ids)
+    windows = {"old_window": window(held, position), "new_window": window(new_prompt, position)}
+    agree = min(position, expected)
+    if len(old_prompt) != expected:
+        detail = (
+            f"the old prompt re-renders to {len(old_prompt)} tokens, the server counted "
+            f"{expected}: not the model or template that served the session?"
+        )
+        return LossCause(position=position, cause="unknown", detail=detail, **windows)
+    if reused < agree:
+        full = held_tokens is not None and n_ctx is not None and held_tokens >= n_ctx
+        if full:
+            detail = f"the slot held {held_tokens} tokens of n_ctx {n_ctx}: context shift"
+            return LossCause(position=position, cause="truncated", detail=detail, **windows)
+        detail = f"the prompts agree on {agree} tokens, the server reused {reused}"
+        return LossCause(position=position, cause="evicted", detail=detail, **windows)
+    if edited is not None:
+        return LossCause(position=position, cause="history_edited", detail=edited, **windows)
+    detail = f"the same messages render differently from token {position} on"
+    return LossCause(position=position, cause="history_rewritten", detail=detail, **windows)

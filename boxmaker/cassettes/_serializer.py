@@ -1,0 +1,321 @@
+"""The readable cassette format: vcrpy's cassette dict to YAML people can read, and back.
+
+A cassette is vcrpy's YAML file of request/response interactions (vcrpy's cassette model:
+``version``, ``interactions``, each a ``request`` and a ``response``), written so people can
+read it:
+
+- request bodies are stored parsed (``body_json``: a YAML mapping, not an escaped string);
+- llama.cpp's Server-Sent Events streams (WHATWG SSE; each event one ``data: {json}`` line
+  holding an OpenAI ``chat.completion.chunk``, then ``data: [DONE]``) are stored as a literal
+  block with one event a line (``body.sse``): the blank line that ends each event is dropped
+  on save and restored on load; the unterminated tail of a stream cut mid-event is kept apart
+  (``body.partial``); a stream holding a character YAML reads as a line break (``\\r``,
+  U+0085, U+2028, U+2029) is stored as a list, one event an item;
+- JSON answers (llama.cpp's error bodies, the reasoning-control answer) are stored as a
+  mapping (``body.json``) when that gives back the same bytes, other bodies as ``body.text``
+  (or ``body.base64`` when not UTF-8);
+- a ``Content-Encoding`` header found in a cassette is dropped on load (bodies are stored
+  decoded), so replay never decodes twice;
+- every string comes back byte for byte: one holding a character a YAML literal block or
+  plain scalar would not give back (line breaks other than ``\\n``, control characters, a byte
+  order mark) is written double-quoted, with YAML's escapes.
+
+A file that is not valid YAML or not shaped like a cassette raises
+:class:`~boxmaker.errors.CassetteError` naming the file, whether it is read by
+:func:`load_interactions` or loaded by vcrpy (:class:`FilePersister`).
+
+What is scrubbed before a cassette is written is :mod:`boxmaker.cassettes`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from vcr.persisters.filesystem import CassetteNotFoundError, FilesystemPersister
+from vcr.serialize import deserialize as vcr_deserialize
+
+from ..errors import CassetteError
+
+__all__ = ["FilePersister", "compact", "load_interactions", "serializer"]
+
+_SSE = "text/event-stream"
+
+
+_YAML_PRINTABLE = re.compile(
+    "[\t\n\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]*"
+)
+"""Text a YAML literal block or plain/single-quoted scalar gives back unchanged: YAML 1.1's
+printable characters (PyYAML's reader) without the ones YAML reads as line breaks (``\\r``,
+U+0085 NEL, U+2028 LINE SEPARATOR, U+2029 PARAGRAPH SEPARATOR: a literal block turns them into
+``\\n``, a quoted scalar folds a lone one into a space) and without U+FEFF (a byte order mark)."""
+
+
+def _not_yaml(text: str, exc: yaml.YAMLError) -> str:
+    """The message for a file YAML cannot read: a session log (JSON Lines, each line an object
+    with a ``type``) is named as one; otherwise the line and column where YAML failed."""
+    lines = [line for line in text.splitlines()[:2] if line.strip()]
+    try:
+        first = [json.loads(line) for line in lines]
+    except ValueError:
+        first = []
+    if len(first) > 1 and all(isinstance(r, dict) and "type" in r for r in first):
+        return (
+            "not a cassette: this is a session log (JSON Lines); a cassette is the YAML file "
+            "use_cassette or --record-mode wrote"
+        )
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(exc, "problem", None) or "not YAML"
+    return f"not a readable cassette: invalid YAML{where} ({problem})"
+
+
+class _Dumper(yaml.SafeDumper):
+    """A safe YAML dumper that writes multi-line strings as literal blocks, and any string
+    holding a character YAML would not give back (:data:`_YAML_PRINTABLE`) double-quoted, where
+    YAML escapes it (``\\N``, ``\\L``, ``\\P``, ``\\r``, ``\\x00``...)."""
+
+
+def _str_representer(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    if not _YAML_PRINTABLE.fullmatch(data):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style='"')
+    if "\n" in data:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data)
+
+
+_Dumper.add_representer(str, _str_representer)
+
+
+def _content_type(headers: Mapping[str, Any]) -> str:
+    for name, value in headers.items():
+        if name.lower() == "content-type":
+            first = value[0] if isinstance(value, list) and value else value
+            return str(first).lower()
+    return ""
+
+
+def _body_to_yaml(raw: str | bytes | None, content_type: str) -> dict[str, Any]:
+    """A response body as its readable form: ``sse`` (+ ``partial``), ``json``, ``text`` or
+    ``base64`` (see the module docstring)."""
+    if raw is None:
+        return {"text": ""}
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"base64": base64.b64encode(raw).decode("ascii")}
+        raw = text
+    if _SSE in content_type or raw.startswith("data:"):
+        parts = raw.split("\n\n")
+        tail = parts.pop()
+        if parts and all(p and "\n" not in p and "\r" not in p for p in parts) and "\n" not in tail:
+            block = "\n".join(parts) + "\n"
+            # a block holding a character YAML reads as a line break is stored one event a
+            # list item instead, so only those events are written escaped
+            out: dict[str, Any] = {"sse": block if _YAML_PRINTABLE.fullmatch(block) else parts}
+            if tail:
+                out["partial"] = tail
+            return out
+    if "json" in content_type:
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            parsed = None
+        if parsed is not None and compact(parsed) == raw:
+            return {"json": parsed}
+    return {"text": raw}
+
+
+def _body_from_yaml(body: Mapping[str, Any]) -> bytes:
+    """The bytes of a response body stored by :func:`_body_to_yaml` (also vcrpy's ``string``)."""
+    if "sse" in body:
+        sse = body["sse"]
+        if isinstance(sse, list):
+            lines = [str(event) for event in sse]
+        else:
+            lines = [line for line in str(sse or "").split("\n") if line]
+        return ("".join(f"{line}\n\n" for line in lines) + str(body.get("partial") or "")).encode()
+    if "json" in body:
+        return compact(body["json"]).encode()
+    if "base64" in body:
+        return base64.b64decode(body["base64"])
+    value = body.get("text", body.get("string", ""))
+    return value if isinstance(value, bytes) else str(value or "").encode()
+
+
+def compact(value: Any) -> str:
+    """``value`` as compact JSON text (no spaces, non-ASCII kept): the form llama.cpp's JSON
+    answers and the matcher compare by."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+class _ReadableSerializer:
+    """vcrpy serializer (``serialize(dict) -> str``, ``deserialize(str) -> dict``) writing the
+    readable YAML of the module docstring; it reads vcrpy's own ``body.string`` form too."""
+
+    @staticmethod
+    def serialize(cassette_dict: dict[str, Any]) -> str:
+        """vcrpy's cassette dict (``version``, ``interactions``, ``metadata``) -> YAML text."""
+        out = []
+        for item in cassette_dict["interactions"]:
+            request = dict(item["request"])
+            body = request.pop("body", None)
+            raw = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+            try:
+                request["body_json"] = json.loads(raw) if raw else None
+            except ValueError:
+                request["body"] = raw
+            response = dict(item["response"])
+            headers = response.get("headers") or {}
+            response["body"] = _body_to_yaml(response["body"]["string"], _content_type(headers))
+            out.append({"request": request, "response": response})
+        data: dict[str, Any] = {"version": cassette_dict.get("version", 1), "interactions": out}
+        if cassette_dict.get("metadata"):
+            data["metadata"] = cassette_dict["metadata"]
+        return str(yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100))
+
+    @staticmethod
+    def deserialize(cassette_string: str) -> dict[str, Any]:
+        """YAML text -> vcrpy's cassette dict (bodies as bytes, ``Content-Encoding`` dropped).
+
+        Raises:
+            CassetteError: not valid YAML, or not shaped like a cassette (the message says
+                where; the caller adds the file name).
+        """
+        try:
+            data = yaml.safe_load(cassette_string)
+        except yaml.YAMLError as exc:
+            raise CassetteError(_not_yaml(cassette_string, exc)) from exc
+        problem = _shape_problem(data)
+        if problem:
+            raise CassetteError(f"not a cassette: {problem}")
+        try:
+            return _from_yaml(data)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise CassetteError(f"not a readable cassette: {type(exc).__name__}: {exc}") from exc
+
+
+def _shape_problem(data: Any) -> str | None:
+    """What keeps parsed YAML from being a cassette (``None``: nothing)."""
+    if not isinstance(data, dict) or not isinstance(data.get("interactions"), list):
+        return "no 'interactions' list"
+    for number, item in enumerate(data["interactions"], 1):
+        request = item.get("request") if isinstance(item, dict) else None
+        response = item.get("response") if isinstance(item, dict) else None
+        if not isinstance(request, dict) or not isinstance(response, dict):
+            return f"interaction {number} is not a mapping with a request and a response"
+        for part, name in ((request, "headers"), (response, "headers"), (response, "body")):
+            if not isinstance(part.get(name) or {}, dict):
+                return f"interaction {number}: {name} is not a mapping"
+    return None
+
+
+def _from_yaml(data: dict[str, Any]) -> dict[str, Any]:
+    """Parsed YAML of the readable form (its shape checked) -> vcrpy's cassette dict."""
+    interactions = []
+    for item in data["interactions"]:
+        request = dict(item["request"])
+        request.setdefault("headers", {})
+        if "body_json" in request:
+            body = request.pop("body_json")
+            request["body"] = None if body is None else json.dumps(body).encode("utf-8")
+        elif isinstance(request.get("body"), str):
+            request["body"] = request["body"].encode("utf-8")
+        else:
+            request.setdefault("body", None)
+        response = dict(item["response"])
+        headers = {
+            k: v if isinstance(v, list) else [v]
+            for k, v in (response.get("headers") or {}).items()
+            if k.lower() != "content-encoding"  # bodies are stored decoded
+        }
+        response["headers"] = headers
+        response.setdefault("status", {"code": 200, "message": "OK"})
+        response["body"] = {"string": _body_from_yaml(response.get("body") or {})}
+        interactions.append({"request": request, "response": response})
+    out = {"version": data.get("version", 1), "interactions": interactions}
+    if data.get("metadata"):
+        out["metadata"] = data["metadata"]
+    return out
+
+
+serializer = _ReadableSerializer()
+"""The readable serializer, registered as ``"boxmaker"`` on :func:`make_vcr`'s VCR."""
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise CassetteError(f"{path}: not a readable cassette: not UTF-8 ({exc})") from exc
+    except OSError as exc:
+        raise CassetteError(f"{path}: cannot read the cassette: {exc}") from exc
+
+
+def load_interactions(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The interactions of a cassette file as plain data, for reading and checking.
+
+    Each item is ``{"request": {"method", "uri", "headers", "body"}, "response": {"status",
+    "headers", "body", "error"?}}`` with both bodies as bytes (SSE blank lines restored).
+
+    Raises:
+        CassetteError: the file does not exist, is not UTF-8 or valid YAML, or is not shaped
+            like a cassette; the message starts with the file name.
+    """
+    p = Path(path)
+    text = _read(p)
+    try:
+        data = serializer.deserialize(text)
+    except CassetteError as exc:
+        raise CassetteError(f"{p}: {exc}") from exc
+    for number, item in enumerate(data["interactions"], 1):
+        request = item["request"]
+        if not isinstance(request.get("method"), str) or not isinstance(request.get("uri"), str):
+            raise CassetteError(f"{p}: not a cassette: request {number} has no method or uri")
+    return list(data["interactions"])
+
+
+class FilePersister:
+    """vcrpy persister (``load_cassette``, ``save_cassette``) that refuses a broken cassette.
+
+    vcrpy's own file persister lets the serializer's errors through as they are (a YAML
+    error, a ``KeyError``, its ``ValueError`` for an unknown YAML tag) and treats a file that
+    is not UTF-8 as an empty cassette, which recording may then overwrite. This one raises
+    :class:`~boxmaker.errors.CassetteError` naming the file instead. A missing or empty file
+    is a missing cassette, as in vcrpy.
+    """
+
+    @staticmethod
+    def load_cassette(cassette_path: str | os.PathLike[str], serializer: Any) -> Any:
+        """``(requests, responses[, metadata])`` of the cassette at ``cassette_path``.
+
+        Raises:
+            CassetteNotFoundError: (vcrpy's) no such file, or an empty one.
+            CassetteError: the file is not a readable cassette.
+        """
+        p = Path(cassette_path)
+        if not p.is_file():
+            raise CassetteNotFoundError()
+        text = _read(p)
+        if not text.strip():
+            raise CassetteNotFoundError()
+        try:
+            return vcr_deserialize(text, serializer)
+        except CassetteError as exc:
+            raise CassetteError(f"{p}: {exc}") from exc
+        except (yaml.YAMLError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise CassetteError(f"{p}: not a readable cassette: {exc}") from exc
+
+    @staticmethod
+    def save_cassette(
+        cassette_path: str | os.PathLike[str], cassette_dict: Any, serializer: Any
+    ) -> None:
+        """Write the cassette (vcrpy's file persister)."""
+        FilesystemPersister.save_cassette(cassette_path, cassette_dict, serializer=serializer)

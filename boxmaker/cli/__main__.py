@@ -1,0 +1,5 @@
+"""``python -m boxmaker.cli``: the ``boxmaker`` command."""
+
+from . import main
+
+raise SystemExit(main())

@@ -1,0 +1,434 @@
+"""``boxmaker ...`` commands.
+
+- ``boxmaker demo [--dir DIR] [--url URL]``: starts the embedded llama.cpp server on the
+  shipped model (or uses the llama-server at ``URL``), runs a short session with the demo
+  tools, streams it to the terminal, then prints one row per request (``prompt_n``,
+  ``cache_n``, ``predicted_n``, reasoning tokens, ``prompt_ms``, ``predicted_ms``) and the
+  session log's path. No network without ``--url``. Ctrl-C cancels the running turn and ends
+  the demo (the table and the path are still printed).
+- ``boxmaker chat --url URL``: the same loop, interactive, against any llama-server. Ctrl-C
+  in a turn cancels it (``[turn cancelled]``, the prompt comes back once it has stopped);
+  Ctrl-C or Ctrl-D at the prompt ends the chat. Once the session no longer fits the server's
+  context nothing more is sent to it; ``/new`` starts a new session. With ``[[mcp.servers]]``
+  in ``--config``, the tools are those servers' (instead of the demo's), and calls the
+  ``[approval]`` policy names wait for a y/n answer on the terminal.
+- ``boxmaker serve [MODEL.gguf] [--port N] [--ctx N] [--parallel N] [--threads N]``: serve a
+  model (default: the shipped one) on 127.0.0.1 until Ctrl-C. Numbers out of
+  :data:`boxmaker.server.LIMITS` are refused as bad usage, before llama.cpp could abort.
+- ``boxmaker report PATH... [--html FILE]``: usage, cache loss and limit hits of session logs.
+- ``boxmaker cassette show|check PATH...``: a cassette's transcript; check that every chat
+  request extends the previous one.
+- ``boxmaker replay CASSETTE [--tool-iterations N] [--loop-cycle K] ...``: re-run the loop on a
+  recording with other limits and loop-guard knobs.
+- ``boxmaker doctor --url URL [--api-key KEY] [--json]``: probe a llama-server with small
+  requests and say what is set up right for agent loops, and what to change (exit 1 if a
+  check failed).
+- ``boxmaker cache explain LOG --url URL [--reasoning drop|keep] [--json]``: each cache loss of
+  a session log with where and why (re-rendered through a llama-server with the same model;
+  :func:`boxmaker.cache.explain_log`).
+- ``boxmaker log upgrade PATH...``: rewrite session logs of an older schema in the current one
+  (atomically; :func:`boxmaker.session.upgrade_log`).
+- ``boxmaker batch TASKS.jsonl --url URL [--url URL ...] --dir DIR [--grid FILE]`` (or
+  ``--embedded --parallel N``; ``--ray auto|ADDRESS``): every task under every grid setting,
+  on every slot of every server, with a progress bar; rerun the same command to resume
+  (:mod:`boxmaker.batch`).
+
+Exit codes: 0 done, 1 a boxmaker error or an OS error (one line on stderr, no traceback; also
+a demo stopped by a full session), 2 bad usage, 130 interrupted, 141 stdout closed by its
+reader (a broken pipe).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ..cache import explain_log
+from ..config import ClientConfig, Config, HistoryConfig, load_config
+from ..errors import BoxmakerError, ServerError
+from ..records import SCHEMA_VERSION
+from ..server import LIMITS, EmbeddedServer, check_param
+from ..session import upgrade_log
+from ..view import terminal_safe
+from ._terminal import CHAT_COMMANDS, run_chat, run_demo
+from .doctor import diagnose
+
+__all__ = ["main"]
+
+
+def _serve(args: argparse.Namespace) -> int:
+    """``serve``: the embedded server on 127.0.0.1 until Ctrl-C; the URL once it is healthy."""
+    server = EmbeddedServer(
+        args.model,
+        n_ctx=args.ctx,
+        n_parallel=args.parallel,
+        n_threads=args.threads,
+        port=args.port,
+    )
+    with server:
+        print(f"serving {server.model_path} at {server.url} (Ctrl-C stops)", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            print("stopping", file=sys.stderr, flush=True)
+    return 0
+
+
+def _bounded(param: str) -> Callable[[str], int]:
+    """An argparse ``type`` for an int flag checked against :data:`boxmaker.server.LIMITS`
+    (argparse then names the flag: ``argument --threads: ...``, exit 2)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        try:
+            check_param(param, value)
+        except ServerError:
+            low, high = LIMITS[param]
+            raise argparse.ArgumentTypeError(
+                f"{value} is out of range: it must be from {low} to {high}"
+            ) from None
+        return value
+
+    parse.__name__ = param  # argparse names the type in some messages
+    return parse
+
+
+def _report(args: argparse.Namespace) -> int:
+    """``report``: the text tables on stdout, what was left out on stderr; exit 1 when there is
+    nothing to report or the HTML file cannot be written."""
+    from ..frames.report import format_html, format_text, gather  # pandas, matplotlib: here
+
+    if args.html is not None and not Path(args.html).absolute().parent.is_dir():
+        print(f"boxmaker report: cannot write {args.html}: no such directory", file=sys.stderr)
+        return 1
+    found = gather(args.paths)
+    for message in found.left_out:  # log text (a tool name, a cause...) is printed inert
+        print(terminal_safe(f"boxmaker report: {message}"), file=sys.stderr)
+    if found.loaded is None:
+        print(terminal_safe(f"boxmaker report: {found.error}"), file=sys.stderr)
+        return 1
+    print(f"{len(found.loaded.summary)} session logs, {len(found.loaded.requests)} requests\n")
+    print(terminal_safe(format_text(found.loaded)))
+    if args.html is not None:
+        page = format_html(found.loaded, left_out=list(found.left_out))
+        try:
+            Path(args.html).write_text(page, encoding="utf-8")
+        except OSError as exc:
+            print(f"boxmaker report: cannot write {args.html}: {exc}", file=sys.stderr)
+            return 1
+        print(f"HTML report: {args.html}")
+    return 0
+
+
+def _cassette(args: argparse.Namespace) -> int:
+    """``cassette show``: each transcript; ``cassette check``: one line per cassette and one per
+    break of the prefix (exit 1 when one fails)."""
+    from .. import cassettes  # vcrpy: imported only when a cassette command runs
+
+    if args.action == "show":
+        for n, path in enumerate(args.paths):
+            print(("\n" if n else "") + terminal_safe(cassettes.transcript(path)))
+        return 0
+    failed = False
+    for path in args.paths:
+        check = cassettes.check_prefix(path)
+        if check.ok:
+            print(f"{path}: ok, {check.chat_requests} chat requests, each extends the previous one")
+            continue
+        failed = True
+        n = len(check.problems)
+        print(f"{path}: FAIL, {n} of {check.chat_requests} chat requests break the prefix")
+        for line in check.problems:
+            print(f"  {line}")
+    return 1 if failed else 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    """``replay``: print the what-if report (exit 0 also when the replay stopped where the
+    cassette ends: that is a finding, printed last)."""
+    from ..cassettes import what_if  # vcrpy: imported only when a cassette command runs
+
+    given = {
+        "tool_iterations": args.tool_iterations,
+        "tool_result_cap": args.tool_result_cap,
+        "thinking_tokens": args.thinking_tokens,
+        "repeat_detection": False if args.no_repeat_detection else None,
+        "cycle_length": args.loop_cycle,
+        "cycle_repeats": args.loop_repeats,
+        "repeat_exempt": tuple(args.repeat_exempt) or None,
+        "on_limit": args.on_limit,
+    }  # a flag not given keeps LoopLimits' default; -1 turns a limit off
+    limits = dataclasses.replace(Config().loop, **{k: v for k, v in given.items() if v is not None})
+    report = what_if(args.cassette, limits)
+    print(terminal_safe("\n".join(report.lines)))
+    return 0
+
+
+def _log(args: argparse.Namespace) -> int:
+    for path in args.paths:
+        schema, steps = upgrade_log(path)
+        if steps:
+            print(f"{path}: schema {schema} -> {SCHEMA_VERSION} ({', '.join(steps)})")
+        else:
+            print(f"{path}: schema {schema}, already current")
+    return 0
+
+
+def _cache(args: argparse.Namespace) -> int:
+    """``cache explain``: one block per loss (or JSON); exit 1 when one could not be explained."""
+    config = Config(history=HistoryConfig(reasoning=args.reasoning))
+    losses = explain_log(args.log, args.url, config=config, api_key=args.api_key)
+    if args.json:
+        print(json.dumps([e.to_json() for e in losses], indent=2))
+        return 1 if any(e.found is None for e in losses) else 0
+    print(f"{args.log}: {len(losses)} cache loss(es)")
+    for e in losses:
+        head = f"request {e.request}: {e.lost} tokens lost ({e.reused} of {e.expected} reused)"
+        if e.found is None:
+            print(f"{head}, not explained: {terminal_safe(e.error or '')}")
+            continue
+        print(f"{head}, {e.found.cause} at token {e.found.position}: {e.found.detail}")
+        for name, text in (("old", e.found.old_window), ("new", e.found.new_window)):
+            print(f"  {name}: {terminal_safe(json.dumps(text or '', ensure_ascii=False))}")
+    return 1 if any(e.found is None for e in losses) else 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    report = diagnose(args.url, api_key=args.api_key)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+        return 0 if report.ok else 1
+    marks = {True: "ok", False: "FIX", None: "--"}
+    width = max(len(c.name) for c in report.checks)
+    print(f"llama-server at {report.url}")
+    for c in report.checks:
+        print(f"  {marks[c.ok]:<4} {c.name:<{width}}  {terminal_safe(c.seen)}")
+        if c.fix:
+            print(f"       {'':<{width}}  -> {terminal_safe(c.fix)}")
+    print("all checks passed" if report.ok else "some checks failed: see -> above")
+    return 0 if report.ok else 1
+
+
+def _number(
+    parser: argparse.ArgumentParser, flag: str, param: str, default: int | None, text: str
+) -> None:
+    """Add an int flag for the server parameter ``param``, its bounds in its help."""
+    low, high = LIMITS[param]
+    shown = "; default: llama.cpp's choice" if default is None else f"; default {default}"
+    parser.add_argument(
+        flag,
+        type=_bounded(param),
+        metavar="N",
+        default=default,
+        help=f"{text} ({low} to {high}{shown})",
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="boxmaker", description="Agent turn loops on llama.cpp's server, for research."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    ctx_help = "context size in tokens, all slots together"
+
+    demo = sub.add_parser("demo", help="run a short session on the embedded server, offline")
+    demo.add_argument("--dir", default="sessions", help="where session logs go (./sessions)")
+    demo.add_argument("--model", default=None, help="GGUF to serve (default: shipped model)")
+    _number(demo, "--ctx", "n_ctx", 4096, ctx_help)
+    _number(demo, "--threads", "n_threads", 1, "CPU threads")
+    demo.add_argument(
+        "--url", default=None, help="use this running llama-server instead of the embedded one"
+    )
+    demo.set_defaults(run=run_demo)
+
+    chat = sub.add_parser(
+        "chat", help="chat interactively with any llama-server", epilog=CHAT_COMMANDS
+    )
+    chat.add_argument(
+        "--url",
+        default=None,
+        help=f"llama-server base URL (default: the --config file's, else {ClientConfig().url})",
+    )
+    chat.add_argument("--config", default=None, help="TOML config file")
+    chat.add_argument("--dir", default="sessions", help="where session logs go (./sessions)")
+    chat.add_argument("--system", default="", help="system prompt")
+    chat.set_defaults(run=run_chat)
+
+    serve = sub.add_parser("serve", help="serve a GGUF model on 127.0.0.1 until Ctrl-C")
+    serve.add_argument("model", nargs="?", default=None, help="GGUF (default: shipped model)")
+    _number(serve, "--port", "port", 8080, "TCP port, 0 picks a free one")
+    _number(serve, "--ctx", "n_ctx", 4096, ctx_help)
+    _number(serve, "--parallel", "n_parallel", 1, "slots, sequences served at once")
+    _number(serve, "--threads", "n_threads", None, "CPU threads")
+    serve.set_defaults(run=_serve)
+
+    report = sub.add_parser("report", help="usage, cache loss and limit hits of session logs")
+    report.add_argument("paths", nargs="+", help="session logs or directories (recursive)")
+    report.add_argument("--html", default=None, help="write a self-contained HTML report here")
+    report.set_defaults(run=_report)
+
+    cassette = sub.add_parser("cassette", help="read and check recorded cassettes")
+    cassette.add_argument(
+        "action",
+        choices=("show", "check"),
+        help="show: a transcript; check: every chat request extends the previous one",
+    )
+    cassette.add_argument("paths", nargs="+", help="cassette YAML files")
+    cassette.set_defaults(run=_cassette)
+
+    replay = sub.add_parser("replay", help="re-run the loop on a cassette with other limits")
+    replay.add_argument("cassette", help="cassette YAML file")
+    replay.add_argument(
+        "--tool-iterations", type=int, default=None, help="loop.tool_iterations (-1: off)"
+    )
+    replay.add_argument("--no-repeat-detection", action="store_true", help="repeat_detection off")
+    replay.add_argument("--tool-result-cap", type=int, default=None, help="characters (-1: no cap)")
+    replay.add_argument(
+        "--thinking-tokens", type=int, default=None, help="loop.thinking_tokens (default: off)"
+    )
+    replay.add_argument("--loop-cycle", type=int, help="loop.cycle_length K (-1: off)")
+    replay.add_argument("--loop-repeats", type=int, help="loop.cycle_repeats R")
+    replay.add_argument("--repeat-exempt", action="append", default=[], metavar="NAME")
+    replay.add_argument("--on-limit", choices=("stop", "answer"), help="loop.on_limit")
+    replay.set_defaults(run=_replay)
+
+    log = sub.add_parser("log", help="session log maintenance")
+    log.add_argument(
+        "action", choices=("upgrade",), help="upgrade: rewrite older logs in the current schema"
+    )
+    log.add_argument("paths", nargs="+", help="session logs (.jsonl)")
+    log.set_defaults(run=_log)
+
+    cache = sub.add_parser("cache", help="why did the prompt cache miss? (cache forensics)")
+    cache.add_argument("action", choices=("explain",), help="explain: each loss of a log")
+    cache.add_argument("log", help="a session log (.jsonl)")
+    cache.add_argument("--url", required=True, help="a llama-server with the session's model")
+    cache.add_argument("--api-key", default=None, help="its API key (--api-key), if any")
+    cache.add_argument(
+        "--reasoning", choices=("drop", "keep"), default="drop", help="the session's history"
+    )
+    cache.add_argument("--json", action="store_true", help="print the losses as JSON")
+    cache.set_defaults(run=_cache)
+
+    doctor = sub.add_parser("doctor", help="check a llama-server's setup for agent loops")
+    doctor.add_argument("--url", required=True, help="the llama-server's base URL")
+    doctor.add_argument("--api-key", default=None, help="its API key (--api-key), if any")
+    doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
+    doctor.set_defaults(run=_doctor)
+
+    batch = sub.add_parser("batch", help="run tasks x a config grid on every slot, resumable")
+    batch.add_argument("tasks", help="tasks, JSON Lines: {id, messages, system?, tools?, config?}")
+    batch.add_argument("--dir", required=True, help="the batch directory (rerun to resume)")
+    batch.add_argument("--url", action="append", help="a llama-server base URL (repeatable)")
+    batch.add_argument("--grid", default=None, help="config grid, JSON or TOML: key -> values")
+    batch.add_argument("--config", default=None, help="base config, TOML")
+    batch.add_argument("--tries", type=int, default=3, help="attempts before a run fails (3)")
+    batch.add_argument("--embedded", action="store_true", help="also run the embedded server")
+    batch.add_argument("--parallel", type=int, default=4, help="embedded server's slots (4)")
+    batch.add_argument("--model", default=None, help="embedded: GGUF (default: shipped model)")
+    batch.add_argument("--ctx", type=int, default=4096, help="embedded: context per slot")
+    batch.add_argument("--threads", type=int, default=None, help="embedded: CPU threads")
+    batch.add_argument(
+        "--ray",
+        default=None,
+        metavar="auto|local|ADDRESS",
+        help="run each run as a Ray task (auto: the running cluster; local: start one)",
+    )
+    batch.set_defaults(run=_batch)
+    for command in sub.choices.values():
+        command.formatter_class = _DefaultsHelp
+    return parser
+
+
+class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows each option's default, unless its help says it already or there is
+    none (``None``, ``""``, a flag's ``False``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default in (None, False, "", argparse.SUPPRESS):
+            return text
+        if "default" in text or str(action.default) in text:
+            return text
+        return super()._get_help_string(action)
+
+
+def _batch(args: argparse.Namespace) -> int:
+    from ..batch import TerminalProgress, describe, load_grid, run_batch
+
+    config = load_config(args.config) if args.config else Config()
+    grid = load_grid(args.grid) if args.grid else None
+    servers: list[object] = list(args.url or [])
+    if not servers and not args.embedded:
+        print("boxmaker batch: give --url URL (one or more) or --embedded", file=sys.stderr)
+        return 2
+    progress = TerminalProgress()
+    with contextlib.ExitStack() as stack:
+        if args.embedded:
+            from ..server import EmbeddedServer
+
+            n = args.parallel
+            embedded = EmbeddedServer(
+                args.model, n_ctx=args.ctx * n, n_parallel=n, n_threads=args.threads
+            )
+            servers.append(stack.enter_context(embedded))
+        try:
+            result = run_batch(
+                args.tasks,
+                args.dir,
+                servers=servers,  # type: ignore[arg-type]  # URLs and an EmbeddedServer
+                grid=grid,
+                config=config,
+                max_tries=args.tries,
+                executor="ray" if args.ray else "threads",
+                ray_address=None if args.ray in (None, "local") else args.ray,
+                on_progress=progress,
+            )
+        except KeyboardInterrupt:
+            progress.close()
+            print(f"\ninterrupted; run the same command again to resume {args.dir}")
+            return 130
+        finally:
+            progress.close()
+    print(describe(result))
+    for run, reason in result.failures:
+        print(f"failed {run}: {reason}")
+    print(f"batch {args.dir}: logs in {Path(args.dir) / 'logs'}, manifest.ndjson beside them")
+    return 1 if result.failed else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``boxmaker`` console script; returns the exit code.
+
+    Every :class:`BoxmakerError` and ``OSError`` ends as one line ``boxmaker: <message>`` on
+    stderr (exit 1), never a traceback; Ctrl-C outside a turn exits 130. When stdout is a pipe
+    its reader closed (``boxmaker report ... | head -1``), the rest of the output is dropped and
+    the exit code is 141 (128 + SIGPIPE, what a shell shows for a program SIGPIPE ended), as the
+    Python docs recommend for ``BrokenPipeError`` (stdout is pointed at ``os.devnull`` so the
+    final flush at exit cannot fail again).
+    """
+    try:
+        args = _parser().parse_args(argv)
+        code: int = args.run(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        with contextlib.suppress(OSError, ValueError):  # a stdout without a descriptor
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except (BoxmakerError, OSError) as exc:
+        print(f"boxmaker: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return code

@@ -1,0 +1,323 @@
+"""Interactive turns in a terminal: ``boxmaker chat`` and ``boxmaker demo``.
+
+The interactive half of the CLI (:mod:`boxmaker.cli` parses the command line and calls
+:func:`run_demo` / :func:`run_chat`). A turn runs in a worker thread while the main thread
+waits on an event (never on ``Thread.join(timeout)``, which a Ctrl-C can cut short on Python
+3.11); Ctrl-C during a turn sets ``runtime.cancel`` and waits until the turn has ended
+(``[turn cancelled]``); at an idle chat prompt it ends the chat like Ctrl-D; a full session
+stops sending; a closed stdout (``| head``) cancels the turn and exits 141. It prints: it is
+part of the CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import errno
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from ..client import Client
+from ..config import ClientConfig, Config, load_config
+from ..demo import DEMO_PROMPTS, DEMO_SYSTEM, demo_registry
+from ..errors import (
+    BoxmakerError,
+    ServerError,
+    SessionFull,
+    StreamCut,
+    TurnCancelled,
+    TurnError,
+    TurnInferError,
+)
+from ..events import TurnEvent
+from ..records import Baseline, CacheLoss, Record
+from ..server import EmbeddedServer
+from ..session import Session
+from ..tools import Registry, ToolPort
+from ..tools.approval import ApprovalPort, ConsolePrompt
+from ..turn import Runtime, run_turn
+from ..view import ConsoleView, format_usage_table
+
+__all__ = ["CHAT_COMMANDS", "run_chat", "run_demo"]
+
+
+class _Interrupts:
+    """While active (a ``with`` block on the main thread), Ctrl-C (SIGINT) sets ``cancel`` and is
+    counted in :attr:`presses` instead of raising ``KeyboardInterrupt``; the old handler comes
+    back at the end. Off the main thread (no signal handlers there) it does nothing."""
+
+    def __init__(self, cancel: threading.Event) -> None:
+        self.cancel = cancel
+        self.presses = 0
+        self._installed = False
+        self._old: Any = None
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.presses += 1
+        self.cancel.set()
+
+    def __enter__(self) -> _Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._handle)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, signal.SIG_DFL if self._old is None else self._old)
+            self._installed = False
+
+
+class _PipeGuard:
+    """The console view as the turn's worker calls it: once stdout's reader has gone (a broken
+    pipe, ``boxmaker demo | head``) it stops writing and cancels the turn; :func:`_turn` then
+    raises ``BrokenPipeError`` on the main thread."""
+
+    def __init__(self, view: ConsoleView, cancel: threading.Event) -> None:
+        self.view = view
+        self.cancel = cancel
+        self.broken = False
+
+    def __call__(self, event: TurnEvent | Record) -> None:
+        if self.broken:
+            return
+        try:
+            self.view(event)
+        except BrokenPipeError:
+            self.broken = True
+            self.cancel.set()
+
+
+def _turn(
+    session: Session, runtime: Runtime, text: str, view: ConsoleView, interrupts: _Interrupts
+) -> BaseException | None:
+    """Run one turn in a worker thread so Ctrl-C can cancel it; return how it failed (None:
+    answered).
+
+    Returns only once the worker has finished, so nothing else (a prompt, another turn) can
+    overlap a cancelled turn still writing: the worker's own ``done`` event is waited for, not
+    ``Thread.join(timeout)``, which on Python 3.11 can return at once after a
+    ``KeyboardInterrupt`` (it marks the thread stopped while it runs). Ctrl-C while waiting sets
+    ``runtime.cancel`` (again, in case the turn cleared it as it started), prints
+    ``[stopping the turn]`` (``[still stopping the turn]`` on later presses) and is otherwise
+    absorbed. Errors other than :class:`TurnError` (a log that cannot be written) are raised.
+    """
+    failure: list[BaseException] = []
+    done = threading.Event()
+    guard = _PipeGuard(view, runtime.cancel)
+
+    def work() -> None:
+        try:
+            run_turn(session, runtime, text, guard)
+        except BaseException as exc:  # reported on the main thread
+            failure.append(exc)
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=work, name="boxmaker-turn", daemon=True)
+    worker.start()
+    seen = 0
+    while not done.is_set():
+        try:
+            done.wait(0.1)
+        except KeyboardInterrupt:  # only when no SIGINT handler could be installed
+            interrupts.presses += 1
+        if interrupts.presses:
+            runtime.cancel.set()
+        if interrupts.presses > seen and not guard.broken:
+            try:
+                view.end()
+                print(f"  [{'still ' if seen else ''}stopping the turn]", flush=True)
+            except BrokenPipeError:
+                guard.broken = True  # raised below, once the worker has finished
+            seen = interrupts.presses
+    worker.join()
+    if guard.broken:
+        raise BrokenPipeError(errno.EPIPE, "stdout was closed by its reader")
+    view.end()
+    if not failure:
+        return None
+    exc = failure[0]
+    if isinstance(exc, TurnCancelled):
+        print("  [turn cancelled]", flush=True)
+    elif isinstance(exc, SessionFull):
+        print(f"  [session full: {exc}]", flush=True)
+    elif isinstance(exc, TurnError):
+        print(f"  [turn ended: {type(exc).__name__}: {exc}]", flush=True)
+    else:
+        raise exc
+    return exc
+
+
+def _finish(session: Session) -> None:
+    """Close ``session`` and print its usage table and path; a failed close is raised after
+    printing (the records are in memory)."""
+    failure: BoxmakerError | OSError | None = None
+    try:
+        session.close()
+    except (BoxmakerError, OSError) as exc:
+        failure = exc
+    print("\n" + format_usage_table(session.records))
+    if any(isinstance(r, CacheLoss) for r in session.records):
+        print(
+            "\nCache losses at the start of a turn are expected with Qwen3-style templates: "
+            "they drop the\nreasoning of earlier turns once a new user message comes, so the "
+            "prompt re-renders from there\n(history_rewritten). "
+            'A config with [history] reasoning = "keep" keeps them, and the cache.'
+        )
+    print(f"\nsession log: {session.path}", flush=True)
+    if failure is not None:
+        raise failure
+
+
+def _abandon(session: Session) -> None:
+    """Close ``session`` while another exception is on its way out (which it must not mask)."""
+    with contextlib.suppress(BoxmakerError, OSError):
+        session.close()
+
+
+CHAT_COMMANDS = "commands: /new starts a new session, /quit (or /exit, Ctrl-D) ends the chat"
+
+FULL_DEMO = (
+    "  The session no longer fits the server's context, so the demo stops here. Run it again "
+    "with a larger --ctx (tokens)."
+)
+FULL_CHAT = (
+    "  The session no longer fits the server's context; nothing more is sent to it. Type /new "
+    "to start a new session (the conversation starts over), or Ctrl-D to end; or restart the "
+    "server with a larger context (llama-server -c N, boxmaker serve --ctx N)."
+)
+
+
+def _demo_session(runtime: Runtime, directory: Path) -> int:
+    """Run the demo's prompts; Ctrl-C cancels the running turn and ends the demo (130), a full
+    session ends it too (1); another failed turn makes the exit code 1. The usage table and
+    the log path are printed in every case."""
+    baseline = Baseline(system=DEMO_SYSTEM, tools=runtime.registry.definitions())
+    session = Session.create(directory, baseline)
+    view = ConsoleView()
+    code = 0
+    try:
+        with _Interrupts(runtime.cancel) as interrupts:
+            for text in DEMO_PROMPTS:
+                print(f"\nyou> {text}", flush=True)
+                failure = _turn(session, runtime, text, view, interrupts)
+                if interrupts.presses:
+                    code = 130
+                    break
+                if isinstance(failure, SessionFull):
+                    print(FULL_DEMO, flush=True)
+                    code = 1
+                    break
+                if failure is not None:
+                    code = 1  # a turn failed: the demo goes on, its exit code says so
+    except BaseException:
+        _abandon(session)
+        raise
+    _finish(session)
+    return code
+
+
+def _chat_session(runtime: Runtime, directory: Path, system: str) -> int:
+    """Read messages until Ctrl-D, ``/quit`` or Ctrl-C at the prompt; one turn each. Ctrl-C in a
+    turn cancels it. After :class:`SessionFull` nothing is sent to that session; ``/new``
+    starts a new one. Exit code 1 when turns were tried and none reached the server."""
+    baseline = Baseline(system=system, tools=runtime.registry.definitions())
+    session = Session.create(directory, baseline)
+    view = ConsoleView()
+    full = False
+    tried = reached = False
+    try:
+        while True:
+            try:
+                text = input("\nyou> ").strip()
+            except (EOFError, KeyboardInterrupt):
+                break
+            if text in ("/quit", "/exit"):
+                break
+            if text == "/new":
+                old, session = session, Session.create(directory, baseline)
+                _finish(old)
+                print(f"[new session: {session.path}]", flush=True)
+                full = False
+            elif full and text:
+                print(FULL_CHAT, flush=True)
+            elif text:
+                with _Interrupts(runtime.cancel) as interrupts:
+                    failure = _turn(session, runtime, text, view, interrupts)
+                tried = True
+                reached = reached or not _unreachable(failure)
+                if isinstance(failure, SessionFull):
+                    full = True
+                    print(FULL_CHAT, flush=True)
+    except BaseException:
+        _abandon(session)
+        raise
+    _finish(session)
+    if tried and not reached:
+        print(f"boxmaker chat: never reached {runtime.config.client.url}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _unreachable(failure: BaseException | None) -> bool:
+    """The turn failed without an answer from the server (no HTTP status, no body, not a stream
+    cut: connection refused, timed out before a response)."""
+    if not isinstance(failure, TurnInferError):
+        return False
+    cause = failure.cause
+    return cause.status is None and not cause.body and not isinstance(cause, StreamCut)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """``boxmaker demo``: the demo prompts on the embedded server (or ``--url``); the usage
+    table and the log path at the end; exit 1 when a turn failed, 130 after Ctrl-C."""
+    config = Config(client=ClientConfig(url=args.url or "http://127.0.0.1:8080"))
+    if args.url:
+        print(f"running the demo against {args.url}", flush=True)
+        return _demo_with(config, Path(args.dir))
+    if args.model is not None and not Path(args.model).is_file():
+        raise ServerError(f"{args.model}: no such model file (a GGUF)")
+    server = EmbeddedServer(args.model, n_ctx=args.ctx, n_threads=args.threads)
+    print(f"starting the embedded llama.cpp server on {server.model_path.name} ...", flush=True)
+    with server:
+        print(f"server at {server.url}", flush=True)
+        config = Config(client=ClientConfig(url=server.url))
+        return _demo_with(config, Path(args.dir))
+
+
+def _demo_with(config: Config, directory: Path) -> int:
+    with Client(config.client) as client:
+        runtime = Runtime(config=config, client=client, registry=demo_registry())
+        return _demo_session(runtime, directory)
+
+
+def run_chat(args: argparse.Namespace) -> int:
+    """``boxmaker chat``: an interactive session with any llama-server (see the module
+    docstring); exit 1 when the server was never reached."""
+    config = load_config(args.config) if args.config else Config()
+    client_cfg = dataclasses.replace(config.client, url=args.url or config.client.url)
+    config = dataclasses.replace(config, client=client_cfg)
+    with Client(config.client) as client, contextlib.ExitStack() as stack:
+        registry, port = _tools(config, stack)
+        runtime = Runtime(config=config, client=client, registry=registry, port=port)
+        tools = ", ".join(registry.names)
+        print(f"chatting with {client_cfg.url} (tools: {tools}; Ctrl-D ends; Ctrl-C stops a turn)")
+        print(CHAT_COMMANDS)
+        return _chat_session(runtime, Path(args.dir), args.system)
+
+
+def _tools(config: Config, stack: contextlib.ExitStack) -> tuple[Registry, ToolPort | None]:
+    """The demo tools; or, with MCP servers configured, theirs behind a y/n prompt."""
+    if not config.mcp.servers:
+        return demo_registry(), None
+    from ..tools.mcp import McpPort  # the mcp SDK only when a server is configured
+
+    registry = Registry()
+    port = stack.enter_context(McpPort(config))
+    port.register(registry)
+    return registry, ApprovalPort(port, config.approval, ConsolePrompt())

@@ -1,0 +1,26 @@
+"""The httpx client for llama-server: one streamed chat completion, retries, events,
+cancel, the thinking cap of a completion.
+
+Under it, ``_stream`` is sans-I/O (bytes in, events out, as h11 does it): SSE lines ->
+chunks -> client events and a ``Completion``, shared by the client and the cassette
+reader. Request and stream formats: llama.cpp's server README (``tools/server``) and
+OpenAI's chat completions API.
+"""
+
+from .._public import publish
+from ._client import ChatClient, Client
+from ._errors import is_context_full
+from ._stream._completion import Completion
+from ._stream._decoder import StreamDecoder
+from ._thinking_cap import IGNORED_BUDGET_MARGIN
+
+__all__ = [
+    "IGNORED_BUDGET_MARGIN",
+    "ChatClient",
+    "Client",
+    "Completion",
+    "StreamDecoder",
+    "is_context_full",
+]
+
+publish(globals(), __all__)

@@ -1,0 +1,537 @@
+"""httpx client for llama-server: one streamed chat completion, retries, events.
+
+One request is one ``POST {url}/v1/chat/completions`` with ``stream: true``: llama.cpp answers
+with Server-Sent Events (the WHATWG "server-sent events" format), one ``data: {json}`` event
+per chunk and a final ``data: [DONE]``. The chunks follow the OpenAI chat-completions streaming
+format (``choices[0].delta`` with ``content``, ``tool_calls``) plus llama.cpp's additions
+(``delta.reasoning_content``, ``prompt_progress``, ``timings``; see llama.cpp's
+``tools/server/README.md``).
+
+Decoding the stream (bytes -> events -> :class:`~boxmaker.client.Completion`) lives in
+:mod:`boxmaker.client`, shared with the cassette reader; this module keeps the HTTP request,
+errors, the thinking cap, cancellation and retries.
+
+Example::
+
+    from boxmaker.client import Client
+
+    with Client() as client:                       # http://127.0.0.1:8080
+        completion = client.chat_with_retry(
+            {"messages": [{"role": "user", "content": "Hi"}], "id_slot": 0},
+            on_event=print,
+        )
+        print(completion.content, completion.timings.get("cache_n"))
+
+Every failure is an :class:`~boxmaker.errors.InferError` (HTTP status, body and llama.cpp's
+parsed ``error`` object kept); :func:`~boxmaker.client.is_context_full` tells llama.cpp's
+"prompt does not fit" apart from the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from types import TracebackType
+from typing import Any, Protocol
+
+import httpx
+
+from .. import _json
+from ..config import ClientConfig
+from ..errors import InferError, RequestCancelled, StreamCut
+from ..events import ClientEvent, Queued, Retrying
+from ._cancel import CancelWatch
+from ._errors import http_error
+from ._stream._decoder import Completion, StreamDecoder
+from ._thinking_cap import IGNORED_BUDGET_MARGIN, ThinkingCap
+
+__all__ = ["IGNORED_BUDGET_MARGIN", "ChatClient", "Client"]
+
+_QUEUED = Queued()
+_SSE_HEADERS = {"Accept": "text/event-stream"}
+_JSON_SSE_HEADERS = {"Accept": "text/event-stream", "Content-Type": "application/json"}
+
+
+# --------------------------------------------------------------------------------------------
+# the client
+
+
+class _Retryable(Exception):
+    """Internal: a failure before any event (connection refused, HTTP 503) that may be retried.
+    Never leaves this module: :meth:`Client._chat` raises :attr:`error` instead."""
+
+    def __init__(self, error: InferError, reason: str) -> None:
+        super().__init__(reason)
+        self.error = error
+        self.reason = reason
+
+
+class ChatClient(Protocol):
+    """What the turn loop needs of a client: :class:`Client` is one; tests use fakes."""
+
+    def chat_with_retry(
+        self,
+        body: dict[str, Any],
+        on_event: Callable[[ClientEvent], None],
+        *,
+        reasoning_budget: int | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Completion:
+        """Stream one chat completion, retrying what can be retried."""
+        ...
+
+
+class Client:
+    """Synchronous httpx client for llama-server's OpenAI-compatible chat endpoint.
+
+    Args:
+        config: where the server is and how hard to try (:class:`~boxmaker.config.ClientConfig`);
+            ``None`` uses the defaults (``http://127.0.0.1:8080``).
+        transport: an httpx transport to use instead of the network (``httpx.MockTransport``
+            in tests, a recording transport for cassettes).
+        sleep: called with the retry delay in seconds; ``None`` uses :func:`time.sleep`, or
+            waits on the ``cancel`` event when one is given (so cancelling cuts the wait).
+
+    Attributes:
+        url: the server's base URL, without trailing ``/`` (``config.url``).
+        config: the client config in use.
+        transport: the httpx transport given (``None``: the network).
+
+    Timeouts: connecting may take ``config.connect_timeout_s`` seconds; once connected, the
+    request fails if the server sends no byte for ``config.idle_timeout_s`` seconds (an idle
+    timeout per read, not a total one: a stream that keeps sending never times out), or no
+    data event for ``config.silence_timeout_s`` seconds (SSE comments such as ``: ping``
+    are bytes but not data). The ``Authorization: Bearer`` header is sent only when
+    ``config.api_key`` is set.
+
+    One :class:`httpx.Client` (connection pool) serves the stream and the reasoning-control
+    request sent while the stream is open. It keeps no idle connection: each request opens
+    its own (a local TCP connect is far below a millisecond), so a cancel can always reach
+    the socket of the request it stops. Use as a context manager, or call :meth:`close`.
+    A client may be shared by threads (httpx's pool is thread-safe); each :meth:`chat` call
+    keeps its state local.
+    """
+
+    def __init__(
+        self,
+        config: ClientConfig | None = None,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] | None = None,
+    ) -> None:
+        self.config = config if config is not None else ClientConfig()
+        self.url = self.config.url.rstrip("/")
+        self._chat_url = f"{self.url}/v1/chat/completions"
+        self._control_url = f"{self.url}/v1/chat/completions/control"
+        self.transport = transport  # also used by boxmaker.cache' requests
+        self._sleep = sleep
+        self._unseen_warned = False  # CapNotEnforced for "no reasoning seen" was emitted
+        self._reasoning_seen = False  # a completion of this client had reasoning
+        headers = {}
+        if self.config.api_key:
+            headers["Authorization"] = f"Bearer {self.config.api_key}"
+        connect = self.config.connect_timeout_s
+        idle = self.config.idle_timeout_s
+        self._http = httpx.Client(
+            headers=headers,
+            timeout=httpx.Timeout(connect=connect, read=idle, write=idle, pool=connect),
+            limits=httpx.Limits(max_keepalive_connections=0),
+            transport=transport,
+        )
+
+    # -- public API ---------------------------------------------------------------------------
+
+    def chat(
+        self,
+        body: dict[str, Any],
+        on_event: Callable[[ClientEvent], None],
+        *,
+        reasoning_budget: int | None = None,
+        cancel: threading.Event | None = None,
+        tool_call_deltas: bool = True,
+    ) -> Completion:
+        """Run one streamed chat completion (one attempt, no retry).
+
+        Args:
+            body: the request body (OpenAI chat-completions / llama.cpp): ``messages``,
+                ``tools``, ``id_slot``, sampling (``temperature``, ``max_tokens``, ``seed``),
+                ``chat_template_kwargs``... It is not modified. The client adds
+                ``stream: true``, ``return_progress: true``, ``cache_prompt: true``,
+                ``stream_options.include_usage: true`` (so the last chunk carries ``usage``)
+                and, when ``reasoning_budget`` is given, ``thinking_budget_tokens`` (the
+                budget) and ``reasoning_control: true``; these override the same keys of
+                ``body``.
+            on_event: called in order with each :data:`~boxmaker.events.ClientEvent`, on the
+                calling thread, while the stream is read (keep it quick; an exception it
+                raises closes the stream and propagates).
+            reasoning_budget: reasoning tokens this completion may use, sent as llama.cpp's
+                ``thinking_budget_tokens``: the server's sampler ends reasoning exactly (at
+                most ``budget - 1`` reasoning deltas come, none for a budget of 0 or 1).
+                When the answer (content, a tool call or the finish) starts after
+                ``budget - 1`` to ``budget`` reasoning deltas, the completion counts as capped
+                (:class:`~boxmaker.events.ThinkingCapped` is emitted, ``thinking_capped``
+                set; a model that stops thinking by itself at exactly that count looks the
+                same). Fallback for servers that ignore the field: once the reasoning
+                deltas reach ``budget +`` :data:`IGNORED_BUDGET_MARGIN` while reasoning goes
+                on, :meth:`reasoning_end` is sent once, ``ThinkingCapped`` is emitted and
+                the stream is read on (the server ends reasoning and continues).
+                When the cap cannot be enforced (``reasoning_end`` refused or failed, more
+                reasoning than the budget without a chance to end it, or, once per client,
+                no reasoning seen at all for a budget of 2 or more),
+                :class:`~boxmaker.events.CapNotEnforced` is emitted once and the completion's
+                ``cap_warning`` says why. With ``config.send_thinking_budget`` off, no
+                ``thinking_budget_tokens`` is sent and ``reasoning_end`` goes once ``budget``
+                deltas (at least 1) came.
+                ``None``: no cap, no budget and no reasoning control.
+            cancel: when set, the request ends within about 0.1 s whatever the server does
+                (silent before answering, stalled mid-stream, sending only ``: ping``
+                comments): the connection is shut down (llama.cpp then stops generating) and
+                :class:`~boxmaker.errors.RequestCancelled` is raised, never another
+                :class:`InferError`. Checked before the request, after each chunk and each
+                read, and by a watch thread that interrupts a blocked read (on transports
+                without sockets, such as ``httpx.MockTransport``, only between reads).
+            tool_call_deltas: pass :class:`~boxmaker.events.ToolCallDelta` events to
+                ``on_event``; ``False`` skips making them (a caller that drops them, as the
+                turn loop does, saves one object per tool-call chunk). The completion's
+                ``tool_calls`` are the same either way.
+
+        Returns:
+            The :class:`Completion`.
+
+        Raises:
+            InferError: connection failed (``status`` None), idle timeout or silence
+                timeout (``status`` None), HTTP status other than 200 (``status``,
+                ``body`` and llama.cpp's ``error`` kept; see :func:`is_context_full` for a
+                full context), a malformed chunk, an error object inside the stream
+                (``status`` = its ``code``). A refused ``reasoning_end`` is no error: the
+                completion goes on and :class:`~boxmaker.events.CapNotEnforced` says so.
+            StreamCut: the stream ended or broke before ``finish_reason`` / ``[DONE]``.
+            RequestCancelled: ``cancel`` was set.
+        """
+        return self._chat(
+            body, on_event, reasoning_budget, cancel, retries=0, tool_call_deltas=tool_call_deltas
+        )
+
+    def chat_with_retry(
+        self,
+        body: dict[str, Any],
+        on_event: Callable[[ClientEvent], None],
+        *,
+        reasoning_budget: int | None = None,
+        cancel: threading.Event | None = None,
+        tool_call_deltas: bool = True,
+    ) -> Completion:
+        """:meth:`chat`, retrying when the server cannot be reached or is loading.
+
+        Retried: connection failures (refused, connect timeout) and HTTP 503 (llama.cpp's
+        ``"Loading model"``), at most ``config.retry_attempts`` times after the first
+        attempt. Retry ``k`` (1, 2, ...) waits ``config.retry_base_delay_s * 2**(k-1)``
+        seconds, at most ``config.retry_max_delay_s``, and is announced by
+        :class:`~boxmaker.events.Retrying` ``(attempt=k, delay_s, reason)`` before the wait.
+        Both failures happen before any other event, so a retried attempt has emitted
+        nothing. Every other error is raised at once.
+
+        Arguments, return value: as :meth:`chat`.
+
+        Raises:
+            InferError: as :meth:`chat`; when every attempt failed, the last attempt's error
+                (same ``status``, ``body``, ``error``) with a message that says how many
+                attempts were made.
+            RequestCancelled: ``cancel`` was set, also during a retry wait.
+        """
+        return self._chat(
+            body,
+            on_event,
+            reasoning_budget,
+            cancel,
+            retries=self.config.retry_attempts,
+            tool_call_deltas=tool_call_deltas,
+        )
+
+    def reasoning_end(self, completion_id: str) -> bool:
+        """Ask llama-server to end the reasoning of a running completion now.
+
+        Sends ``POST {url}/v1/chat/completions/control`` with ``{"id": completion_id,
+        "action": "reasoning_end"}`` (llama.cpp reasoning control; the completion must have
+        been requested with ``reasoning_control: true``).
+
+        Returns:
+            The answer's ``success`` field: ``False`` when the server did not accept it
+            (e.g. ``"no active completion for this id"``).
+
+        Raises:
+            InferError: connection failure, HTTP status other than 200, or an answer that is
+                not a JSON object.
+        """
+        return self._control(completion_id)[0]
+
+    def close(self) -> None:
+        """Close the connection pool. The client cannot be used afterwards."""
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        """Return the client itself."""
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Close the client (see :meth:`close`)."""
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Client({self.url!r})"
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _chat(
+        self,
+        body: dict[str, Any],
+        on_event: Callable[[ClientEvent], None],
+        reasoning_budget: int | None,
+        cancel: threading.Event | None,
+        *,
+        retries: int,
+        tool_call_deltas: bool,
+    ) -> Completion:
+        payload = {
+            **body,
+            "stream": True,
+            "return_progress": True,
+            "cache_prompt": True,
+            "stream_options": {**body.get("stream_options", {}), "include_usage": True},
+        }
+        if reasoning_budget is not None:
+            if self.config.send_thinking_budget:
+                payload["thinking_budget_tokens"] = reasoning_budget
+            payload["reasoning_control"] = True
+        attempt = 0
+        while True:
+            if cancel is not None and cancel.is_set():
+                raise RequestCancelled("request cancelled before it was sent")
+            try:
+                return self._attempt(payload, on_event, reasoning_budget, cancel, tool_call_deltas)
+            except _Retryable as failure:
+                error = failure.error
+                if attempt >= retries:
+                    if retries == 0:
+                        raise error from error.__cause__
+                    raise InferError(
+                        f"{error} (gave up after {attempt + 1} attempts)",
+                        status=error.status,
+                        body=error.body,
+                        error=error.error,
+                        context_full=error.context_full,
+                    ) from error.__cause__
+                attempt += 1
+                cfg = self.config
+                delay = min(cfg.retry_base_delay_s * 2 ** (attempt - 1), cfg.retry_max_delay_s)
+                on_event(Retrying(attempt=attempt, delay_s=delay, reason=failure.reason))
+                self._wait(delay, cancel)
+
+    def _wait(self, delay: float, cancel: threading.Event | None) -> None:
+        if self._sleep is None and cancel is not None:
+            if cancel.wait(delay):
+                raise RequestCancelled("request cancelled while waiting to retry")
+            return
+        (self._sleep or time.sleep)(delay)
+        if cancel is not None and cancel.is_set():
+            raise RequestCancelled("request cancelled while waiting to retry")
+
+    def _attempt(
+        self,
+        payload: dict[str, Any],
+        on_event: Callable[[ClientEvent], None],
+        reasoning_budget: int | None,
+        cancel: threading.Event | None,
+        tool_call_deltas: bool,
+    ) -> Completion:
+        watch = None if cancel is None else CancelWatch(cancel)
+        try:
+            return self._request(
+                payload, on_event, reasoning_budget, cancel, watch, tool_call_deltas
+            )
+        finally:
+            if watch is not None:
+                watch.stop()
+
+    def _request(
+        self,
+        payload: dict[str, Any],
+        on_event: Callable[[ClientEvent], None],
+        reasoning_budget: int | None,
+        cancel: threading.Event | None,
+        watch: CancelWatch | None,
+        tool_call_deltas: bool,
+    ) -> Completion:
+        started = False
+        extensions = {} if watch is None else {"trace": watch.trace}
+        # the body as httpx's json= writes it (compact, UTF-8), by orjson when it can
+        content = _json.dumps(payload)
+        body: dict[str, Any] = (
+            {"json": payload, "headers": _SSE_HEADERS}
+            if content is None
+            else {"content": content, "headers": _JSON_SSE_HEADERS}
+        )
+        try:
+            with self._http.stream(
+                "POST", self._chat_url, extensions=extensions, **body
+            ) as response:
+                started = True
+                if watch is not None:
+                    watch.add(response.extensions.get("network_stream"))
+                if response.status_code != 200:
+                    response.read()
+                    error = http_error(
+                        response.status_code,
+                        response.text,
+                        "chat completion",
+                        response.reason_phrase,
+                    )
+                    if response.status_code == 503:
+                        raise _Retryable(error, f"HTTP 503: {_short(error)}")
+                    raise error
+                on_event(_QUEUED)
+                done = self._read(response, on_event, reasoning_budget, cancel, tool_call_deltas)
+                self._reasoning_seen = self._reasoning_seen or done.reasoning_tokens > 0
+                return done
+        except httpx.TransportError as exc:
+            if cancel is not None and cancel.is_set():  # the watch shut the connection
+                raise RequestCancelled("request cancelled; connection closed") from exc
+            raise self._transport_error(exc, started) from exc
+
+    def _transport_error(self, exc: httpx.TransportError, started: bool) -> Exception:
+        """The error to raise for an httpx transport error of the chat request."""
+        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+            error = InferError(f"cannot connect to llama-server at {self.url}: {exc}")
+            error.__cause__ = exc
+            return _Retryable(error, f"connection failed: {exc}")
+        if isinstance(exc, httpx.ReadTimeout):
+            return InferError(
+                f"llama-server at {self.url} sent nothing for {self.config.idle_timeout_s} s "
+                "(idle timeout, ClientConfig.idle_timeout_s)"
+            )
+        if started:
+            return StreamCut(
+                f"stream cut: the connection to llama-server broke mid-stream: {exc!r}"
+            )
+        return InferError(f"request to llama-server at {self.url} failed: {exc!r}")
+
+    def _read(
+        self,
+        response: httpx.Response,
+        on_event: Callable[[ClientEvent], None],
+        reasoning_budget: int | None,
+        cancel: threading.Event | None,
+        tool_call_deltas: bool,
+    ) -> Completion:
+        decoder = StreamDecoder(tool_call_deltas=tool_call_deltas)
+        chunks = decoder.chunks
+        budget = reasoning_budget
+        cap = (
+            None
+            if budget is None
+            else ThinkingCap(
+                budget, self.config.send_thinking_budget, self._control, self._first_unseen
+            )
+        )
+
+        def between() -> None:  # after each chunk: the thinking cap and cancel checks
+            if cap is not None:
+                cap.check(chunks, on_event)
+            if cancel is not None and cancel.is_set():
+                raise _cancelled(response, chunks.chunks)
+
+        check = None if budget is None and cancel is None else between
+        silence = self.config.silence_timeout_s
+        clock = time.monotonic
+        quiet_since: float | None = clock()  # first read after the last data event, or None
+        seen = 0  # chunks when the last data event came
+        feed_sse = decoder.sse.feed
+        emit = decoder.emit
+        for raw in _reads(response):
+            emit(feed_sse(raw), on_event, check)
+            if cancel is not None and cancel.is_set():  # a read of comments, or cut by the watch
+                raise _cancelled(response, chunks.chunks)
+            if chunks.done:
+                return chunks.finish()
+            if silence is not None:
+                if chunks.chunks != seen:
+                    seen = chunks.chunks
+                    quiet_since = None
+                elif quiet_since is None:
+                    quiet_since = clock()
+                elif clock() - quiet_since > silence:
+                    response.close()
+                    raise InferError(
+                        f"llama-server at {self.url} sent no data event for {silence} s, only "
+                        "SSE comments (silence timeout, ClientConfig.silence_timeout_s)"
+                    )
+        emit(decoder.sse.flush(), on_event, check)
+        if cancel is not None and cancel.is_set():
+            raise _cancelled(response, chunks.chunks)
+        return chunks.finish()
+
+    def _first_unseen(self) -> bool:
+        """Whether "no reasoning seen" is still to be said: once per client, and never after
+        a completion of this client had reasoning (the server then shows it: a completion
+        without reasoning is the model's choice, e.g. an answer after a tool result)."""
+        if self._reasoning_seen:
+            return False
+        first, self._unseen_warned = not self._unseen_warned, True
+        return first
+
+    def _control(self, completion_id: str) -> tuple[bool, str]:
+        try:
+            response = self._http.post(
+                self._control_url, json={"id": completion_id, "action": "reasoning_end"}
+            )
+        except httpx.HTTPError as exc:
+            raise InferError(
+                f"reasoning control request to llama-server at {self.url} failed: {exc!r}"
+            ) from exc
+        if response.status_code != 200:
+            raise http_error(
+                response.status_code, response.text, "reasoning control", response.reason_phrase
+            )
+        text = response.text
+        answer = _loads_or_text(text)
+        if not isinstance(answer, dict):
+            raise InferError(
+                f"reasoning control: llama-server's answer is not a JSON object: {text[:500]}",
+                status=200,
+                body=text,
+            )
+        return answer.get("success") is True, text
+
+
+def _reads(response: httpx.Response) -> Iterator[bytes]:
+    """The body's reads: ``iter_raw`` (the same bytes as ``iter_bytes`` without its layers)
+    unless a ``Content-Encoding`` must be undone or the body was read (a replayed cassette)."""
+    if response.is_stream_consumed or "content-encoding" in response.headers:
+        return response.iter_bytes()
+    return response.iter_raw()
+
+
+def _cancelled(response: httpx.Response, chunks: int) -> RequestCancelled:
+    """Close ``response`` (a cancelled stream); the error to raise."""
+    response.close()
+    return RequestCancelled(f"request cancelled after {chunks} chunks; stream closed")
+
+
+def _loads_or_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _short(error: InferError) -> str:
+    if error.error and isinstance(error.error.get("message"), str):
+        return str(error.error["message"])
+    return error.body[:200]

@@ -1,0 +1,461 @@
+"""Parsed chat-completion chunks -> client events and one :class:`Completion`.
+
+The chunks follow the OpenAI chat-completions streaming format (``choices[0].delta`` with
+``content``, ``tool_calls``) plus llama.cpp's additions (``delta.reasoning_content``,
+``prompt_progress``, ``timings``; see llama.cpp's ``tools/server/README.md``) and the shapes
+other OpenAI-compatible servers send (``delta.reasoning``, arguments as a JSON object, tool
+calls without ``index``, ``</think>`` in content). :class:`ChunkDecoder` is the second layer of
+:class:`boxmaker.client.StreamDecoder`; no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from ...errors import InferError, StreamCut
+from ...events import (
+    CapNotEnforced,
+    ClientEvent,
+    Content,
+    Progress,
+    Reasoning,
+    ThinkingCapped,
+    ToolCallDelta,
+    Waiting,
+)
+from ...records import ToolCall
+from ...tools import canonical_arguments
+from .._errors import stream_error
+from ._completion import Completion
+from ._fast import (
+    FastChunks,
+    new_event,
+    set_arguments,
+    set_content,
+    set_id,
+    set_index,
+    set_name,
+    set_reasoning,
+)
+
+__all__ = ["ChunkDecoder", "Completion"]
+
+_WAITING = Waiting()
+
+
+class _CallParts:
+    __slots__ = ("arguments", "id", "name")
+
+    def __init__(self) -> None:
+        self.id = ""
+        self.name = ""
+        self.arguments: list[str] = []
+
+
+class ChunkDecoder(FastChunks):
+    """Parsed stream chunks -> client events, accumulating one :class:`Completion`.
+
+    Feed each ``data:`` JSON object (OpenAI ``chat.completion.chunk`` with llama.cpp's
+    additions) to :meth:`feed`; call :meth:`mark_done` on ``data: [DONE]``; then
+    :meth:`finish` gives the :class:`Completion`.
+
+    Events per chunk, in this order:
+
+    - ``prompt_progress`` -> :class:`~boxmaker.events.Progress`; when ``processed`` reaches
+      ``total`` -> :class:`~boxmaker.events.Waiting`;
+    - the first chunk without ``prompt_progress`` before any token -> ``Waiting`` (builds
+      without progress), so ``Waiting`` comes exactly once, before the first token;
+    - ``delta.reasoning_content`` (llama.cpp), or ``delta.reasoning`` when that is absent
+      (Ollama, vLLM, routers) -> :class:`~boxmaker.events.Reasoning` (counted in
+      :attr:`reasoning_tokens`), ``delta.content`` -> :class:`~boxmaker.events.Content`,
+      each ``delta.tool_calls[i]`` -> :class:`~boxmaker.events.ToolCallDelta`.
+
+    Tool calls: a delta belongs to the call last seen at its ``index``, unless it carries an
+    ``id`` other than that call's: then it starts a new call (parallel calls sent at one
+    index). A delta without ``index`` continues the last call (or the call with its ``id``);
+    a new ``id`` starts a new call. ``ToolCallDelta.index`` is the call's number: the
+    server's ``index``, or, for a call started at a taken index or without index, one more
+    than the highest number so far; :attr:`Completion.tool_calls` are in number order. A
+    call's ``id`` and ``name`` are kept from the first delta that carries them and appear in
+    the event only then (``None`` later even if repeated). ``arguments`` sent as a JSON
+    object become canonical JSON text (:func:`boxmaker.tools.canonical_arguments`' form).
+
+    ``</think>`` in ``content`` with no opening tag (templates that put ``<think>`` in the
+    prompt): until a reasoning delta or a ``<think>`` in content comes, a possible partial
+    tag at the end of a content delta is held back (``"</th"`` waits for ``"ink>"``). When
+    ``</think>`` completes, all content before it becomes ``reasoning`` (its deltas counted
+    in :attr:`reasoning_tokens`), the tag is dropped, what follows is ``content``; the
+    :class:`Completion` is the same wherever the deltas were cut. Events: earlier deltas were
+    already emitted as ``Content`` (nothing tells before the tag), the closing delta's text
+    before the tag comes as ``Reasoning``, the rest as ``Content``, the tag never. A held-back
+    piece that is no tag comes with the next content, or at ``finish_reason``/``[DONE]``.
+
+    ``<think>`` opening the content (servers started with ``--reasoning-format none`` stream
+    the whole ``<think>...</think>`` block as content): while nothing but whitespace came as
+    content, a possible partial ``<think>`` is held back; once it completes, the tag and the
+    whitespace before it are dropped and each content delta up to ``</think>`` (which may be
+    split across deltas too) is ``reasoning``, counted in :attr:`reasoning_tokens` as it
+    arrives (so a thinking cap can fire while it streams) and emitted as ``Reasoning``;
+    after ``</think>`` comes ``content``. A ``<think>`` after other content is content.
+
+    ``timings`` and ``usage`` are taken from the last chunk that carries them (llama.cpp puts
+    them on the finish chunk, or on a trailing ``"choices": []`` chunk when
+    ``stream_options.include_usage`` is set).
+
+    A chunk of the usual shape (one text or arguments member in an otherwise unchanged
+    chunk) can be given as its JSON text to :meth:`feed_usual` instead, which reads it
+    without parsing, with the same events and state (:class:`FastChunks`;
+    :meth:`feed` learns the shape from the chunks it parses when given their ``text``).
+
+    Attributes:
+        id: the stream's completion id (``"chatcmpl-..."``), ``""`` until one arrives.
+        finish_reason: the ``finish_reason`` once a chunk carried one, else ``None``.
+        done: ``data: [DONE]`` was received (:meth:`mark_done`).
+        chunks: number of chunks fed.
+        reasoning_tokens: reasoning deltas received so far (both reasoning fields, and the
+            content deltas moved to reasoning by a ``</think>``).
+        reasoning_from_tag: the reasoning came as content closed by ``</think>``, and it has
+            ended (a thinking cap has nothing left to stop).
+        reasoning_in_content: the reasoning came inside ``<think>...</think>`` in content.
+        cap_warning: why the thinking cap could not be enforced (:meth:`mark_unenforced`),
+            else ``None``.
+        thinking_capped: :meth:`mark_capped` was called.
+        timings: llama.cpp ``timings`` so far (``{}`` if none).
+        tool_call_deltas: whether :class:`~boxmaker.events.ToolCallDelta` events are
+            made (the constructor's keyword, default ``True``). ``False`` when nobody
+            listens to them (the turn loop drops them; a tool-call chunk then costs no
+            event); the calls are joined into the :class:`Completion` either way.
+        usage: OpenAI ``usage`` so far (``{}`` if none).
+    """
+
+    __slots__ = (
+        "_at_index",
+        "_by_id",
+        "_calls",
+        "_text",
+        "_waiting",
+        "cap_warning",
+        "done",
+        "finish_reason",
+        "id",
+        "thinking_capped",
+        "timings",
+        "tool_call_deltas",
+        "usage",
+    )
+
+    def __init__(self, *, tool_call_deltas: bool = True) -> None:
+        FastChunks.__init__(self)
+        self.tool_call_deltas = tool_call_deltas
+        self.id = ""
+        self.finish_reason: str | None = None
+        self.done = False
+        self.chunks = 0
+        self.reasoning_tokens = 0
+        self.thinking_capped = False
+        self.timings: dict[str, float] = {}
+        self.usage: dict[str, Any] = {}
+        self.reasoning_from_tag = False
+        self.reasoning_in_content = False
+        self.cap_warning: str | None = None
+        self._in_think = False  # inside a <think> that opened the content
+        self._content: list[str] = []
+        self._reasoning: list[str] = []
+        self._calls: dict[int, _CallParts] = {}  # call number -> its parts
+        self._at_index: dict[int, int] = {}  # server index -> number of its latest call
+        self._by_id: dict[str, int] = {}  # call id -> number of its latest call
+        self._last = 0  # number of the call of the last tool-call delta
+        self._waiting = False  # Waiting was emitted (or cannot be any more)
+        self._undecided = True  # content may still be reasoning closed by </think>
+        self._tail = ""  # held-back end of content that may be the start of a tag
+        self._tag_deltas = 0  # content deltas that carried text while undecided
+        self._text: str | None = None  # the JSON text of the chunk being fed, if orjson's
+
+    @property
+    def finished(self) -> bool:
+        """Whether the stream has ended properly: a ``finish_reason`` or ``[DONE]`` came."""
+        return self.finish_reason is not None or self.done
+
+    @property
+    def answering(self) -> bool:
+        """Whether the answer has started: a tool-call delta, content known not to be
+        reasoning, or a ``finish_reason`` (so any reasoning of this completion is over)."""
+        return (
+            bool(self._calls)
+            or self.finish_reason is not None
+            or (not self._undecided and bool(self._content))
+        )
+
+    def feed(self, obj: dict[str, Any], text: str | None = None) -> list[ClientEvent]:
+        """Take one parsed chunk; return the events it carries.
+
+        Args:
+            obj: the chunk's JSON object.
+            text: the JSON text ``obj`` was parsed from by orjson, if it was. orjson reads
+                integers beyond 64 bits as floats, so every value kept that is not a string
+                or a 64-bit integer (``timings``, ``usage``, ``prompt_progress``, an error
+                object, arguments sent as a JSON value, odd types where a string belongs) is
+                taken from :func:`json.loads` of ``text`` instead: the result is exactly
+                the one of ``json.loads``. ``None``: ``obj`` is used as it is.
+
+        Raises:
+            InferError: the chunk is an error object (``{"error": {...}}``; ``status`` is
+                ``error.code`` when present), or its shape is not a chat-completion chunk
+                (a ``delta.content`` that is neither a string nor ``null`` included).
+        """
+        # The hot path (one call per chunk): the rare keys tested with `in`, the events
+        # built without their dataclass __init__ (see fast_chunks.new_event).
+        self.chunks += 1
+        self._text = text
+        events: list[ClientEvent] = []
+        try:
+            if not self.id:
+                cid = obj.get("id")
+                if isinstance(cid, str):
+                    self.id = cid
+            if "error" in obj:
+                obj = self._exact(obj)
+                raise stream_error(obj, json.dumps(obj, ensure_ascii=False))
+            if "prompt_progress" in obj and obj["prompt_progress"] is not None:
+                self._progress(self._exact(obj)["prompt_progress"], events)
+            elif not self._waiting:
+                self._waiting = True
+                events.append(_WAITING)
+            choices = obj.get("choices")
+            if choices:
+                choice = choices[0]
+                delta = choice.get("delta")
+                if delta:
+                    calls = delta.get("tool_calls")
+                    if calls is None or len(delta) > 1:  # not a delta of tool calls alone
+                        text = delta.get("reasoning_content") or delta.get("reasoning")
+                        if text and text.__class__ is str:
+                            if self._undecided:
+                                self._decide(events)
+                            self._reasoning.append(text)
+                            self.reasoning_tokens += 1
+                            reasoning = new_event(Reasoning)
+                            set_reasoning(reasoning, text)
+                            events.append(reasoning)
+                        text = delta.get("content")
+                        if text:
+                            if text.__class__ is not str:
+                                raise TypeError("delta.content is not a string")
+                            if self._undecided:
+                                self._split_content(text, events)
+                            else:
+                                self._content.append(text)
+                                content = new_event(Content)
+                                set_content(content, text)
+                                events.append(content)
+                    if calls:
+                        call = calls[0]
+                        function = call.get("function")
+                        if (  # the usual fragment: more arguments for the call at a known index
+                            len(calls) == 1
+                            and "id" not in call
+                            and (index := call.get("index")).__class__ is int
+                            and (number := self._at_index.get(index)) is not None
+                            and function.__class__ is dict
+                            and "name" not in function
+                            and (arguments := function.get("arguments")).__class__ is str
+                        ):
+                            self._last = number
+                            if arguments:
+                                self._calls[number].arguments.append(arguments)
+                            if self.tool_call_deltas:
+                                tool_call = new_event(ToolCallDelta)
+                                set_index(tool_call, number)
+                                set_id(tool_call, None)
+                                set_name(tool_call, None)
+                                set_arguments(tool_call, arguments)
+                                events.append(tool_call)
+                        else:
+                            self._tool_calls(calls, events, obj)
+                reason = choice.get("finish_reason")
+                if reason is not None:
+                    if reason.__class__ is not str:
+                        reason = self._exact(obj)["choices"][0]["finish_reason"]
+                    self.finish_reason = reason
+                    if self._tail:
+                        self._decide(events)
+            if "timings" in obj and obj["timings"] is not None:
+                self.timings = dict(self._exact(obj)["timings"])
+            if "usage" in obj and obj["usage"] is not None:
+                self.usage = dict(self._exact(obj)["usage"])
+        except (AttributeError, TypeError, ValueError, KeyError, RecursionError) as exc:
+            try:
+                text = json.dumps(self._exact(obj), ensure_ascii=False)[:500]
+            except (ValueError, RecursionError):  # nested deeper than json's recursion limit
+                text = (self._text or "")[:500]
+            raise InferError(
+                f"malformed chunk from llama-server ({exc!r}): {text}", body=text
+            ) from exc
+        if self._text is not None and self._learn_tries > 0:
+            self.learn(self._text)
+        return events
+
+    def _exact(self, obj: dict[str, Any]) -> Any:
+        """The chunk as :func:`json.loads` reads it (see :meth:`feed`'s ``text``)."""
+        return obj if self._text is None else json.loads(self._text)
+
+    def _exact_call(self, obj: dict[str, Any], calls: list[Any], call: Any) -> Any:
+        """The tool call ``call`` (an element of ``calls``, the tool calls of ``obj``) as
+        :func:`json.loads` reads it."""
+        at = next((i for i, c in enumerate(calls) if c is call), None)
+        if self._text is None or at is None:  # not orjson's, or already the exact one
+            return call
+        return self._exact(obj)["choices"][0]["delta"]["tool_calls"][at]
+
+    def _progress(self, progress: Any, events: list[ClientEvent]) -> None:
+        total = int(progress.get("total", 0))
+        processed = int(progress.get("processed", 0))
+        events.append(
+            Progress(
+                total=total,
+                cache=int(progress.get("cache", 0)),
+                processed=processed,
+                time_ms=float(progress.get("time_ms", 0.0)),
+            )
+        )
+        if not self._waiting and processed >= total:
+            self._waiting = True
+            events.append(_WAITING)
+
+    def _tool_calls(
+        self, calls: list[dict[str, Any]], events: list[ClientEvent], obj: dict[str, Any]
+    ) -> None:
+        for call in calls:
+            call_id = call.get("id") or ""
+            index = call.get("index")
+            if call_id.__class__ is not str or (index is not None and index.__class__ is not int):
+                call = self._exact_call(obj, calls, call)
+                call_id = call.get("id") or ""
+                index = call.get("index")
+            number = self._at_index.get(index) if index.__class__ is int else None
+            if number is None or (call_id and self._calls[number].id not in ("", call_id)):
+                number = self._call_number(index, call_id)
+            self._last = number
+            parts = self._calls[number]
+            new_id = None
+            if call_id and not parts.id:
+                parts.id = new_id = call_id
+                self._by_id[call_id] = number
+            new_name = None
+            arguments = ""
+            function = call.get("function")
+            if function:
+                name = function.get("name")
+                if name and not parts.name:
+                    if name.__class__ is not str:
+                        name = self._exact_call(obj, calls, call)["function"]["name"]
+                    parts.name = new_name = name
+                arguments = function.get("arguments")
+                if arguments is None:
+                    arguments = ""
+                elif arguments.__class__ is not str:  # a JSON value instead of its text
+                    arguments = self._exact_call(obj, calls, call)["function"]["arguments"]
+                    arguments = canonical_arguments(json.dumps(arguments, ensure_ascii=False))
+                if arguments:
+                    parts.arguments.append(arguments)
+            if self.tool_call_deltas:
+                event = new_event(ToolCallDelta)
+                set_index(event, number)
+                set_id(event, new_id)
+                set_name(event, new_name)
+                set_arguments(event, arguments)
+                events.append(event)
+
+    def _call_number(self, index: Any, call_id: str) -> int:
+        """The number of the call a tool-call delta belongs to (a new call if needed)."""
+        calls = self._calls
+        if index is not None:
+            index = int(index)
+            number = self._at_index.get(index)
+            if number is not None:
+                known = calls[number].id
+                if not call_id or not known or call_id == known:
+                    return number
+            number = index if index not in calls else max(calls) + 1
+            self._at_index[index] = number
+        elif calls:
+            number = self._last
+            known = calls[number].id
+            if not call_id or not known or call_id == known:
+                return number
+            found = self._by_id.get(call_id)
+            if found is not None:
+                return found
+            number = max(calls) + 1
+        else:
+            number = 0
+        calls[number] = _CallParts()
+        return number
+
+    def mark_done(self) -> list[ClientEvent]:
+        """Record that ``data: [DONE]`` arrived (the stream ended properly); return the
+        events still due (a held-back partial ``</think>`` that was content after all)."""
+        self.done = True
+        events: list[ClientEvent] = []
+        if self._tail:
+            self._decide(events)
+        return events
+
+    def mark_capped(self) -> ThinkingCapped:
+        """Record that reasoning was ended by the cap (the server's ``thinking_budget_tokens``
+        or ``reasoning_end``); return the event to emit."""
+        self.thinking_capped = True
+        return ThinkingCapped(reasoning_tokens=self.reasoning_tokens)
+
+    def mark_unenforced(self, why: str) -> CapNotEnforced:
+        """Record that the thinking cap could not be enforced on this completion (``why``);
+        return the event to emit."""
+        self.cap_warning = why
+        return CapNotEnforced(reasoning_tokens=self.reasoning_tokens, detail=why)
+
+    def finish(self) -> Completion:
+        """The accumulated completion.
+
+        Raises:
+            StreamCut: the stream ended with neither a ``finish_reason`` nor ``[DONE]``.
+        """
+        if not self.finished:
+            raise StreamCut(
+                f"stream cut: llama-server's stream ended after {self.chunks} chunks without "
+                "finish_reason or [DONE]"
+            )
+        return self.partial()
+
+    def partial(self) -> Completion:
+        """What arrived so far as a :class:`Completion`, whether or not the stream finished
+        (for a cut or failed stream: the text and calls received before it broke)."""
+        calls = tuple(
+            ToolCall(
+                id=parts.id or _made_up_call_id(self.id, number),
+                name=parts.name,
+                arguments="".join(parts.arguments),
+            )
+            for number, parts in sorted(self._calls.items())
+        )
+        tail = "" if self._in_think else self._tail
+        content = "".join(self._content) + tail
+        reasoning = "".join(self._reasoning) + (self._tail if self._in_think else "")
+        return Completion(
+            id=self.id,
+            content=content or None,
+            reasoning=reasoning or None,
+            tool_calls=calls,
+            finish_reason=self.finish_reason,
+            timings=self.timings,
+            usage=self.usage,
+            reasoning_tokens=self.reasoning_tokens,
+            thinking_capped=self.thinking_capped,
+            cap_warning=self.cap_warning,
+        )
+
+
+def _made_up_call_id(completion_id: str, index: int) -> str:
+    digest = hashlib.sha256(f"{completion_id}/{index}".encode()).hexdigest()
+    return f"call_{digest[:24]}"

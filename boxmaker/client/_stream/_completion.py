@@ -1,0 +1,94 @@
+"""One finished streamed chat completion: :class:`Completion`, what
+:class:`ChunkDecoder` joins from a stream's chunks (OpenAI chat-completions
+streaming format with llama.cpp's additions)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...records import LimitHit, ToolCall, Usage, is_measurement
+
+__all__ = ["Completion"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Completion:
+    """One finished streamed chat completion, joined from its chunks.
+
+    Attributes:
+        id: the stream's ``id`` (``"chatcmpl-..."``), ``""`` if the server sent none.
+        content: the joined ``delta.content`` fragments, ``None`` if none came.
+        reasoning: the joined ``delta.reasoning_content`` (llama.cpp's reasoning parser, the
+            model's ``<think>`` text) or ``delta.reasoning`` (Ollama, vLLM) fragments, or the
+            content inside ``<think>...</think>`` or before a ``</think>`` that had no opening
+            tag (see
+            :class:`ChunkDecoder`); ``None`` if none came.
+        tool_calls: the calls of ``delta.tool_calls`` in ``index`` order (see
+            :class:`ChunkDecoder` for how deltas are matched to calls);
+            ``arguments`` is the exact joined text (neither parsed nor re-serialised, so it
+            may be invalid JSON), except arguments sent as a JSON object, which become
+            canonical JSON text. A call the server sent without ``id`` gets a made-up one
+            derived from the completion id and the call's number (stable when a recording is
+            replayed).
+        finish_reason: ``"stop"``, ``"length"``, ``"tool_calls"``..., ``None`` if the stream
+            ended with ``[DONE]`` but no finish reason.
+        timings: llama.cpp's ``timings`` of the last chunk that carried them (``cache_n``,
+            ``prompt_n``, ``predicted_n`` in tokens; ``prompt_ms``, ``predicted_ms`` in ms;
+            ``*_per_second``...), ``{}`` if none.
+        usage: the OpenAI ``usage`` object of the last chunk that carried it
+            (``prompt_tokens``, ``completion_tokens``, ``total_tokens``,
+            ``prompt_tokens_details.cached_tokens``), ``{}`` if none.
+        reasoning_tokens: number of reasoning deltas received (llama.cpp sends about one token
+            per delta, so this counts reasoning tokens), content deltas moved to ``reasoning``
+            by a ``</think>`` included.
+        thinking_capped: the thinking cap ended this completion's reasoning (the server's
+            ``thinking_budget_tokens``, or ``reasoning_end`` sent; see
+            :meth:`boxmaker.client.Client.chat`).
+        cap_warning: why the thinking cap could not be enforced on this completion
+            (:class:`~boxmaker.events.CapNotEnforced`), ``None`` when it could or none was set.
+    """
+
+    id: str
+    content: str | None
+    reasoning: str | None
+    tool_calls: tuple[ToolCall, ...]
+    finish_reason: str | None
+    timings: dict[str, float] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)
+    reasoning_tokens: int = 0
+    thinking_capped: bool = False
+    cap_warning: str | None = None
+
+    def limit_hits(self) -> list[LimitHit]:
+        """The session log's thinking-cap records of this completion: a
+        ``LimitHit(kind="thinking_cap")`` when the cap ended reasoning (detail ``"reasoning
+        ended after N tokens of this completion"``), or when it could not be enforced (detail
+        ``"not enforced: ..."`` with the reason); ``[]`` otherwise."""
+        n = self.reasoning_tokens
+        if self.thinking_capped:
+            detail = f"reasoning ended after {n} tokens of this completion"
+            return [LimitHit(kind="thinking_cap", detail=detail)]
+        if self.cap_warning is not None:
+            return [LimitHit(kind="thinking_cap", detail=f"not enforced: {self.cap_warning}")]
+        return []
+
+    def usage_record(self) -> Usage:
+        """The session log's :class:`~boxmaker.records.Usage` record of this completion:
+        ``timings`` as sent (but a value that is not a finite number >= 0, e.g. the ``null``
+        llama.cpp sends for a rate over 0 ms, is left out: the log holds measurements only),
+        reasoning tokens, the thinking-cap flag, the OpenAI
+        ``usage.prompt_tokens`` / ``completion_tokens`` (``None`` when absent) and the
+        ``finish_reason``."""
+        return Usage(
+            timings={k: v for k, v in self.timings.items() if is_measurement(v)},
+            reasoning_tokens=self.reasoning_tokens,
+            thinking_capped=self.thinking_capped,
+            prompt_tokens=_int_or_none(self.usage.get("prompt_tokens")),
+            completion_tokens=_int_or_none(self.usage.get("completion_tokens")),
+            finish_reason=self.finish_reason,
+        )
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

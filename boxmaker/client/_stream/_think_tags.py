@@ -1,0 +1,125 @@
+"""``<think>`` tags in streamed ``content``: the part of
+:class:`ChunkDecoder` that moves reasoning sent as content (templates that put
+``<think>`` in the prompt; servers started with ``--reasoning-format none``) to reasoning.
+The rules are described in :class:`ChunkDecoder`'s docstring."""
+
+from __future__ import annotations
+
+from ...events import ClientEvent, Content, Reasoning
+
+__all__ = ["ThinkTags"]
+
+_THINK_OPEN = "<think>"
+_THINK_CLOSE = "</think>"
+
+
+class ThinkTags:
+    """Mixin of :class:`ChunkDecoder` (which holds the state, in its
+    ``__slots__``): content deltas while undecided, and inside an opening ``<think>``."""
+
+    __slots__ = (
+        "_content",
+        "_in_think",
+        "_reasoning",
+        "_tag_deltas",
+        "_tail",
+        "_undecided",
+        "reasoning_from_tag",
+        "reasoning_in_content",
+        "reasoning_tokens",
+    )
+
+    _content: list[str]
+    _reasoning: list[str]
+    _tail: str
+    _tag_deltas: int
+    _undecided: bool
+    _in_think: bool
+    reasoning_tokens: int
+    reasoning_from_tag: bool
+    reasoning_in_content: bool
+
+    def _decide(self, events: list[ClientEvent]) -> None:
+        """Content is content from now on: emit and keep a held-back partial tag."""
+        self._undecided = False
+        if self._tail:
+            if self._in_think:  # a partial </think> that never completed: still reasoning
+                self._in_think = False
+                self._reasoning.append(self._tail)
+                events.append(Reasoning(self._tail))
+            else:
+                self._content.append(self._tail)
+                events.append(Content(self._tail))
+            self._tail = ""
+
+    def _split_content(self, text: str, events: list[ClientEvent]) -> None:
+        """A content delta while undecided: look for ``</think>`` (see the class docstring)."""
+        if self._tail:
+            text = self._tail + text
+            self._tail = ""
+        if self._in_think:
+            self._think_text(text, events)
+            return
+        if not self._content and not self._tag_deltas:  # nothing came yet: opens <think>?
+            stripped = text.lstrip()
+            if stripped.startswith(_THINK_OPEN):
+                self._in_think = self.reasoning_in_content = True
+                self._think_text(stripped[len(_THINK_OPEN) :], events)
+                return
+            if _THINK_OPEN.startswith(stripped):  # whitespace, or a partial tag: wait
+                self._tail = text
+                return
+        if "<" in text:
+            close = text.find(_THINK_CLOSE)
+            opened = text.find(_THINK_OPEN)
+            if opened >= 0 and (close < 0 or opened < close):  # the model's own <think>
+                self._undecided = False
+            elif close >= 0:
+                before = text[:close]
+                if before:
+                    self._content.append(before)
+                    self._tag_deltas += 1
+                    events.append(Reasoning(before))
+                self._reasoning, self._content = self._content, []
+                self.reasoning_tokens += self._tag_deltas
+                self.reasoning_from_tag = True
+                self._undecided = False
+                text = text[close + len(_THINK_CLOSE) :]
+                if text:
+                    self._content.append(text)
+                    events.append(Content(text))
+                return
+            else:
+                cut = text.rfind("<")
+                end = text[cut:]
+                if _THINK_CLOSE.startswith(end) or _THINK_OPEN.startswith(end):
+                    self._tail = end
+                    text = text[:cut]
+        if text:
+            self._content.append(text)
+            self._tag_deltas += 1
+            events.append(Content(text))
+
+    def _think_text(self, text: str, events: list[ClientEvent]) -> None:
+        """Content inside an opening ``<think>``: reasoning up to ``</think>``, then content."""
+        close = text.find(_THINK_CLOSE)
+        if close >= 0:
+            before, after = text[:close], text[close + len(_THINK_CLOSE) :]
+            if before:
+                self._reasoning.append(before)
+                self.reasoning_tokens += 1
+                events.append(Reasoning(before))
+            self._in_think = self._undecided = False
+            self.reasoning_from_tag = True
+            if after:
+                self._content.append(after)
+                events.append(Content(after))
+            return
+        cut = text.rfind("<")
+        if cut >= 0 and _THINK_CLOSE.startswith(text[cut:]):
+            self._tail = text[cut:]
+            text = text[:cut]
+        if text:
+            self._reasoning.append(text)
+            self.reasoning_tokens += 1
+            events.append(Reasoning(text))

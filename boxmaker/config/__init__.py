@@ -1,0 +1,40 @@
+"""Every knob in one typed object, loadable from a TOML file.
+
+``Config`` bundles one dataclass per section (``client``, ``slots``, ``loop`` (every limit,
+``LoopLimits``), ``sampling``, ``history``, ``cache``, ``mcp``, ``approval``);
+``Config.from_toml(path)`` / ``load_config(path)`` read the file with :mod:`tomllib` and
+refuse unknown keys and values of the wrong type or range with ``ConfigError``.
+"""
+
+from .._public import publish
+from ._knobs import (
+    HISTORY_REASONING,
+    CacheConfig,
+    ClientConfig,
+    Config,
+    HistoryConfig,
+    LoopLimits,
+    SamplingConfig,
+    SlotsConfig,
+    ThinkingConfig,
+    load_config,
+)
+from ._ports import ApprovalPolicy, McpConfig, McpServerConfig
+
+__all__ = [
+    "HISTORY_REASONING",
+    "ApprovalPolicy",
+    "CacheConfig",
+    "ClientConfig",
+    "Config",
+    "HistoryConfig",
+    "LoopLimits",
+    "McpConfig",
+    "McpServerConfig",
+    "SamplingConfig",
+    "SlotsConfig",
+    "ThinkingConfig",
+    "load_config",
+]
+
+publish(globals(), __all__)

@@ -1,0 +1,513 @@
+"""Every knob of boxmaker in one typed object, loadable from a TOML file.
+
+A config file names sections and keys exactly as the dataclasses below do::
+
+    [client]
+    url = "http://127.0.0.1:8080"
+
+    [loop]
+    tool_iterations = 6
+    tool_result_cap = 4000
+    thinking_tokens = 256
+
+    [[mcp.servers]]                # an MCP server over stdio (a command) ...
+    name = "weather"
+    command = ["python", "weather_server.py"]
+
+    [[mcp.servers]]                # ... or over streamable HTTP (a URL)
+    name = "search"
+    url = "http://127.0.0.1:8000/mcp"
+    prefix = "search_"
+
+    [approval]
+    tools = ["delete_file"]
+    destructive = true
+
+    [history]
+    reasoning = "keep"             # send earlier reasoning back rendered: keeps the cache
+
+    [cache]
+    forensics = true               # after a cache loss, find where and why (a few requests)
+
+Unknown sections or keys, values of the wrong type and values out of range raise
+:class:`ConfigError` naming the file and the key. Every limit is in :class:`LoopLimits`, and
+for each of them ``None`` means "off"; TOML has no null, so write ``-1`` there to turn a limit
+off (also ``client.silence_timeout_s`` and ``approval.timeout_s``). The thinking cap's old
+place, ``[thinking] turn_tokens`` (``ThinkingConfig.turn_tokens``), still loads, moved to
+``loop.thinking_tokens`` with a ``FutureWarning``. Every dataclass is frozen and keyword-only; use
+:func:`dataclasses.replace` to derive a variant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import reprlib
+import tomllib
+import types
+import typing
+import urllib.parse
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ._checks import check as _check
+from ._checks import check_loop_types
+from ._checks import nonneg as _nonneg
+from ._ports import ApprovalPolicy, McpConfig, McpServerConfig
+
+__all__ = [
+    "HISTORY_REASONING",
+    "ApprovalPolicy",
+    "CacheConfig",
+    "ClientConfig",
+    "Config",
+    "HistoryConfig",
+    "LoopLimits",
+    "McpConfig",
+    "McpServerConfig",
+    "SamplingConfig",
+    "SlotsConfig",
+    "ThinkingConfig",
+    "load_config",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientConfig:
+    """How to reach llama-server and how hard to try."""
+
+    url: str = "http://127.0.0.1:8080"
+    """Base URL of llama-server (no trailing ``/v1``)."""
+    api_key: str | None = None
+    """Sent as ``Authorization: Bearer ...``; ``None`` sends no header. Never in cassettes."""
+    connect_timeout_s: float = 10.0
+    """Seconds to wait for a TCP connection."""
+    idle_timeout_s: float = 300.0
+    """Seconds without a single byte from the server before the request fails (not a total
+    timeout: a long stream that keeps sending never times out). Prompt processing of a long
+    prompt with ``return_progress`` sends progress events, so this can stay moderate."""
+    silence_timeout_s: float | None = 600.0
+    """Seconds a streaming answer may go without a single data event before the request fails
+    with :class:`~boxmaker.errors.InferError`: SSE comments (llama.cpp's ``: ping``) keep the
+    connection from the idle timeout but do not count as life here; progress events, tokens
+    and every other data event do. Counted from the response head, or from the first read
+    without data after the last data event (so up to one ping interval more in all). The
+    default allows llama.cpp's long prompt processing of a server without progress events.
+    ``None`` (or ``-1`` in a TOML file): no limit."""
+    retry_attempts: int = 4
+    """Retries after the first attempt on connection refused and HTTP 503 (0: no retry)."""
+    retry_base_delay_s: float = 0.5
+    """Delay before the first retry in seconds; doubles each retry."""
+    retry_max_delay_s: float = 8.0
+    """Upper bound of one retry delay in seconds."""
+    send_thinking_budget: bool = True
+    """Send a thinking cap's budget as llama.cpp's ``thinking_budget_tokens`` (the sampler ends
+    reasoning exactly); ``False``: only ``reasoning_end`` through reasoning control, sent once
+    the client counted the budget (late by the tokens in flight; for servers that reject it)."""
+
+    def __post_init__(self) -> None:
+        if self.silence_timeout_s == -1:
+            object.__setattr__(self, "silence_timeout_s", None)
+        silence = self.silence_timeout_s
+        try:
+            parts = urllib.parse.urlsplit(self.url)
+            ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+            parts.port  # noqa: B018 - raises ValueError on a malformed port
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ConfigError(f"client.url = {self.url!r} is not an http(s) URL with a host")
+        _check(
+            "client",
+            connect_timeout_s=(
+                self.connect_timeout_s,
+                _nonneg(self.connect_timeout_s) and self.connect_timeout_s > 0,
+            ),
+            idle_timeout_s=(
+                self.idle_timeout_s,
+                _nonneg(self.idle_timeout_s) and self.idle_timeout_s > 0,
+            ),
+            silence_timeout_s=(silence, silence is None or (_nonneg(silence) and silence > 0)),
+            retry_attempts=(self.retry_attempts, self.retry_attempts >= 0),
+            retry_base_delay_s=(self.retry_base_delay_s, _nonneg(self.retry_base_delay_s)),
+            retry_max_delay_s=(self.retry_max_delay_s, _nonneg(self.retry_max_delay_s)),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlotsConfig:
+    """llama.cpp slots (``id_slot``) the loop uses."""
+
+    main: int = 0
+    """Slot of the main conversation; keeping one slot per session keeps its prompt cache
+    (``-1``: llama.cpp picks any idle slot)."""
+
+    def __post_init__(self) -> None:
+        _check("slots", main=(self.main, self.main >= -1))
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopLimits:
+    """Every limit of one turn in one object (see the spec's limits table).
+
+    For each limit, ``None`` means "off" (``-1`` in a TOML file, which has no null). The
+    limits that end a turn raise :class:`~boxmaker.errors.TurnLimit` with the kind, the value
+    reached and the bound; each limit that fires leaves a ``LimitHit`` record.
+    """
+
+    tool_iterations: int | None = 8
+    """Completions with tool calls allowed in one turn; one more ends the turn (``TurnLimit``
+    of kind ``tool_iterations``). ``None``: no limit."""
+    repeat_detection: bool = True
+    """Count identical (name, canonical JSON arguments) tool calls within one turn and apply
+    :attr:`repeat_answered_at` and :attr:`repeat_ends_turn_at`; ``False`` turns both off."""
+    repeat_answered_at: int | None = 2
+    """The n-th identical call of a turn (and every later one) is answered "already made with
+    these arguments in this turn" without running (at least 2: the first call always runs).
+    ``None``: repeats run."""
+    repeat_ends_turn_at: int | None = 3
+    """The n-th identical call of a turn ends the turn (``TurnLimit`` of kind
+    ``repeated_call``, bound n - 1) before it runs; at least 2. ``None``: repeats never end
+    the turn."""
+    tool_result_cap: int | None = 4_000
+    """Longest tool result in characters sent to the model; longer ones are cut and marked
+    ``truncated``. ``None``: no cap. About 1,000 tokens of a sub-word model, 4,000 of the
+    shipped char-level one: keep it well below the context."""
+    thinking_tokens: int | None = None
+    """Reasoning tokens allowed per turn (all completions of the turn together, as llama.cpp
+    counts them); each request carries what is left as ``thinking_budget_tokens``, and when it
+    is reached reasoning is ended through llama.cpp's reasoning control. ``None``: no cap."""
+
+    cycle_length: int | None = 4
+    """Longest cycle of tool calls (in calls, from 2) the loop guard looks for: the turn's last
+    calls being one block of that many (name, canonical arguments) calls repeated
+    :attr:`cycle_repeats` times in a row (A, B, A, B) fires the guard. The cycle of length 1
+    is the identical-repeat rule above. A cycle repeats calls, so with the repeat rule on
+    (the default) a cycle's third call is already answered "already made" and the turn ends
+    as ``repeated_call`` first; the cycle rule is the stop that sees a cycle as such with
+    ``repeat_detection`` off. ``None``: no cycle detection."""
+    cycle_repeats: int = 2
+    """Times in a row a block of calls must be repeated to count as a cycle (at least 2)."""
+    stale_results_at: int | None = None
+    """A tool that returned the same result this many times in the turn, whatever the
+    arguments, makes no progress: its next call fires the loop guard. ``None``: off."""
+    repeat_exempt: tuple[str, ...] = ()
+    """Tools left out of the repeat, cycle and stale-result rules (a status poll is meant to
+    repeat); ``tool_call_caps`` still apply to them."""
+    tool_call_caps: Mapping[str, int] = field(default_factory=dict)
+    """Calls allowed per tool in one turn (tool name to count, a TOML table
+    ``[loop.tool_call_caps]``); the call past the cap fires the loop guard."""
+    on_limit: str = "stop"
+    """When tool iterations or the loop guard end the turn: ``"stop"`` raises ``TurnLimit``;
+    ``"answer"`` makes the log whole the same way, then asks one last completion without
+    tools (``tool_choice: "none"``, tools kept in the request so the prompt cache holds) for
+    an answer: the turn's outcome is ``answered_after_limit``. The loop guard's cycle, stale
+    and cap rules first answer with a nudge (``not_run="loop"``), then end the turn
+    (``TurnLimit`` of kind ``loop``)."""
+
+    def __post_init__(self) -> None:
+        check_loop_types(self, _OFF_WITH_MINUS_ONE)  # Python callers: the TOML reader's errors
+        for name in _OFF_WITH_MINUS_ONE:
+            if getattr(self, name) == -1:
+                object.__setattr__(self, name, None)
+        object.__setattr__(self, "repeat_exempt", tuple(self.repeat_exempt))
+        it, answered, ends = self.tool_iterations, self.repeat_answered_at, self.repeat_ends_turn_at
+        cap, think = self.tool_result_cap, self.thinking_tokens
+        k, stale, caps = self.cycle_length, self.stale_results_at, self.tool_call_caps
+        _check(
+            "loop",
+            tool_iterations=(it, it is None or it >= 0),
+            repeat_answered_at=(answered, answered is None or answered >= 2),
+            repeat_ends_turn_at=(ends, ends is None or ends >= 2),
+            tool_result_cap=(cap, cap is None or cap >= 0),
+            thinking_tokens=(think, think is None or think >= 0),
+            cycle_length=(k, k is None or k >= 1),
+            cycle_repeats=(self.cycle_repeats, self.cycle_repeats >= 2),
+            stale_results_at=(stale, stale is None or stale >= 1),
+            tool_call_caps=(dict(caps), min(caps.values(), default=0) >= 0),
+            on_limit=(self.on_limit, self.on_limit in ("stop", "answer")),
+        )
+        if answered is not None and ends is not None and answered > ends:
+            raise ConfigError(
+                f"loop.repeat_answered_at = {answered} is after loop.repeat_ends_turn_at = "
+                f"{ends}: the turn would end before a repeat is ever answered (set "
+                "repeat_answered_at to None, -1 in TOML, for no answer before the end)"
+            )
+
+
+_OFF_WITH_MINUS_ONE = (
+    "tool_iterations",
+    "repeat_answered_at",
+    "repeat_ends_turn_at",
+    "tool_result_cap",
+    "thinking_tokens",
+    "cycle_length",
+    "stale_results_at",
+)
+"""The :class:`LoopLimits` fields where ``-1`` (TOML's stand-in for null) means ``None``."""
+
+_TURN_TOKENS_MOVED = (
+    "ThinkingConfig.turn_tokens is deprecated: the thinking cap is LoopLimits.thinking_tokens "
+    "(config.loop.thinking_tokens, [loop] thinking_tokens in TOML)"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ThinkingConfig:
+    """Reasoning ("thinking") settings. The thinking cap is :attr:`LoopLimits.thinking_tokens`."""
+
+    enabled: bool = True
+    """Ask for reasoning (``chat_template_kwargs.enable_thinking``)."""
+    turn_tokens: int | None = None
+    """Deprecated: the thinking cap's old place. A value given here is moved by :class:`Config`
+    to ``loop.thinking_tokens`` (with a ``FutureWarning``) and this field is then ``None``."""
+
+    def __post_init__(self) -> None:
+        t = self.turn_tokens
+        _check("thinking", turn_tokens=(t, t is None or t >= 0))
+        if t is not None:
+            warnings.warn(_TURN_TOKENS_MOVED, FutureWarning, stacklevel=3)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SamplingConfig:
+    """Sampling parameters sent with every request."""
+
+    temperature: float = 0.0
+    """Sampling temperature; 0 is greedy (reproducible)."""
+    max_tokens: int | None = 1024
+    """Tokens one completion may generate (``max_tokens``); ``None``: the server's default."""
+    seed: int | None = 0
+    """Sampler seed sent to the server; ``None`` sends none."""
+
+    def __post_init__(self) -> None:
+        m = self.max_tokens
+        _check(
+            "sampling",
+            temperature=(self.temperature, _nonneg(self.temperature)),
+            max_tokens=(m, m is None or m >= 1),
+        )
+
+    def request_fields(self) -> dict[str, Any]:
+        """These knobs as chat-completion request fields (OpenAI / llama.cpp names):
+        ``temperature``, and ``max_tokens`` and ``seed`` when not ``None``."""
+        fields: dict[str, Any] = {"temperature": self.temperature}
+        if self.max_tokens is not None:
+            fields["max_tokens"] = self.max_tokens
+        if self.seed is not None:
+            fields["seed"] = self.seed
+        return fields
+
+
+HISTORY_REASONING = ("drop", "keep")
+"""The values of :attr:`HistoryConfig.reasoning`."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class HistoryConfig:
+    """How the session's history is sent back to the server."""
+
+    reasoning: str = "drop"
+    """Earlier reasoning: ``"drop"`` leaves it to the template (every assistant message carries
+    its ``reasoning_content``; a Qwen3-style template renders it only after the last user
+    message, so each user turn loses the cache from the first earlier reasoning on); ``"keep"``
+    also sends ``chat_template_kwargs.preserve_thinking = true``: a template that can render
+    every earlier reasoning does, and the cache is kept (one that cannot: as ``"drop"``)."""
+
+    def __post_init__(self) -> None:
+        if self.reasoning not in HISTORY_REASONING:
+            raise ConfigError(
+                f"history.reasoning = {self.reasoning!r} is not one of "
+                f"{', '.join(repr(v) for v in HISTORY_REASONING)}"
+            )
+
+    def template_kwargs(self) -> dict[str, Any]:
+        """The ``chat_template_kwargs`` entries this option adds to a chat request
+        (``{}`` for ``"drop"``, ``{"preserve_thinking": True}`` for ``"keep"``)."""
+        return {"preserve_thinking": True} if self.reasoning == "keep" else {}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheConfig:
+    """Prompt-cache forensics (:mod:`boxmaker.cache`)."""
+
+    forensics: bool = True
+    """After a cache loss, ask the server where the prompts diverged and why (a few extra
+    requests after the completion, see :func:`boxmaker.cache._forensics.explain_loss`); ``False``
+    records the loss without a cause."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    """Every knob in one object. ``Config()`` gives working defaults."""
+
+    client: ClientConfig = field(default_factory=ClientConfig)
+    slots: SlotsConfig = field(default_factory=SlotsConfig)
+    loop: LoopLimits = field(default_factory=LoopLimits)
+    thinking: ThinkingConfig = field(default_factory=ThinkingConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    mcp: McpConfig = field(default_factory=McpConfig)
+    approval: ApprovalPolicy = field(default_factory=ApprovalPolicy)
+    history: HistoryConfig = field(default_factory=HistoryConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+
+    def __post_init__(self) -> None:
+        moved = self.thinking.turn_tokens
+        if moved is None:
+            return
+        if self.loop.thinking_tokens not in (None, moved):
+            raise ConfigError(
+                f"thinking.turn_tokens = {moved} and loop.thinking_tokens = "
+                f"{self.loop.thinking_tokens} disagree: keep only loop.thinking_tokens"
+            )
+        object.__setattr__(self, "loop", dataclasses.replace(self.loop, thinking_tokens=moved))
+        thinking = dataclasses.replace(self.thinking, turn_tokens=None)
+        object.__setattr__(self, "thinking", thinking)
+
+    def template_kwargs(self) -> dict[str, Any]:
+        """The ``chat_template_kwargs`` of every chat request: ``enable_thinking``
+        (:attr:`ThinkingConfig.enabled`), and ``preserve_thinking`` with
+        ``history.reasoning = "keep"``."""
+        return {"enable_thinking": self.thinking.enabled, **self.history.template_kwargs()}
+
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike[str]) -> Config:
+        """Load a config from a TOML file; missing keys keep their defaults.
+
+        Raises:
+            ConfigError: the file cannot be read or parsed, or names an unknown section or
+                key, or a value has the wrong type.
+        """
+        return load_config(path)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "<dict>") -> Config:
+        """Build a config from nested mappings shaped like the TOML file.
+
+        Raises:
+            ConfigError: unknown section or key, or a value of the wrong type.
+        """
+        sections: dict[str, Any] = {}
+        hints = typing.get_type_hints(cls, globalns=globals())
+        data = _moved_turn_tokens(data, source)
+        for name, value in data.items():
+            if name not in hints:
+                raise ConfigError(f"{source}: unknown section [{name}]")
+            if not isinstance(value, dict):
+                raise ConfigError(f"{source}: [{name}] must be a table")
+            sections[name] = _build(hints[name], value, f"{source}: [{name}]")
+        return cls(**sections)
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Load a :class:`Config` from a TOML file (see the module docstring for the layout).
+
+    Raises:
+        ConfigError: unreadable or invalid file (also one nested too deeply for the parser,
+            about 300 levels), unknown key, wrong type, or a value out of range (durations:
+            finite, at most :data:`boxmaker.config._checks.MAX_SECONDS`). The message names the
+            file.
+    """
+    p = Path(path)
+    try:
+        with p.open("rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read config: {exc}") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: invalid TOML: {exc}") from exc
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise ConfigError(f"{p}: invalid TOML: arrays or tables nested too deeply") from None
+    return Config.from_dict(data, source=str(p))
+
+
+def _moved_turn_tokens(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """``[thinking] turn_tokens`` moved to ``[loop] thinking_tokens``, with a FutureWarning."""
+    thinking = data.get("thinking")
+    if not isinstance(thinking, dict) or "turn_tokens" not in thinking:
+        return data
+    value = thinking["turn_tokens"]
+    where = f"{source}: [thinking]"
+    if not _fits(int, value):
+        raise ConfigError(f"{where}: turn_tokens = {value!r} is not of type int")
+    if value < 0:
+        raise ConfigError(f"{where}: thinking.turn_tokens = {value!r} is out of range")
+    loop = data.get("loop", {})
+    if not isinstance(loop, dict):
+        return data  # Config.from_dict names the bad [loop]
+    if loop.get("thinking_tokens", value) != value:
+        raise ConfigError(f"{where}: turn_tokens and [loop] thinking_tokens disagree")
+    warnings.warn(
+        f"{where}: turn_tokens is deprecated, write [loop] thinking_tokens = {value}",
+        FutureWarning,
+        stacklevel=4,
+    )
+    rest = {k: v for k, v in thinking.items() if k != "turn_tokens"}
+    return {**data, "thinking": rest, "loop": {**loop, "thinking_tokens": value}}
+
+
+def _build(cls: Any, values: dict[str, Any], where: str) -> Any:
+    hints = typing.get_type_hints(cls, globalns=globals())
+    known = {f.name for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in known:
+            raise ConfigError(f"{where}: unknown key {key!r}")
+        kwargs[key] = _value(hints[key], value, where, key)
+    try:
+        return cls(**kwargs)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    except TypeError as exc:  # a required key is missing (e.g. an mcp server's name)
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _value(hint: Any, value: Any, where: str, key: str) -> Any:
+    """``value`` read from TOML as the type ``hint``: a list becomes a ``tuple[X, ...]`` and a
+    table a config dataclass, item by item; a whole number becomes a float where one is due."""
+    if typing.get_origin(hint) is tuple:
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: {key} = {_short(value)} is not a list")
+        item = typing.get_args(hint)[0]
+        return tuple(_value(item, v, where, f"{key}[{i}]") for i, v in enumerate(value))
+    if typing.get_origin(hint) is Mapping:  # a TOML table of name = value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: {key} must be a table")
+        item = typing.get_args(hint)[1]
+        return {str(k): _value(item, v, where, f"{key}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: {key} must be a table")
+        return _build(hint, value, f"{where} {key}")
+    if not _fits(hint, value):
+        raise ConfigError(f"{where}: {key} = {_short(value)} is not of type {_type_name(hint)}")
+    return float(value) if hint is float and isinstance(value, int) else value
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 3, 60, 60
+
+
+def _short(value: Any) -> str:
+    """``repr`` cut to a line: a value in an error message may be a huge or deep TOML value."""
+    return _REPR.repr(value)
+
+
+def _type_name(hint: Any) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("NoneType", "None")
+
+
+def _fits(hint: Any, value: Any) -> bool:
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return any(_fits(arg, value) for arg in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)

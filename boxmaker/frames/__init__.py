@@ -1,0 +1,45 @@
+"""pandas frames over one or many session logs: ``requests``, ``turns``,
+``cache_losses``, ``limit_hits``, ``tool_calls``, ``summary`` (``load`` reads each log once
+and gives all six). Columns are data (``COLUMNS``).
+
+Public submodules: :mod:`boxmaker.frames.plots` (matplotlib figures) and
+:mod:`boxmaker.frames.report` (``boxmaker report``: text tables or HTML).
+"""
+
+from .._public import publish
+from ._build import (
+    Frames,
+    LogReadWarning,
+    Source,
+    cache_losses,
+    describe,
+    find_logs,
+    limit_hits,
+    load,
+    requests,
+    summary,
+    tool_calls,
+    turns,
+)
+from ._columns import COLUMNS, ENDING_LIMITS, TURN_OUTCOMES, Column
+
+__all__ = [
+    "COLUMNS",
+    "ENDING_LIMITS",
+    "TURN_OUTCOMES",
+    "Column",
+    "Frames",
+    "LogReadWarning",
+    "Source",
+    "cache_losses",
+    "describe",
+    "find_logs",
+    "limit_hits",
+    "load",
+    "requests",
+    "summary",
+    "tool_calls",
+    "turns",
+]
+
+publish(globals(), __all__)

@@ -1,0 +1,374 @@
+"""Session logs as pandas frames: usage, turns, cache losses, limit hits, tool calls, summary.
+
+Every function takes a *source*: one log path, a directory (searched recursively for
+``*.jsonl``), a :class:`~boxmaker.session.Session`, or a list of any of these, and returns a
+:class:`pandas.DataFrame` whose columns are defined as data in :mod:`boxmaker.frames`
+(:data:`COLUMNS`: name, dtype, unit, where the value comes from, what it means); each
+function's docstring ends with its column table, generated from the same list, and
+:func:`describe` gives it as a frame. Units are in the names (``_tokens``, ``_ms``, ``_chars``,
+``_per_s``); times are UTC (``datetime64[ns, UTC]``); kinds are categoricals; counts are
+nullable ``Int64``.
+
+Files are read by :func:`boxmaker.session.read_log`, the reader :meth:`Session.open` uses,
+read-only (a log is never modified here), so the frames accept and refuse the same logs:
+
+- a torn last line (no newline) is dropped with a :class:`LogReadWarning`;
+- a log of an older schema is upgraded in memory by :mod:`boxmaker.session`;
+- records of a type this version does not know are skipped with a warning (counted in
+  ``summary().unknown_records``);
+- a log that :meth:`Session.open` refuses (unreadable, no baseline, a schema this version does
+  not read, a line that is not a JSON object, a field of the wrong type) is left out with a
+  warning that names the file and line, and the other logs are still read.
+
+Warnings are :class:`~boxmaker.session.LogReadWarning` (a :class:`UserWarning`, re-exported
+here); turn them into errors with ``warnings.simplefilter("error", LogReadWarning)``.
+
+How a turn ended and whether a tool ran are read from the records' data (``TurnEnd``,
+``ToolResult.not_run``), never from the texts the loop wrote. For speed no record objects are
+built: each file is parsed with one ``json.loads``, :mod:`boxmaker.frames` cuts the
+records into turns and one small row writer per frame fills its column lists, and each frame
+is constructed once.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple, TypeAlias
+
+import numpy as np
+import pandas as pd
+
+from ..errors import SessionError
+from ..session import LogReadWarning, Session
+from ._columns import COLUMNS, ENDING_LIMITS, ROW_RECORD, TIME, TURN_OUTCOMES, Column, ratio
+from ._columns import doc_table as _doc_table
+from ._rows import HIDDEN, BadLog, Rows, file_log, session_log
+
+__all__ = [
+    "COLUMNS",
+    "ENDING_LIMITS",
+    "TURN_OUTCOMES",
+    "Column",
+    "Frames",
+    "LogReadWarning",
+    "Source",
+    "cache_losses",
+    "describe",
+    "find_logs",
+    "limit_hits",
+    "load",
+    "requests",
+    "summary",
+    "tool_calls",
+    "turns",
+]
+
+Source: TypeAlias = "str | os.PathLike[str] | Session | Iterable[str | os.PathLike[str] | Session]"
+"""What the frame functions read: a log file, a directory (recursive ``*.jsonl``), a
+:class:`Session`, or a list of these."""
+
+_KEY = {"turns": "_turn_row", "summary": "_session_row"}
+"""The hidden column that ties another frame's rows to a row of this frame."""
+
+
+# -- finding and reading logs ------------------------------------------------------------------
+
+
+def find_logs(source: Source) -> list[Path | Session]:
+    """The logs a source names, in order: files as given, directories searched recursively
+    for ``*.jsonl`` (sorted), :class:`Session` objects as they are.
+
+    A path that does not exist is left out with a :class:`LogReadWarning`.
+    """
+    items: Iterable[Any] = [source] if isinstance(source, str | os.PathLike | Session) else source
+    out: list[Path | Session] = []
+    for item in items:
+        if isinstance(item, Session):
+            out.append(item)
+            continue
+        path = Path(item)
+        if path.is_dir():
+            out.extend(sorted(p for p in path.rglob("*.jsonl") if p.is_file()))
+        elif path.is_file():
+            out.append(path)
+        else:
+            warnings.warn(f"{path}: no such file or directory", LogReadWarning, stacklevel=2)
+    return out
+
+
+# -- building frames -------------------------------------------------------------------------
+
+
+def _dtype(name: str) -> Any:
+    """The pandas dtype object of a :class:`Column` dtype name."""
+    return pd.api.types.pandas_dtype(name)
+
+
+def _array(values: list[Any], column: Column) -> Any:
+    if column.dtype == TIME:
+        times = pd.to_datetime(
+            pd.Series(values, dtype=object), utc=True, format="ISO8601", errors="coerce"
+        )
+        return times.astype(_dtype(TIME)).array
+    if column.dtype == "category":
+        known = list(column.categories)
+        extra = sorted(set(values) - set(known) - {None})
+        return pd.Categorical(values, categories=pd.Index(known + extra, dtype="str"))
+    return pd.array(values, dtype=_dtype(column.dtype))
+
+
+def _base(rows: Rows, frame: str) -> pd.DataFrame:
+    """A frame with its reader-filled and field columns, and the hidden ones."""
+    cols = rows.cols[frame]
+    data: dict[str, Any] = {}
+    for c in COLUMNS[frame]:
+        if c.name in cols:
+            data[c.name] = _array(cols[c.name], c)
+    for hidden in HIDDEN:
+        data[hidden] = np.asarray(cols[hidden], dtype=np.int64)
+    return pd.DataFrame(data, copy=False)
+
+
+def _finish(frame: str, df: pd.DataFrame, parts: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """Add the aggregated and derived columns, in the order of :data:`COLUMNS`."""
+    key = _KEY.get(frame)
+    for c in COLUMNS[frame]:
+        if c.agg is not None and key is not None:
+            other, column = c.agg
+            src = parts[other]
+            if c.where is not None:
+                src = src[src[c.where[0]] == c.where[1]]
+            src = src[src[key] >= 0]
+            grouped = src.groupby(key)
+            values = grouped.size() if column is None else grouped[column].sum()
+            full = values.reindex(range(len(df)), fill_value=0)
+            df[c.name] = pd.array(full.to_numpy(), dtype=_dtype(c.dtype))
+        elif c.derive is not None:
+            df[c.name] = pd.array(c.derive(df), dtype=_dtype(c.dtype))
+    return df
+
+
+def _public(frame: str, df: pd.DataFrame) -> pd.DataFrame:
+    return df[[c.name for c in COLUMNS[frame]]].reset_index(drop=True)
+
+
+def _needs(want: Iterable[str]) -> set[str]:
+    """The frames to build for ``want``: the wanted ones and those they aggregate."""
+    need = set(want)
+    if "cache_losses" in need:
+        need.add("requests")
+    if need & {"turns", "summary"}:
+        need |= {"requests", "cache_losses", "limit_hits", "tool_calls", "turns"}
+    return need
+
+
+def _read(source: Source, want: Iterable[str]) -> Rows:
+    """Read every log of ``source``; rows only for the frames ``want`` needs (a record type
+    no needed frame reads is skipped without its fields being checked)."""
+    rows = Rows(_needs(want))
+    seen: dict[str, str] = {}  # session id -> the log it came from
+    for item in find_logs(source):
+        try:
+            log = session_log(item) if isinstance(item, Session) else file_log(item)
+            if log.session in seen:  # a copy of a log (a backup): its rows would count twice
+                raise BadLog(
+                    f"{log.path}: session {log.session} was read already from "
+                    f"{seen[log.session]} (a copy?)"
+                )
+            rows.add(log)
+            seen[log.session] = log.path
+        except (SessionError, BadLog) as exc:
+            warnings.warn(f"{exc}; the log is left out", LogReadWarning, stacklevel=3)
+    return rows
+
+
+class Frames(NamedTuple):
+    """All frames of a source, read once (see :func:`load`)."""
+
+    requests: pd.DataFrame
+    turns: pd.DataFrame
+    cache_losses: pd.DataFrame
+    limit_hits: pd.DataFrame
+    tool_calls: pd.DataFrame
+    summary: pd.DataFrame
+
+
+def _build(rows: Rows, want: Iterable[str]) -> dict[str, pd.DataFrame]:
+    want = set(want)
+    need = rows.need
+    parts: dict[str, pd.DataFrame] = {}
+    order = ("requests", "cache_losses", "limit_hits", "tool_calls", "turns", "summary")
+    for frame in order:
+        if frame not in need:
+            continue
+        df = _base(rows, frame)
+        if frame == "cache_losses":
+            req = parts["requests"]
+            per_token = ratio(req.prompt_ms, req.processed_tokens).to_numpy(
+                dtype=object, na_value=pd.NA
+            )
+            idx = df["_request_row"].to_numpy()
+            df["prompt_ms_per_token"] = pd.array(
+                [per_token[j] if j >= 0 else pd.NA for j in idx], dtype="Float64"
+            )
+        parts[frame] = _finish(frame, df, parts)
+    return {frame: _public(frame, parts[frame]) for frame in want}
+
+
+def load(source: Source) -> Frames:
+    """All six frames of ``source``, reading each log once.
+
+    Args:
+        source: a log file, a directory (recursive ``*.jsonl``), a :class:`Session`, or a
+            list of these.
+
+    Returns:
+        :class:`Frames` (``requests``, ``turns``, ``cache_losses``, ``limit_hits``,
+        ``tool_calls``, ``summary``), each as its function returns it.
+
+    Warns:
+        LogReadWarning: a log, or part of one, was left out (the message names file and line).
+    """
+    built = _build(_read(source, Frames._fields), Frames._fields)
+    return Frames(**built)
+
+
+def _one(frame: str, source: Source) -> pd.DataFrame:
+    return _build(_read(source, [frame]), [frame])[frame]
+
+
+def requests(source: Source) -> pd.DataFrame:
+    """One row per completion (``Usage`` record), in log order.
+
+    Args:
+        source: a log file, a directory (recursive ``*.jsonl``), a :class:`Session`, or a
+            list of these.
+
+    Warns:
+        LogReadWarning: a log, or part of one, was left out (the message names file and line).
+
+    A completion belongs to the turn of the latest ``User`` record before it; ``tool_calls``
+    counts the calls of the ``Assistant`` record it follows. Values the server did not send
+    (older llama.cpp builds send no ``timings``) are ``<NA>``.
+
+    Columns:
+    {columns}
+    """
+    return _one("requests", source)
+
+
+def turns(source: Source) -> pd.DataFrame:
+    """One row per turn: a turn starts at each ``User`` record and runs to the next one.
+
+    Args:
+        source: as for :func:`requests`.
+
+    Warns:
+        LogReadWarning: as for :func:`requests`.
+
+    ``outcome`` is the ``outcome`` of the turn's ``TurnEnd`` record (schema 2 ends every
+    turn with one; ``end_detail`` and ``http_status`` come from it too). A turn without one (a
+    log of schema 1, or a turn still running while the log was read) gets it from its
+    records, in this order: a ``LimitHit`` that ends a turn gives its kind
+    (``tool_iterations``, ``repeated_call``; ``context_full`` gives ``session_full``); a last
+    message that is an ``Assistant`` without tool calls gives ``answered``, or ``length`` when
+    that completion was cut at ``max_tokens`` (``finish_reason: "length"``); else
+    ``cancelled`` when a tool call was answered with ``not_run: "cancelled"``, else
+    ``no_answer`` (schema 1 recorded nothing for a failed request or a cancel during a
+    completion).
+
+    Columns:
+    {columns}
+    """
+    return _one("turns", source)
+
+
+def cache_losses(source: Source) -> pd.DataFrame:
+    """One row per ``CacheLoss`` record: llama.cpp reused fewer prompt tokens than the
+    previous request made cacheable (see :mod:`boxmaker.cache`).
+
+    Args:
+        source: as for :func:`requests`.
+
+    Warns:
+        LogReadWarning: as for :func:`requests`.
+
+    ``lost_ms`` prices the lost tokens at the losing request's own prompt rate
+    (``prompt_ms / processed_tokens``); ``<NA>`` when that request processed no tokens.
+
+    Columns:
+    {columns}
+    """
+    return _one("cache_losses", source)
+
+
+def limit_hits(source: Source) -> pd.DataFrame:
+    """One row per ``LimitHit`` record (the spec's five limits).
+
+    Args:
+        source: as for :func:`requests`.
+
+    Warns:
+        LogReadWarning: as for :func:`requests`.
+
+    Columns:
+    {columns}
+    """
+    return _one("limit_hits", source)
+
+
+def tool_calls(source: Source) -> pd.DataFrame:
+    """One row per ``ToolResult`` record (each tool call the loop answered).
+
+    ``not_run`` is the record's reason for answering without running the tool (``repeat``,
+    the turn ended first, ``process_died``; schema-1 logs get it from the upgrade on read);
+    ``ran`` is true exactly when it has none.
+
+    Args:
+        source: as for :func:`requests`.
+
+    Warns:
+        LogReadWarning: as for :func:`requests`.
+
+    Columns:
+    {columns}
+    """
+    return _one("tool_calls", source)
+
+
+def summary(source: Source) -> pd.DataFrame:
+    """One row per session log with the totals a paper table needs.
+
+    Args:
+        source: as for :func:`requests`.
+
+    Warns:
+        LogReadWarning: as for :func:`requests`.
+
+    Totals are over all of the session's records (the sums of the other frames' columns).
+
+    Columns:
+    {columns}
+    """
+    return _one("summary", source)
+
+
+def describe(frame: str) -> pd.DataFrame:
+    """The columns of ``frame`` (``"requests"``, ``"turns"``, ...) as a table: ``column``,
+    ``dtype``, ``unit``, ``source``, ``doc``, from :data:`COLUMNS`.
+
+    Raises:
+        KeyError: no such frame.
+    """
+    record = ROW_RECORD[frame]
+    return pd.DataFrame(
+        [(c.name, c.dtype, c.unit, c.origin(record), c.doc) for c in COLUMNS[frame]],
+        columns=["column", "dtype", "unit", "source", "doc"],
+    )
+
+
+for _f in (requests, turns, cache_losses, limit_hits, tool_calls, summary):
+    _f.__doc__ = (_f.__doc__ or "").replace("{columns}", _doc_table(_f.__name__))

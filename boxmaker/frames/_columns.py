@@ -1,0 +1,580 @@
+"""The columns of the frames (:mod:`boxmaker.frames`), as data.
+
+Each frame's columns are a tuple of :class:`Column` (name, dtype, unit, where the value comes
+from, what it means): the one definition the frames are built from, their docstrings' column
+tables are generated from (:func:`doc_table`) and :func:`boxmaker.frames.describe` shows. A new
+column is one entry here (a ``field`` of the frame's record, an ``agg`` over another frame, or a
+``derive`` from this frame's columns); a reader-filled one also needs a line in the frame's row
+writer in :mod:`boxmaker.frames`.
+
+Record shapes are :mod:`boxmaker.records`' (the current schema; older logs are upgraded on
+read); token counts and milliseconds come from llama.cpp's ``timings`` object kept in each
+``Usage`` record (``cache_n``, ``prompt_n``, ``predicted_n`` in tokens; ``prompt_ms``,
+``predicted_ms`` in milliseconds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..records import LIMIT_KINDS, NOT_RUN_REASONS, TURN_END_OUTCOMES
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = [
+    "CACHE_LOSS_COLUMNS",
+    "COLUMNS",
+    "ENDING_LIMITS",
+    "LIMIT_HIT_COLUMNS",
+    "REQUEST_COLUMNS",
+    "ROW_RECORD",
+    "SUMMARY_COLUMNS",
+    "TIME",
+    "TOOL_CALL_COLUMNS",
+    "TURN_COLUMNS",
+    "TURN_OUTCOMES",
+    "Column",
+    "doc_table",
+    "ratio",
+]
+
+TURN_OUTCOMES: tuple[str, ...] = (*TURN_END_OUTCOMES, "no_answer")
+"""How a turn ended (the categories of ``turns().outcome``): the outcomes of
+:data:`boxmaker.records.TURN_END_OUTCOMES` (``answered``, ``length``, ``tool_iterations``,
+``repeated_call``, ``session_full``, ``cancelled``, ``infer_error``, ``loop``,
+``answered_after_limit``), then ``no_answer`` for a
+turn without a ``TurnEnd`` record (a log of schema 1, or a turn still running) whose records do
+not say how it ended; see :func:`boxmaker.frames.turns`."""
+
+ENDING_LIMITS: Mapping[str, str] = {
+    "tool_iterations": "tool_iterations",
+    "repeated_call": "repeated_call",
+    "context_full": "session_full",
+    "loop": "loop",
+}
+"""The limit kinds that end a turn, and the turn outcome each gives (for turns without a
+``TurnEnd`` record)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Column:
+    """One column of a frame: its definition and its documentation in one place.
+
+    Exactly one of ``field``, ``agg``, ``derive`` says where the value comes from; with none,
+    the reader fills it from its position in the log (session, turn, request number, ...) and
+    ``source`` says how.
+
+    Attributes:
+        name: the column name (with its unit as a suffix where there is one).
+        dtype: the pandas dtype (``"Int64"``, ``"Float64"``, ``"boolean"``, ``"string"``,
+            ``"category"``, ``"datetime64[ns, UTC]"``).
+        unit: ``"tokens"``, ``"ms"``, ``"chars"``, ``"tokens/s"``, ``"ratio"`` or ``""``.
+        doc: what the value means.
+        field: a key (or ``"outer.inner"`` path) of the frame's record JSON, read as is.
+        agg: ``(frame, column)``: the sum of ``column`` (with ``None``: the count) over
+            another frame's rows that belong to this row (its turn or its session).
+        where: with ``agg``: only rows whose ``column`` equals ``value``.
+        derive: computed from this frame's other columns.
+        categories: for ``"category"``: the known categories, in order (values outside them
+            are added after).
+        source: for reader-filled columns: where the value comes from, for the docs.
+    """
+
+    name: str
+    dtype: str
+    unit: str = ""
+    doc: str
+    field: str | None = None
+    agg: tuple[str, str | None] | None = None
+    where: tuple[str, str] | None = None
+    derive: Callable[[pd.DataFrame], Any] | None = None
+    categories: tuple[str, ...] = ()
+    source: str = "log position"
+
+    def origin(self, record: str) -> str:
+        """Where the value comes from, as the docs show it."""
+        if self.field is not None:
+            return f"{record}.{self.field}"
+        if self.agg is not None:
+            frame, column = self.agg
+            what = f"sum of {frame}.{column}" if column else f"count of {frame} rows"
+            return what + (f" where {self.where[0]} == {self.where[1]!r}" if self.where else "")
+        if self.derive is not None:
+            return "derived"
+        return self.source
+
+
+def ratio(num: Any, den: Any) -> Any:
+    """``num / den`` as Float64, ``<NA>`` where ``den`` is 0 or missing."""
+    den = den.astype("Float64")
+    return (num.astype("Float64") / den.where(den != 0)).astype("Float64")
+
+
+TIME = "datetime64[ns, UTC]"
+
+REQUEST_COLUMNS: tuple[Column, ...] = (
+    Column(name="session", dtype="category", doc="session id (the baseline's session_id)"),
+    Column(name="request", dtype="Int64", doc="number of the completion in the session, from 1"),
+    Column(name="turn", dtype="Int64", doc="number of the turn in the session, from 1"),
+    Column(name="turn_request", dtype="Int64", doc="number of the completion in the turn, from 1"),
+    Column(name="time", dtype=TIME, doc="when the completion ended", field="time"),
+    Column(
+        name="cached_tokens",
+        dtype="Int64",
+        unit="tokens",
+        doc="prompt tokens reused from the slot's cache",
+        field="timings.cache_n",
+    ),
+    Column(
+        name="processed_tokens",
+        dtype="Int64",
+        unit="tokens",
+        doc="prompt tokens processed (not from the cache)",
+        field="timings.prompt_n",
+    ),
+    Column(
+        name="prompt_tokens",
+        dtype="Int64",
+        unit="tokens",
+        doc="prompt size: cached + processed",
+        derive=lambda f: f.cached_tokens + f.processed_tokens,
+    ),
+    Column(
+        name="generated_tokens",
+        dtype="Int64",
+        unit="tokens",
+        doc="tokens generated (reasoning, content and tool calls)",
+        field="timings.predicted_n",
+    ),
+    Column(
+        name="reasoning_tokens",
+        dtype="Int64",
+        unit="tokens",
+        doc="streamed reasoning deltas (about one token each)",
+        field="reasoning_tokens",
+    ),
+    Column(
+        name="prompt_ms",
+        dtype="Float64",
+        unit="ms",
+        doc="time to process the prompt",
+        field="timings.prompt_ms",
+    ),
+    Column(
+        name="generation_ms",
+        dtype="Float64",
+        unit="ms",
+        doc="time to generate",
+        field="timings.predicted_ms",
+    ),
+    Column(
+        name="prompt_tokens_per_s",
+        dtype="Float64",
+        unit="tokens/s",
+        doc="prompt processing rate: processed_tokens / prompt_ms",
+        derive=lambda f: ratio(f.processed_tokens * 1000, f.prompt_ms),
+    ),
+    Column(
+        name="generation_tokens_per_s",
+        dtype="Float64",
+        unit="tokens/s",
+        doc="generation rate: generated_tokens / generation_ms",
+        derive=lambda f: ratio(f.generated_tokens * 1000, f.generation_ms),
+    ),
+    Column(
+        name="cache_reuse_ratio",
+        dtype="Float64",
+        unit="ratio",
+        doc="share of the prompt reused from the cache: cached_tokens / prompt_tokens",
+        derive=lambda f: ratio(f.cached_tokens, f.prompt_tokens),
+    ),
+    Column(
+        name="thinking_capped",
+        dtype="boolean",
+        doc="the turn's reasoning budget ended this completion's reasoning",
+        field="thinking_capped",
+    ),
+    Column(
+        name="finish_reason",
+        dtype="string",
+        doc="llama.cpp's finish_reason: stop, length (cut at max_tokens), tool_calls",
+        field="finish_reason",
+    ),
+    Column(
+        name="tool_calls",
+        dtype="Int64",
+        doc="tool calls in the completion (its Assistant record)",
+        source="assistant.tool_calls (count)",
+    ),
+)
+
+
+_SUMMED = (
+    ("cached_tokens", "Int64", "tokens"),
+    ("processed_tokens", "Int64", "tokens"),
+    ("generated_tokens", "Int64", "tokens"),
+    ("reasoning_tokens", "Int64", "tokens"),
+    ("prompt_ms", "Float64", "ms"),
+    ("generation_ms", "Float64", "ms"),
+)
+"""The requests' columns that turns and sessions sum (name, dtype, unit)."""
+
+
+def _request_sums(scope: str) -> tuple[Column, ...]:
+    """The sums of :data:`_SUMMED` over a ``scope``'s (turn's, session's) requests."""
+    return tuple(
+        Column(
+            name=n,
+            dtype=d,
+            unit=u,
+            doc=f"sum over the {scope}'s requests of {n}",
+            agg=("requests", n),
+        )
+        for n, d, u in _SUMMED
+    )
+
+
+TURN_COLUMNS: tuple[Column, ...] = (
+    Column(name="session", dtype="category", doc="session id"),
+    Column(name="turn", dtype="Int64", doc="number of the turn in the session, from 1"),
+    Column(name="started", dtype=TIME, doc="the User record's time", source="user.time"),
+    Column(name="ended", dtype=TIME, doc="time of the turn's last record", source="*.time"),
+    Column(
+        name="wall_ms",
+        dtype="Float64",
+        unit="ms",
+        doc="ended - started",
+        derive=lambda f: (f.ended - f.started).dt.total_seconds().astype("Float64") * 1000,
+    ),
+    Column(
+        name="outcome",
+        dtype="category",
+        categories=TURN_OUTCOMES,
+        doc="how the turn ended (see turns())",
+        source="turn_end.outcome, else derived from the turn's records",
+    ),
+    Column(
+        name="end_detail",
+        dtype="string",
+        doc="what the TurnEnd record says more: the limit's words, the error message "
+        "(<NA> without a TurnEnd record)",
+        source="turn_end.detail",
+    ),
+    Column(
+        name="http_status",
+        dtype="Int64",
+        doc="HTTP status of the failed request of an infer_error turn (<NA> otherwise, or when "
+        "no response came)",
+        source="turn_end.status",
+    ),
+    Column(name="requests", dtype="Int64", doc="completions", agg=("requests", None)),
+    Column(
+        name="iterations",
+        dtype="Int64",
+        doc="completions with tool calls (the loop's tool iterations)",
+        source="assistant records with tool_calls",
+    ),
+    Column(
+        name="tool_calls",
+        dtype="Int64",
+        doc="tool calls the model made",
+        agg=("requests", "tool_calls"),
+    ),
+    Column(
+        name="tool_results",
+        dtype="Int64",
+        doc="ToolResult records (including calls answered without running)",
+        agg=("tool_calls", None),
+    ),
+    *_request_sums("turn"),
+    Column(
+        name="thinking_capped",
+        dtype="Int64",
+        doc="completions whose reasoning the budget ended",
+        agg=("requests", "thinking_capped"),
+    ),
+    Column(
+        name="cache_losses",
+        dtype="Int64",
+        doc="CacheLoss records",
+        agg=("cache_losses", None),
+    ),
+    Column(
+        name="lost_tokens",
+        dtype="Int64",
+        unit="tokens",
+        doc="prompt tokens processed again after cache losses",
+        agg=("cache_losses", "lost_tokens"),
+    ),
+    Column(name="limit_hits", dtype="Int64", doc="LimitHit records", agg=("limit_hits", None)),
+)
+
+CACHE_LOSS_COLUMNS: tuple[Column, ...] = (
+    Column(name="session", dtype="category", doc="session id"),
+    Column(name="request", dtype="Int64", doc="the completion whose cache reuse fell short"),
+    Column(name="turn", dtype="Int64", doc="number of the turn in the session"),
+    Column(name="time", dtype=TIME, doc="when the loss was recorded", field="time"),
+    Column(
+        name="expected_tokens",
+        dtype="Int64",
+        unit="tokens",
+        doc="previous cache_n + prompt_n: what should have been reused",
+        field="expected",
+    ),
+    Column(
+        name="reused_tokens",
+        dtype="Int64",
+        unit="tokens",
+        doc="the new cache_n: what was reused",
+        field="reused",
+    ),
+    Column(
+        name="lost_tokens",
+        dtype="Int64",
+        unit="tokens",
+        doc="expected - reused: tokens processed again",
+        derive=lambda f: f.expected_tokens - f.reused_tokens,
+    ),
+    Column(
+        name="prompt_ms_per_token",
+        dtype="Float64",
+        unit="ms",
+        doc="the request's prompt time per processed token",
+        source="requests.prompt_ms / requests.processed_tokens",
+    ),
+    Column(
+        name="lost_ms",
+        dtype="Float64",
+        unit="ms",
+        doc="what processing the lost tokens again cost: lost_tokens * prompt_ms_per_token",
+        derive=lambda f: f.lost_tokens.astype("Float64") * f.prompt_ms_per_token,
+    ),
+    Column(
+        name="position",
+        dtype="Int64",
+        unit="tokens",
+        doc="first token (0-based) where the slot's tokens and the new prompt differ "
+        "(<NA>: not looked into)",
+        field="position",
+    ),
+    Column(
+        name="cause",
+        dtype="category",
+        doc="why the reuse fell short (history_rewritten, history_edited, evicted, truncated, "
+        "unknown; <NA>: not looked into)",
+        field="cause",
+    ),
+    Column(
+        name="old_window",
+        dtype="string",
+        doc="a short text window of the old prompt around position",
+        field="old_window",
+    ),
+    Column(
+        name="new_window",
+        dtype="string",
+        doc="a short text window of the new prompt around position",
+        field="new_window",
+    ),
+    Column(
+        name="detail",
+        dtype="string",
+        doc="what forensics saw, in words, or why it could not look",
+        field="detail",
+    ),
+)
+
+LIMIT_HIT_COLUMNS: tuple[Column, ...] = (
+    Column(name="session", dtype="category", doc="session id"),
+    Column(name="turn", dtype="Int64", doc="number of the turn in the session"),
+    Column(name="request", dtype="Int64", doc="the session's latest completion at the time"),
+    Column(name="time", dtype=TIME, doc="when the limit fired", field="time"),
+    Column(
+        name="kind",
+        dtype="category",
+        categories=LIMIT_KINDS,
+        doc="which limit (boxmaker.records.LIMIT_KINDS)",
+        field="kind",
+    ),
+    Column(name="detail", dtype="string", doc="what fired, in words", field="detail"),
+    Column(
+        name="ended_turn",
+        dtype="boolean",
+        doc="the limit ended the turn (tool_iterations, repeated_call, context_full)",
+        derive=lambda f: f.kind.isin(list(ENDING_LIMITS)).astype("boolean"),
+    ),
+)
+
+TOOL_CALL_COLUMNS: tuple[Column, ...] = (
+    Column(name="session", dtype="category", doc="session id"),
+    Column(name="turn", dtype="Int64", doc="number of the turn in the session"),
+    Column(name="time", dtype=TIME, doc="when the result was recorded", field="time"),
+    Column(name="call", dtype="Int64", doc="the session's tool-call number", field="call"),
+    Column(name="name", dtype="category", doc="tool name", field="name"),
+    Column(
+        name="tool_call_id", dtype="string", doc="the model's id of the call", field="tool_call_id"
+    ),
+    Column(
+        name="arguments_chars",
+        dtype="Int64",
+        unit="chars",
+        doc="length of the model's arguments text (<NA> when the call is not found)",
+        source="assistant.tool_calls[].arguments (by tool_call_id)",
+    ),
+    Column(
+        name="result_chars",
+        dtype="Int64",
+        unit="chars",
+        doc="length of the result text sent to the model (after capping)",
+        source="tool_result.content (length)",
+    ),
+    Column(name="truncated", dtype="boolean", doc="cut by the result cap", field="truncated"),
+    Column(name="data_class", dtype="category", doc="label of the data", field="data_class"),
+    Column(name="untrusted", dtype="boolean", doc="content from outside", field="untrusted"),
+    Column(
+        name="ran",
+        dtype="boolean",
+        doc="the tool ran (False: the loop answered for it: a repeat, or the turn ended)",
+        derive=lambda f: f.not_run.isna().astype("boolean"),
+    ),
+    Column(
+        name="not_run",
+        dtype="category",
+        categories=NOT_RUN_REASONS,
+        doc="why the loop answered without running the tool (boxmaker.records.NOT_RUN_REASONS; "
+        "<NA>: it ran)",
+        field="not_run",
+    ),
+    Column(
+        name="server",
+        dtype="category",
+        doc="the tool port's server that answered (an MCP server's name; <NA>: local tool)",
+        field="server",
+    ),
+    Column(
+        name="approval",
+        dtype="category",
+        categories=("approved", "denied"),
+        doc="the decision on a call that needed approval (<NA>: none was asked)",
+        source="approval.decision (by call)",
+    ),
+    Column(
+        name="approved_by",
+        dtype="category",
+        doc="who or what decided (an ask callback's name, timeout, cancel)",
+        source="approval.by (by call)",
+    ),
+    Column(
+        name="approval_reason",
+        dtype="string",
+        doc="the decider's words",
+        source="approval.reason (by call)",
+    ),
+    Column(
+        name="approval_wait_ms",
+        dtype="Float64",
+        unit="ms",
+        doc="time from asking to the decision",
+        source="approval.waited_ms (by call)",
+    ),
+)
+
+SUMMARY_COLUMNS: tuple[Column, ...] = (
+    Column(name="session", dtype="category", doc="session id"),
+    Column(name="path", dtype="string", doc="the log file", source="file"),
+    Column(name="started", dtype=TIME, doc="the baseline's time", source="baseline.time"),
+    Column(name="ended", dtype=TIME, doc="the last record's time", source="*.time"),
+    Column(name="records", dtype="Int64", doc="records after the baseline", source="lines"),
+    Column(name="unknown_records", dtype="Int64", doc="records of unknown type (skipped)"),
+    Column(name="turns", dtype="Int64", doc="turns (User records)", agg=("turns", None)),
+    *(
+        Column(
+            name=f"{o}_turns",
+            dtype="Int64",
+            doc=f"turns whose outcome is {o}",
+            agg=("turns", None),
+            where=("outcome", o),
+        )
+        for o in TURN_OUTCOMES
+    ),
+    Column(name="requests", dtype="Int64", doc="completions", agg=("requests", None)),
+    Column(
+        name="tool_calls",
+        dtype="Int64",
+        doc="tool calls the model made",
+        agg=("requests", "tool_calls"),
+    ),
+    *_request_sums("session"),
+    Column(
+        name="cache_reuse_ratio",
+        dtype="Float64",
+        unit="ratio",
+        doc="cached_tokens / (cached_tokens + processed_tokens) over the session",
+        derive=lambda f: ratio(f.cached_tokens, f.cached_tokens + f.processed_tokens),
+    ),
+    Column(
+        name="cache_losses",
+        dtype="Int64",
+        doc="CacheLoss records",
+        agg=("cache_losses", None),
+    ),
+    Column(
+        name="lost_tokens",
+        dtype="Int64",
+        unit="tokens",
+        doc="prompt tokens processed again after cache losses",
+        agg=("cache_losses", "lost_tokens"),
+    ),
+    Column(
+        name="lost_ms",
+        dtype="Float64",
+        unit="ms",
+        doc="time spent processing them again",
+        agg=("cache_losses", "lost_ms"),
+    ),
+    Column(name="limit_hits", dtype="Int64", doc="LimitHit records", agg=("limit_hits", None)),
+    *(
+        Column(
+            name=f"{k}_hits",
+            dtype="Int64",
+            doc=f"LimitHit records of kind {k}",
+            agg=("limit_hits", None),
+            where=("kind", k),
+        )
+        for k in LIMIT_KINDS
+    ),
+)
+
+COLUMNS: Mapping[str, tuple[Column, ...]] = {
+    "requests": REQUEST_COLUMNS,
+    "turns": TURN_COLUMNS,
+    "cache_losses": CACHE_LOSS_COLUMNS,
+    "limit_hits": LIMIT_HIT_COLUMNS,
+    "tool_calls": TOOL_CALL_COLUMNS,
+    "summary": SUMMARY_COLUMNS,
+}
+"""The columns of each frame, in order: the one definition the frames and their docs use."""
+
+ROW_RECORD = {
+    "requests": "usage",
+    "turns": "user",
+    "cache_losses": "cache_loss",
+    "limit_hits": "limit_hit",
+    "tool_calls": "tool_result",
+    "summary": "baseline",
+}
+"""The record type each frame has one row per."""
+
+
+def doc_table(frame: str) -> str:
+    """The column table of ``frame`` for its function's docstring: one line per column,
+    ``name`` (dtype, unit): doc [source]."""
+    record = ROW_RECORD[frame]
+    lines = []
+    for c in COLUMNS[frame]:
+        unit = f", {c.unit}" if c.unit else ""
+        lines.append(f"        ``{c.name}`` ({c.dtype}{unit}): {c.doc} [{c.origin(record)}]")
+    return "\n".join(lines).lstrip()

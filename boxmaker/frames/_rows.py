@@ -1,0 +1,536 @@
+"""The frames' reader: a session log's records into the column lists of every frame.
+
+:mod:`boxmaker.frames` builds the frames; this module fills their columns, one log at a time:
+
+1. :func:`file_log` reads a file with :func:`boxmaker.session.read_log` (read-only, one
+   ``json.loads`` per file, older schemas upgraded); :func:`session_log` takes an open
+   :class:`~boxmaker.session.Session`'s records.
+2. :func:`split_turns` cuts the records into :class:`Turn` stretches, numbered (session, turn,
+   completions before it).
+3. One small row writer per frame (``_write_requests``, ``_write_turns``, ...) adds a log's
+   rows, turn by turn, to its frame's column lists; :class:`Rows` holds the lists, runs the
+   writers the wanted frames need and writes the ``summary`` row of each log.
+4. Field columns (a record's value read as is, :attr:`boxmaker.frames.Column.field`) are taken
+   per log and per column, their JSON types checked.
+
+Values come from the records' data only: how a turn ended from its ``TurnEnd`` record (turns
+without one, from logs of schema 1 or a turn still running, from their records' structure),
+whether a tool ran from ``ToolResult.not_run``; never from the texts the loop wrote. A record
+that does not fit (not a JSON object, a field of the wrong type) leaves its whole log out
+(:class:`BadLog` naming file and line).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple, TypeAlias
+
+from ..records import COUNTS, is_measurement, record_to_json
+from ..session import LogReadWarning, Session, read_log
+from ._columns import COLUMNS, ENDING_LIMITS, TIME
+
+__all__ = ["HIDDEN", "BadLog", "Log", "Rows", "Turn", "file_log", "session_log", "split_turns"]
+
+HIDDEN = ("_session_row", "_turn_row", "_request_row")
+"""Hidden columns of every frame: the row of its session (summary), turn and latest request."""
+
+_JOINED = frozenset({"prompt_ms_per_token"})
+"""Reader-filled columns taken from another frame when the frames are built (see _build)."""
+
+_KNOWN = (
+    "assistant",
+    "tool_result",
+    "usage",
+    "user",
+    "limit_hit",
+    "cache_loss",
+    "turn_end",
+    "approval",
+)
+"""The record types the frames read (a tuple: ``in`` compares, so any JSON value is safe)."""
+
+_OK_TYPES: Mapping[str, tuple[type, ...]] = {
+    "Int64": (int,),
+    "Float64": (int, float),
+    "boolean": (bool,),
+    "string": (str,),
+    "category": (str,),
+    TIME: (str,),
+}
+"""The JSON value types a field column of each dtype accepts (``null`` is always accepted)."""
+
+
+class Log(NamedTuple):
+    """One log as the writers read it: its session id, file, baseline JSON and the JSON
+    records after the baseline (current schema)."""
+
+    session: str
+    path: str
+    head: dict[str, Any]
+    records: list[Any]
+
+
+class BadLog(Exception):
+    """A log the reader leaves out; the message names file and line."""
+
+
+class _BadRecord(Exception):
+    """args: (message, index of the record after the baseline)."""
+
+
+def file_log(path: Path) -> Log:
+    """Read a log file read-only with :func:`boxmaker.session.read_log` (one parse per file).
+
+    Raises:
+        SessionError: as :func:`~boxmaker.session.read_log` (the message names file and line).
+    """
+    data = read_log(path, repair=False)
+    sid = data.head.get("session_id")
+    return Log(str(sid) if sid else path.stem, str(path), data.head, data.records)
+
+
+def session_log(session: Session) -> Log:
+    """An open :class:`~boxmaker.session.Session` as a :class:`Log` (its records as JSON)."""
+    head = {"type": "baseline", "schema": session.schema, **record_to_json(session.baseline)}
+    records = [record_to_json(r) for r in session.records]
+    return Log(session.id, str(session.path), head, records)
+
+
+# -- splitting a log into turns ----------------------------------------------------------------
+
+
+class Turn(NamedTuple):
+    """A stretch of one log's records: a turn, from its ``User`` record up to the next one, or
+    the records before the first ``User`` (``number`` is ``None``).
+
+    Attributes:
+        number: the turn's number in the session (1, 2, ...), or ``None``.
+        start: index of ``records[0]`` among the log's records after the baseline (its line in
+            the file is ``start + 2``).
+        records: the stretch's records (JSON objects), in log order.
+        types: ``records[k]["type"]`` for each record (``None`` where it has none).
+        usages: the indexes ``k`` of its ``Usage`` records (its completions), in order.
+        requests_before: completions (``Usage`` records) of the session before the stretch:
+            the completion of ``records[usages[n]]`` is number ``requests_before + n + 1``.
+    """
+
+    number: int | None
+    start: int
+    records: list[dict[str, Any]]
+    types: list[Any]
+    usages: list[int]
+    requests_before: int
+
+
+def split_turns(records: list[Any], unknown: dict[str, int]) -> Iterator[Turn]:
+    """Cut a log's records (the JSON values after the baseline) into :class:`Turn` stretches.
+
+    Args:
+        records: the log's records, as :func:`boxmaker.session.read_log` gives them.
+        unknown: filled with the count of records of each type this version does not read.
+
+    Raises:
+        _BadRecord: a record is not a JSON object (with its index).
+    """
+    # list comprehensions and C-level list methods: this runs over every record of every log
+    try:
+        types = [r.get("type") for r in records]  # of JSON values, only objects have .get
+    except AttributeError:
+        bad = next(i for i, r in enumerate(records) if type(r) is not dict)
+        raise _BadRecord("line is not a JSON object", bad) from None
+    try:
+        odd = bool(set(types).difference(_KNOWN))
+    except TypeError:  # a "type" that is a JSON array or object
+        odd = True
+    if odd:
+        for t in types:
+            if t not in _KNOWN:
+                unknown[str(t)] = unknown.get(str(t), 0) + 1
+    number: int | None = None
+    start = before = 0
+    usages: list[int] = []
+    for i in [i for i, t in enumerate(types) if t == "usage" or t == "user"]:
+        if types[i] == "usage":
+            usages.append(i - start)
+            continue
+        if i > start:
+            yield Turn(number, start, records[start:i], types[start:i], usages, before)
+        number = 1 if number is None else number + 1
+        start, before, usages = i, before + len(usages), []
+    if len(records) > start:
+        yield Turn(number, start, records[start:], types[start:], usages, before)
+
+
+def _last_time(records: list[dict[str, Any]], default: Any) -> Any:
+    """The ``time`` of the last record of a known type that has one, else ``default``."""
+    for rec in reversed(records):
+        time = rec.get("time")
+        if time is not None and rec.get("type") in _KNOWN:
+            return time
+    return default
+
+
+def _call_lengths(rec: dict[str, Any], index: int) -> list[tuple[str, int]]:
+    """``(id, len(arguments))`` of each tool call of an assistant record."""
+    try:
+        return [(str(c["id"]), len(c["arguments"])) for c in rec.get("tool_calls") or ()]
+    except (TypeError, KeyError) as exc:
+        raise _BadRecord(f"malformed tool_calls in assistant record: {exc}", index) from None
+
+
+def _turn_end(rec: dict[str, Any], index: int) -> tuple[str, str | None, int | None]:
+    """``(outcome, detail, status)`` of a turn_end record, types checked."""
+    outcome, detail, status = rec.get("outcome"), rec.get("detail"), rec.get("status")
+    if type(outcome) is not str:
+        raise _BadRecord(f"turn_end record: outcome = {outcome!r:.60} is not str", index)
+    if detail is not None and type(detail) is not str:
+        raise _BadRecord(f"turn_end record: detail = {detail!r:.60} is not str", index)
+    if status is not None and type(status) is not int:
+        raise _BadRecord(f"turn_end record: status = {status!r:.60} is not int", index)
+    return outcome, detail, status
+
+
+def _inferred_outcome(turn: Turn) -> str:
+    """How a turn without a ``TurnEnd`` record ended, from its records' structure (logs of
+    schema 1, or a turn still running): an ending ``LimitHit``; else a last message that is an
+    ``Assistant`` without tool calls (``length`` when its completion was cut at
+    ``max_tokens``); else ``cancelled`` when a call was answered ``not_run: "cancelled"``;
+    else ``no_answer``."""
+    ending: str | None = None
+    answered = cut = cancelled = False
+    for kind, rec in zip(turn.types, turn.records, strict=True):
+        if kind == "assistant":
+            answered = not rec.get("tool_calls")
+        elif kind == "tool_result":
+            answered = False
+            cancelled = cancelled or rec.get("not_run") == "cancelled"
+        elif kind == "usage":
+            cut = rec.get("finish_reason") == "length"
+        elif kind == "limit_hit":
+            hit = rec.get("kind")
+            if type(hit) is str and hit in ENDING_LIMITS:
+                ending = hit
+    if ending is not None:
+        return ENDING_LIMITS[ending]
+    if answered:
+        return "length" if cut else "answered"
+    return "cancelled" if cancelled else "no_answer"
+
+
+# -- one row writer per frame: each fills its frame's column lists from a log's turns ---------
+
+
+class _Place(NamedTuple):
+    """Where one log's rows go: its session id and the first row of the log in each frame."""
+
+    session: str
+    session_row: int
+    first_turn_row: int
+    first_request_row: int
+
+    def turn_row(self, number: int | None) -> int:
+        """The ``turns`` row of turn ``number`` of this log (-1: before the first turn)."""
+        return -1 if number is None else self.first_turn_row + number - 1
+
+    def request_row(self, request: int) -> int:
+        """The ``requests`` row of completion ``request`` of this log (-1: none yet)."""
+        return self.first_request_row + request - 1 if request else -1
+
+
+class _Getter(NamedTuple):
+    extend: Callable[[Iterable[Any]], None]
+    key: str
+    sub: str | None
+    ok: frozenset[type]
+    name: str
+
+
+class Rows:
+    """Column lists of every frame, filled log by log; hidden ``_*`` columns tie rows together.
+
+    ``taken[frame]`` holds the current log's records of the frame's row type and their indexes,
+    whose field columns :func:`_take` adds once the writers are done with the log.
+    """
+
+    def __init__(self, need: set[str]) -> None:
+        self.need = need
+        self.cols: dict[str, dict[str, list[Any]]] = {}
+        self.getters: dict[str, list[_Getter]] = {}
+        self.taken: dict[str, tuple[list[dict[str, Any]], list[int]]] = {}
+        for frame, specs in COLUMNS.items():
+            cols: dict[str, list[Any]] = {}
+            getters: list[_Getter] = []
+            for c in specs:
+                if c.agg is not None or c.derive is not None or c.name in _JOINED:
+                    continue
+                cols[c.name] = []
+                if c.field is not None:
+                    key, _, sub = c.field.partition(".")
+                    ok = frozenset((*_OK_TYPES[c.dtype], type(None)))
+                    getters.append(_Getter(cols[c.name].extend, key, sub or None, ok, c.name))
+            for hidden in HIDDEN:
+                cols[hidden] = []
+            self.cols[frame] = cols
+            self.getters[frame] = getters
+        self.writers = [write for frame, write in _WRITERS if frame in need]
+
+    def sizes(self) -> dict[str, int]:
+        return {frame: len(cols["_session_row"]) for frame, cols in self.cols.items()}
+
+    def cut(self, sizes: Mapping[str, int]) -> None:
+        """Drop every row added after :meth:`sizes` gave ``sizes`` (a log that failed)."""
+        for frame, cols in self.cols.items():
+            for values in cols.values():
+                del values[sizes[frame] :]
+
+    def add(self, log: Log) -> None:
+        """Add one log's rows, or none of them (raising :class:`BadLog`)."""
+        sizes = self.sizes()
+        place = _Place(log.session, sizes["summary"], sizes["turns"], sizes["requests"])
+        self.taken = {frame: ([], []) for frame in self.getters if frame != "summary"}
+        unknown: dict[str, int] = {}
+        try:
+            turns = list(split_turns(log.records, unknown))
+            for write in self.writers:
+                write(self, place, log, turns)
+            for frame, (recs, indexes) in self.taken.items():
+                _take(recs, indexes, self.getters[frame])
+        except _BadRecord as exc:
+            self.cut(sizes)
+            raise BadLog(f"{log.path}:{exc.args[1] + 2}: {exc.args[0]}") from None
+        if unknown:
+            warnings.warn(
+                f"{log.path}: records of unknown type skipped: {', '.join(sorted(unknown))}",
+                LogReadWarning,
+                stacklevel=5,
+            )
+        for name, value in (
+            ("session", log.session),
+            ("path", log.path),
+            ("started", log.head.get("time")),
+            ("ended", _last_time(log.records, log.head.get("time"))),
+            ("records", len(log.records)),
+            ("unknown_records", sum(unknown.values())),
+            ("_session_row", place.session_row),
+            ("_turn_row", -1),
+            ("_request_row", -1),
+        ):
+            self.cols["summary"][name].append(value)
+
+
+_Writer: TypeAlias = Callable[[Rows, _Place, Log, list[Turn]], None]
+"""A frame's row writer: adds the rows of one log (its turns) to the frame's column lists."""
+
+
+def _place_rows(
+    cols: dict[str, list[Any]], place: _Place, numbers: list[int | None], requests: list[int]
+) -> None:
+    """The position columns of a log's rows: session, turn, request (when the frame has it),
+    hidden; ``numbers`` the turn of each row, ``requests`` the session's latest completion."""
+    n = len(requests)
+    cols["session"] += [place.session] * n
+    cols["turn"] += numbers
+    if "request" in cols:
+        cols["request"] += [r or None for r in requests]
+    cols["_session_row"] += [place.session_row] * n
+    cols["_turn_row"] += [place.turn_row(number) for number in numbers]
+    cols["_request_row"] += [place.request_row(r) for r in requests]
+
+
+def _write_requests(rows: Rows, place: _Place, log: Log, turns: list[Turn]) -> None:
+    """``requests``: a row per Usage record; ``tool_calls`` from the Assistant before it."""
+    recs, indexes = rows.taken["requests"]
+    numbers: list[int | None] = []
+    turn_requests: list[int | None] = []
+    counts: list[int | None] = []
+    for number, start, records, types, usages, _ in turns:
+        after = -1  # the previous usage: an assistant before it belongs to that one
+        for k in usages:
+            j = k - 1
+            while j > after and types[j] != "assistant":
+                j -= 1
+            if j <= after:
+                counts.append(None)
+            elif not (calls := records[j].get("tool_calls")):
+                counts.append(0)
+            elif type(calls) is list:  # each call is checked by the tool_calls writer
+                counts.append(len(calls))
+            else:
+                raise _BadRecord("malformed tool_calls in assistant record: not a list", start + j)
+            recs.append(records[k])
+            indexes.append(start + k)
+            after = k
+        n = len(usages)
+        numbers += [number] * n
+        turn_requests += range(1, n + 1) if number is not None else [None] * n
+    n = len(counts)
+    cols = rows.cols["requests"]
+    cols["session"] += [place.session] * n
+    cols["request"] += range(1, n + 1)
+    cols["turn"] += numbers
+    cols["turn_request"] += turn_requests
+    cols["tool_calls"] += counts
+    cols["_session_row"] += [place.session_row] * n
+    cols["_turn_row"] += [place.turn_row(number) for number in numbers]
+    cols["_request_row"] += range(place.first_request_row, place.first_request_row + n)
+
+
+def _write_turns(rows: Rows, place: _Place, log: Log, turns: list[Turn]) -> None:
+    """``turns``: a row per turn; the outcome from its ``TurnEnd`` record when it has one."""
+    cols = rows.cols["turns"]
+    last_time = log.head.get("time")
+    for turn in turns:
+        last_time = _last_time(turn.records, last_time)
+        if turn.number is None:
+            continue
+        detail = status = None
+        iterations = 0
+        end: tuple[str, str | None, int | None] | None = None
+        for k, kind in enumerate(turn.types):
+            if kind == "assistant" and turn.records[k].get("tool_calls"):
+                iterations += 1
+            elif kind == "turn_end":
+                end = _turn_end(turn.records[k], turn.start + k)
+        if end is not None:
+            outcome, detail, status = end
+        else:
+            outcome = _inferred_outcome(turn)
+        for name, value in (
+            ("session", place.session),
+            ("turn", turn.number),
+            ("started", turn.records[0].get("time")),
+            ("ended", last_time),
+            ("outcome", outcome),
+            ("end_detail", detail),
+            ("http_status", status),
+            ("iterations", iterations),
+            ("_session_row", place.session_row),
+            ("_turn_row", -1),
+            ("_request_row", -1),
+        ):
+            cols[name].append(value)
+
+
+def _at_request(frame: str, kind: str) -> _Writer:
+    """The writer of a frame with a row per ``kind`` record, placed at the latest completion."""
+
+    def write(rows: Rows, place: _Place, log: Log, turns: list[Turn]) -> None:
+        recs, indexes = rows.taken[frame]
+        numbers: list[int | None] = []
+        requests: list[int] = []
+        for number, start, records, types, _, request in turns:
+            if kind not in types:
+                continue
+            for k, t in enumerate(types):
+                if t == "usage":
+                    request += 1
+                elif t == kind:
+                    recs.append(records[k])
+                    indexes.append(start + k)
+                    numbers.append(number)
+                    requests.append(request)
+        _place_rows(rows.cols[frame], place, numbers, requests)
+
+    return write
+
+
+def _write_tool_calls(rows: Rows, place: _Place, log: Log, turns: list[Turn]) -> None:
+    """``tool_calls``: a row per ToolResult; ``arguments_chars`` from the call, by its id; the
+    approval columns from the ``Approval`` record of the same call number, when one was made."""
+    recs, indexes = rows.taken["tool_calls"]
+    cols = rows.cols["tool_calls"]
+    arguments: dict[str, int] = {}  # tool_call_id -> len(arguments), over the whole log
+    approvals: dict[Any, dict[str, Any]] = {}  # call number -> its Approval record
+    numbers: list[int | None] = []
+    requests: list[int] = []
+    for number, start, records, types, _, request in turns:
+        for k, kind in enumerate(types):
+            if kind == "usage":
+                request += 1
+            elif kind == "assistant":
+                arguments.update(_call_lengths(records[k], start + k))
+            elif kind == "approval":
+                approvals[records[k].get("call")] = records[k]
+            elif kind == "tool_result":
+                rec = records[k]
+                content, call_id = rec.get("content"), rec.get("tool_call_id")
+                if type(content) is not str:
+                    raise _BadRecord("tool_result record without a 'content' string", start + k)
+                recs.append(rec)
+                indexes.append(start + k)
+                numbers.append(number)
+                requests.append(request)
+                cols["arguments_chars"].append(
+                    arguments.get(call_id) if type(call_id) is str else None
+                )
+                cols["result_chars"].append(len(content))
+                decided = approvals.pop(rec.get("call"), None) or {}
+                for column, key, kinds in _APPROVAL_COLUMNS:
+                    value = decided.get(key)
+                    cols[column].append(value if type(value) in kinds else None)
+    _place_rows(cols, place, numbers, requests)
+
+
+_APPROVAL_COLUMNS = (
+    ("approval", "decision", (str,)),
+    ("approved_by", "by", (str,)),
+    ("approval_reason", "reason", (str,)),
+    ("approval_wait_ms", "waited_ms", (int, float)),
+)
+"""tool_calls column, Approval field, the JSON types kept (others read as missing)."""
+
+
+_WRITERS: tuple[tuple[str, _Writer], ...] = (
+    ("requests", _write_requests),
+    ("turns", _write_turns),
+    ("cache_losses", _at_request("cache_losses", "cache_loss")),
+    ("limit_hits", _at_request("limit_hits", "limit_hit")),
+    ("tool_calls", _write_tool_calls),
+)
+"""The row writer of each frame (``summary`` rows are written per log by :meth:`Rows.add`)."""
+
+
+def _take(recs: list[dict[str, Any]], indexes: list[int], getters: list[_Getter]) -> None:
+    """Add the field columns of one log's records of a frame (one list per column, types
+    checked per column), or raise :class:`_BadRecord` for the first value of a wrong type."""
+    outer: dict[str, list[Any]] = {}  # e.g. every record's "timings", read once
+    for extend, key, sub, ok, name in getters:
+        if sub is None:
+            values = [r.get(key) for r in recs]
+        else:
+            if key not in outer:
+                outer[key] = [r.get(key) for r in recs]
+            values = [v.get(sub) if type(v) is dict else None for v in outer[key]]
+        kinds = set(map(type, values))
+        wrong = kinds - ok
+        if wrong:
+            j = next(j for j, v in enumerate(values) if type(v) in wrong)
+            want = " or ".join(sorted(t.__name__ for t in ok if t is not type(None)))
+            raise _BadRecord(f"{name}: {values[j]!r} is not {want}", indexes[j])
+        if key in COUNTS and sub is None and any(type(v) is int and v < 0 for v in values):
+            j = next(j for j, v in enumerate(values) if type(v) is int and v < 0)
+            raise _BadRecord(f"{name}: {values[j]!r} is not a count (>= 0)", indexes[j])
+        if key == "timings" and (
+            (bad := next((v for v in values if v is not None and not is_measurement(v)), None))
+            is not None
+        ):  # the session's rule: a timing is a finite number >= 0
+            j = values.index(bad)
+            raise _BadRecord(f"{name}: {bad!r:.40} is not a finite number >= 0", indexes[j])
+        if (
+            int in kinds
+            and (
+                big := next(
+                    (v for v in values if type(v) is int and not _INT64[0] <= v <= _INT64[1]), None
+                )
+            )
+            is not None
+        ):
+            j = values.index(big)
+            raise _BadRecord(f"{name}: {big!r:.40} is out of range (64-bit)", indexes[j])
+        extend(values)
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+"""The range of the frames' integer columns (pandas Int64)."""

@@ -1,0 +1,243 @@
+"""``boxmaker report PATH... [--html FILE]``: usage, cache loss and limit hits of session logs.
+
+The text report (printed) has one table per question: the sessions (:func:`boxmaker.frames.
+summary`), turns by outcome, limit hits by kind, cache losses by session and by cause (what
+cache forensics found: lost tokens and lost time of each), tool calls by tool.
+The HTML report holds the same tables and the plots of :mod:`boxmaker.frames.plots`, embedded as
+base64 PNG images, in one self-contained file (no scripts, styles inline, nothing fetched).
+
+:func:`gather` reads the logs and says what it left out; nothing here prints (the command's
+output and exit codes are :mod:`boxmaker.cli`'s).
+"""
+
+from __future__ import annotations
+
+import base64
+import html as html_lib
+import io
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pandas as pd
+
+from . import _build as frames
+
+__all__ = ["Gathered", "format_html", "format_text", "gather", "tables"]
+
+_T = TypeVar("_T")
+
+SESSION_COLUMNS = (
+    "session",
+    "turns",
+    "answered_turns",
+    "requests",
+    "tool_calls",
+    "cached_tokens",
+    "processed_tokens",
+    "generated_tokens",
+    "reasoning_tokens",
+    "prompt_ms",
+    "generation_ms",
+    "cache_reuse_ratio",
+    "cache_losses",
+    "lost_tokens",
+    "limit_hits",
+)
+"""The summary columns the report's sessions table shows."""
+
+PER_REQUEST_PLOTS = 4
+"""The per-request plots show at most this many sessions (the ones with most requests)."""
+
+
+def tables(loaded: frames.Frames) -> dict[str, pd.DataFrame]:
+    """The report's tables, by title, from the frames of :func:`boxmaker.frames.load`.
+
+    ``Sessions`` (a row per session and a ``total`` row), ``Turns by outcome`` (every outcome
+    of :data:`boxmaker.frames.TURN_OUTCOMES`), ``Limit hits by kind`` (every kind),
+    ``Cache losses by session``, ``Cache losses by cause`` (losses without a cause as
+    ``not explained``), ``Tool calls by tool``. Milliseconds are rounded to 0.1,
+    ratios to 0.001.
+    """
+    s = loaded.summary
+    sessions = s[list(SESSION_COLUMNS)].copy()
+    sessions["session"] = sessions["session"].astype("string")
+    prompt = s.cached_tokens.sum() + s.processed_tokens.sum()
+    total: dict[str, Any] = {
+        name: sessions[name].sum() for name in SESSION_COLUMNS if name != "session"
+    }
+    total |= {
+        "session": "total",
+        "cache_reuse_ratio": s.cached_tokens.sum() / prompt if prompt else pd.NA,
+    }
+    total_row = pd.DataFrame([total], columns=list(SESSION_COLUMNS)).astype(sessions.dtypes)
+    sessions = pd.concat([sessions, total_row], ignore_index=True)
+
+    t = loaded.turns
+    outcomes = t.groupby("outcome", observed=False).agg(
+        turns=("turn", "size"),
+        requests=("requests", "sum"),
+        tool_calls=("tool_calls", "sum"),
+        generated_tokens=("generated_tokens", "sum"),
+        mean_wall_ms=("wall_ms", "mean"),
+    )
+    hits = loaded.limit_hits.groupby("kind", observed=False).agg(
+        hits=("kind", "size"),
+        sessions=("session", "nunique"),
+        ended_turns=("ended_turn", "sum"),
+    )
+    c = loaded.cache_losses
+    losses = c.groupby("session", observed=True).agg(
+        losses=("lost_tokens", "size"),
+        lost_tokens=("lost_tokens", "sum"),
+        lost_ms=("lost_ms", "sum"),
+        mean_lost_tokens=("lost_tokens", "mean"),
+    )
+    by_cause = c.assign(cause=c["cause"].astype("string").fillna("not explained"))
+    causes = by_cause.groupby("cause").agg(
+        losses=("lost_tokens", "size"),
+        sessions=("session", "nunique"),
+        lost_tokens=("lost_tokens", "sum"),
+        lost_ms=("lost_ms", "sum"),
+    )
+    tc = loaded.tool_calls
+    tools = tc.groupby("name", observed=True).agg(
+        calls=("call", "size"),
+        ran=("ran", "sum"),
+        truncated=("truncated", "sum"),
+        mean_arguments_chars=("arguments_chars", "mean"),
+        mean_result_chars=("result_chars", "mean"),
+    )
+    out = {
+        "Sessions": sessions,
+        "Turns by outcome": outcomes.reset_index(),
+        "Limit hits by kind": hits.reset_index(),
+        "Cache losses by session": losses.reset_index(),
+        "Cache losses by cause": causes.sort_values("lost_tokens", ascending=False).reset_index(),
+        "Tool calls by tool": tools.reset_index(),
+    }
+    return {title: _rounded(df) for title, df in out.items()}
+
+
+def _rounded(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.copy()
+    for name in df.columns:
+        if str(df[name].dtype) in ("Float64", "float64"):
+            digits = 3 if name.endswith("ratio") else 1
+            df[name] = df[name].astype("Float64").round(digits)
+    return df
+
+
+def format_text(loaded: frames.Frames) -> str:
+    """The text report: each of :func:`tables` under its title (``(none)`` when empty)."""
+    parts = []
+    for title, df in tables(loaded).items():
+        body = df.to_string(index=False) if len(df) else "(none)"
+        parts.append(f"{title}\n{'-' * len(title)}\n{body}\n")
+    return "\n".join(parts)
+
+
+def _png(figure: Any) -> str:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=96)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.85em; }
+th, td { border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; }
+th { background: #f0f0f0; }
+img { max-width: 100%; display: block; margin: 0.5em 0 1.5em; }
+"""
+
+
+def format_html(
+    loaded: frames.Frames, *, title: str = "boxmaker report", left_out: Sequence[str] = ()
+) -> str:
+    """A self-contained HTML report: :func:`tables`, then the plots as embedded PNG images
+    (``data:image/png;base64,...``): limit hits per kind, cache reuse along the sessions, lost
+    tokens by cause (when there are losses), and
+    tokens and time per request for the sessions with the most requests (at most
+    :data:`PER_REQUEST_PLOTS`). ``left_out`` lists the logs (or lines) that could not be read,
+    shown first so a reader knows what the numbers do not cover."""
+    from . import plots  # matplotlib only when a report with plots is made
+
+    body = [f"<h1>{html_lib.escape(title)}</h1>"]
+    if left_out:
+        items = "".join(f"<li>{html_lib.escape(m)}</li>" for m in left_out)
+        body.append(f"<h2>Left out</h2><ul>{items}</ul>")
+    for name, df in tables(loaded).items():
+        body.append(f"<h2>{html_lib.escape(name)}</h2>")
+        body.append(df.to_html(index=False, na_rep="", border=0) if len(df) else "<p>(none)</p>")
+    body.append("<h2>Plots</h2>")
+    req = loaded.requests
+    figures = [
+        plots.limit_hits_per_kind(loaded.limit_hits),
+        plots.cache_reuse(req, loaded.cache_losses),
+    ]
+    if len(loaded.cache_losses):
+        figures.append(plots.lost_tokens_by_cause(loaded.cache_losses))
+    busiest = req.groupby("session", observed=True).size().sort_values(ascending=False)
+    for session in list(busiest.index[:PER_REQUEST_PLOTS]):
+        rows = req[req["session"] == session]
+        for draw in (plots.tokens_per_request, plots.time_per_request):
+            figure = draw(rows)
+            figure.axes[0].set_title(f"{figure.axes[0].get_title()}: {session}")
+            figures.append(figure)
+    for figure in figures:
+        alt = html_lib.escape(figure.axes[0].get_title(), quote=True)
+        body.append(f'<img alt="{alt}" src="{_png(figure)}">')
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html_lib.escape(title)}</title><style>{_STYLE}</style></head>\n<body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
+
+
+def _collect(call: Callable[[], _T], messages: list[str]) -> _T:
+    """Run ``call``, keeping its :class:`~boxmaker.frames.LogReadWarning` messages."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", frames.LogReadWarning)
+        result = call()
+    for w in caught:
+        if issubclass(w.category, frames.LogReadWarning):
+            messages.append(str(w.message))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return result
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """The session logs under some paths, read for a report.
+
+    Attributes:
+        loaded: the frames of every readable log, ``None`` when there is nothing to report.
+        left_out: why logs (or paths) were left out, one message each (file and line).
+        logs: how many logs were found.
+        error: why there is nothing to report (no log found, none readable), else ``None``.
+    """
+
+    loaded: frames.Frames | None
+    left_out: tuple[str, ...]
+    logs: int
+    error: str | None = None
+
+
+def gather(paths: Sequence[str]) -> Gathered:
+    """Find and read the session logs under ``paths`` (files, or directories searched
+    recursively for ``*.jsonl``), keeping the :class:`~boxmaker.frames.LogReadWarning` of each
+    log left out as a message instead of warning."""
+    problems: list[str] = []
+    logs = _collect(lambda: frames.find_logs(list(paths)), problems)
+    if not logs:
+        error = f"no session logs (*.jsonl) found in {', '.join(paths)}"
+        return Gathered(None, tuple(problems), 0, error)
+    loaded = _collect(lambda: frames.load(logs), problems)
+    if loaded.summary.empty:
+        error = f"none of the {len(logs)} session logs is readable"
+        return Gathered(None, tuple(problems), len(logs), error)
+    return Gathered(loaded, tuple(problems), len(logs))

@@ -1,0 +1,344 @@
+"""The session log file: one reader, one locked writer, and the atomic upgrade.
+
+A log is JSON Lines (one JSON object per line, UTF-8, ``\\n``-terminated); the first line is
+the baseline with ``"schema"`` and ``"session_id"``, every later line one record (see
+:mod:`boxmaker.records`). This module knows the file, not the record types:
+
+- :func:`read_log`: the only reader. Every consumer (:class:`~boxmaker.session.Session`, the
+  frames, the widgets) reads through it, so they accept and refuse the same logs: a torn last
+  line is dropped with a :class:`LogReadWarning` (and set aside in ``<log>.torn`` when
+  repairing), the first line must be a baseline of a schema this version reads, and older
+  schemas are upgraded in memory by :mod:`boxmaker.session`. The whole file is parsed in
+  one call (the frames' speed relies on it): :func:`boxmaker._json.loads`, orjson where it
+  reads as :func:`json.loads` does.
+- :class:`LogWriter`: the one writer of a log. It holds an exclusive ``flock`` on the file for
+  as long as it is open, so a second writer (another process, or the same one) is refused with
+  :class:`~boxmaker.errors.SessionError` naming the holder's pid; readers never lock. Each
+  append is one ``write`` of the whole line on an unbuffered descriptor, then ``fsync``; a
+  write that fails (a full disk) is cut back with ``ftruncate``, so the file is exactly as
+  before it and no stray bytes land later.
+- :func:`upgrade_log`: rewrites an older log in the current schema, atomically (a new file
+  beside it, ``fsync``, ``rename``), holding the writer's lock.
+
+What a kill loses: nothing that :meth:`LogWriter.append` returned from (it was fsynced); a
+kill in the middle of a write leaves a torn last line, dropped on the next read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import _json
+from ..errors import SessionError
+from ..records import SCHEMA_VERSION
+from ._migrations import upgrade
+
+__all__ = ["LogData", "LogReadWarning", "LogWriter", "dumps_line", "read_log", "upgrade_log"]
+
+
+class LogReadWarning(UserWarning):
+    """A session log, or part of one, could not be read; the message names file and line."""
+
+
+@dataclass(frozen=True)
+class LogData:
+    """One log as read by :func:`read_log`.
+
+    Attributes:
+        path: the file.
+        head: the baseline line's JSON object, as written (its ``schema`` is the file's).
+        schema: the schema the file was written in (``head["schema"]``).
+        records: the JSON objects of the lines after the baseline, upgraded to the current
+            schema; ``records[i]`` is line ``i + 2`` of the file.
+        migrated: the names of the :mod:`boxmaker.session` steps run (empty when current).
+    """
+
+    path: Path
+    head: dict[str, Any]
+    schema: int
+    records: list[Any]
+    migrated: tuple[str, ...]
+
+
+def read_log(path: str | os.PathLike[str], *, repair: bool = False) -> LogData:
+    """Read a session log: torn-tail handling, head and schema checks, migrations.
+
+    A last line without ``\\n`` is kept when it is a whole record (the ``\\n`` is added on disk
+    when ``repair``); otherwise it is a torn write, dropped with a :class:`LogReadWarning`
+    saying what was dropped, and, when ``repair``, its bytes are appended to ``<log>.torn``
+    and the log is cut back to its last whole line.
+
+    Args:
+        path: the ``.jsonl`` log.
+        repair: fix a torn or unterminated last line on disk. Only the log's writer may
+            (:class:`LogWriter` holds the lock); ``False`` never touches the file.
+
+    Returns:
+        The :class:`LogData`. Records are not checked against their types here (lines are
+        JSON values; :func:`boxmaker.records.record_from_json` checks each).
+
+    Raises:
+        SessionError: the file cannot be read; it is empty; a line other than a torn last one
+            is not JSON or is nested too deeply (the message names file and line); the first
+            line is not a baseline object; its schema is not one this version reads.
+    """
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise SessionError(f"{p}: cannot read session log: {exc}") from exc
+    end = raw.rfind(b"\n") + 1
+    if end < len(raw):
+        tail = raw[end:]
+        if _whole_record(tail):
+            raw += b"\n"
+            if repair:
+                _append_bytes(p, b"\n")
+        else:
+            _drop_torn(p, tail, end, repair)
+            raw = raw[:end]
+    count = raw.count(b"\n")
+    if not count:
+        raise SessionError(f"{p}: empty session log (no baseline line)")
+    # One parse for the whole file: the lines joined into a JSON array. A line that is not one
+    # JSON value gives an error or a different count; then each line is parsed alone to name
+    # the first bad one.
+    joined = b"[" + raw[:-1].replace(b"\n", b",") + b"]"
+    try:
+        lines: list[Any] = _json.loads(joined)
+    except (ValueError, RecursionError):
+        lines = []
+    if len(lines) != count:
+        lines = [_load_line(p, n, line) for n, line in enumerate(raw.split(b"\n")[:-1], 1)]
+    head = lines[0]
+    if type(head) is not dict or head.get("type") != "baseline":
+        raise SessionError(f"{p}:1: first line is not a baseline record")
+    schema = head.get("schema")
+    try:
+        records, migrated = upgrade(schema, lines[1:])
+    except ValueError as exc:
+        raise SessionError(f"{p}:1: {exc}") from exc
+    assert type(schema) is int  # upgrade() checked it
+    return LogData(p, head, schema, records, tuple(migrated))
+
+
+def dumps_line(obj: dict[str, Any]) -> bytes:
+    """One log line: compact JSON, UTF-8 (lone surrogates kept as ``\\u`` escapes), ``\\n``.
+
+    The text is the one of ``json.dumps(obj, ensure_ascii=False, separators=(",", ":"))``
+    in meaning (the same JSON value, keys in the same order), made by orjson when it can
+    (:func:`boxmaker._json.dumps`).
+    """
+    line = _json.dumps(obj)
+    if line is not None:
+        return line + b"\n"
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode("utf-8") + b"\n"
+    except UnicodeEncodeError:
+        return json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode() + b"\n"
+
+
+class LogWriter:
+    """The one writer of a log file: an exclusive lock while open, all-or-nothing appends.
+
+    Args:
+        path: the log.
+        create: make the file (it must not exist) instead of opening an existing one.
+
+    Raises:
+        SessionError: the file exists (``create``) or does not (otherwise), cannot be opened,
+            or another writer holds it (the message names the log and the holder's pid).
+
+    The lock is ``flock(LOCK_EX | LOCK_NB)`` on the log itself, held until :meth:`close`;
+    ``<log>.writer`` holds the writer's pid while it is open (information for the error
+    message; the lock is the truth, so a stale file is harmless).
+    """
+
+    def __init__(self, path: Path, *, create: bool = False) -> None:
+        self.path = path
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | (os.O_CREAT | os.O_EXCL if create else 0)
+        try:
+            self._fd: int | None = os.open(path, flags, 0o644)
+        except FileExistsError as exc:
+            raise SessionError(f"{path}: a session log with this id exists already") from exc
+        except FileNotFoundError as exc:
+            raise SessionError(f"{path}: cannot read session log: {exc}") from exc
+        except OSError as exc:
+            raise SessionError(f"{path}: cannot open session log for writing: {exc}") from exc
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(self._fd)
+            self._fd = None
+            raise SessionError(
+                f"{path}: another writer has this log open ({_holder(path)}); a log has one "
+                "writer at a time (open it read-only to look at it)"
+            ) from exc
+        with contextlib.suppress(OSError):  # information only
+            _info(path).write_text(f"{os.getpid()}\n", encoding="ascii")
+
+    @property
+    def closed(self) -> bool:
+        """The writer was closed (the lock released)."""
+        return self._fd is None
+
+    def append(self, line: bytes) -> None:
+        """Write ``line`` (whole lines, ``\\n``-terminated) and fsync it; all or nothing.
+
+        Raises:
+            SessionError: the writer is closed, or the write or fsync failed (a full disk,
+                an I/O error); the file is then cut back to its size before the call.
+        """
+        fd = self._fd
+        if fd is None:
+            raise SessionError(f"{self.path}: the session log was closed")
+        size = os.fstat(fd).st_size
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except OSError as exc:
+            try:
+                os.ftruncate(fd, size)
+                os.fsync(fd)
+            except OSError as undo:
+                raise SessionError(
+                    f"{self.path}: cannot append record ({exc}), and cutting the partial write "
+                    f"back failed too ({undo}): the last line of the log may be torn"
+                ) from exc
+            raise SessionError(
+                f"{self.path}: cannot append record: {exc}; the log is as it was before"
+            ) from exc
+
+    def close(self) -> None:
+        """Release the lock and close the file (idempotent)."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        with contextlib.suppress(OSError):
+            _info(self.path).unlink(missing_ok=True)
+        try:
+            os.close(fd)  # closing the last descriptor releases the flock
+        except OSError as exc:
+            raise SessionError(f"{self.path}: closing the session log failed: {exc}") from exc
+
+    def __del__(self) -> None:
+        # like a file object: a writer dropped without close() releases its lock
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+def upgrade_log(path: str | os.PathLike[str]) -> tuple[int, tuple[str, ...]]:
+    """Rewrite a log in the current schema, in place and atomically.
+
+    Takes the writer's lock, reads the log (repairing a torn tail), runs the migrations, writes
+    the result to ``<log>.upgrade`` beside it, fsyncs, renames it over the log and fsyncs the
+    directory. A log already current is left untouched.
+
+    Returns:
+        The schema the log had, and the names of the steps run (empty when current).
+
+    Raises:
+        SessionError: as :func:`read_log`, a writer holds the log, or it cannot be written
+            (the log is then unchanged).
+    """
+    p = Path(path)
+    writer = LogWriter(p)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            data = read_log(p, repair=True)
+        if not data.migrated:
+            return data.schema, ()
+        head = {**data.head, "schema": SCHEMA_VERSION}
+        aside = p.with_name(p.name + ".upgrade")
+        try:
+            with aside.open("wb") as fh:
+                fh.write(dumps_line(head))
+                for rec in data.records:
+                    fh.write(dumps_line(rec))
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(aside, p)
+            dir_fd = os.open(p.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        except OSError as exc:
+            aside.unlink(missing_ok=True)
+            raise SessionError(f"{p}: cannot write the upgraded log: {exc}") from exc
+        return data.schema, data.migrated
+    finally:
+        writer.close()
+
+
+def _info(path: Path) -> Path:
+    return path.with_name(path.name + ".writer")
+
+
+def _holder(path: Path) -> str:
+    try:
+        pid = _info(path).read_text(encoding="ascii").strip()
+    except OSError:
+        return "pid unknown"
+    return f"pid {pid}" if pid.isdigit() else "pid unknown"
+
+
+def _whole_record(tail: bytes) -> bool:
+    try:
+        data = json.loads(tail)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and "type" in data and "time" in data
+
+
+def _append_bytes(path: Path, data: bytes) -> None:
+    try:
+        with path.open("ab") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        raise SessionError(f"{path}: cannot repair the last line: {exc}") from exc
+
+
+def _load_line(path: Path, number: int, line: bytes) -> Any:
+    try:
+        return json.loads(line)
+    except RecursionError:
+        raise SessionError(f"{path}:{number}: line nested too deeply: {line[:80]!r}") from None
+    except ValueError as exc:
+        raise SessionError(f"{path}:{number}: corrupt line ({exc}): {line[:80]!r}") from exc
+
+
+def _drop_torn(path: Path, torn: bytes, keep: int, repair: bool) -> None:
+    side = path.with_name(path.name + ".torn")
+    if repair:
+        try:
+            with side.open("ab") as fh:
+                fh.write(torn + b"\n")
+            with path.open("r+b") as fh:
+                fh.truncate(keep)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            raise SessionError(
+                f"{path}: torn last line that could not be set aside: {exc}"
+            ) from exc
+    kept = f"; the bytes are kept in {side.name}" if repair else " (read-only: file untouched)"
+    warnings.warn(
+        f"{path}: dropped a torn last line ({len(torn)} bytes, a write cut short: "
+        f"{torn[:60]!r}){kept}",
+        LogReadWarning,
+        stacklevel=3,
+    )

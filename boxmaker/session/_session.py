@@ -1,0 +1,417 @@
+"""An append-only session log on disk (JSON Lines), its baseline, and ``messages()``.
+
+File layout: ``<directory>/<session_id>.jsonl``, one JSON object per line (see
+:mod:`boxmaker.records`). The first line is the baseline with the log format version::
+
+    {"type": "baseline", "schema": 2, "session_id": "20261130T070102Z-3f9a1c2e", "time": ...,
+     "system": "You are ...", "tools": [...]}
+
+The file itself (reading, torn last lines, the writer's lock, all-or-nothing fsynced appends,
+upgrades of older schemas) is :mod:`boxmaker.session`'s. Guarantees:
+
+- one writer per log: a :class:`Session` created or opened for writing holds an exclusive lock
+  until :meth:`Session.close`; a second writer gets :class:`SessionError` naming the holder's
+  pid. ``Session.open(path, read_only=True)`` never locks and never touches the file.
+- one turn at a time per session: :meth:`Session.turn` refuses a second turn.
+- a record :meth:`Session.append` returned from survives a killed process; a failed append
+  (a full disk) leaves the file as it was, and the record is not kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import threading
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ..errors import SessionError
+from ..records import (
+    SCHEMA_VERSION,
+    Assistant,
+    Baseline,
+    Record,
+    ToolCall,
+    ToolResult,
+    TurnEnd,
+    Unknown,
+    Usage,
+    User,
+    baseline_from_json,
+    record_from_json,
+    record_to_json,
+    utc_now,
+)
+from ._file import LogReadWarning, LogWriter, dumps_line, read_log
+
+__all__ = ["Session", "message_of", "messages", "new_session_id", "wire_arguments"]
+
+_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def new_session_id() -> str:
+    """A fresh session id, safe as a file name: ``YYYYmmddTHHMMSSZ-<8 hex digits>``."""
+    return f"{utc_now():%Y%m%dT%H%M%SZ}-{secrets.token_hex(4)}"
+
+
+def wire_arguments(arguments: str) -> str:
+    """The arguments text to send back to the server for a logged tool call.
+
+    The model's text is kept when it is a JSON object; anything else (not JSON, or JSON that is
+    not an object) becomes ``"{}"``: llama.cpp parses the arguments of every tool call in the
+    history and answers HTTP 500 to one that is not valid JSON, on every retry.
+    """
+    try:
+        value = json.loads(arguments)
+    except (ValueError, RecursionError):
+        return "{}"
+    return arguments if isinstance(value, dict) else "{}"
+
+
+def messages(baseline: Baseline, records: Iterable[Record]) -> list[dict[str, Any]]:
+    """The OpenAI chat-completions ``messages`` for a session's records.
+
+    System prompt from the baseline (when not empty), then each record's :func:`message_of`
+    (``Usage``, ``CacheLoss``, ``LimitHit``, ``TurnEnd`` and unknown records are not
+    messages). The result depends on the records only (no time, no state), so a session that
+    grows by appending gives messages that extend the previous ones: the prefix property
+    llama.cpp's prompt cache relies on. :class:`Session` keeps the same list incrementally.
+    """
+    out: list[dict[str, Any]] = []
+    if baseline.system:
+        out.append({"role": "system", "content": baseline.system})
+    for r in records:
+        message = message_of(r)
+        if message is not None:
+            out.append(message)
+    return out
+
+
+def message_of(record: Record) -> dict[str, Any] | None:
+    """One record's OpenAI chat-completions message, or ``None`` for a record that is none.
+
+    ``User`` -> ``{"role": "user", "content"}``; ``Assistant`` -> ``{"role": "assistant",
+    "content", "reasoning_content"?, "tool_calls"?}`` (arguments through
+    :func:`wire_arguments`); ``ToolResult`` -> ``{"role": "tool", "tool_call_id", "content"}``.
+    ``reasoning_content`` is sent back because llama.cpp reuses the cache of a follow-up
+    request inside a turn only when the template re-renders the same reasoning.
+    """
+    if isinstance(record, User):
+        return {"role": "user", "content": record.content}
+    if isinstance(record, Assistant):
+        msg: dict[str, Any] = {"role": "assistant", "content": record.content or ""}
+        if record.reasoning:
+            msg["reasoning_content"] = record.reasoning
+        if record.tool_calls:
+            msg["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": wire_arguments(c.arguments)},
+                }
+                for c in record.tool_calls
+            ]
+        return msg
+    if isinstance(record, ToolResult):
+        return {"role": "tool", "tool_call_id": record.tool_call_id, "content": record.content}
+    return None
+
+
+class Session:
+    """An append-only log of records on disk (JSON Lines); thread-safe appends.
+
+    Create one with :meth:`create` or reopen one with :meth:`open`; use it as a context
+    manager (or call :meth:`close`) to release the file and its writer's lock.
+
+    Attributes:
+        path: the log file.
+        id: the session id (the file's stem).
+        baseline: the system prompt and tools every request starts with.
+        schema: the log format version of the file (older ones are upgraded in memory on read;
+            ``boxmaker log upgrade`` rewrites the file).
+        read_only: opened with ``read_only=True``: :meth:`append` raises.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        session_id: str,
+        baseline: Baseline,
+        records: list[Record],
+        schema: int,
+        writer: LogWriter | None,
+    ) -> None:
+        """Internal: use :meth:`create` or :meth:`open`."""
+        self.path = path
+        self.id = session_id
+        self.baseline = baseline
+        self.schema = schema
+        self.read_only = writer is None
+        self._records: list[Record] = []
+        self._messages = messages(baseline, ())
+        self._next_call = 1
+        self._last_usage: Usage | None = None
+        self._open_turn = False  # a User record with no TurnEnd after it (yet)
+        self._turn_ends = schema >= 2  # this log writes TurnEnd records
+        self._lock = threading.Lock()
+        self._writer = writer
+        self._in_turn = False
+        for record in records:
+            self._track(record)
+
+    # -- creation -----------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        directory: str | os.PathLike[str],
+        baseline: Baseline | None = None,
+        *,
+        session_id: str | None = None,
+    ) -> Session:
+        """Start a new log ``<directory>/<session_id>.jsonl`` holding the baseline, open for
+        writing (the writer's lock is held until :meth:`close`).
+
+        Args:
+            directory: where the log goes; created when missing.
+            baseline: system prompt and tools (default: empty system prompt, no tools).
+            session_id: a name safe as a file name (letters, digits, ``.``, ``_``, ``-``,
+                at most 128 characters); default :func:`new_session_id`.
+
+        Raises:
+            SessionError: the id is unsafe, the log exists already, or it cannot be written.
+        """
+        baseline = baseline or Baseline()
+        if not isinstance(baseline, Baseline):
+            raise SessionError(f"baseline must be a Baseline, not {type(baseline).__name__}")
+        sid = new_session_id() if session_id is None else session_id
+        if not _SAFE_ID.fullmatch(sid):
+            raise SessionError(f"session id {sid!r} is not safe as a file name")
+        folder = Path(directory)
+        path = folder / f"{sid}.jsonl"
+        head = record_to_json(baseline)
+        head = {"type": "baseline", "schema": SCHEMA_VERSION, "session_id": sid, **head}
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SessionError(f"{folder}: cannot create the session directory: {exc}") from exc
+        writer = LogWriter(path, create=True)
+        try:
+            writer.append(dumps_line(head))
+        except SessionError as exc:
+            writer.close()
+            path.unlink(missing_ok=True)
+            raise SessionError(f"{path}: cannot create session log: {exc}") from exc
+        return cls(path, sid, baseline, [], SCHEMA_VERSION, writer)
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        read_only: bool = False,
+        repair: bool | None = None,
+    ) -> Session:
+        """Reopen a log written by :meth:`create` and :meth:`append`.
+
+        Reading follows :func:`boxmaker.session.read_log` (the one reader, shared with the
+        frames and widgets): a torn last line is dropped with a
+        :class:`~boxmaker.session.LogReadWarning` (and, when writing, set aside in
+        ``<log>.torn``), older schemas are upgraded in memory. Records of unknown type are
+        kept as ``Unknown`` with a warning.
+
+        Args:
+            path: the ``.jsonl`` log.
+            read_only: look only: no lock is taken (safe while another process writes), the
+                file is never touched, and :meth:`append` raises :class:`SessionError`.
+                Otherwise the session is this log's writer until :meth:`close`.
+            repair: the former spelling of ``not read_only`` (``repair=False`` is
+                ``read_only=True``).
+
+        Raises:
+            SessionError: another writer holds the log (the message names its pid); the file
+                cannot be read; its first line is not a baseline; its schema or session id is
+                not valid for this version; a line other than a torn last one is corrupt (the
+                message names file and line).
+        """
+        p = Path(path)
+        if repair is not None:
+            read_only = read_only or not repair
+        writer = None if read_only else LogWriter(p)
+        try:
+            data = read_log(p, repair=writer is not None)
+            session = cls._from_data(data, writer)
+        except BaseException:
+            if writer is not None:
+                writer.close()
+            raise
+        return session
+
+    @classmethod
+    def _from_data(cls, data: Any, writer: LogWriter | None) -> Session:
+        p = data.path
+        try:
+            baseline = baseline_from_json(data.head)
+        except ValueError as exc:
+            raise SessionError(f"{p}:1: {exc}") from exc
+        sid = data.head.get("session_id", p.stem)
+        if not isinstance(sid, str) or not _SAFE_ID.fullmatch(sid):
+            raise SessionError(f"{p}:1: session id {sid!r} is not safe as a file name")
+        records: list[Record] = []
+        unknown: set[str] = set()
+        for number, item in enumerate(data.records, start=2):
+            if type(item) is not dict:
+                raise SessionError(f"{p}:{number}: line is not a JSON object: {item!r:.80}")
+            try:
+                record = record_from_json(item)
+            except ValueError as exc:
+                raise SessionError(f"{p}:{number}: {exc}") from exc
+            if isinstance(record, Unknown):
+                unknown.add(record.type)
+            records.append(record)
+        if unknown:
+            warnings.warn(
+                f"{p}: records of unknown type kept as Unknown: {', '.join(sorted(unknown))}",
+                LogReadWarning,
+                stacklevel=3,
+            )
+        return cls(p, sid, baseline, records, data.schema, writer)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    @property
+    def records(self) -> tuple[Record, ...]:
+        """The records after the baseline, oldest first (a snapshot)."""
+        with self._lock:
+            return tuple(self._records)
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The OpenAI ``messages`` of the whole session, equal to
+        ``messages(self.baseline, self.records)`` but kept as records are appended, so a
+        request costs no rebuild (a new list; the message dicts are shared: do not change
+        them)."""
+        with self._lock:
+            return list(self._messages)
+
+    def next_call(self) -> int:
+        """The next tool-call number of the session (1, 2, ...); stable across reopen. O(1)."""
+        with self._lock:
+            return self._next_call
+
+    def last_usage(self) -> Usage | None:
+        """The latest :class:`Usage` record, or ``None`` when there is none. O(1)."""
+        with self._lock:
+            return self._last_usage
+
+    def _track(self, record: Record) -> None:
+        """Keep ``record`` and what is derived from it (the caller holds the lock or owns the
+        session alone)."""
+        self._records.append(record)
+        message = message_of(record)
+        if message is not None:
+            self._messages.append(message)
+        if isinstance(record, ToolResult):
+            self._next_call = max(self._next_call, record.call + 1)
+        elif isinstance(record, Usage):
+            self._last_usage = record
+        elif isinstance(record, User):
+            self._open_turn = True
+        elif isinstance(record, TurnEnd):
+            self._open_turn, self._turn_ends = False, True
+
+    def turn_left_open(self) -> bool:
+        """Whether the last turn has no ``TurnEnd``: the process that ran it stopped inside it
+        (a turn of a schema-1 log, which wrote none, never counts as open). O(1)."""
+        with self._lock:
+            return self._open_turn and self._turn_ends
+
+    def unanswered_calls(self) -> tuple[ToolCall, ...]:
+        """The tool calls of the last ``Assistant`` record that have no ``ToolResult`` yet.
+
+        Results are matched to calls by position (the loop answers calls in order), so calls
+        that share one ``id`` are counted right. Empty when the last assistant made no calls
+        or all were answered.
+        """
+        with self._lock:
+            answered = 0
+            for r in reversed(self._records):
+                if isinstance(r, Assistant):
+                    return r.tool_calls[answered:]
+                if isinstance(r, ToolResult):
+                    answered += 1
+        return ()
+
+    # -- writing ------------------------------------------------------------------------------
+
+    @contextmanager
+    def turn(self) -> Iterator[None]:
+        """Mark the session as inside a turn for the ``with`` block (the loop uses it).
+
+        Raises:
+            SessionError: a turn is already running on this session (one turn at a time), or
+                the session is read-only.
+        """
+        with self._lock:
+            if self._writer is None:
+                raise SessionError(f"{self.path}: opened read-only; a turn cannot run on it")
+            if self._in_turn:
+                raise SessionError(
+                    f"{self.path}: a turn is already running on this session (one at a time)"
+                )
+            self._in_turn = True
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_turn = False
+
+    def append(self, record: Record) -> Record:
+        """Write one record as one line, fsynced, then keep it in memory.
+
+        Returns the record. Raises:
+            SessionError: read-only, closed, or the log cannot be written (the file is then
+                as it was before and the record is not kept).
+        """
+        self.extend((record,))
+        return record
+
+    def extend(self, records: Sequence[Record]) -> None:
+        """Append records that belong together (an assistant message and its usage) as one
+        all-or-nothing write with one fsync: after a crash or a failed write, either all of
+        them are in the log or none.
+
+        Raises:
+            SessionError: as :meth:`append`; then none of the records is kept.
+        """
+        data = b"".join(dumps_line(record_to_json(r)) for r in records)
+        with self._lock:
+            if self._writer is None:
+                raise SessionError(f"{self.path}: opened read-only")
+            self._writer.append(data)
+            for record in records:
+                self._track(record)
+
+    def close(self) -> None:
+        """Close the log and release the writer's lock (idempotent); appending afterwards
+        raises :class:`SessionError`.
+
+        Raises:
+            SessionError: the operating system reported an error closing the file.
+        """
+        with self._lock:
+            if self._writer is not None:
+                self._writer.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Session(id={self.id!r}, path={str(self.path)!r}, records={len(self._records)})"

@@ -1,0 +1,289 @@
+"""``run_turn``: one user message in, an answer out, tool calls and limits in between.
+
+It reads top to bottom like the spec's "One turn" (steps 1-7) and "Limits". Every limit that
+fires appends a ``LimitHit`` (the thinking cap once a turn); a turn that ends early leaves the
+log well formed (each tool call of the last ``Assistant`` gets a ``ToolResult`` with ``not_run``
+saying why). Every turn ends with a ``TurnEnd`` record giving its outcome. Every appended
+record is also passed to ``on_event``. The loop knows nothing of widgets, cassettes or frames.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from ..cache import CacheForensics
+from ..client import ChatClient, Completion, is_context_full
+from ..config import Config
+from ..errors import (
+    InferError,
+    RequestCancelled,
+    SessionError,
+    SessionFull,
+    TurnCancelled,
+    TurnError,
+    TurnInferError,
+    TurnLimit,
+)
+from ..events import ClientEvent, Hook, ToolCallDelta, ToolCallStarted, guarded
+from ..records import Assistant, LimitHit, Record, ToolCall, ToolResult, TurnEnd, Usage, User
+from ..session import Session
+from ..tools import Dispatched, Registry, ToolPort, cap_result, dispatch
+from ._guard import ALREADY_MADE, AnswerAfterLimit, LoopGuard, after_limit, not_run_results
+
+__all__ = ["ALREADY_MADE", "Runtime", "TurnOutcome", "run_turn"]
+
+log = logging.getLogger("boxmaker.turn")
+
+
+@dataclass(kw_only=True)
+class Runtime:
+    """What a turn runs with: knobs, client, tools, and a cancel switch.
+
+    Attributes:
+        config: every limit and knob (:class:`boxmaker.config.Config`).
+        client: streams completions (:class:`boxmaker.client.Client` or a fake).
+        registry: the tools the loop can dispatch.
+        port: where port tools go (``None``: port tools answer that no port is connected).
+        cancel: set it (from any thread) to stop the running turn between events; the turn
+            clears it when it starts.
+        forensics: explains cache losses (remembers each session's last request).
+    """
+
+    config: Config
+    client: ChatClient
+    registry: Registry
+    port: ToolPort | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+    forensics: CacheForensics = field(default_factory=CacheForensics)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnOutcome:
+    """A turn that answered: ``content`` is the final answer text ("" if the model sent none),
+    ``usage`` the :class:`Usage` of the turn's last completion."""
+
+    content: str
+    usage: Usage
+
+
+@dataclass
+class _TurnState:
+    guard: LoopGuard
+    reasoning_tokens: int = 0
+    capped: bool = False  # the thinking cap fired (or was said not enforced) in this turn
+    earlier: Usage | None = None  # the session's last usage before the running completion
+    body: dict[str, Any] = field(default_factory=dict)  # the running completion's request
+
+
+def run_turn(
+    session: Session, runtime: Runtime, content: str, on_event: Hook | None = None
+) -> TurnOutcome:
+    """Run one turn of the agent loop on ``session`` for the user message ``content``.
+
+    Args:
+        session: the log to extend; its baseline gives the system prompt and the tools.
+        runtime: config, client, tool registry and port, cancel event.
+        content: the user's message.
+        on_event: called with every client event (but ``ToolCallDelta``), every
+            ``ToolCallStarted`` and every appended record, in order, on the calling thread.
+            An exception inside it is logged and does not stop the turn.
+
+    Returns:
+        The answer and the last completion's usage.
+
+    Raises:
+        TurnLimit: too many tool iterations, a repeated call or the loop guard (``kind`` says
+            which; :mod:`boxmaker.turn`); with ``loop.on_limit = "answer"`` the turn ends
+            with one last completion without tools instead (outcome ``answered_after_limit``).
+        SessionFull: llama.cpp answered ``exceed_context_size_error``.
+        TurnCancelled: ``runtime.cancel`` was set.
+        TurnInferError: the completion failed otherwise (``cause`` keeps status and body).
+        SessionError: the log could not be written.
+    """
+    emit = guarded(on_event, log)
+    with session.turn():
+        runtime.cancel.clear()
+        why = "the process running the turn stopped before it"  # a log reopened mid-turn
+        dead = not_run_results(session.unanswered_calls(), session.next_call(), why, "process_died")
+        end = [TurnEnd(outcome="process_died", detail=why)] if session.turn_left_open() else []
+        _append(session, emit, *dead, *end)  # the dead turn closed, so it counts as what it was
+        state = _TurnState(guard=LoopGuard(runtime.config.loop))
+        _append(session, emit, User(content=content))
+        last: TurnLimit | None = None  # on_limit="answer": the limit, before the last completion
+        while True:
+            completion = _complete(session, runtime, state, emit, last is not None)
+            calls, usage = _record_completion(session, runtime, state, completion, emit, last)
+            if not calls or last is not None:
+                return TurnOutcome(content=completion.content or "", usage=usage)
+            try:
+                if (stop := state.guard.completion()) is not None:
+                    _end_turn(session, stop, emit, answer=state.guard)
+                _run_calls(session, runtime, state, calls, emit)
+            except AnswerAfterLimit as exc:
+                last = exc.limit
+            except (TurnError, SessionError):
+                raise
+            except BaseException as exc:  # KeyboardInterrupt in a tool or hook: answer the rest
+                cut = TurnCancelled(f"interrupted: {exc!r}")
+                _end_turn(session, cut, emit, exc, reraise=True)
+
+
+def _complete(
+    session: Session, runtime: Runtime, state: _TurnState, emit: Hook, last: bool = False
+) -> Completion:
+    """Steps 2 and 3: build the request and stream one completion (``last``: the answer after
+    a limit, ``tool_choice: "none"`` with the tools kept so the prompt cache holds)."""
+    cfg = runtime.config
+    state.earlier = session.last_usage()
+    state.body = body = {"messages": session.messages(), "id_slot": cfg.slots.main}
+    if session.baseline.tools:
+        body["tools"] = [dict(t) for t in session.baseline.tools]
+        body.update({"tool_choice": "none"} if last else {})
+    body["chat_template_kwargs"] = cfg.template_kwargs()
+    body.update(cfg.sampling.request_fields())
+    cap = cfg.loop.thinking_tokens
+    budget = None if cap is None else max(0, cap - state.reasoning_tokens)
+
+    def relay(event: ClientEvent) -> None:
+        if not isinstance(event, ToolCallDelta):
+            emit(event)
+
+    try:
+        completion = runtime.client.chat_with_retry(
+            body, relay, reasoning_budget=budget, cancel=runtime.cancel
+        )
+    except RequestCancelled as exc:
+        _end_turn(session, TurnCancelled(f"the turn was cancelled ({exc})"), emit, exc)
+    except InferError as exc:
+        if is_context_full(exc):
+            full = SessionFull(f"the session no longer fits the context: {exc}", cause=exc)
+            _end_turn(session, full, emit, exc)
+        _end_turn(session, TurnInferError(f"the completion failed: {exc}", cause=exc), emit, exc)
+    state.reasoning_tokens += completion.reasoning_tokens
+    return completion
+
+
+def _record_completion(
+    session: Session,
+    runtime: Runtime,
+    state: _TurnState,
+    completion: Completion,
+    emit: Hook,
+    limit: TurnLimit | None = None,
+) -> tuple[tuple[ToolCall, ...], Usage]:
+    """Step 4 (and 5): Assistant, Usage, CacheLoss (+ forensics), thinking-cap LimitHit, TurnEnd.
+    After ``limit`` (on_limit="answer"): ``answered_after_limit``, calls made answered 'not run'."""
+    calls, usage = completion.tool_calls, completion.usage_record()
+    records: list[Record] = [
+        Assistant(content=completion.content, reasoning=completion.reasoning, tool_calls=calls),
+        usage,
+    ]
+    records += runtime.forensics.losses(session, runtime, state.body, state.earlier, usage)
+    records += [] if state.capped else completion.limit_hits()  # the cap's LimitHit: once a turn
+    state.capped = state.capped or completion.thinking_capped or bool(completion.cap_warning)
+    if limit is not None:
+        records += after_limit(calls, session.next_call(), limit)
+    elif not calls:
+        records.append(TurnEnd(outcome="length" if usage.finish_reason == "length" else "answered"))
+    _append(session, emit, *records)
+    return calls, usage
+
+
+def _run_calls(
+    session: Session,
+    runtime: Runtime,
+    state: _TurnState,
+    calls: Sequence[ToolCall],
+    emit: Hook,
+) -> None:
+    """Step 6: handle each tool call in order; may end the turn."""
+    loop = runtime.config.loop
+    for call in calls:
+        if runtime.cancel.is_set():
+            _end_turn(session, TurnCancelled("the turn was cancelled"), emit)
+        number = session.next_call()
+        emit(ToolCallStarted(name=call.name, call=number, arguments=call.arguments))
+        verdict = state.guard.check(call)
+        if verdict.limit is not None:
+            _end_turn(session, verdict.limit, emit, answer=state.guard)
+        if verdict.action == "answer":
+            result = Dispatched(content=verdict.content, not_run=verdict.not_run)
+        else:
+            result = dispatch(
+                runtime.registry,
+                call.name,
+                call.arguments,
+                port=runtime.port,
+                session_id=session.id,
+                call=number,
+                cancel=runtime.cancel,
+            )
+            state.guard.ran(call, result.content)
+        cap = loop.tool_result_cap if result.not_run is None else None  # the loop's own words
+        capped, truncated = cap_result(result.content, cap)
+        records: list[Record] = [
+            *result.approvals,  # a decision on the call goes before its result
+            ToolResult(
+                call=number,
+                tool_call_id=call.id,
+                name=call.name,
+                content=capped,
+                data_class=result.data_class,
+                untrusted=result.untrusted,
+                truncated=truncated,
+                not_run=result.not_run,
+                server=result.server,
+            ),
+        ]
+        if truncated:
+            detail = f"{call.name} result of {len(result.content)} characters cut to {len(capped)}"
+            records.append(LimitHit(kind="tool_result_cap", detail=detail))
+        _append(session, emit, *records)
+
+
+def _end_turn(
+    session: Session,
+    error: TurnError,
+    emit: Hook,
+    cause: BaseException | None = None,
+    *,
+    reraise: bool = False,
+    answer: LoopGuard | None = None,
+) -> NoReturn:
+    """Leave the log well formed, then raise ``error`` chained from ``cause`` (or ``cause``
+    itself when ``reraise``, e.g. a KeyboardInterrupt inside a tool). One write: a 'not run'
+    result for each call of the last assistant not answered yet, the ``LimitHit`` of a limit
+    that ended the turn, and the ``TurnEnd`` (not when ``answer`` says one more completion
+    answers: then ``AnswerAfterLimit``)."""
+    outcome = error.kind if isinstance(error, TurnLimit) else _OUTCOMES[type(error)]
+    status = error.cause.status if isinstance(error, TurnInferError) else None
+    after = answer.answers(error) if answer else None
+    why = f"the turn ended ({error}){LoopGuard.ANSWER_NOW if after else ''}"
+    calls, first = session.unanswered_calls(), session.next_call()
+    records: list[Record] = [*not_run_results(calls, first, why, outcome)]
+    if isinstance(error, TurnLimit):
+        records.append(LimitHit(kind=error.kind, detail=error.detail))
+    elif isinstance(error, SessionFull):
+        records.append(LimitHit(kind="context_full", detail=str(error.cause)))
+    if after is None:
+        records.append(TurnEnd(outcome=outcome, detail=str(error), status=status))
+    _append(session, emit, *records)
+    if after is not None:
+        raise AnswerAfterLimit(after)
+    if reraise and cause is not None:
+        raise cause
+    raise error from cause
+
+
+_OUTCOMES = {TurnCancelled: "cancelled", SessionFull: "session_full", TurnInferError: "infer_error"}
+
+
+def _append(session: Session, emit: Hook, *records: Record) -> None:
+    """Append records that belong together as one write (one fsync), then emit each."""
+    session.extend(records)
+    for record in records:
+        emit(record)

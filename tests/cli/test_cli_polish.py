@@ -1,0 +1,186 @@
+"""The command line as a new user meets it (issue 14): defaults and chat's slash commands in
+``--help``, exit codes that say what happened, messages before work starts."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from fake_llama import Reply, running
+from fakes import ScriptedClient, answer, timings
+
+from boxmaker import Baseline, Config, Registry, Runtime, Session, run_turn
+from boxmaker.cli import main
+from boxmaker.server import EmbeddedServer
+from boxmaker.view import ConsoleView
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+BAD_REQUEST = {"code": 400, "message": "bad sampling", "type": "invalid_request_error"}
+
+
+def _help(command: str, capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as info:
+        main([command, "--help"])
+    assert info.value.code == 0
+    return " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+
+
+def test_help_of_each_command_shows_its_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    serve = _help("serve", capsys)
+    assert "--port N TCP port, 0 picks a free one (0 to 65535; default 8080)" in serve
+    assert "default 4096" in serve
+    chat = _help("chat", capsys)
+    assert "(default: the --config file's, else http://127.0.0.1:8080)" in chat
+    assert "/quit" in chat and "/new" in chat
+    batch = _help("batch", capsys)
+    assert "--ctx CTX embedded: context per slot (default: 4096)" in batch
+    assert "(default: sessions)" not in _help("demo", capsys)  # said once, as ./sessions
+
+
+def test_chat_names_its_slash_commands_at_start_and_quits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("/quit\n"))
+    with running([Reply(content="ok")]) as fake:
+        assert main(["chat", "--url", fake.url, "--dir", str(tmp_path)]) == 0
+        assert fake.bodies == []
+    banner = capsys.readouterr().out.splitlines()[:2]
+    assert "Ctrl-C stops a turn" in banner[0]
+    assert (
+        banner[1] == "commands: /new starts a new session, /quit (or /exit, Ctrl-D) ends the chat"
+    )
+
+
+def test_chat_that_reached_the_server_exits_0_even_when_a_turn_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("Hello\n"))
+    with running([Reply(status=400, error=BAD_REQUEST)]) as fake:
+        assert main(["chat", "--url", fake.url, "--dir", str(tmp_path)]) == 0
+    assert "turn ended: TurnInferError" in capsys.readouterr().out
+
+
+def test_demo_exits_1_when_a_turn_failed_and_runs_the_rest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = [Reply(content="sunny"), Reply(status=400, error=BAD_REQUEST), Reply(content="ok")]
+    with running(script) as fake:
+        assert main(["demo", "--url", fake.url, "--dir", str(tmp_path)]) == 1
+        assert len(fake.bodies) == 3
+    out = capsys.readouterr().out
+    assert out.count("turn ended: TurnInferError") == 1
+
+
+def test_demo_with_a_missing_model_fails_before_starting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "none.gguf"
+    assert main(["demo", "--model", str(missing), "--dir", str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == f"boxmaker: {missing}: no such model file (a GGUF)\n"
+
+
+def test_replay_of_a_session_log_says_it_is_one(capsys: pytest.CaptureFixture[str]) -> None:
+    log = DATA / "schema-1.jsonl"
+    assert main(["replay", str(log)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"boxmaker: {log}: not a cassette: this is a session log (JSON Lines)")
+    assert "document start" not in err and "\n" not in err.rstrip("\n")
+
+
+def test_replay_of_other_text_names_the_place(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "notes.yaml"
+    path.write_text("a: b\nc\n")
+    assert main(["replay", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"boxmaker: {path}: not a readable cassette: invalid YAML at line 3")
+    assert err.count("\n") == 1
+
+
+def test_report_html_into_a_missing_directory_fails_before_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "nope" / "r.html"
+    assert main(["report", str(DATA / "schema-2.jsonl"), "--html", str(target)]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == f"boxmaker report: cannot write {target}: no such directory\n"
+
+
+@pytest.mark.live
+def test_readme_snippet_prints_the_turn_with_console_view(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    snippet = readme.split("## The API in a dozen lines", 1)[1].split("```python\n", 1)[1]
+    snippet = snippet.split("```", 1)[0]
+    assert "on_event=view" in snippet and "on_event=print" not in snippet
+    monkeypatch.chdir(tmp_path)
+    exec(compile(snippet, "README.md", "exec"), {"__name__": "readme"})
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("model> ") for line in lines)
+    assert len(lines) < 30  # a turn in a few lines, not one line per streamed piece
+    assert lines[-1].startswith("cached tokens: ")
+
+
+def test_console_cache_loss_line_comes_after_the_answer_in_a_turn_without_tool_calls(
+    tmp_path: Path,
+) -> None:
+    session = Session.create(tmp_path, Baseline(system="sys"))
+    steps = [answer("first", timings=timings(0, 100)), answer("second", timings=timings(2, 200))]
+    runtime = Runtime(config=Config(), client=ScriptedClient(steps), registry=Registry())
+    out = io.StringIO()
+    view = ConsoleView(out)
+    for text in ("hi", "again"):
+        run_turn(session, runtime, text, view)
+        view.end()
+    assert out.getvalue().splitlines()[-2:] == [
+        "model> second",
+        "  [cache loss: 2 of 100 cached prompt tokens reused]",
+    ]
+
+
+@pytest.mark.live
+@pytest.mark.skip(
+    reason="xllamacpp can deadlock when a server is stopped before it finished starting: "
+    "this in-process test hung a CI run once (futex wait); the stop-on-interrupt path is kept "
+    "and the CLI's exit is tested below without a real server"
+)
+def test_ctrl_c_while_the_server_starts_leaves_no_server_running(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C during the health wait: the server is stopped (before, it kept running and the
+    process hung at exit after ``boxmaker demo`` was interrupted while starting)."""
+    seen: list[str] = []
+
+    def interrupted(self: EmbeddedServer) -> None:
+        seen.append(self.url)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(EmbeddedServer, "_wait_healthy", interrupted)
+    server = EmbeddedServer(n_ctx=512, n_threads=1)
+    with pytest.raises(KeyboardInterrupt):
+        server.start()
+    assert seen and seen[0].startswith("http://127.0.0.1:")
+    assert server.url == ""
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{seen[0]}/health", timeout=5)
+
+
+def test_ctrl_c_while_the_server_starts_exits_130_without_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    def interrupted(self: EmbeddedServer) -> EmbeddedServer:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(EmbeddedServer, "start", interrupted)
+    assert main(["demo", "--dir", str(tmp_path)]) == 130
+    out, err = capsys.readouterr()
+    assert out.startswith("starting the embedded llama.cpp server")
+    assert err == ""
