@@ -28,6 +28,7 @@ batch runner (``boxmaker.batch``), the embedded server (``boxmaker.server``).
 
 import typing as _typing
 
+from . import _relocated
 from .cache import explain_log
 from .client import Client
 from .config import (
@@ -102,6 +103,8 @@ if _typing.TYPE_CHECKING:
     from .widgets import ChatPanel, SessionView
 
 __version__ = "0.1.0"
+
+_relocated.install()  # old module paths (boxmaker.stream, ...) for one release
 
 _WIDGETS = ("ChatPanel", "SessionView")
 """Names loaded from :mod:`boxmaker.widgets` on first use, so that ``import boxmaker`` does not

@@ -107,3 +107,20 @@ def test_the_readme_parts_table_names_every_module() -> None:
     modules |= {p.name for p in (ROOT / "boxmaker").iterdir() if (p / "__init__.py").exists()}
     assert modules - named == set(), "README's Parts table misses these modules"
     assert named - modules == set(), "README's Parts table names modules that do not exist"
+
+
+def test_an_old_module_path_still_imports_for_one_release_with_a_warning() -> None:
+    code = (
+        "import warnings; warnings.simplefilter('error')\n"
+        "try:\n    import boxmaker.logfile\nexcept DeprecationWarning as e:\n    print(e)\n"
+        "warnings.simplefilter('ignore')\n"
+        "import boxmaker.logfile, boxmaker.session\n"
+        "print(boxmaker.logfile.read_log is boxmaker.session.read_log)\n"
+        "from boxmaker.cassettes import scrub\n"
+        "print(scrub.__name__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("boxmaker.logfile moved to boxmaker.session._file")
+    assert "from boxmaker.session;" in lines[0]
+    assert lines[1:] == ["True", "boxmaker.cassettes._scrub"]
