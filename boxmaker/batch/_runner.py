@@ -25,9 +25,10 @@ How it runs:
   (``Session.open`` repairs a torn tail; the loop answers calls left without results), and
   sends only the messages without a finished turn. A turn cut by a kill has no ``TurnEnd``:
   its message is sent again (the log keeps the cut attempt).
-- Ctrl-C (or the ``cancel`` event): in-flight turns are cancelled (``runtime.cancel``: the log
-  gets its ``TurnEnd``), the workers are waited for, then ``KeyboardInterrupt`` is raised again
-  (the event returns normally, with ``stopped``); a rerun picks up.
+- Ctrl-C (or the ``cancel`` event): in-flight turns are cancelled (the event is every turn's
+  cancel token, never cleared: the log gets its ``TurnEnd``), the workers are waited for, then
+  ``KeyboardInterrupt`` is raised again (the event returns normally, with ``stopped``); a
+  rerun picks up.
 - Faults: when a turn fails on an inference error, the server is probed (``GET /health``); a
   server that does not answer is given up on for this call, its runs go back to the queue and
   the other servers' slots take them (their logs go on). A run that fails otherwise is tried
@@ -56,7 +57,6 @@ from ..errors import ConfigError, ServerError
 from ..events import TurnEvent
 from ..records import Record, Usage
 from ..tools import Registry
-from ..turn import Runtime
 from ._plan import (
     BatchProgress,
     Manifest,
@@ -118,7 +118,6 @@ class _Batch:
         self.running, self.done, self.skipped, self.tokens = 0, 0, 0, 0
         self.slots_of: dict[str, int] = {}
         self.failures: list[tuple[str, str]] = []
-        self.runtimes: dict[str, Runtime] = {}
         known = read_manifest(book.path.parent) if book.path.stat().st_size else {}
         for spec in runs:
             if spec.id not in known:
@@ -276,12 +275,6 @@ def _work_on(
 ) -> None:
     """One attempt at ``spec`` on a worker thread, booked in the batch."""
 
-    def register(runtime: Runtime) -> None:
-        with batch.cond:
-            batch.runtimes[spec.id] = runtime
-            if batch.stop.is_set():
-                runtime.cancel.set()
-
     try:
         outcome = run_one(
             spec,
@@ -293,21 +286,16 @@ def _work_on(
             client=client,
             cancel=batch.stop,
             on_event=batch.add_tokens,
-            on_start=register,
         )
     except Exception as exc:  # a bug or a config error: the run fails, the batch goes on
         outcome = RunOutcome("failed", reason=f"{type(exc).__name__}: {exc}")
-    with batch.cond:
-        batch.runtimes.pop(spec.id, None)
     batch.settle(spec, url, outcome)
 
 
 def _stop(batch: _Batch) -> None:
-    """Stop the batch: no new runs, every in-flight turn cancelled."""
+    """Stop the batch: no new runs, every in-flight turn cancelled (``stop`` is their token)."""
     with batch.cond:
         batch.stop.set()
-        for runtime in batch.runtimes.values():
-            runtime.cancel.set()
         batch.cond.notify_all()
 
 

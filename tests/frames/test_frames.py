@@ -625,6 +625,7 @@ def test_turn_outcomes_of_the_real_loop(tmp_path: Path) -> None:
     runtime = Runtime(config=config, client=ScriptedClient(steps), registry=registry)
     box["rt"] = runtime
     for text in ("1", "2", "3", "4", "5", "6"):
+        runtime.cancel.clear()  # the caller's switch (set by turn 5): the loop never clears it
         with contextlib.suppress(TurnError):
             run_turn(session, runtime, text)
     session.close()

@@ -30,7 +30,7 @@ from boxmaker.records import (
 )
 from boxmaker.session import Session
 from boxmaker.tools import Registry
-from boxmaker.turn import ALREADY_MADE, Runtime, run_turn
+from boxmaker.turn import ALREADY_MADE, CancelToken, Runtime, run_turn
 
 
 def weather(city: str) -> str:
@@ -317,7 +317,18 @@ def test_cancel_between_tool_calls_answers_the_rest(tmp_path: Path) -> None:
     assert results[1].content.startswith("This call was not run: the turn ended (the turn was")
     assert not any(isinstance(r, LimitHit) for r in session.records)
     assert_well_formed(session)
-    assert run_turn(session, runtime, "next").content == "ok"  # cancel is cleared
+    with pytest.raises(TurnCancelled):  # the loop never clears the switch: it is the caller's
+        run_turn(session, runtime, "next")
+    assert run_turn(session, runtime, "again", cancel=CancelToken()).content == "ok"
+
+
+def test_a_cancel_set_before_the_turn_starts_is_not_lost(tmp_path: Path) -> None:
+    session, runtime, _ = make(tmp_path, [answer("too late")])
+    runtime.cancel.set()  # a Stop pressed just before the turn (the loop cleared it as it began)
+    with pytest.raises(TurnCancelled):
+        run_turn(session, runtime, "go")
+    assert kinds(session) == ["User", "TurnEnd"]
+    assert runtime.cancel.is_set()  # still set: the loop only reads it
 
 
 def test_cache_loss_recorded_and_emitted(tmp_path: Path) -> None:

@@ -488,16 +488,28 @@ def test_stop_cancels_the_turn_and_the_log_stays_well_formed(tmp_path: Path) -> 
     panel.stop_button.click()
     assert panel.wait(5)
     assert isinstance(panel.outcomes[-1], TurnCancelled)
-    assert panel.runtime.cancel.is_set()
+    assert panel.runner is not None and panel.runner.cancel.is_set()
     assert [type(r).__name__ for r in panel.session.records] == ["User", "TurnEnd"]
     reopened = Session.open(panel.session.path, read_only=True)
     assert len(reopened.records) == 2  # the User and the TurnEnd(cancelled)
     reopened.close()
     assert "partial answer" in _text(panel) and "Turn ended: TurnCancelled" in _text(panel)
     assert panel.status.value.startswith("Ended: TurnCancelled")
-    # the panel goes on: the next turn runs (run_turn clears the cancel switch)
+    # the panel goes on: the next turn runs (it has a token of its own)
     panel.runtime.client = ScriptedClient([answer("again")])
     assert panel.ask("next", timeout=5).content == "again"
+
+
+def test_a_stop_pressed_as_the_turn_starts_is_not_lost(tmp_path: Path) -> None:
+    client = ScriptedClient([answer("too late")])
+    panel = _panel(tmp_path, client)
+    with panel.session._lock:  # holds the worker at the turn's start (the loop cleared there)
+        assert panel.send("hello") and panel.busy
+        panel.stop()
+    assert panel.wait(5)
+    assert isinstance(panel.outcomes[-1], TurnCancelled)
+    assert [type(r).__name__ for r in panel.session.records] == ["User", "TurnEnd"]
+    assert "too late" not in _text(panel)
 
 
 def test_send_ignores_blank_text_and_clears_the_input(tmp_path: Path) -> None:
