@@ -3,10 +3,12 @@
 Example::
 
     from boxmaker.batch import Task, run_batch, frames
+    from boxmaker.demo import demo_registry
 
+    tools = demo_registry()  # the tools the runs may call (Registry() for none)
     tasks = [Task(id="lisbon", messages=("What is the weather in Lisbon?",))]
     grid = {"loop.thinking_tokens": [16, 64], "loop.tool_result_cap": [40, 4000]}
-    run_batch(tasks, "runs/b1", servers=["http://127.0.0.1:8080"], grid=grid)
+    run_batch(tasks, "runs/b1", servers=["http://127.0.0.1:8080"], registry=tools, grid=grid)
     frames("runs/b1", "turns").groupby(["loop.thinking_tokens"])["outcome"].value_counts()
 
 How it runs:
@@ -52,7 +54,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..client import Client
 from ..config import Config
-from ..demo import demo_registry
 from ..errors import ConfigError, ServerError
 from ..events import TurnEvent
 from ..records import Record, Usage
@@ -380,9 +381,9 @@ def run_batch(
     batch_dir: str | Path,
     *,
     servers: Sequence[str | _HasUrl],
+    registry: Registry,
     grid: Mapping[str, Sequence[Any]] | None = None,
     config: Config | None = None,
-    registry: Registry | None = None,
     max_tries: int = 3,
     executor: str = "threads",
     ray_address: str | None = None,
@@ -398,10 +399,11 @@ def run_batch(
             same batch into it again to resume.
         servers: llama-server base URLs, or objects with a ``url`` (an
             :class:`~boxmaker.server.EmbeddedServer`).
+        registry: the tools the runs may call (a task's ``tools`` picks among them;
+            ``Registry()`` for none, ``boxmaker.demo.demo_registry()`` for the demo's).
         grid: dotted config keys to lists of values; one run per task and combination.
         config: the base config (default ``Config()``); its ``client`` settings (timeouts,
             retries) apply to every server.
-        registry: the tools (default: the demo tools).
         max_tries: attempts of a failing run before it is marked failed.
         executor: ``"threads"`` (one thread per slot, here) or ``"ray"`` (one Ray task per run).
         ray_address: ``ray.init(address=...)``: ``"auto"`` joins a running cluster, ``None``
@@ -424,7 +426,6 @@ def run_batch(
         raise ConfigError(f"executor must be 'threads' or 'ray', not {executor!r}")
     ray = _import_ray() if executor == "ray" else None
     base = config or Config()
-    registry = registry or demo_registry()
     runs = expand(load_tasks(tasks), grid)
     for spec in runs:
         spec.config(base)
