@@ -12,7 +12,6 @@ from typing import Any
 
 import httpx
 import pytest
-from fakes import ScriptedClient, answer, call, timings
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -33,6 +32,7 @@ from boxmaker.config import CacheConfig, ClientConfig, Config, HistoryConfig, lo
 from boxmaker.errors import ConfigError
 from boxmaker.records import Assistant, Baseline, CacheLoss, ToolResult, TurnEnd, Usage, User
 from boxmaker.session import Session
+from boxmaker.testing import ScriptedClient, answer, call, timings
 from boxmaker.tools import Registry
 from boxmaker.turn import Runtime, run_turn
 from boxmaker.view import ConsoleView

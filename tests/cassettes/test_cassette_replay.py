@@ -14,7 +14,6 @@ from typing import Any
 
 import httpx
 import pytest
-from fake_llama import Reply, Script
 
 from boxmaker.cassettes import recorded_session, use_cassette, what_if
 from boxmaker.cli import main
@@ -24,6 +23,7 @@ from boxmaker.demo import demo_registry
 from boxmaker.errors import CassetteError, TurnError
 from boxmaker.records import Baseline
 from boxmaker.session import Session
+from boxmaker.testing import LlamaScript, Reply
 from boxmaker.tools import Registry
 from boxmaker.turn import Runtime, run_turn
 
@@ -52,7 +52,7 @@ PROMPTS = ("Weather and time in Lisbon?", "And the weather in Oslo?")
 
 
 def _record(path: Path, tmp_path: Path, registry: Registry, script: list[Any]) -> None:
-    server = Script([_completion(n, step, f"answer {n}") for n, step in enumerate(script)])
+    server = LlamaScript([_completion(n, step, f"answer {n}") for n, step in enumerate(script)])
 
     config = Config(client=ClientConfig(url="http://llama.test", retry_attempts=0))
     session = Session.create(tmp_path / "rec", Baseline(tools=registry.definitions()))
@@ -201,7 +201,7 @@ def looping(tmp_path: Path) -> Path:
     """A recorded looping turn: one completion calling A, B, A, B, A (recorded with the loop
     guard off, so every call ran), then an answer."""
     path = tmp_path / "loop.yaml"
-    server = Script([_many_calls(0, LOOPING), _completion(1, None, answer="done")])
+    server = LlamaScript([_many_calls(0, LOOPING), _completion(1, None, answer="done")])
 
     off = LoopLimits(repeat_detection=False, cycle_length=None)
     config = Config(client=ClientConfig(url="http://llama.test", retry_attempts=0), loop=off)

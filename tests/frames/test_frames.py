@@ -12,9 +12,6 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from fakes import ScriptedClient, Step, answer, calls, context_full
-from fakes import call as fake_call
-from fakes import timings as fake_timings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pandas.testing import assert_frame_equal
@@ -42,6 +39,9 @@ from boxmaker.records import (
     record_to_json,
 )
 from boxmaker.session import Session
+from boxmaker.testing import ScriptedClient, Step, answer, calls, context_full
+from boxmaker.testing import call as fake_call
+from boxmaker.testing import timings as fake_timings
 from boxmaker.tools import Registry
 from boxmaker.turn import ALREADY_MADE, Runtime, run_turn
 

@@ -6,7 +6,6 @@ import threading
 from pathlib import Path
 
 import pytest
-from fakes import ScriptedClient, answer
 
 from boxmaker.client import Completion
 from boxmaker.config import Config
@@ -14,6 +13,7 @@ from boxmaker.errors import BoxmakerError, RequestCancelled, TurnCancelled
 from boxmaker.events import ClientEvent, Content
 from boxmaker.records import Baseline, Record, TurnEnd
 from boxmaker.session import Session
+from boxmaker.testing import ScriptedClient, answer
 from boxmaker.tools import Registry
 from boxmaker.turn import CancelToken, Runtime, TurnOutcome, TurnRunner
 

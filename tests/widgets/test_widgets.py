@@ -14,7 +14,6 @@ from typing import Any
 import ipywidgets as ipw
 import nbformat
 import pytest
-from fakes import ScriptedClient, Step, answer, call, calls, timings
 from hostile import HOSTILE_MARKDOWN, live_hazards
 from hypothesis import given
 from hypothesis import strategies as st
@@ -41,6 +40,7 @@ from boxmaker.events import (
 from boxmaker.records import Assistant, Baseline, CacheLoss, LimitHit, ToolResult, Usage, User
 from boxmaker.records import ToolCall as Call
 from boxmaker.session import Session
+from boxmaker.testing import ScriptedClient, Step, answer, call, calls, timings
 from boxmaker.turn import Runtime
 from boxmaker.view import (
     AnswerBlock,
@@ -795,7 +795,7 @@ def test_an_executed_saved_notebook_shows_the_conversation_in_html(
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # this checkout's boxmaker in the kernel
     setup = (
         "import tempfile\n"
-        "from fakes import ScriptedClient, answer\n"
+        "from boxmaker.testing import ScriptedClient, answer\n"
         "from boxmaker import Baseline, Config, Runtime, Session, SessionView\n"
         "from boxmaker.demo import demo_registry\n"
         "from boxmaker.widgets import ChatPanel\n"
