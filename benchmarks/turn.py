@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,11 +25,9 @@ from pathlib import Path
 from boxmaker.config import Config
 from boxmaker.records import Assistant, Baseline, ToolCall, ToolResult, TurnEnd, Usage, User
 from boxmaker.session import Session
+from boxmaker.testing import ScriptedClient, answer, call, calls, timings
 from boxmaker.tools import Registry
 from boxmaker.turn import Runtime, run_turn
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from fakes import ScriptedClient, answer, call, calls, timings
 
 
 def get_weather(city: str) -> str:

@@ -1,5 +1,7 @@
 """The one fake llama-server of the tests: a script of answers, played on a real socket
 (127.0.0.1, a free port) or behind :class:`httpx.MockTransport`, for transport-level tests.
+The replies and the MockTransport handler are :mod:`boxmaker.testing`'s (``Reply``,
+``LlamaScript``, re-exported here as ``Script``); the socket server and its raw steps are here.
 
 A script is a list of items; each request (socket: each connection) takes the next one, the
 last one repeats:
@@ -36,38 +38,38 @@ import socket
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
 
-import httpx
-
-SSE_HEAD = (
-    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+from boxmaker.testing import (
+    CONTEXT_FULL,
+    NOT_FOUND,
+    NOT_SERVED,
+    SSE_HEAD,
+    LlamaScript,
+    Reply,
+    Stall,
+    chunk,
+    context_full_reply,
+    sse,
 )
-"""The head of a chunked ``200`` SSE answer, as llama-server sends it."""
 
-CONTEXT_FULL = {
-    "error": {
-        "code": 400,
-        "message": "request (3021 tokens) exceeds the available context size (2048 tokens), "
-        "try increasing it",
-        "type": "exceed_context_size_error",
-        "n_prompt_tokens": 3021,
-        "n_ctx": 2048,
-    }
-}
-"""llama.cpp's answer to a prompt longer than the context (HTTP 400)."""
-
-
-def chunk(data: bytes) -> bytes:
-    """``data`` as one HTTP/1.1 chunk of a ``Transfer-Encoding: chunked`` body."""
-    return b"%x\r\n%s\r\n" % (len(data), data)
-
-
-def sse(obj: str) -> bytes:
-    """One SSE ``data:`` event (``obj`` is the JSON text) as one HTTP chunk."""
-    return chunk(f"data: {obj}\n\n".encode())
+__all__ = [
+    "CONTEXT_FULL",
+    "NOT_FOUND",
+    "NOT_SERVED",
+    "SSE_HEAD",
+    "Every",
+    "FakeLlama",
+    "Raw",
+    "Reply",
+    "Script",
+    "Stall",
+    "chunk",
+    "context_full",
+    "running",
+    "sse",
+]
 
 
 @dataclass(frozen=True)
@@ -77,11 +79,6 @@ class Every:
     data: bytes
     interval_s: float
     for_s: float
-
-
-@dataclass(frozen=True)
-class Stall:
-    """Set :attr:`FakeLlama.chunks_sent`, then wait for :attr:`FakeLlama.release`."""
 
 
 Step = bytes | float | Every | Stall
@@ -95,133 +92,16 @@ class Raw:
     hold: bool = True
 
 
-@dataclass(frozen=True)
-class Reply:
-    """One scripted llama.cpp chat answer.
-
-    Attributes:
-        content: the answer text, one chunk per item (a ``str``: one character per chunk).
-        reasoning: ``reasoning_content`` before the content, one chunk per item as above.
-        tool_calls: ``(id, name, arguments JSON)`` of each call, one event each; the finish
-            reason is then ``tool_calls``.
-        stall_after: after this many content chunks, wait for :attr:`FakeLlama.release`
-            before sending the rest (``None``: no stall).
-        status: an HTTP error status to answer with instead of a stream (body: ``error``).
-        error: the JSON body of an error answer.
-        id: the completion id of every event.
-        data: when given, the stream is these ``data:`` texts as they are (a cut stream, a
-            malformed chunk, an error event), nothing else, not even ``[DONE]``.
-    """
-
-    content: Sequence[str] = "ok"
-    reasoning: Sequence[str] = ""
-    tool_calls: Sequence[tuple[str, str, str]] = field(default=())
-    stall_after: int | None = None
-    status: int | None = None
-    error: dict[str, Any] | None = None
-    id: str = "chatcmpl-fake"
-    data: Sequence[str] | None = None
-
-    def events(self) -> list[bytes | Stall]:
-        """The SSE events of the stream (``data: ...\\n\\n`` each), a :class:`Stall` where
-        the reply stalls."""
-
-        def event(delta: dict[str, Any], **extra: Any) -> bytes:
-            obj = {"id": self.id, "choices": [{"index": 0, "delta": delta}], **extra}
-            return f"data: {json.dumps(obj)}\n\n".encode()
-
-        if self.data is not None:
-            return [f"data: {text}\n\n".encode() for text in self.data]
-        out: list[bytes | Stall] = [event({"role": "assistant", "content": None})]
-        out += [event({"reasoning_content": ch}) for ch in self.reasoning]
-        for i, ch in enumerate(self.content):
-            if i == self.stall_after:
-                out.append(Stall())
-            out.append(event({"content": ch}))
-        for i, (cid, name, arguments) in enumerate(self.tool_calls):
-            fn = {"name": name, "arguments": arguments}
-            out.append(event({"tool_calls": [{"index": i, "id": cid, "function": fn}]}))
-        finish = "tool_calls" if self.tool_calls else "stop"
-        out.append(event({}, choices=[{"index": 0, "delta": {}, "finish_reason": finish}]))
-        timings: dict[str, float] = {"cache_n": 0, "prompt_n": 10}
-        timings |= {"predicted_n": len(self.content), "prompt_ms": 1.0, "predicted_ms": 2.0}
-        out.append(event({}, choices=[], timings=timings))
-        out.append(b"data: [DONE]\n\n")
-        return out
-
-    def steps(self) -> list[Step]:
-        """The reply as socket steps: a whole HTTP/1.1 answer, then the connection closes."""
-        if self.status is not None:
-            body = json.dumps(self.error or {}).encode()
-            error_head = (
-                f"HTTP/1.1 {self.status} Error\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-            )
-            return [error_head.encode() + body]
-        steps: list[Step] = [SSE_HEAD.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n")]
-        steps += [e if isinstance(e, Stall) else chunk(e) for e in self.events()]
-        return [*steps, b"0\r\n\r\n"]
+Item = Reply | Raw
 
 
 def context_full() -> Reply:
     """llama.cpp's HTTP 400 ``exceed_context_size_error``."""
-    return Reply(status=400, error=CONTEXT_FULL)
+    return context_full_reply()
 
 
-Item = Reply | Raw
-
-
-NOT_SERVED = frozenset({"/apply-template", "/tokenize"})
-"""Paths the fake answers 404 without taking an item of the script."""
-
-NOT_FOUND = {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}
-
-
-class Script:
-    """A script played behind :class:`httpx.MockTransport` (pass :meth:`handler`), no socket.
-
-    Attributes:
-        bodies: the JSON bodies of the chat requests received, in order.
-        chunks_sent: set once a stalling reply has sent its chunks and is waiting.
-        release: set it to let a stalling reply go on.
-    """
-
-    def __init__(self, script: Sequence[Item]) -> None:
-        self.script = list(script)
-        self.bodies: list[dict[str, Any]] = []
-        self.chunks_sent = threading.Event()
-        self.release = threading.Event()
-        self._lock = threading.Lock()
-
-    def next_item(self, body: bytes) -> Item:
-        """Record a chat request's ``body`` and take the next item of the script."""
-        with self._lock:
-            if body:
-                self.bodies.append(json.loads(body))
-            return self.script.pop(0) if len(self.script) > 1 else self.script[0]
-
-    def handler(self, request: httpx.Request) -> httpx.Response:
-        """The script behind :class:`httpx.MockTransport` (``Reply`` items only: ``Raw``
-        steps need the socket; raises ``TypeError`` on one)."""
-        if request.method == "GET":
-            return httpx.Response(200, json={"status": "ok"})
-        if request.url.path in NOT_SERVED:
-            return httpx.Response(404, json=NOT_FOUND)
-        item = self.next_item(request.read())
-        if isinstance(item, Raw):
-            raise TypeError("Raw steps are played on the socket only")
-        if item.status is not None:
-            return httpx.Response(item.status, json=item.error or {})
-        headers = {"content-type": "text/event-stream"}
-        return httpx.Response(200, headers=headers, content=self._stream(item))
-
-    def _stream(self, reply: Reply) -> Iterator[bytes]:
-        for event in reply.events():
-            if isinstance(event, Stall):
-                self.chunks_sent.set()
-                self.release.wait()
-            else:
-                yield event
+Script = LlamaScript
+"""The script behind ``httpx.MockTransport`` (:class:`boxmaker.testing.LlamaScript`)."""
 
 
 class FakeLlama(Script):
@@ -302,6 +182,8 @@ class FakeLlama(Script):
                 self._send(conn, _not_found_json())
                 return
             item = self.next_item(body)
+            if not isinstance(item, Raw | Reply):
+                raise TypeError(f"not a script item: {item!r}")
             raw = item if isinstance(item, Raw) else Raw(item.steps(), hold=False)
             for step in raw.steps:
                 if not self._play(conn, step):

@@ -38,8 +38,6 @@ SAME_LAYER = {
     ("errors", "records"),  # the tree's TurnLimit names a LimitKind (under TYPE_CHECKING)
     ("events", "records"),  # events carry records
     ("batch", "frames"),  # batch.frames joins settings to a frame (lazily)
-    ("batch", "demo"),
-    ("cassettes", "demo"),
 }
 
 LAZY = {"widgets", "server", "frames", "cassettes", "batch", "tools.mcp", "frames.plots"}

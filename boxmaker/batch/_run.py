@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,7 +119,6 @@ def run_one(
     client: ChatClient,
     cancel: threading.Event,
     on_event: Hook | None = None,
-    on_start: Callable[[Runtime], None] | None = None,
 ) -> RunOutcome:
     """Run (or continue) one run on one slot: the messages of its task without a finished
     turn, one turn each, in its log ``<logs_dir>/<run id>.jsonl``.
@@ -132,10 +130,9 @@ def run_one(
         base: the batch's config (the task's overrides and the run's settings go on top).
         registry: the tools (the task's ``tools`` choose which are offered).
         client: streams completions from ``url``.
-        cancel: set it to stop between turns and cancel the running one.
+        cancel: set it to stop between turns and cancel the running one (each turn's cancel
+            token: the loop never clears it, so a set before a turn starts is not lost).
         on_event: every turn event and record (``run_turn``'s hook).
-        on_start: called with the run's :class:`Runtime` before its first turn (set its
-            ``cancel`` to stop the turn at once).
 
     Returns:
         The :class:`RunOutcome`. A turn that ends on a limit or a full context is a finished
@@ -164,15 +161,11 @@ def run_one(
 
     def hook(event: TurnEvent | Record) -> None:
         nonlocal tokens
-        if cancel.is_set():
-            runtime.cancel.set()  # run_turn clears it when a turn starts
         if isinstance(event, Usage):
             tokens += int(event.timings.get("predicted_n", 0))
         if on_event is not None:
             on_event(event)
 
-    if on_start is not None:
-        on_start(runtime)
     result = RunOutcome("done")
     try:
         for message in messages[state.turns_done :]:
@@ -180,7 +173,7 @@ def run_one(
                 result = RunOutcome("cancelled")
                 break
             try:
-                run_turn(session, runtime, message, hook)
+                run_turn(session, runtime, message, hook, cancel=cancel)
             except TurnLimit:
                 pass  # a finished turn: the run goes on
             except SessionFull:

@@ -3,10 +3,12 @@
 Example::
 
     from boxmaker.batch import Task, run_batch, frames
+    from boxmaker.demo import demo_registry
 
+    tools = demo_registry()  # the tools the runs may call (Registry() for none)
     tasks = [Task(id="lisbon", messages=("What is the weather in Lisbon?",))]
     grid = {"loop.thinking_tokens": [16, 64], "loop.tool_result_cap": [40, 4000]}
-    run_batch(tasks, "runs/b1", servers=["http://127.0.0.1:8080"], grid=grid)
+    run_batch(tasks, "runs/b1", servers=["http://127.0.0.1:8080"], registry=tools, grid=grid)
     frames("runs/b1", "turns").groupby(["loop.thinking_tokens"])["outcome"].value_counts()
 
 How it runs:
@@ -25,9 +27,10 @@ How it runs:
   (``Session.open`` repairs a torn tail; the loop answers calls left without results), and
   sends only the messages without a finished turn. A turn cut by a kill has no ``TurnEnd``:
   its message is sent again (the log keeps the cut attempt).
-- Ctrl-C (or the ``cancel`` event): in-flight turns are cancelled (``runtime.cancel``: the log
-  gets its ``TurnEnd``), the workers are waited for, then ``KeyboardInterrupt`` is raised again
-  (the event returns normally, with ``stopped``); a rerun picks up.
+- Ctrl-C (or the ``cancel`` event): in-flight turns are cancelled (the event is every turn's
+  cancel token, never cleared: the log gets its ``TurnEnd``), the workers are waited for, then
+  ``KeyboardInterrupt`` is raised again (the event returns normally, with ``stopped``); a
+  rerun picks up.
 - Faults: when a turn fails on an inference error, the server is probed (``GET /health``); a
   server that does not answer is given up on for this call, its runs go back to the queue and
   the other servers' slots take them (their logs go on). A run that fails otherwise is tried
@@ -51,12 +54,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..client import Client
 from ..config import Config
-from ..demo import demo_registry
 from ..errors import ConfigError, ServerError
 from ..events import TurnEvent
 from ..records import Record, Usage
 from ..tools import Registry
-from ..turn import Runtime
 from ._plan import (
     BatchProgress,
     Manifest,
@@ -118,7 +119,6 @@ class _Batch:
         self.running, self.done, self.skipped, self.tokens = 0, 0, 0, 0
         self.slots_of: dict[str, int] = {}
         self.failures: list[tuple[str, str]] = []
-        self.runtimes: dict[str, Runtime] = {}
         known = read_manifest(book.path.parent) if book.path.stat().st_size else {}
         for spec in runs:
             if spec.id not in known:
@@ -276,12 +276,6 @@ def _work_on(
 ) -> None:
     """One attempt at ``spec`` on a worker thread, booked in the batch."""
 
-    def register(runtime: Runtime) -> None:
-        with batch.cond:
-            batch.runtimes[spec.id] = runtime
-            if batch.stop.is_set():
-                runtime.cancel.set()
-
     try:
         outcome = run_one(
             spec,
@@ -293,21 +287,16 @@ def _work_on(
             client=client,
             cancel=batch.stop,
             on_event=batch.add_tokens,
-            on_start=register,
         )
     except Exception as exc:  # a bug or a config error: the run fails, the batch goes on
         outcome = RunOutcome("failed", reason=f"{type(exc).__name__}: {exc}")
-    with batch.cond:
-        batch.runtimes.pop(spec.id, None)
     batch.settle(spec, url, outcome)
 
 
 def _stop(batch: _Batch) -> None:
-    """Stop the batch: no new runs, every in-flight turn cancelled."""
+    """Stop the batch: no new runs, every in-flight turn cancelled (``stop`` is their token)."""
     with batch.cond:
         batch.stop.set()
-        for runtime in batch.runtimes.values():
-            runtime.cancel.set()
         batch.cond.notify_all()
 
 
@@ -392,9 +381,9 @@ def run_batch(
     batch_dir: str | Path,
     *,
     servers: Sequence[str | _HasUrl],
+    registry: Registry,
     grid: Mapping[str, Sequence[Any]] | None = None,
     config: Config | None = None,
-    registry: Registry | None = None,
     max_tries: int = 3,
     executor: str = "threads",
     ray_address: str | None = None,
@@ -410,10 +399,11 @@ def run_batch(
             same batch into it again to resume.
         servers: llama-server base URLs, or objects with a ``url`` (an
             :class:`~boxmaker.server.EmbeddedServer`).
+        registry: the tools the runs may call (a task's ``tools`` picks among them;
+            ``Registry()`` for none, ``boxmaker.demo.demo_registry()`` for the demo's).
         grid: dotted config keys to lists of values; one run per task and combination.
         config: the base config (default ``Config()``); its ``client`` settings (timeouts,
             retries) apply to every server.
-        registry: the tools (default: the demo tools).
         max_tries: attempts of a failing run before it is marked failed.
         executor: ``"threads"`` (one thread per slot, here) or ``"ray"`` (one Ray task per run).
         ray_address: ``ray.init(address=...)``: ``"auto"`` joins a running cluster, ``None``
@@ -436,7 +426,6 @@ def run_batch(
         raise ConfigError(f"executor must be 'threads' or 'ray', not {executor!r}")
     ray = _import_ray() if executor == "ray" else None
     base = config or Config()
-    registry = registry or demo_registry()
     runs = expand(load_tasks(tasks), grid)
     for spec in runs:
         spec.config(base)

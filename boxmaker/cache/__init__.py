@@ -1,16 +1,18 @@
-"""The prompt cache: ``cache_outcome(previous_timings, new_timings)`` (hit or loss, pure)
-and cache-loss forensics (why a loss happened, in the model's tokens, through the
-server's ``/apply-template`` and ``/tokenize``).
+"""The prompt cache: ``cache_outcome(previous_timings, new_timings)`` (hit or loss, pure;
+``cache_loss`` gives the loop's ``CacheLoss`` record) and cache-loss forensics (why a loss
+happened, in the model's tokens, through the server's ``/apply-template`` and ``/tokenize``,
+asked through the client's side requests).
 """
 
 from .._public import publish
-from ._forensics import CacheForensics, explain_log, paused_while
+from ._forensics import CacheForensics, explain_log
 from ._outcome import (
     CAUSES,
     WINDOW_TOKENS,
     CacheOutcome,
     LossCause,
     Tokens,
+    cache_loss,
     cache_outcome,
     classify_loss,
     first_divergence,
@@ -25,12 +27,12 @@ __all__ = [
     "CacheOutcome",
     "LossCause",
     "Tokens",
+    "cache_loss",
     "cache_outcome",
     "classify_loss",
     "explain_log",
     "first_divergence",
     "history_change",
-    "paused_while",
     "window",
 ]
 

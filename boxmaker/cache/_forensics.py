@@ -19,30 +19,31 @@ Bounds: at most :data:`MAX_REQUESTS` extra requests per loss (three ``/apply-tem
 ``/tokenize``, one ``GET /props`` for ``n_ctx`` when the loss looks like an eviction), each
 with a :data:`TIMEOUT_S` timeout, all after the completion has ended (never on the streaming
 path). A failure of any of them never fails the turn: the loss is recorded without a cause and
-``detail`` says why. ``config.cache.forensics = False`` turns it off. Inside a cassette
-(recording or replay, :func:`paused_while`) no request is sent and the loss is recorded as
-before forensics existed: a cassette holds the chat traffic only (the tokenizer's answers would
-swell it) and its replay stays strict; explain such a log afterwards with :func:`explain_log`
-(``boxmaker cache explain``).
+``detail`` says why. ``config.cache.forensics = False`` turns it off. The requests go through
+the loop's own client (:class:`boxmaker.client.ServerJson`: its transport and key); a client
+that does not offer them (a test's fake) has no server to ask. Inside a cassette (recording or
+replay) the cassette's transport refuses them (``boxmaker.client.SIDE_REFUSED``) and the loss
+is recorded as before forensics existed: a cassette holds the chat traffic only (the
+tokenizer's answers would swell it) and its replay stays strict; explain such a log afterwards
+with :func:`explain_log` (``boxmaker cache explain``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
 
-from ..client import ChatClient, Client
-from ..config import Config
+from ..client import ChatClient, Client, ServerJson, refused
+from ..config import ClientConfig, Config
 from ..errors import BoxmakerError, InferError
 from ..records import Assistant, Baseline, CacheLoss, Record, Usage
 from ..session import Session, message_of, messages
-from ._outcome import LossCause, Tokens, cache_outcome, classify_loss, history_change
+from ._outcome import LossCause, Tokens, cache_loss, classify_loss, history_change
 
 __all__ = [
     "MAX_REQUESTS",
@@ -54,7 +55,6 @@ __all__ = [
     "TemplateServer",
     "explain_log",
     "explain_loss",
-    "paused_while",
 ]
 
 MAX_REQUESTS = 7
@@ -62,28 +62,6 @@ MAX_REQUESTS = 7
 
 TIMEOUT_S = 30.0
 """Timeout of each forensic request (connect and read), in seconds."""
-
-_PAUSES: list[Callable[[], bool]] = []
-_PAUSES_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def paused_while(paused: Callable[[], bool]) -> Iterator[None]:
-    """Inside the block, forensics sends no request while ``paused()`` is true (an open
-    cassette installs one). Process-wide, like the cassette's patch of the httpx transports."""
-    with _PAUSES_LOCK:
-        _PAUSES.append(paused)
-    try:
-        yield
-    finally:
-        with _PAUSES_LOCK:
-            _PAUSES.remove(paused)
-
-
-def _paused() -> bool:
-    with _PAUSES_LOCK:
-        checks = list(_PAUSES)
-    return any(check() for check in checks)
 
 
 class TemplateServer:
@@ -108,40 +86,30 @@ class TemplateServer:
         transport: httpx.BaseTransport | None = None,
         timeout_s: float = TIMEOUT_S,
     ) -> None:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.url = url.rstrip("/")
-        self._http = httpx.Client(
-            base_url=self.url, headers=headers, timeout=timeout_s, transport=transport
-        )
+        own = Client(ClientConfig(url=url, api_key=api_key), transport=transport)
+        self._side: ServerJson = own
+        self._own: Client | None = own
+        self.url, self.timeout_s = own.url, timeout_s
 
     @classmethod
-    def of(cls, client: ChatClient) -> TemplateServer | None:
-        """The server behind a :class:`~boxmaker.client.Client` (its URL, key and transport);
-        ``None`` for any other client (a test's fake has no server to ask)."""
-        if not isinstance(client, Client):
+    def of(cls, client: ChatClient, timeout_s: float = TIMEOUT_S) -> TemplateServer | None:
+        """The server behind ``client``, asked through the client itself (its side requests,
+        :class:`boxmaker.client.ServerJson`: its URL, key and transport); ``None`` for a
+        client that offers none (a test's fake has no server to ask)."""
+        if not isinstance(client, ServerJson):
             return None
-        return cls(client.url, api_key=client.config.api_key, transport=client.transport)
+        server = cls.__new__(cls)
+        server._side, server._own = client, None
+        server.url, server.timeout_s = str(getattr(client, "url", "")), timeout_s
+        return server
 
     def close(self) -> None:
-        """Close the connection pool."""
-        self._http.close()
+        """Close the connection pool of a server made from a URL (a client's stays open)."""
+        if self._own is not None:
+            self._own.close()
 
     def _json(self, method: str, path: str, body: Any = None) -> Any:
-        try:
-            response = self._http.request(method, path, json=body)
-        except httpx.HTTPError as exc:
-            raise InferError(f"{method} {path} at {self.url} failed: {exc!r}") from exc
-        if response.status_code != 200:
-            text = response.text
-            raise InferError(
-                f"{method} {path}: HTTP {response.status_code} {text[:200]}",
-                status=response.status_code,
-                body=text,
-            )
-        try:
-            return response.json()
-        except ValueError as exc:
-            raise BoxmakerError(f"{method} {path}: the answer is not JSON") from exc
+        return self._side.server_json(method, path, body, timeout_s=self.timeout_s)
 
     def render(self, request: SentRequest, *extra: Mapping[str, Any], keep: bool = False) -> str:
         """The prompt text the template makes of ``request``'s messages (plus ``extra``
@@ -344,12 +312,12 @@ class CacheForensics:
             self._sent[session.id] = new
             while len(self._sent) > self.REMEMBERED:
                 del self._sent[next(iter(self._sent))]
-        outcome = cache_outcome(earlier.timings, usage.timings) if earlier else None
-        if earlier is None or outcome is None or outcome.hit:
+        loss = cache_loss(earlier, usage)  # the rule (pure); the rest explains a loss
+        if earlier is None or loss is None:
             return []
-        expected, reused = outcome.expected, outcome.reused
-        if not config.cache.forensics or _paused():
-            return [CacheLoss(expected=expected, reused=reused)]
+        expected, reused = loss.expected, loss.reused
+        if not config.cache.forensics:
+            return [loss]
         server = TemplateServer.of(client)
         if server is None:
             return [_loss(expected, reused, None, "no server to ask: not a boxmaker Client")]
@@ -368,6 +336,10 @@ class CacheForensics:
                 reused=reused,
                 held_tokens=_held(earlier),
             )
+        except InferError as exc:
+            if refused(exc):  # inside a cassette: no side request is sent
+                return [loss]
+            return [_loss(expected, reused, None, f"forensics failed: {exc}")]
         except Exception as exc:  # forensics never fails the turn
             return [_loss(expected, reused, None, f"forensics failed: {exc}")]
         finally:

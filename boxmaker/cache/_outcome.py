@@ -18,12 +18,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..records import CacheLoss, Usage
+
 __all__ = [
     "CAUSES",
     "WINDOW_TOKENS",
     "CacheOutcome",
     "LossCause",
     "Tokens",
+    "cache_loss",
     "cache_outcome",
     "classify_loss",
     "first_divergence",
@@ -66,6 +69,17 @@ def cache_outcome(
     except (KeyError, TypeError, ValueError):
         return None
     return CacheOutcome(expected=expected, reused=reused)
+
+
+def cache_loss(earlier: Usage | None, usage: Usage) -> CacheLoss | None:
+    """The cache rule of the loop (SPEC "Cache outcome"): the ``CacheLoss`` record (``expected``
+    and ``reused`` tokens, no cause yet) when the completion of ``usage`` reused less than the
+    session's earlier completion ``earlier`` made cacheable; ``None`` on a hit, without an
+    earlier completion, or when either lacks ``cache_n``/``prompt_n``."""
+    outcome = cache_outcome(earlier.timings, usage.timings) if earlier is not None else None
+    if outcome is None or outcome.hit:
+        return None
+    return CacheLoss(expected=outcome.expected, reused=outcome.reused)
 
 
 # --------------------------------------------------------------------------------------------

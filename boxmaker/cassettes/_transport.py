@@ -33,7 +33,7 @@ import httpx
 import vcr
 from vcr.request import Request as VcrRequest
 
-from ..cache import paused_while
+from ..client import SIDE_REFUSED, SIDE_REFUSED_STATUS, SIDE_REQUEST
 from ..errors import CassetteError
 from ._matching import body_for_matching, describe_difference, first_difference, json_body_matcher
 from ._scrub import (
@@ -197,6 +197,8 @@ class _Run:
         self, original: Callable[[Any, Any], Any], transport: Any, request: Any, library: Library
     ) -> Any:
         """A sync transport's ``handle_request`` inside the cassette."""
+        if request.extensions.get(SIDE_REQUEST):
+            return _refuse_side_request(request, library)
         replayed, vreq, known = self.lookup(request, request.read(), library)
         if replayed is not None:
             return replayed
@@ -212,6 +214,8 @@ class _Run:
         library: Library,
     ) -> Any:
         """An async transport's ``handle_async_request`` inside the cassette."""
+        if request.extensions.get(SIDE_REQUEST):
+            return _refuse_side_request(request, library)
         replayed, vreq, known = self.lookup(request, await request.aread(), library)
         if replayed is not None:
             return replayed
@@ -279,6 +283,19 @@ class _Run:
         return f"{what} interaction: all {len(cassette.data)} recorded interactions were played"
 
 
+def _refuse_side_request(request: Any, library: Library) -> Any:
+    """The answer to a side request (``boxmaker.client.SIDE_REQUEST``: cache forensics asking
+    the template and tokenizer) inside a cassette: refused at once, neither sent, recorded
+    nor matched. A cassette holds the chat traffic only (the tokenizer's answers would swell
+    it), and its replay stays strict; the forensics then records the loss without a cause."""
+    error = {
+        "code": SIDE_REFUSED_STATUS,
+        "type": SIDE_REFUSED,
+        "message": f"no side request inside a cassette ({request.method} {request.url.path})",
+    }
+    return library.lib.Response(SIDE_REFUSED_STATUS, json={"error": error}, request=request)
+
+
 @contextmanager
 def _patched_transports(run: _Run) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
@@ -334,9 +351,7 @@ def streaming_into(
     """
     run = _Run(cassette, Path(path), ignore_body_keys, secrets)
     cassette.failures = run.failures
-    # forensics sends nothing inside a cassette: it holds the chat traffic only (tokenizer
-    # answers would swell it) and the replay of the loop stays strict (boxmaker.cache)
-    with _patched_transports(run), paused_while(lambda: True):
+    with _patched_transports(run):
         yield cassette
 
 

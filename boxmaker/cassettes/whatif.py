@@ -18,8 +18,7 @@ from typing import Any
 
 from ..client import Client
 from ..config import ClientConfig, LoopLimits
-from ..demo import demo_registry
-from ..errors import SessionFull, TurnError, TurnInferError, TurnLimit
+from ..errors import CassetteError, SessionFull, TurnError, TurnInferError, TurnLimit
 from ..events import Queued
 from ..records import Baseline, LimitHit, ToolResult, TurnEnd
 from ..session import Session
@@ -108,28 +107,36 @@ class WhatIf:
     hits: list[tuple[int, int, str, str]] = field(default_factory=list)
 
 
-def what_if(path: str | os.PathLike[str], limits: LoopLimits = _DEFAULT_LIMITS) -> WhatIf:
+def what_if(
+    path: str | os.PathLike[str],
+    limits: LoopLimits = _DEFAULT_LIMITS,
+    *,
+    registry: Registry | None = None,
+) -> WhatIf:
     """Run the loop again on a recorded session with other limits; say which fire and when.
 
     The user messages, system prompt, tools and sampling come from the cassette
-    (:func:`~boxmaker.cassettes.recorded_session`); the limits are ``limits``, the
-    same object as ``config.loop``, each field meaning what it means there (``None``: that
-    limit off). Tools: the demo tools when the recorded tool names are theirs, else a port
-    answering from the results recorded in the cassette. Each completion is replayed from the
-    cassette (record mode ``none``; ``reasoning_control`` and ``thinking_budget_tokens`` are
-    left out of matching, so a cap can be armed or not; the recorded server's reasoning is
-    replayed as it was, so a cap below it fires through the client's ``reasoning_end``
-    fallback); the replay stops, with the reason, at the first request the cassette does
-    not hold, since what the model would answer to it is unknown (a thinking cap that fires
-    where the recording had none, a tool result cut differently, a turn that goes on where the
-    recorded one ended...).
+    (:func:`~boxmaker.cassettes.recorded_session`); the limits are ``limits``, the same object
+    as ``config.loop``, each field meaning what it means there (``None``: that limit off).
+    Tools: ``registry``'s run when it is given (it must hold every recorded tool), else a port
+    answers each call from the results recorded in the cassette. Each completion is replayed
+    from the cassette (record mode ``none``; ``reasoning_control`` and
+    ``thinking_budget_tokens`` are left out of matching, so a cap can be armed or not; the
+    recorded server's reasoning is replayed as it was, so a cap below it fires through the
+    client's ``reasoning_end`` fallback); the replay stops, with the reason, at the first
+    request the cassette does not hold, since what the model would answer to it is unknown (a
+    thinking cap that fires where the recording had none, a tool result cut differently, a turn
+    that goes on where the recorded one ended...).
 
     Args:
         path: the cassette.
         limits: the loop limits to replay with (default: ``LoopLimits()``, the defaults).
+        registry: the tools to run (e.g. ``boxmaker.demo.demo_registry()`` for a demo
+            recording); ``None``: the recorded results answer.
 
     Raises:
-        CassetteError: not a readable cassette, or no chat request in it.
+        CassetteError: not a readable cassette, no chat request in it, or a recorded tool
+            that ``registry`` does not hold.
     """
     recorded = recorded_session(path)
     config = dataclasses.replace(
@@ -138,10 +145,11 @@ def what_if(path: str | os.PathLike[str], limits: LoopLimits = _DEFAULT_LIMITS) 
         loop=limits,
     )
     names = [str((t.get("function") or {}).get("name")) for t in recorded.tools]
-    demo = demo_registry()
     port: _RecordedPort | None = None
-    if sorted(names) == sorted(demo.names):
-        registry, tools_text = demo, f"the demo tools ({', '.join(names)})"
+    if registry is not None:
+        if missing := sorted(set(names) - set(registry.names)):
+            raise CassetteError(f"{path}: the registry given has no tool {', '.join(missing)}")
+        tools_text = f"the registry given ({', '.join(names)})"
     else:
         registry = Registry()
         for t in recorded.tools:

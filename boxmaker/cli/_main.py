@@ -18,8 +18,9 @@
 - ``boxmaker report PATH... [--html FILE]``: usage, cache loss and limit hits of session logs.
 - ``boxmaker cassette show|check PATH...``: a cassette's transcript; check that every chat
   request extends the previous one.
-- ``boxmaker replay CASSETTE [--tool-iterations N] [--loop-cycle K] ...``: re-run the loop on a
-  recording with other limits and loop-guard knobs.
+- ``boxmaker replay CASSETTE [--tool-iterations N] [--loop-cycle K] [--demo-tools] ...``: re-run
+  the loop on a recording with other limits and loop-guard knobs (tools: the recorded results,
+  or the demo tools run again).
 - ``boxmaker doctor --url URL [--api-key KEY] [--json]``: probe a llama-server with small
   requests and say what is set up right for agent loops, and what to change (exit 1 if a
   check failed).
@@ -52,6 +53,7 @@ from pathlib import Path
 
 from ..cache import explain_log
 from ..config import ClientConfig, Config, HistoryConfig, load_config
+from ..demo import demo_registry
 from ..errors import BoxmakerError, ServerError
 from ..records import SCHEMA_VERSION
 from ..server import LIMITS, EmbeddedServer, check_param
@@ -170,7 +172,7 @@ def _replay(args: argparse.Namespace) -> int:
         "on_limit": args.on_limit,
     }  # a flag not given keeps LoopLimits' default; -1 turns a limit off
     limits = dataclasses.replace(Config().loop, **{k: v for k, v in given.items() if v is not None})
-    report = what_if(args.cassette, limits)
+    report = what_if(args.cassette, limits, registry=demo_registry() if args.demo_tools else None)
     print(terminal_safe("\n".join(report.lines)))
     return 0
 
@@ -301,6 +303,11 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("--loop-repeats", type=int, help="loop.cycle_repeats R")
     replay.add_argument("--repeat-exempt", action="append", default=[], metavar="NAME")
     replay.add_argument("--on-limit", choices=("stop", "answer"), help="loop.on_limit")
+    replay.add_argument(
+        "--demo-tools",
+        action="store_true",
+        help="run the demo tools (default: the results recorded in the cassette answer)",
+    )
     replay.set_defaults(run=_replay)
 
     log = sub.add_parser("log", help="session log maintenance")
@@ -388,6 +395,7 @@ def _batch(args: argparse.Namespace) -> int:
                 args.tasks,
                 args.dir,
                 servers=servers,  # type: ignore[arg-type]  # URLs and an EmbeddedServer
+                registry=demo_registry(),  # the CLI's tools: the demo's, said here
                 grid=grid,
                 config=config,
                 max_tries=args.tries,

@@ -3,7 +3,7 @@
 The interactive half of the CLI (:mod:`boxmaker.cli` parses the command line and calls
 :func:`run_demo` / :func:`run_chat`). A turn runs in a worker thread while the main thread
 waits on an event (never on ``Thread.join(timeout)``, which a Ctrl-C can cut short on Python
-3.11); Ctrl-C during a turn sets ``runtime.cancel`` and waits until the turn has ended
+3.11); Ctrl-C during a turn cancels the turn's token and waits until the turn has ended
 (``[turn cancelled]``); at an idle chat prompt it ends the chat like Ctrl-D; a full session
 stops sending; a closed stdout (``| head``) cancels the turn and exits 141. It prints: it is
 part of the CLI.
@@ -39,26 +39,28 @@ from ..server import EmbeddedServer
 from ..session import Session
 from ..tools import Registry, ToolPort
 from ..tools.approval import ApprovalPort, ConsolePrompt
-from ..turn import Runtime, run_turn
+from ..turn import CancelToken, Runtime, TurnRunner
 from ..view import ConsoleView, format_usage_table
 
 __all__ = ["CHAT_COMMANDS", "run_chat", "run_demo"]
 
 
 class _Interrupts:
-    """While active (a ``with`` block on the main thread), Ctrl-C (SIGINT) sets ``cancel`` and is
-    counted in :attr:`presses` instead of raising ``KeyboardInterrupt``; the old handler comes
-    back at the end. Off the main thread (no signal handlers there) it does nothing."""
+    """While active (a ``with`` block on the main thread), Ctrl-C (SIGINT) cancels
+    :attr:`cancel` (the running turn's token, set by :func:`_turn`) and is counted in
+    :attr:`presses` instead of raising ``KeyboardInterrupt``; the old handler comes back at the
+    end. Off the main thread (no signal handlers there) it does nothing."""
 
-    def __init__(self, cancel: threading.Event) -> None:
-        self.cancel = cancel
+    def __init__(self) -> None:
+        self.cancel: CancelToken | None = None
         self.presses = 0
         self._installed = False
         self._old: Any = None
 
     def _handle(self, signum: int, frame: object) -> None:
         self.presses += 1
-        self.cancel.set()
+        if self.cancel is not None:
+            self.cancel.cancel()
 
     def __enter__(self) -> _Interrupts:
         if threading.current_thread() is threading.main_thread():
@@ -77,7 +79,7 @@ class _PipeGuard:
     pipe, ``boxmaker demo | head``) it stops writing and cancels the turn; :func:`_turn` then
     raises ``BrokenPipeError`` on the main thread."""
 
-    def __init__(self, view: ConsoleView, cancel: threading.Event) -> None:
+    def __init__(self, view: ConsoleView, cancel: CancelToken) -> None:
         self.view = view
         self.cancel = cancel
         self.broken = False
@@ -89,7 +91,7 @@ class _PipeGuard:
             self.view(event)
         except BrokenPipeError:
             self.broken = True
-            self.cancel.set()
+            self.cancel.cancel()
 
 
 def _turn(
@@ -101,33 +103,26 @@ def _turn(
     Returns only once the worker has finished, so nothing else (a prompt, another turn) can
     overlap a cancelled turn still writing: the worker's own ``done`` event is waited for, not
     ``Thread.join(timeout)``, which on Python 3.11 can return at once after a
-    ``KeyboardInterrupt`` (it marks the thread stopped while it runs). Ctrl-C while waiting sets
-    ``runtime.cancel`` (again, in case the turn cleared it as it started), prints
-    ``[stopping the turn]`` (``[still stopping the turn]`` on later presses) and is otherwise
-    absorbed. Errors other than :class:`TurnError` (a log that cannot be written) are raised.
+    ``KeyboardInterrupt`` (it marks the thread stopped while it runs). Ctrl-C while waiting
+    cancels the turn's token (never cleared, so a press as the turn starts is not lost),
+    prints ``[stopping the turn]`` (``[still stopping the turn]`` on later presses) and is
+    otherwise absorbed. Errors other than :class:`TurnError` (a log that cannot be written)
+    are raised.
     """
-    failure: list[BaseException] = []
-    done = threading.Event()
-    guard = _PipeGuard(view, runtime.cancel)
-
-    def work() -> None:
-        try:
-            run_turn(session, runtime, text, guard)
-        except BaseException as exc:  # reported on the main thread
-            failure.append(exc)
-        finally:
-            done.set()
-
-    worker = threading.Thread(target=work, name="boxmaker-turn", daemon=True)
-    worker.start()
+    token = CancelToken()
+    guard = _PipeGuard(view, token)
+    runner = TurnRunner(session, runtime, text, guard, cancel=token)
+    interrupts.cancel = token
+    if interrupts.presses:
+        token.cancel()  # pressed before this turn: it stops at once
+    runner.start()
     seen = 0
-    while not done.is_set():
+    while not runner.done:
         try:
-            done.wait(0.1)
+            runner.wait(0.1)
         except KeyboardInterrupt:  # only when no SIGINT handler could be installed
             interrupts.presses += 1
-        if interrupts.presses:
-            runtime.cancel.set()
+            token.cancel()
         if interrupts.presses > seen and not guard.broken:
             try:
                 view.end()
@@ -135,13 +130,12 @@ def _turn(
             except BrokenPipeError:
                 guard.broken = True  # raised below, once the worker has finished
             seen = interrupts.presses
-    worker.join()
     if guard.broken:
         raise BrokenPipeError(errno.EPIPE, "stdout was closed by its reader")
     view.end()
-    if not failure:
+    exc = runner.error
+    if exc is None:
         return None
-    exc = failure[0]
     if isinstance(exc, TurnCancelled):
         print("  [turn cancelled]", flush=True)
     elif isinstance(exc, SessionFull):
@@ -202,7 +196,7 @@ def _demo_session(runtime: Runtime, directory: Path) -> int:
     view = ConsoleView()
     code = 0
     try:
-        with _Interrupts(runtime.cancel) as interrupts:
+        with _Interrupts() as interrupts:
             for text in DEMO_PROMPTS:
                 print(f"\nyou> {text}", flush=True)
                 failure = _turn(session, runtime, text, view, interrupts)
@@ -247,7 +241,7 @@ def _chat_session(runtime: Runtime, directory: Path, system: str) -> int:
             elif full and text:
                 print(FULL_CHAT, flush=True)
             elif text:
-                with _Interrupts(runtime.cancel) as interrupts:
+                with _Interrupts() as interrupts:
                     failure = _turn(session, runtime, text, view, interrupts)
                 tried = True
                 reached = reached or not _unreachable(failure)

@@ -1,5 +1,5 @@
 """The httpx client for llama-server: one streamed chat completion, retries, events,
-cancel, the thinking cap of a completion.
+cancel, the thinking cap of a completion, and side requests to the same server (``ServerJson``).
 
 Under it, ``_stream`` is sans-I/O (bytes in, events out, as h11 does it): SSE lines ->
 chunks -> client events and a ``Completion``, shared by the client and the cassette
@@ -10,17 +10,23 @@ OpenAI's chat completions API.
 from .._public import publish
 from ._client import ChatClient, Client
 from ._errors import is_context_full
+from ._side import SIDE_REFUSED, SIDE_REFUSED_STATUS, SIDE_REQUEST, ServerJson, refused
 from ._stream._completion import Completion
 from ._stream._decoder import StreamDecoder
 from ._thinking_cap import IGNORED_BUDGET_MARGIN
 
 __all__ = [
     "IGNORED_BUDGET_MARGIN",
+    "SIDE_REFUSED",
+    "SIDE_REFUSED_STATUS",
+    "SIDE_REQUEST",
     "ChatClient",
     "Client",
     "Completion",
+    "ServerJson",
     "StreamDecoder",
     "is_context_full",
+    "refused",
 ]
 
 publish(globals(), __all__)

@@ -44,6 +44,7 @@ from ..errors import InferError, RequestCancelled, StreamCut
 from ..events import ClientEvent, Queued, Retrying
 from ._cancel import CancelWatch
 from ._errors import http_error
+from ._side import side_json
 from ._stream._decoder import Completion, StreamDecoder
 from ._thinking_cap import IGNORED_BUDGET_MARGIN, ThinkingCap
 
@@ -97,7 +98,6 @@ class Client:
     Attributes:
         url: the server's base URL, without trailing ``/`` (``config.url``).
         config: the client config in use.
-        transport: the httpx transport given (``None``: the network).
 
     Timeouts: connecting may take ``config.connect_timeout_s`` seconds; once connected, the
     request fails if the server sends no byte for ``config.idle_timeout_s`` seconds (an idle
@@ -125,7 +125,6 @@ class Client:
         self.url = self.config.url.rstrip("/")
         self._chat_url = f"{self.url}/v1/chat/completions"
         self._control_url = f"{self.url}/v1/chat/completions/control"
-        self.transport = transport  # also used by boxmaker.cache' requests
         self._sleep = sleep
         self._unseen_warned = False  # CapNotEnforced for "no reasoning seen" was emitted
         self._reasoning_seen = False  # a completion of this client had reasoning
@@ -266,6 +265,26 @@ class Client:
                 not a JSON object.
         """
         return self._control(completion_id)[0]
+
+    def server_json(self, method: str, path: str, body: Any = None, *, timeout_s: float) -> Any:
+        """A side request to this client's server (its transport and key): one JSON request
+        to ``path`` (e.g. llama.cpp's ``/apply-template``, ``/tokenize``, ``/props``), marked
+        with the ``boxmaker.side_request`` extension (``boxmaker.client.ServerJson``).
+
+        Args:
+            method: ``"GET"`` or ``"POST"``; path: from the base URL (``/tokenize``).
+            body: the JSON body (``None``: none); timeout_s: the request's timeout, seconds.
+
+        Returns:
+            The parsed JSON answer.
+
+        Raises:
+            InferError: no connection, or an HTTP status other than 200 (status, body and
+                the ``error`` object kept; a transport that refuses side requests answers
+                ``error.type`` ``side_request_refused``).
+            BoxmakerError: an answer that is not JSON.
+        """
+        return side_json(self._http, self.url, method, path, body, timeout_s)
 
     def close(self) -> None:
         """Close the connection pool. The client cannot be used afterwards."""

@@ -1,11 +1,22 @@
 """``run_turn``: one turn of the agent loop and its limits (the spec's steps, in order),
-the loop guard, and the log made whole when a limit ends a turn.
+the loop guard, the log made whole when a limit ends a turn, and ``TurnRunner``: one turn on a
+worker thread, stopped through a ``CancelToken`` the caller makes and the loop never clears.
 """
 
 from .._public import publish
 from ._guard import ALREADY_MADE, NUDGE, LoopGuard
 from ._loop import Runtime, TurnOutcome, run_turn
+from ._runner import CancelToken, TurnRunner
 
-__all__ = ["ALREADY_MADE", "NUDGE", "LoopGuard", "Runtime", "TurnOutcome", "run_turn"]
+__all__ = [
+    "ALREADY_MADE",
+    "NUDGE",
+    "CancelToken",
+    "LoopGuard",
+    "Runtime",
+    "TurnOutcome",
+    "TurnRunner",
+    "run_turn",
+]
 
 publish(globals(), __all__)

@@ -48,8 +48,8 @@ class Runtime:
         client: streams completions (:class:`boxmaker.client.Client` or a fake).
         registry: the tools the loop can dispatch.
         port: where port tools go (``None``: port tools answer that no port is connected).
-        cancel: set it (from any thread) to stop the running turn between events; the turn
-            clears it when it starts.
+        cancel: set it (any thread) to stop the running turn; the loop never clears it (a
+            turn of its own gets its own token: ``run_turn(cancel=...)``, ``TurnRunner``).
         forensics: explains cache losses (remembers each session's last request).
     """
 
@@ -77,10 +77,16 @@ class _TurnState:
     capped: bool = False  # the thinking cap fired (or was said not enforced) in this turn
     earlier: Usage | None = None  # the session's last usage before the running completion
     body: dict[str, Any] = field(default_factory=dict)  # the running completion's request
+    cancel: threading.Event = field(default_factory=threading.Event)  # read, never cleared
 
 
 def run_turn(
-    session: Session, runtime: Runtime, content: str, on_event: Hook | None = None
+    session: Session,
+    runtime: Runtime,
+    content: str,
+    on_event: Hook | None = None,
+    *,
+    cancel: threading.Event | None = None,
 ) -> TurnOutcome:
     """Run one turn of the agent loop on ``session`` for the user message ``content``.
 
@@ -91,6 +97,8 @@ def run_turn(
         on_event: called with every client event (but ``ToolCallDelta``), every
             ``ToolCallStarted`` and every appended record, in order, on the calling thread.
             An exception inside it is logged and does not stop the turn.
+        cancel: this turn's :class:`~boxmaker.turn.CancelToken` (or any ``threading.Event``;
+            default ``runtime.cancel``), never cleared: set before the start, it ends the turn.
 
     Returns:
         The answer and the last completion's usage.
@@ -100,18 +108,18 @@ def run_turn(
             which; :mod:`boxmaker.turn`); with ``loop.on_limit = "answer"`` the turn ends
             with one last completion without tools instead (outcome ``answered_after_limit``).
         SessionFull: llama.cpp answered ``exceed_context_size_error``.
-        TurnCancelled: ``runtime.cancel`` was set.
+        TurnCancelled: the cancel token (``cancel``, else ``runtime.cancel``) was set.
         TurnInferError: the completion failed otherwise (``cause`` keeps status and body).
         SessionError: the log could not be written.
     """
     emit = guarded(on_event, log)
+    token = runtime.cancel if cancel is None else cancel
     with session.turn():
-        runtime.cancel.clear()
         why = "the process running the turn stopped before it"  # a log reopened mid-turn
         dead = not_run_results(session.unanswered_calls(), session.next_call(), why, "process_died")
         end = [TurnEnd(outcome="process_died", detail=why)] if session.turn_left_open() else []
         _append(session, emit, *dead, *end)  # the dead turn closed, so it counts as what it was
-        state = _TurnState(guard=LoopGuard(runtime.config.loop))
+        state = _TurnState(guard=LoopGuard(runtime.config.loop), cancel=token)
         _append(session, emit, User(content=content))
         last: TurnLimit | None = None  # on_limit="answer": the limit, before the last completion
         while True:
@@ -154,7 +162,7 @@ def _complete(
 
     try:
         completion = runtime.client.chat_with_retry(
-            body, relay, reasoning_budget=budget, cancel=runtime.cancel
+            body, relay, reasoning_budget=budget, cancel=state.cancel
         )
     except RequestCancelled as exc:
         _end_turn(session, TurnCancelled(f"the turn was cancelled ({exc})"), emit, exc)
@@ -203,7 +211,7 @@ def _run_calls(
     """Step 6: handle each tool call in order; may end the turn."""
     loop = runtime.config.loop
     for call in calls:
-        if runtime.cancel.is_set():
+        if state.cancel.is_set():
             _end_turn(session, TurnCancelled("the turn was cancelled"), emit)
         number = session.next_call()
         emit(ToolCallStarted(name=call.name, call=number, arguments=call.arguments))
@@ -220,7 +228,7 @@ def _run_calls(
                 port=runtime.port,
                 session_id=session.id,
                 call=number,
-                cancel=runtime.cancel,
+                cancel=state.cancel,
             )
             state.guard.ran(call, result.content)
         cap = loop.tool_result_cap if result.not_run is None else None  # the loop's own words

@@ -53,12 +53,11 @@ from typing import Any
 import ipywidgets as ipw
 from IPython import display as ipd
 
-from ..errors import TurnError
 from ..events import TurnEvent
 from ..records import Record
 from ..session import Session
 from ..tools.approval import PendingCall
-from ..turn import Runtime, run_turn
+from ..turn import Runtime, TurnRunner
 from ..view import TRANSCRIPT_CSS, Transcript
 from ._draw import WIDGET_CSS, TranscriptBox, set_if_changed
 
@@ -170,14 +169,15 @@ _KEYS_JS = (
 class ChatPanel:
     """A live chat with the turn loop: input, Send and Stop, and a streaming transcript.
 
-    Each Send runs :func:`~boxmaker.turn.run_turn` on ``session`` in a worker thread; the
-    panel's hook buffers every event, and a flusher thread copies the folded transcript to
-    the widgets at most :data:`MAX_FLUSHES_PER_S` times a second (plus once at the turn's end).
-    Stop sets ``runtime.cancel``: the client closes the stream (llama.cpp stops generating),
-    the turn ends with ``TurnCancelled`` and the log stays well formed.
+    Each Send runs the turn on ``session`` in a :class:`~boxmaker.turn.TurnRunner` (a worker
+    thread); the panel's hook buffers every event, and a flusher thread copies the folded
+    transcript to the widgets at most :data:`MAX_FLUSHES_PER_S` times a second (plus once at
+    the turn's end). Stop cancels the turn's own :class:`~boxmaker.turn.CancelToken` (also a
+    Stop pressed as the turn starts): the client closes the stream (llama.cpp stops
+    generating), the turn ends with ``TurnCancelled`` and the log stays well formed.
 
     Args:
-        runtime: config, client, tools and cancel switch (shared with the worker thread).
+        runtime: config, client and tools (shared with the worker thread).
         session: the log the turns extend; turns already in it are shown first.
         max_flushes_per_s: cap on widget refreshes per second.
         transcript_height: CSS height of the transcript box (it scrolls, follows new text
@@ -213,7 +213,7 @@ class ChatPanel:
         self._interval = 1.0 / max_flushes_per_s
         self._buffer: list[tuple[float, TurnEvent | Record]] = []
         self._buffer_lock = threading.Lock()
-        self._worker: threading.Thread | None = None
+        self.runner: TurnRunner | None = None  # the last turn's (its cancel token, outcome)
         self._dirty = threading.Event()
         self._running = False
 
@@ -408,7 +408,7 @@ class ChatPanel:
     @property
     def busy(self) -> bool:
         """Whether a turn is running."""
-        return self._worker is not None and self._worker.is_alive()
+        return self.runner is not None and not self.runner.done
 
     def send(self, text: str) -> bool:
         """Start a turn with the user message ``text`` in a worker thread.
@@ -423,49 +423,45 @@ class ChatPanel:
         self.stop_button.disabled = False
         self._running = True
         flusher = threading.Thread(target=self._flusher, name="bxm-flusher", daemon=True)
-        self._worker = threading.Thread(
-            target=self._run, args=(text, flusher), name="bxm-turn", daemon=True
+        self.runner = TurnRunner(
+            self.session,
+            self.runtime,
+            text,
+            self.on_event,
+            on_done=lambda runner: self._finish(runner, flusher),
+            name="bxm-turn",
         )
         flusher.start()
-        self._worker.start()
+        self.runner.start()
         return True
 
-    def _run(self, text: str, flusher: threading.Thread) -> None:
-        reason: str | None = None
-        try:
-            self.outcomes.append(run_turn(self.session, self.runtime, text, self.on_event))
-        except TurnError as exc:
-            self.outcomes.append(exc)
-            reason = f"{type(exc).__name__}: {exc}"
-        except Exception as exc:  # shown in the panel rather than lost in a thread
-            self.outcomes.append(exc)
-            reason = f"{type(exc).__name__}: {exc}"
-        finally:
-            self._running = False
-            self._dirty.set()
-            flusher.join()
-            self.flush()  # the final flush: everything buffered reaches the widgets
-            with self.lock:
-                self.transcript.end_turn(reason)
-                self._box.show(self.transcript, live=False)
-                self._draw_live()
-            self.send_button.disabled = False
-            self.stop_button.disabled = True
-            if self._displayed:  # the saved notebook's copy follows each turn
-                _display(self.static_html(), raw=True, display_id=self._key, update=True)
+    def _finish(self, runner: TurnRunner, flusher: threading.Thread) -> None:
+        """The turn has ended (on its worker thread): keep its outcome, refresh the widgets."""
+        error = runner.error
+        self.outcomes.append(runner.outcome if error is None else error)
+        reason = None if error is None else f"{type(error).__name__}: {error}"
+        self._running = False
+        self._dirty.set()
+        flusher.join()
+        self.flush()  # the final flush: everything buffered reaches the widgets
+        with self.lock:
+            self.transcript.end_turn(reason)
+            self._box.show(self.transcript, live=False)
+            self._draw_live()
+        self.send_button.disabled = False
+        self.stop_button.disabled = True
+        if self._displayed:  # the saved notebook's copy follows each turn
+            _display(self.static_html(), raw=True, display_id=self._key, update=True)
 
     def stop(self) -> None:
-        """Cancel the running turn (sets ``runtime.cancel``); the worker ends it cleanly."""
-        if self.busy:
-            self.runtime.cancel.set()
+        """Cancel the running turn (its :class:`~boxmaker.turn.CancelToken`, never cleared, so
+        not lost however early it is pressed); the worker ends it cleanly."""
+        if self.runner is not None:
+            self.runner.stop()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the running turn ended; returns ``False`` on timeout."""
-        worker = self._worker
-        if worker is not None:
-            worker.join(timeout)
-            return not worker.is_alive()
-        return True
+        return self.runner is None or self.runner.wait(timeout)
 
     def ask(self, text: str, timeout: float | None = None) -> Any:
         """:meth:`send` then :meth:`wait`; returns the turn's outcome or the error that ended it

@@ -25,11 +25,15 @@ from boxmaker.batch._run import discover_slots
 from boxmaker.batch._view import BatchView
 from boxmaker.cli import main
 from boxmaker.config import ClientConfig, Config, LoopLimits
+from boxmaker.demo import demo_registry
 from boxmaker.errors import ConfigError, ServerError
 from boxmaker.records import Assistant, Baseline, TurnEnd, User
 from boxmaker.session import Session
+from boxmaker.tools import Registry
 
 FAST = Config(client=ClientConfig(retry_base_delay_s=0.01, retry_max_delay_s=0.02))
+TOOLS = demo_registry()
+"""The tools the batches here run with (the demo's, passed explicitly)."""
 
 # --- a stand-in llama-server ------------------------------------------------------------------
 
@@ -310,7 +314,7 @@ def test_server_killed_mid_batch_its_runs_move_to_the_other(
     result: list[BatchProgress] = []
     worker = threading.Thread(
         target=lambda: result.append(
-            run_batch(TASKS, tmp_path, servers=[doomed.url, spare.url], config=FAST)
+            run_batch(TASKS, tmp_path, servers=[doomed.url, spare.url], registry=TOOLS, config=FAST)
         )
     )
     worker.start()
@@ -338,7 +342,9 @@ def test_a_run_that_keeps_failing_is_marked_failed_after_its_tries(
         return any(m.get("content") == "question 1" for m in body["messages"])
 
     servers.append(FakeLlama(2, fail=bad))
-    progress = run_batch(TASKS[:3], tmp_path, servers=[servers[0].url], config=FAST, max_tries=2)
+    progress = run_batch(
+        TASKS[:3], tmp_path, servers=[servers[0].url], registry=TOOLS, config=FAST, max_tries=2
+    )
     assert (progress.done, progress.failed) == (2, 1)
     ((run, reason),) = progress.failures
     assert run == "t1" and "failed 2 times" in reason and "HTTP 500" in reason
@@ -347,18 +353,27 @@ def test_a_run_that_keeps_failing_is_marked_failed_after_its_tries(
     assert sum(bad(b) for b in servers[0].bodies) == 2
 
 
+def test_an_empty_registry_offers_no_tools_not_the_demo_ones(
+    tmp_path: Path, servers: list[FakeLlama]
+) -> None:
+    servers.append(FakeLlama(1))
+    progress = run_batch(TASKS[:1], tmp_path, servers=[servers[0].url], registry=Registry())
+    assert (progress.done, progress.failed) == (1, 0)
+    assert servers[0].bodies and all("tools" not in b for b in servers[0].bodies)
+
+
 def test_a_full_context_finishes_the_run_and_a_rerun_skips_it(
     tmp_path: Path, servers: list[FakeLlama]
 ) -> None:
     full = lambda body: body["messages"][-1]["content"] == "two"  # noqa: E731
     servers.append(FakeLlama(1, full=full))
     task = Task(id="long", messages=("one", "two", "three"))
-    progress = run_batch([task], tmp_path, servers=[servers[0].url], config=FAST)
+    progress = run_batch([task], tmp_path, servers=[servers[0].url], registry=TOOLS, config=FAST)
     assert (progress.done, progress.failed) == (1, 0)
     entry = read_manifest(tmp_path)["long"]
     assert (entry["state"], entry["turns"], entry["outcome"]) == ("done", 2, "session_full")
     assert [b["messages"][-1]["content"] for b in servers[0].bodies] == ["one", "two"]
-    again = run_batch([task], tmp_path, servers=[servers[0].url], config=FAST)
+    again = run_batch([task], tmp_path, servers=[servers[0].url], registry=TOOLS, config=FAST)
     assert (again.done, again.skipped, len(servers[0].bodies)) == (1, 1, 2)
 
 
@@ -371,7 +386,14 @@ def test_cancel_stops_in_flight_turns_and_a_rerun_sends_each_message_once(
     result: list[BatchProgress] = []
     worker = threading.Thread(
         target=lambda: result.append(
-            run_batch(TASKS[:3], tmp_path, servers=[stalling.url], config=FAST, cancel=cancel)
+            run_batch(
+                TASKS[:3],
+                tmp_path,
+                servers=[stalling.url],
+                registry=TOOLS,
+                config=FAST,
+                cancel=cancel,
+            )
         )
     )
     worker.start()
@@ -386,11 +408,11 @@ def test_cancel_stops_in_flight_turns_and_a_rerun_sends_each_message_once(
         path = tmp_path / "logs" / f"{run}.jsonl"
         if state == "interrupted":
             assert log_state(path).last_outcome == "cancelled"
-    again = run_batch(TASKS[:3], tmp_path, servers=[answering.url], config=FAST)
+    again = run_batch(TASKS[:3], tmp_path, servers=[answering.url], registry=TOOLS, config=FAST)
     assert (again.done, again.skipped, again.failed) == (3, 0, 0)
     for task in TASKS[:3]:
         assert _finished_users(tmp_path / "logs" / f"{task.id}.jsonl") == list(task.messages)
-    third = run_batch(TASKS[:3], tmp_path, servers=[answering.url], config=FAST)
+    third = run_batch(TASKS[:3], tmp_path, servers=[answering.url], registry=TOOLS, config=FAST)
     assert (third.done, third.skipped) == (3, 3)
     sent = len(answering.bodies)
     assert sent == 6  # two messages per run, each answered at once: nothing sent twice
@@ -400,7 +422,9 @@ def test_frames_join_task_and_settings(tmp_path: Path, servers: list[FakeLlama])
     servers.append(FakeLlama(2))
     grid = {"loop.tool_result_cap": [10, 20]}
     url = servers[0].url
-    progress = run_batch(TASKS[:2], tmp_path, servers=[url, url + "/"], grid=grid, config=FAST)
+    progress = run_batch(
+        TASKS[:2], tmp_path, servers=[url, url + "/"], registry=TOOLS, grid=grid, config=FAST
+    )
     assert progress.slots == 2  # one server named twice
     turns = frames(tmp_path, "turns")
     assert len(turns) == 8
@@ -440,7 +464,7 @@ def test_ctrl_c_cancels_in_flight_turns_and_raises(
 
     threading.Thread(target=press_ctrl_c, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
-        run_batch(TASKS[:3], tmp_path, servers=[stalling.url], config=FAST)
+        run_batch(TASKS[:3], tmp_path, servers=[stalling.url], registry=TOOLS, config=FAST)
     entries = read_manifest(tmp_path)
     interrupted = [run for run, e in entries.items() if e["state"] == "interrupted"]
     assert len(interrupted) == 2
@@ -477,7 +501,7 @@ def test_ray_executor_without_ray_says_how_to_get_it(
     monkeypatch.setitem(sys.modules, "ray", None)  # as if boxmaker[ray] were not installed
     servers.append(FakeLlama(1))
     with pytest.raises(ConfigError, match=r"boxmaker\[ray\]"):
-        run_batch(TASKS[:1], tmp_path, servers=[servers[0].url], executor="ray")
+        run_batch(TASKS[:1], tmp_path, servers=[servers[0].url], registry=TOOLS, executor="ray")
     assert not (tmp_path / MANIFEST).exists()  # refused before anything was planned
     with pytest.raises(ConfigError, match="executor"):
-        run_batch(TASKS[:1], tmp_path, servers=[servers[0].url], executor="dask")
+        run_batch(TASKS[:1], tmp_path, servers=[servers[0].url], registry=TOOLS, executor="dask")

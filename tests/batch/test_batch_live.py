@@ -19,6 +19,7 @@ import boxmaker.batch._runner
 from boxmaker.batch import Task, frames, manifest, run_batch
 from boxmaker.batch._plan import MANIFEST, RETRIED_OUTCOMES, read_manifest
 from boxmaker.client import Client
+from boxmaker.demo import demo_registry
 from boxmaker.records import CacheLoss, ToolResult, TurnEnd, Usage, User
 from boxmaker.server import EmbeddedServer
 from boxmaker.session import Session
@@ -32,6 +33,9 @@ QUESTIONS = (
     "Tell me the weather in Oslo.",
     "What is the weather in Paris?",
 )
+
+TOOLS = demo_registry()
+"""The tools the batches here run with (the demo's, passed explicitly)."""
 
 
 def _tasks(n: int) -> list[Task]:
@@ -75,7 +79,7 @@ def test_each_run_stays_on_one_slot_and_keeps_its_cache_inside_a_turn(
 
     monkeypatch.setattr(boxmaker.batch._runner, "Client", Recording)
     tasks = _tasks(4)
-    progress = run_batch(tasks, tmp_path, servers=[server])
+    progress = run_batch(tasks, tmp_path, servers=[server], registry=TOOLS)
     assert (progress.done, progress.failed, progress.slots) == (4, 0, 2)
     runs = manifest(tmp_path).set_index("task")
     for task in tasks:
@@ -143,7 +147,7 @@ def test_resume_after_sigkill_loses_and_repeats_nothing(
     killed = read_manifest(directory)
     done_before = {run for run, e in killed.items() if e["state"] == "done"}
     assert 2 <= len(done_before) < len(tasks), "the kill came after the batch ended"
-    again = run_batch(path, directory, servers=[server])  # the same batch, resumed
+    again = run_batch(path, directory, servers=[server], registry=TOOLS)  # the same batch, resumed
     assert (again.done, again.skipped, again.failed) == (8, len(done_before), 0)
     after = read_manifest(directory)
     assert sorted(after) == [t.id for t in tasks]
@@ -164,10 +168,12 @@ def test_ray_executor_gives_the_same_manifest_and_frames(
     try:
         tasks = _tasks(4)
         grid = {"loop.tool_result_cap": [8, 4000]}
-        by_ray = run_batch(tasks, tmp_path / "ray", servers=[server], grid=grid, executor="ray")
+        by_ray = run_batch(
+            tasks, tmp_path / "ray", servers=[server], registry=TOOLS, grid=grid, executor="ray"
+        )
     finally:
         ray.shutdown()
-    by_threads = run_batch(tasks, tmp_path / "threads", servers=[server], grid=grid)
+    by_threads = run_batch(tasks, tmp_path / "threads", servers=[server], registry=TOOLS, grid=grid)
     assert (by_ray.done, by_ray.failed) == (by_threads.done, by_threads.failed) == (8, 0)
     keep = ["run", "task", "loop.tool_result_cap", "state", "turns", "outcome"]
     ray_runs = manifest(tmp_path / "ray")[keep].sort_values("run").reset_index(drop=True)

@@ -12,7 +12,6 @@ from typing import Any
 
 import httpx
 import pytest
-from fakes import ScriptedClient, answer, call, timings
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -20,19 +19,21 @@ from boxmaker.cache import (
     CAUSES,
     CacheForensics,
     Tokens,
+    cache_loss,
     classify_loss,
     explain_log,
     first_divergence,
     history_change,
-    paused_while,
     window,
 )
 from boxmaker.cache._forensics import SentRequest, TemplateServer
-from boxmaker.client import Client
+from boxmaker.cassettes import use_cassette
+from boxmaker.client import SIDE_REQUEST, Client, refused
 from boxmaker.config import CacheConfig, ClientConfig, Config, HistoryConfig, load_config
-from boxmaker.errors import ConfigError
+from boxmaker.errors import ConfigError, InferError
 from boxmaker.records import Assistant, Baseline, CacheLoss, ToolResult, TurnEnd, Usage, User
 from boxmaker.session import Session
+from boxmaker.testing import ScriptedClient, answer, call, timings
 from boxmaker.tools import Registry
 from boxmaker.turn import Runtime, run_turn
 from boxmaker.view import ConsoleView
@@ -351,7 +352,7 @@ def test_forensics_off_paused_or_failing_never_fails_and_records_the_loss(tmp_pa
     (plain,) = CacheForensics().losses(session, toy_runtime(toy, off), body, earlier, usage)
     assert isinstance(plain, CacheLoss)
     assert (plain.expected, plain.reused, plain.cause, plain.detail) == (100, 10, None, None)
-    with paused_while(lambda: True):
+    with use_cassette(tmp_path / "c.yaml", "all"):  # a cassette refuses the side requests
         (paused,) = CacheForensics().losses(session, toy_runtime(toy), body, earlier, usage)
     assert (paused.cause, paused.detail) == (None, None)
     assert toy.paths == []
@@ -364,6 +365,35 @@ def test_forensics_off_paused_or_failing_never_fails_and_records_the_loss(tmp_pa
     fake = Runtime(config=Config(), client=ScriptedClient([]), registry=Registry())
     (no_server,) = CacheForensics().losses(session, fake, body, earlier, usage)
     assert no_server.detail == "no server to ask: not a boxmaker Client" and no_server.cause is None
+
+
+def test_the_cache_rule_is_pure_and_gives_the_record_without_a_cause() -> None:
+    earlier = Usage(timings=timings(0, 100))
+    assert cache_loss(earlier, Usage(timings=timings(100, 5))) is None  # a hit
+    assert cache_loss(None, Usage(timings=timings(0, 5))) is None  # the first completion
+    assert cache_loss(earlier, Usage(timings={})) is None  # no timings
+    loss = cache_loss(earlier, Usage(timings=timings(10, 100)))
+    assert loss is not None and loss.cause is None
+    assert loss == CacheLoss(expected=100, reused=10, time=loss.time)
+
+
+def test_side_requests_go_through_the_client_and_a_cassette_refuses_them(tmp_path: Path) -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"default_generation_settings": {"n_ctx": 512}})
+
+    config = ClientConfig(url="http://llama.test", api_key="k")
+    with Client(config, transport=httpx.MockTransport(handler)) as client:
+        assert not hasattr(client, "transport")  # no public transport: forensics asks the client
+        server = TemplateServer.of(client)
+        assert server is not None and server.n_ctx() == 512
+        assert seen[0].headers["authorization"] == "Bearer k"
+        assert seen[0].extensions[SIDE_REQUEST] is True
+        with use_cassette(tmp_path / "c.yaml", "all"), pytest.raises(InferError) as caught:
+            client.server_json("GET", "/props", timeout_s=1.0)
+    assert len(seen) == 1 and refused(caught.value) and caught.value.status == 503
 
 
 def test_template_server_reads_byte_pieces_and_refuses_odd_answers() -> None:

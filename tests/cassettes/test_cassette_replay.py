@@ -14,18 +14,21 @@ from typing import Any
 
 import httpx
 import pytest
-from fake_llama import Reply, Script
 
 from boxmaker.cassettes import recorded_session, use_cassette, what_if
 from boxmaker.cli import main
 from boxmaker.client import Client
 from boxmaker.config import ClientConfig, Config, LoopLimits
 from boxmaker.demo import demo_registry
-from boxmaker.errors import TurnError
+from boxmaker.errors import CassetteError, TurnError
 from boxmaker.records import Baseline
 from boxmaker.session import Session
+from boxmaker.testing import LlamaScript, Reply
 from boxmaker.tools import Registry
 from boxmaker.turn import Runtime, run_turn
+
+DEMO = demo_registry()
+"""The demo recordings' tools, passed explicitly (the library never falls back to them)."""
 
 
 def _completion(n: int, call: tuple[str, dict[str, Any]] | None, answer: str = "") -> Reply:
@@ -49,7 +52,7 @@ PROMPTS = ("Weather and time in Lisbon?", "And the weather in Oslo?")
 
 
 def _record(path: Path, tmp_path: Path, registry: Registry, script: list[Any]) -> None:
-    server = Script([_completion(n, step, f"answer {n}") for n, step in enumerate(script)])
+    server = LlamaScript([_completion(n, step, f"answer {n}") for n, step in enumerate(script)])
 
     config = Config(client=ClientConfig(url="http://llama.test", retry_attempts=0))
     session = Session.create(tmp_path / "rec", Baseline(tools=registry.definitions()))
@@ -79,9 +82,9 @@ def test_the_recorded_session_is_read_back(recording: Path) -> None:
 
 
 def test_same_limits_replay_every_turn(recording: Path) -> None:
-    report = what_if(recording)
+    report = what_if(recording, registry=DEMO)
     assert report.stopped is None and report.hits == []
-    assert report.lines[2] == "tools: the demo tools (get_weather, get_time)"
+    assert report.lines[2] == "tools: the registry given (get_weather, get_time)"
     assert report.lines[-3:] == [
         f"turn 1 ({PROMPTS[0]!r}): answered after 3 completion(s)",
         f"turn 2 ({PROMPTS[1]!r}): answered after 2 completion(s)",
@@ -89,8 +92,23 @@ def test_same_limits_replay_every_turn(recording: Path) -> None:
     ]
 
 
+def test_without_a_registry_the_recorded_results_answer_not_the_demo_tools(
+    recording: Path,
+) -> None:
+    report = what_if(recording)
+    assert report.lines[2] == "tools: results recorded in the cassette (get_weather, get_time)"
+    assert report.stopped is None and report.lines[-1] == "played 5 of 5 recorded interactions"
+
+
+def test_a_registry_without_a_recorded_tool_is_refused(recording: Path) -> None:
+    registry = Registry()
+    registry.add_port_tool("get_weather", "Weather.", {"type": "object", "properties": {}})
+    with pytest.raises(CassetteError, match="has no tool get_time"):
+        what_if(recording, registry=registry)
+
+
 def test_fewer_tool_iterations_fire_then_stop_where_the_cassette_ends(recording: Path) -> None:
-    report = what_if(recording, LoopLimits(tool_iterations=1))
+    report = what_if(recording, LoopLimits(tool_iterations=1), registry=DEMO)
     assert report.hits[0][:3] == (1, 2, "tool_iterations")
     assert report.stopped is not None
     assert report.stopped.startswith(f"turn 2 ({PROMPTS[1]!r}), completion 1: the loop needs")
@@ -100,7 +118,7 @@ def test_fewer_tool_iterations_fire_then_stop_where_the_cassette_ends(recording:
 
 
 def test_a_smaller_tool_result_cap_fires_at_the_first_call(recording: Path) -> None:
-    report = what_if(recording, LoopLimits(tool_result_cap=10))
+    report = what_if(recording, LoopLimits(tool_result_cap=10), registry=DEMO)
     assert [h[:3] for h in report.hits] == [(1, 1, "tool_result_cap")]
     assert report.stopped is not None and "completion 2" in report.stopped
 
@@ -108,7 +126,7 @@ def test_a_smaller_tool_result_cap_fires_at_the_first_call(recording: Path) -> N
 def test_a_thinking_cap_stops_where_reasoning_end_would_change_the_answer(
     recording: Path,
 ) -> None:
-    report = what_if(recording, LoopLimits(thinking_tokens=2))
+    report = what_if(recording, LoopLimits(thinking_tokens=2), registry=DEMO)
     assert report.stopped is not None
     assert "the thinking cap fires in completion 1" in report.stopped
     assert report.lines[-1] == "played 1 of 5 recorded interactions"
@@ -149,7 +167,9 @@ def test_cli(recording: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_the_replay_takes_the_config_s_own_limits_where_none_is_off(recording: Path) -> None:
-    report = what_if(recording, LoopLimits(tool_result_cap=None, tool_iterations=None))
+    report = what_if(
+        recording, LoopLimits(tool_result_cap=None, tool_iterations=None), registry=DEMO
+    )
     assert report.lines[1] == (
         "limits: tool_iterations none, repeat_detection on (answered at 2, ends the turn at 3), "
         "tool_result_cap none, thinking_tokens none"
@@ -181,7 +201,7 @@ def looping(tmp_path: Path) -> Path:
     """A recorded looping turn: one completion calling A, B, A, B, A (recorded with the loop
     guard off, so every call ran), then an answer."""
     path = tmp_path / "loop.yaml"
-    server = Script([_many_calls(0, LOOPING), _completion(1, None, answer="done")])
+    server = LlamaScript([_many_calls(0, LOOPING), _completion(1, None, answer="done")])
 
     off = LoopLimits(repeat_detection=False, cycle_length=None)
     config = Config(client=ClientConfig(url="http://llama.test", retry_attempts=0), loop=off)
@@ -196,9 +216,13 @@ def looping(tmp_path: Path) -> Path:
 
 
 def test_a_looping_turn_replayed_with_other_guard_settings(looping: Path) -> None:
-    recorded = what_if(looping, LoopLimits(repeat_detection=False, cycle_length=None))
+    recorded = what_if(
+        looping, LoopLimits(repeat_detection=False, cycle_length=None), registry=DEMO
+    )
     assert recorded.stopped is None and recorded.hits == []
-    default = what_if(looping)  # the identical-repeat rule: nudges at calls 3 and 4, stop at 5
+    default = what_if(
+        looping, registry=DEMO
+    )  # the identical-repeat rule: nudges at calls 3 and 4, stop at 5
     assert [line for line in default.lines if "nudge" in line] == [
         "turn 1, completion 1: repeat nudge on get_weather (call 3 not run): "
         "'This call was already made with these arguments in this t...'",
@@ -206,7 +230,9 @@ def test_a_looping_turn_replayed_with_other_guard_settings(looping: Path) -> Non
         "'This call was already made with these arguments in this t...'",
     ]
     assert [h[:3] for h in default.hits] == [(1, 1, "repeated_call")]
-    cycles = what_if(looping, LoopLimits(repeat_detection=False))  # cycles of up to 4 calls
+    cycles = what_if(
+        looping, LoopLimits(repeat_detection=False), registry=DEMO
+    )  # cycles of up to 4 calls
     assert [h[:3] for h in cycles.hits] == [(1, 1, "loop")]
     assert cycles.hits[0][3].startswith(
         'rule cycle: a cycle of 2 calls (get_time {"city":"Lisbon"}, get_weather'
@@ -216,7 +242,7 @@ def test_a_looping_turn_replayed_with_other_guard_settings(looping: Path) -> Non
 
 
 def test_cli_takes_the_loop_guard_knobs(looping: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["replay", str(looping), "--no-repeat-detection", "--loop-cycle", "2"]
+    args = ["replay", str(looping), "--demo-tools", "--no-repeat-detection", "--loop-cycle", "2"]
     assert main([*args, "--loop-repeats", "3"]) == 0
     out = capsys.readouterr().out
     assert "cycle_length 2 x 3 repeats" in out and "on_limit stop" in out
@@ -241,11 +267,15 @@ def test_a_recorded_looping_turn_of_the_shipped_model_replayed_with_other_guard_
     tool-iteration limit (5); replayed with the cycle rule, it nudges the fourth call, after
     which the cassette holds no answer."""
     as_recorded = what_if(
-        RECORDED_LOOP, LoopLimits(tool_iterations=5, repeat_detection=False, cycle_length=None)
+        RECORDED_LOOP,
+        LoopLimits(tool_iterations=5, repeat_detection=False, cycle_length=None),
+        registry=DEMO,
     )
     assert as_recorded.stopped is None
     assert [h[:3] for h in as_recorded.hits] == [(1, 6, "tool_iterations")]
-    cycle = what_if(RECORDED_LOOP, LoopLimits(repeat_detection=False, cycle_length=2))
+    cycle = what_if(
+        RECORDED_LOOP, LoopLimits(repeat_detection=False, cycle_length=2), registry=DEMO
+    )
     nudges = [line for line in cycle.lines if "nudge" in line]
     assert nudges == [
         "turn 1, completion 4: loop nudge on get_time (call 4 not run): "
@@ -255,7 +285,9 @@ def test_a_recorded_looping_turn_of_the_shipped_model_replayed_with_other_guard_
     assert cycle.hits == []
     assert cycle.stopped is not None and cycle.stopped.startswith("turn 1 (")
     assert "completion 5: the loop needs traffic the cassette does not hold" in cycle.stopped
-    repeat = what_if(RECORDED_LOOP)  # the default identical-repeat rule answers call 3
+    repeat = what_if(
+        RECORDED_LOOP, registry=DEMO
+    )  # the default identical-repeat rule answers call 3
     assert any("repeat nudge on get_weather (call 3 not run)" in line for line in repeat.lines)
 
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import httpx
 import pytest
 from fake_llama import Reply, running
-from fakes import ScriptedClient, answer, timings
 
 from boxmaker import Baseline, Config, Registry, Runtime, Session, run_turn
 from boxmaker.cli import main
 from boxmaker.server import EmbeddedServer
+from boxmaker.testing import ScriptedClient, answer, timings
 from boxmaker.view import ConsoleView
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -12,9 +12,6 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from fakes import ScriptedClient, Step, answer, calls, context_full
-from fakes import call as fake_call
-from fakes import timings as fake_timings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pandas.testing import assert_frame_equal
@@ -42,6 +39,9 @@ from boxmaker.records import (
     record_to_json,
 )
 from boxmaker.session import Session
+from boxmaker.testing import ScriptedClient, Step, answer, calls, context_full
+from boxmaker.testing import call as fake_call
+from boxmaker.testing import timings as fake_timings
 from boxmaker.tools import Registry
 from boxmaker.turn import ALREADY_MADE, Runtime, run_turn
 
@@ -625,6 +625,7 @@ def test_turn_outcomes_of_the_real_loop(tmp_path: Path) -> None:
     runtime = Runtime(config=config, client=ScriptedClient(steps), registry=registry)
     box["rt"] = runtime
     for text in ("1", "2", "3", "4", "5", "6"):
+        runtime.cancel.clear()  # the caller's switch (set by turn 5): the loop never clears it
         with contextlib.suppress(TurnError):
             run_turn(session, runtime, text)
     session.close()

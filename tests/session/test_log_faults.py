@@ -14,13 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakes import ScriptedClient, answer, call, calls
 
 from boxmaker.config import Config, LoopLimits
 from boxmaker.errors import SessionError, TurnLimit
 from boxmaker.frames import _build as frames
 from boxmaker.records import Assistant, Baseline, ToolCall, ToolResult, TurnEnd, User
 from boxmaker.session import Session, wire_arguments
+from boxmaker.testing import ScriptedClient, answer, call, calls
 from boxmaker.tools import Registry, canonical_arguments, dispatch
 from boxmaker.turn import Runtime, run_turn
 

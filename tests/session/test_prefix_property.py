@@ -15,7 +15,6 @@ import json
 import tempfile
 from typing import Any
 
-from fakes import ScriptedClient, Step, answer, call, context_full, timings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +22,7 @@ from boxmaker.config import Config, LoopLimits
 from boxmaker.errors import InferError, RequestCancelled, TurnError
 from boxmaker.records import Baseline
 from boxmaker.session import Session, messages
+from boxmaker.testing import ScriptedClient, Step, answer, call, context_full, timings
 from boxmaker.tools import Registry
 from boxmaker.turn import Runtime, run_turn
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import ScriptedClient, answer, call, calls
 
 from boxmaker.config import ApprovalPolicy, Config
 from boxmaker.errors import TurnCancelled
@@ -24,6 +23,7 @@ from boxmaker.records import (
     record_to_json,
 )
 from boxmaker.session import Session
+from boxmaker.testing import ScriptedClient, answer, call, calls
 from boxmaker.tools import InProcessPort, Registry, ToolHints, ToolOk, ToolRequest
 from boxmaker.tools.approval import ApprovalPort, ConsolePrompt, PendingCall, needs_approval
 from boxmaker.turn import Runtime, run_turn

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import ScriptedClient, answer, call, calls
 from mcp_servers import start_http, stdio_command
 
 from boxmaker.cli import main
@@ -34,6 +33,7 @@ from boxmaker.errors import ConfigError, ToolPortError
 from boxmaker.records import Approval, Baseline, ToolResult
 from boxmaker.server import EmbeddedServer
 from boxmaker.session import Session
+from boxmaker.testing import ScriptedClient, answer, call, calls
 from boxmaker.tools import InProcessPort, Registry, ToolHints, ToolOk, ToolRequest, dispatch
 from boxmaker.tools.approval import ApprovalPort, PendingCall
 from boxmaker.tools.mcp import McpPort

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import ScriptedClient, Step, answer, call, calls
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +16,7 @@ from boxmaker.errors import ConfigError, TurnLimit
 from boxmaker.frames import turns
 from boxmaker.records import Assistant, Baseline, LimitHit, ToolResult, TurnEnd
 from boxmaker.session import Session
+from boxmaker.testing import ScriptedClient, Step, answer, assert_log_well_formed, call, calls
 from boxmaker.tools import Registry
 from boxmaker.turn import Runtime, run_turn
 
@@ -60,15 +60,6 @@ def results(session: Session) -> list[ToolResult]:
     return [r for r in session.records if isinstance(r, ToolResult)]
 
 
-def assert_well_formed(session: Session) -> None:
-    msgs = session.messages()
-    for i, m in enumerate(msgs):
-        for c in m.get("tool_calls", []):
-            answered = [x for x in msgs[i + 1 :] if x.get("tool_call_id") == c["id"]]
-            assert len(answered) == 1, f"call {c['id']} has {len(answered)} results"
-    assert isinstance(session.records[-1], TurnEnd)
-
-
 def test_cycle_of_two_tools_is_nudged_then_ends_the_turn(tmp_path: Path) -> None:
     a, b = ("weather", {"city": "Paris"}), ("clock", {"city": "Paris"})
     seq = [a, b, a, b, a, b]
@@ -86,7 +77,7 @@ def test_cycle_of_two_tools_is_nudged_then_ends_the_turn(tmp_path: Path) -> None
     assert hit.detail.startswith("rule cycle: a cycle of 2 calls (clock")
     end = session.records[-1]
     assert isinstance(end, TurnEnd) and end.outcome == "loop"
-    assert_well_formed(session)
+    assert_log_well_formed(session)
     assert turns(session.path)["outcome"].tolist() == ["loop"]
 
 
@@ -102,7 +93,7 @@ def test_a_call_of_the_nudged_cycle_ends_the_turn_though_no_cycle_completes(
     assert stop.detail.startswith("rule cycle: a cycle of 2 calls (weather")
     assert stop.detail.endswith("; clock was called again after the nudge")
     assert [r.not_run for r in results(session)] == [None, None, None, "loop", "loop"]
-    assert_well_formed(session)
+    assert_log_well_formed(session)
     other = ("lookup", {"page": 1})  # a call outside the cycle after the nudge runs
     steps = [calls(call(*c, f"c{i}")) for i, c in enumerate([a, b, a, b, other])]
     session, _, _, stop = run(tmp_path / "other", steps, repeat_detection=False, cycle_length=2)
@@ -173,7 +164,7 @@ def test_on_limit_answer_after_tool_iterations(tmp_path: Path) -> None:
     assert last["tool_choice"] == "none" and last["tools"] == client.bodies[0]["tools"]
     assert "tool_choice" not in client.bodies[0]
     assert [m["role"] for m in last["messages"]][-2:] == ["assistant", "tool"]
-    assert_well_formed(session)
+    assert_log_well_formed(session)
     assert turns(session.path)["outcome"].tolist() == ["answered_after_limit"]
 
 
@@ -192,7 +183,7 @@ def test_on_limit_answer_after_the_loop_guard_and_calls_made_anyway(tmp_path: Pa
     assert isinstance(session.records[-1], TurnEnd)
     assert session.records[-1].outcome == "answered_after_limit"
     assert isinstance(session.records[-4], Assistant)
-    assert_well_formed(session)
+    assert_log_well_formed(session)
 
 
 def test_on_limit_stop_is_the_default(tmp_path: Path) -> None:
@@ -307,4 +298,4 @@ def test_guard_fires_exactly_at_the_first_repetition_past_the_threshold(
     for res, (name, _) in zip(results(session)[: len(expected)], seq, strict=False):
         if name == "poll":  # exempt calls run, up to the one that ended the turn
             assert res.not_run is None and res.content == "pending"
-    assert_well_formed(session)
+    assert_log_well_formed(session)

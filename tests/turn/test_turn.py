@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import ScriptedClient, Step, answer, call, calls, context_full, timings
 
 from boxmaker.config import Config, LoopLimits
 from boxmaker.errors import (
@@ -29,8 +28,18 @@ from boxmaker.records import (
     User,
 )
 from boxmaker.session import Session
+from boxmaker.testing import (
+    ScriptedClient,
+    Step,
+    answer,
+    assert_log_well_formed,
+    call,
+    calls,
+    context_full,
+    timings,
+)
 from boxmaker.tools import Registry
-from boxmaker.turn import ALREADY_MADE, Runtime, run_turn
+from boxmaker.turn import ALREADY_MADE, CancelToken, Runtime, run_turn
 
 
 def weather(city: str) -> str:
@@ -49,15 +58,6 @@ def make(tmp_path: Path, steps: list[Step], **loop: Any) -> tuple[Session, Runti
 
 def kinds(session: Session) -> list[str]:
     return [type(r).__name__ for r in session.records]
-
-
-def assert_well_formed(session: Session) -> None:
-    """Every tool call of every assistant message has exactly one tool message after it."""
-    msgs = session.messages()
-    for i, m in enumerate(msgs):
-        for c in m.get("tool_calls", []):
-            answered = [x for x in msgs[i + 1 :] if x.get("tool_call_id") == c["id"]]
-            assert len(answered) == 1, f"call {c['id']} has {len(answered)} results"
 
 
 def test_answer_without_tools(tmp_path: Path) -> None:
@@ -128,7 +128,7 @@ def test_tool_iterations_limit_ends_turn_and_leaves_log_well_formed(tmp_path: Pa
     assert isinstance(hit, LimitHit) and hit.kind == "tool_iterations"
     end = session.records[-1]
     assert isinstance(end, TurnEnd) and end.outcome == "tool_iterations"
-    assert_well_formed(session)
+    assert_log_well_formed(session)
     assert run_turn(session, runtime, "again").content == "ok"
 
 
@@ -148,7 +148,7 @@ def test_repeated_call_first_repeat_answered_second_ends_turn(tmp_path: Path) ->
     assert isinstance(session.records[-2], LimitHit)
     assert session.records[-2].kind == "repeated_call"
     assert session.records[-1].outcome == "repeated_call"  # type: ignore[union-attr]
-    assert_well_formed(session)
+    assert_log_well_formed(session)
 
 
 def test_repeated_call_detection_off_runs_every_call(tmp_path: Path) -> None:
@@ -173,7 +173,7 @@ def test_repeat_thresholds_are_named_limits_and_none_turns_each_off(tmp_path: Pa
     with pytest.raises(TurnLimit) as info:
         run_turn(session, runtime, "go")
     assert (info.value.kind, info.value.value, info.value.limit) == ("repeated_call", 2, 1)
-    assert_well_formed(session)
+    assert_log_well_formed(session)
 
 
 def test_tool_iterations_none_is_no_limit(tmp_path: Path) -> None:
@@ -259,7 +259,7 @@ def test_context_full_after_tool_results_leaves_log_well_formed(tmp_path: Path) 
     with pytest.raises(SessionFull):
         run_turn(session, runtime, "go")
     assert kinds(session) == ["User", "Assistant", "Usage", "ToolResult", "LimitHit", "TurnEnd"]
-    assert_well_formed(session)
+    assert_log_well_formed(session)
 
 
 def test_tool_result_cap_truncates_and_records(tmp_path: Path) -> None:
@@ -316,8 +316,19 @@ def test_cancel_between_tool_calls_answers_the_rest(tmp_path: Path) -> None:
     assert results[0].content == "stopped"
     assert results[1].content.startswith("This call was not run: the turn ended (the turn was")
     assert not any(isinstance(r, LimitHit) for r in session.records)
-    assert_well_formed(session)
-    assert run_turn(session, runtime, "next").content == "ok"  # cancel is cleared
+    assert_log_well_formed(session)
+    with pytest.raises(TurnCancelled):  # the loop never clears the switch: it is the caller's
+        run_turn(session, runtime, "next")
+    assert run_turn(session, runtime, "again", cancel=CancelToken()).content == "ok"
+
+
+def test_a_cancel_set_before_the_turn_starts_is_not_lost(tmp_path: Path) -> None:
+    session, runtime, _ = make(tmp_path, [answer("too late")])
+    runtime.cancel.set()  # a Stop pressed just before the turn (the loop cleared it as it began)
+    with pytest.raises(TurnCancelled):
+        run_turn(session, runtime, "go")
+    assert kinds(session) == ["User", "TurnEnd"]
+    assert runtime.cancel.is_set()  # still set: the loop only reads it
 
 
 def test_cache_loss_recorded_and_emitted(tmp_path: Path) -> None:
@@ -373,7 +384,7 @@ def test_a_raising_hook_does_not_break_the_log(tmp_path: Path) -> None:
             raise RuntimeError("widget bug")
 
     assert run_turn(session, runtime, "go", hook).content == "fine"
-    assert_well_formed(session)
+    assert_log_well_formed(session)
 
 
 def test_user_record_first_and_time_never_sent(tmp_path: Path) -> None:
@@ -402,7 +413,7 @@ def test_interrupt_inside_a_tool_answers_every_call_and_propagates(tmp_path: Pat
     assert [r.tool_call_id for r in results] == ["1", "2", "3"]
     assert results[1].content.startswith("This call was not run: the turn ended (interrupted")
     assert not any(isinstance(r, LimitHit) for r in session.records)
-    assert_well_formed(session)
+    assert_log_well_formed(session)
 
 
 def test_limit_detail_says_it_once(tmp_path: Path) -> None:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fake_llama import Reply, Script
 
 from boxmaker.client import Client
 from boxmaker.config import ClientConfig, Config
@@ -18,6 +17,7 @@ from boxmaker.demo import demo_registry
 from boxmaker.errors import StreamCut, TurnInferError
 from boxmaker.records import Baseline, TurnEnd, User
 from boxmaker.session import Session
+from boxmaker.testing import LlamaScript, Reply
 from boxmaker.turn import Runtime, run_turn
 
 CHUNK = {
@@ -34,7 +34,7 @@ def refuse(request: httpx.Request) -> httpx.Response:
 
 
 def fake(reply: Reply) -> Callable[[httpx.Request], httpx.Response]:
-    return Script([reply]).handler
+    return LlamaScript([reply]).handler
 
 
 CASES: dict[str, tuple[Callable[[httpx.Request], httpx.Response], str]] = {

@@ -162,6 +162,7 @@ def test_cancel_live_stops_the_stream_and_the_server_serves_on(
         with pytest.raises(TurnCancelled):
             run_turn(session, runtime, "What is the weather in Paris?", stop_at_first_token)
         assert [type(r).__name__ for r in session.records] == ["User", "TurnEnd"]
+        runtime.cancel.clear()  # the caller's switch: the loop never clears it
         with contextlib.suppress(TurnLimit):
             run_turn(session, runtime, "Hello!")
     assert isinstance(session.records[-1], TurnEnd)

@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-from fakes import ScriptedClient, Step, answer, call
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,6 +14,7 @@ from boxmaker.config import Config
 from boxmaker.events import Content, Queued, Reasoning, Retrying, ToolCallStarted, TurnEvent
 from boxmaker.records import Baseline, LimitHit, Record, ToolResult
 from boxmaker.session import Session
+from boxmaker.testing import ScriptedClient, Step, answer, call
 from boxmaker.tools import Registry
 from boxmaker.turn import Runtime, run_turn
 from boxmaker.view import ConsoleView, terminal_safe

@@ -14,7 +14,6 @@ from typing import Any
 import ipywidgets as ipw
 import nbformat
 import pytest
-from fakes import ScriptedClient, Step, answer, call, calls, timings
 from hostile import HOSTILE_MARKDOWN, live_hazards
 from hypothesis import given
 from hypothesis import strategies as st
@@ -41,6 +40,7 @@ from boxmaker.events import (
 from boxmaker.records import Assistant, Baseline, CacheLoss, LimitHit, ToolResult, Usage, User
 from boxmaker.records import ToolCall as Call
 from boxmaker.session import Session
+from boxmaker.testing import ScriptedClient, Step, answer, call, calls, timings
 from boxmaker.turn import Runtime
 from boxmaker.view import (
     AnswerBlock,
@@ -488,16 +488,28 @@ def test_stop_cancels_the_turn_and_the_log_stays_well_formed(tmp_path: Path) -> 
     panel.stop_button.click()
     assert panel.wait(5)
     assert isinstance(panel.outcomes[-1], TurnCancelled)
-    assert panel.runtime.cancel.is_set()
+    assert panel.runner is not None and panel.runner.cancel.is_set()
     assert [type(r).__name__ for r in panel.session.records] == ["User", "TurnEnd"]
     reopened = Session.open(panel.session.path, read_only=True)
     assert len(reopened.records) == 2  # the User and the TurnEnd(cancelled)
     reopened.close()
     assert "partial answer" in _text(panel) and "Turn ended: TurnCancelled" in _text(panel)
     assert panel.status.value.startswith("Ended: TurnCancelled")
-    # the panel goes on: the next turn runs (run_turn clears the cancel switch)
+    # the panel goes on: the next turn runs (it has a token of its own)
     panel.runtime.client = ScriptedClient([answer("again")])
     assert panel.ask("next", timeout=5).content == "again"
+
+
+def test_a_stop_pressed_as_the_turn_starts_is_not_lost(tmp_path: Path) -> None:
+    client = ScriptedClient([answer("too late")])
+    panel = _panel(tmp_path, client)
+    with panel.session._lock:  # holds the worker at the turn's start (the loop cleared there)
+        assert panel.send("hello") and panel.busy
+        panel.stop()
+    assert panel.wait(5)
+    assert isinstance(panel.outcomes[-1], TurnCancelled)
+    assert [type(r).__name__ for r in panel.session.records] == ["User", "TurnEnd"]
+    assert "too late" not in _text(panel)
 
 
 def test_send_ignores_blank_text_and_clears_the_input(tmp_path: Path) -> None:
@@ -783,7 +795,7 @@ def test_an_executed_saved_notebook_shows_the_conversation_in_html(
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # this checkout's boxmaker in the kernel
     setup = (
         "import tempfile\n"
-        "from fakes import ScriptedClient, answer\n"
+        "from boxmaker.testing import ScriptedClient, answer\n"
         "from boxmaker import Baseline, Config, Runtime, Session, SessionView\n"
         "from boxmaker.demo import demo_registry\n"
         "from boxmaker.widgets import ChatPanel\n"
