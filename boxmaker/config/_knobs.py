@@ -32,10 +32,11 @@ A config file names sections and keys exactly as the dataclasses below do::
 Unknown sections or keys, values of the wrong type and values out of range raise
 :class:`ConfigError` naming the file and the key. Every limit is in :class:`LoopLimits`, and
 for each of them ``None`` means "off"; TOML has no null, so write ``-1`` there to turn a limit
-off (also ``client.silence_timeout_s`` and ``approval.timeout_s``). The thinking cap's old
-place, ``[thinking] turn_tokens`` (``ThinkingConfig.turn_tokens``), still loads, moved to
-``loop.thinking_tokens`` with a ``FutureWarning``. Every dataclass is frozen and keyword-only; use
-:func:`dataclasses.replace` to derive a variant.
+off (also ``client.silence_timeout_s``, ``client.max_event_bytes`` and
+``approval.timeout_s``). The thinking cap's old place, ``[thinking] turn_tokens``
+(``ThinkingConfig.turn_tokens``), still loads, moved to ``loop.thinking_tokens`` with a
+``FutureWarning``. Every dataclass is frozen and keyword-only; use :func:`dataclasses.replace`
+to derive a variant.
 """
 
 from __future__ import annotations
@@ -108,10 +109,17 @@ class ClientConfig:
     """Send a thinking cap's budget as llama.cpp's ``thinking_budget_tokens`` (the sampler ends
     reasoning exactly); ``False``: only ``reasoning_end`` through reasoning control, sent once
     the client counted the budget (late by the tokens in flight; for servers that reject it)."""
+    max_event_bytes: int | None = 16 * 1024 * 1024
+    """Largest SSE event of a stream in bytes (16 MiB; llama.cpp's chunks are far below a
+    kilobyte): a longer one, or a line that never ends, fails the request with
+    :class:`~boxmaker.errors.InferError` before it fills the memory. ``None`` (``-1`` in a
+    TOML file): no cap."""
 
     def __post_init__(self) -> None:
-        if self.silence_timeout_s == -1:
-            object.__setattr__(self, "silence_timeout_s", None)
+        for name in ("silence_timeout_s", "max_event_bytes"):
+            if getattr(self, name) == -1:
+                object.__setattr__(self, name, None)
+        events = self.max_event_bytes
         silence = self.silence_timeout_s
         try:
             parts = urllib.parse.urlsplit(self.url)
@@ -135,6 +143,7 @@ class ClientConfig:
             retry_attempts=(self.retry_attempts, self.retry_attempts >= 0),
             retry_base_delay_s=(self.retry_base_delay_s, _nonneg(self.retry_base_delay_s)),
             retry_max_delay_s=(self.retry_max_delay_s, _nonneg(self.retry_max_delay_s)),
+            max_event_bytes=(events, events is None or (type(events) is int and events > 0)),
         )
 
 
