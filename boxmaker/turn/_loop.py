@@ -28,10 +28,11 @@ from ..errors import (
     TurnInferError,
     TurnLimit,
 )
-from ..events import ClientEvent, Hook, ToolCallDelta, ToolCallStarted, guarded
+from ..events import Hook, ToolCallStarted, guarded
 from ..records import Assistant, LimitHit, Record, ToolCall, ToolResult, TurnEnd, Usage, User
 from ..session import Session
 from ..tools import Dispatched, Registry, ToolPort, cap_result, dispatch
+from ._bounds import BoundHit, TurnBounds
 from ._guard import ALREADY_MADE, AnswerAfterLimit, LoopGuard, after_limit, not_run_results
 
 __all__ = ["ALREADY_MADE", "Runtime", "TurnOutcome", "run_turn"]
@@ -49,7 +50,7 @@ class Runtime:
         registry: the tools the loop can dispatch.
         port: where port tools go (``None``: port tools answer that no port is connected).
         cancel: set it (from any thread) to stop the running turn between events; the turn
-            clears it when it starts.
+            clears it when it starts, and its deadline (``loop.turn_deadline_s``) sets it.
         forensics: explains cache losses (remembers each session's last request).
     """
 
@@ -73,6 +74,7 @@ class TurnOutcome:
 @dataclass
 class _TurnState:
     guard: LoopGuard
+    bounds: TurnBounds
     reasoning_tokens: int = 0
     capped: bool = False  # the thinking cap fired (or was said not enforced) in this turn
     earlier: Usage | None = None  # the session's last usage before the running completion
@@ -99,19 +101,22 @@ def run_turn(
         TurnLimit: too many tool iterations, a repeated call or the loop guard (``kind`` says
             which; :mod:`boxmaker.turn`); with ``loop.on_limit = "answer"`` the turn ends
             with one last completion without tools instead (outcome ``answered_after_limit``).
+        TurnLimit: also a client-side bound of ``config.loop`` (:mod:`boxmaker.turn`'s
+            ``TurnBounds``): tokens of one completion, completions per turn, the deadline,
+            tool calls of one completion, one call's argument size.
         SessionFull: llama.cpp answered ``exceed_context_size_error``.
         TurnCancelled: ``runtime.cancel`` was set.
         TurnInferError: the completion failed otherwise (``cause`` keeps status and body).
         SessionError: the log could not be written.
     """
     emit = guarded(on_event, log)
-    with session.turn():
+    with session.turn(), TurnBounds(runtime.config, runtime.cancel) as bounds:
         runtime.cancel.clear()
         why = "the process running the turn stopped before it"  # a log reopened mid-turn
         dead = not_run_results(session.unanswered_calls(), session.next_call(), why, "process_died")
         end = [TurnEnd(outcome="process_died", detail=why)] if session.turn_left_open() else []
         _append(session, emit, *dead, *end)  # the dead turn closed, so it counts as what it was
-        state = _TurnState(guard=LoopGuard(runtime.config.loop))
+        state = _TurnState(guard=LoopGuard(runtime.config.loop), bounds=bounds)
         _append(session, emit, User(content=content))
         last: TurnLimit | None = None  # on_limit="answer": the limit, before the last completion
         while True:
@@ -147,22 +152,24 @@ def _complete(
     body.update(cfg.sampling.request_fields())
     cap = cfg.loop.thinking_tokens
     budget = None if cap is None else max(0, cap - state.reasoning_tokens)
-
-    def relay(event: ClientEvent) -> None:
-        if not isinstance(event, ToolCallDelta):
-            emit(event)
-
+    if (stop := state.bounds.before_completion()) is not None:
+        _end_turn(session, stop, emit)
+    relay = state.bounds.relay(emit, budget)  # counts the stream, drops ToolCallDelta
     try:
         completion = runtime.client.chat_with_retry(
             body, relay, reasoning_budget=budget, cancel=runtime.cancel
         )
+    except BoundHit as exc:  # the stream went past a bound and was closed
+        _end_turn(session, exc.limit, emit)
     except RequestCancelled as exc:
-        _end_turn(session, TurnCancelled(f"the turn was cancelled ({exc})"), emit, exc)
+        _end_turn(session, state.bounds.cancelled(f"the turn was cancelled ({exc})"), emit, exc)
     except InferError as exc:
         if is_context_full(exc):
             full = SessionFull(f"the session no longer fits the context: {exc}", cause=exc)
             _end_turn(session, full, emit, exc)
         _end_turn(session, TurnInferError(f"the completion failed: {exc}", cause=exc), emit, exc)
+    if (stop := state.bounds.after_completion(completion)) is not None:
+        _end_turn(session, stop, emit)
     state.reasoning_tokens += completion.reasoning_tokens
     return completion
 
@@ -204,7 +211,7 @@ def _run_calls(
     loop = runtime.config.loop
     for call in calls:
         if runtime.cancel.is_set():
-            _end_turn(session, TurnCancelled("the turn was cancelled"), emit)
+            _end_turn(session, state.bounds.cancelled("the turn was cancelled"), emit)
         number = session.next_call()
         emit(ToolCallStarted(name=call.name, call=number, arguments=call.arguments))
         verdict = state.guard.check(call)
