@@ -24,7 +24,7 @@ import boxmaker.view._render
 import boxmaker.widgets
 import boxmaker.widgets._draw
 from boxmaker.client import Completion
-from boxmaker.config import Config, LoopLimits
+from boxmaker.config import Config, LoopLimits, SamplingConfig
 from boxmaker.demo import demo_registry
 from boxmaker.errors import RequestCancelled, SessionError, TurnCancelled
 from boxmaker.events import (
@@ -562,6 +562,8 @@ def test_coalescing_5000_content_events(
     pieces = [f"{i % 10}" if i % 97 else " **w** " for i in range(5000)]
     client = BurstClient(pieces, pause_every, pause_s)
     panel = _panel(tmp_path, client)
+    # 5,000 tokens in one completion: past the default max_tokens, which the turn enforces
+    panel.runtime.config = Config(sampling=SamplingConfig(max_tokens=None))
     panel.ask("warm up the first turn widget", timeout=10)
     changes = _count_updates(panel)
     flushes_before = panel.flushes
