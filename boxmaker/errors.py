@@ -143,8 +143,11 @@ class TurnLimit(TurnError):
 
     Attributes:
         kind: which limit: ``"tool_iterations"``, ``"repeated_call"`` or ``"loop"`` (the
-            loop guard's cycle, stale-result and per-tool cap rules; the limits that end a
-            turn; the others cap without ending it).
+            loop guard's cycle, stale-result and per-tool cap rules), or one of the turn's
+            client-side bounds: ``"completion_tokens"``, ``"completions"``,
+            ``"turn_deadline"`` (value and limit in whole seconds), ``"tool_calls"``,
+            ``"tool_arguments"`` (characters); the limits that end a turn; the others cap
+            without ending it.
         value: the count that crossed the bound (iterations, or times the call was seen).
         limit: the bound in force (``config.loop.tool_iterations``, or 2 for repeats).
     """

@@ -66,15 +66,31 @@ reader meets them: ``ToolResult.server`` (an optional field, ignored by a reader
 know it, absent in older logs and read as ``None``) and :class:`Approval` records (kept as
 ``Unknown`` by a reader that does not know the type; never messages), and the loop guard's
 values (:mod:`boxmaker.turn`): the limit kind, ``not_run`` reason and turn outcome
-``loop``, and the outcome ``answered_after_limit`` (strings an older reader keeps as they are).
+``loop``, and the outcome ``answered_after_limit``, and the client-side bounds' limit kinds and
+outcomes (``completion_tokens``, ``completions``, ``turn_deadline``, ``tool_calls``,
+``tool_arguments``; strings an older reader keeps as they are).
 """
 
 LimitKind: TypeAlias = Literal[
-    "tool_iterations", "repeated_call", "thinking_cap", "context_full", "tool_result_cap", "loop"
+    "tool_iterations",
+    "repeated_call",
+    "thinking_cap",
+    "context_full",
+    "tool_result_cap",
+    "loop",
+    "completion_tokens",
+    "completions",
+    "turn_deadline",
+    "tool_calls",
+    "tool_arguments",
 ]
 LIMIT_KINDS: tuple[LimitKind, ...] = typing.get_args(LimitKind)
-"""The six kinds of limit (the spec's limits table), in that order; ``loop`` is the loop
-guard's cycle, stale-result and per-tool cap rules (:mod:`boxmaker.turn`)."""
+"""The kinds of limit: the six of the spec's limits table, in that order (``loop`` is the loop
+guard's cycle, stale-result and per-tool cap rules, :mod:`boxmaker.turn`), then the turn's
+client-side bounds (:class:`boxmaker.config.LoopLimits`), each ending the turn:
+``completion_tokens`` (a stream went on past its token bound), ``completions`` (too many
+completions in the turn), ``turn_deadline`` (the turn ran out of time), ``tool_calls`` (too
+many calls in one completion), ``tool_arguments`` (one call's arguments too long)."""
 
 TurnEndOutcome: TypeAlias = Literal[
     "answered",
@@ -87,13 +103,19 @@ TurnEndOutcome: TypeAlias = Literal[
     "loop",
     "answered_after_limit",
     "process_died",
+    "completion_tokens",
+    "completions",
+    "turn_deadline",
+    "tool_calls",
+    "tool_arguments",
 ]
 TURN_END_OUTCOMES: tuple[TurnEndOutcome, ...] = typing.get_args(TurnEndOutcome)
 """How a turn can end (:attr:`TurnEnd.outcome`): an answer, an answer cut at ``max_tokens``
 (``finish_reason: "length"``), each limit that ends a turn, a cancel, or a failed request;
 ``loop``, the loop guard ended it; ``answered_after_limit``, a limit ended it and, with
 ``loop.on_limit = "answer"``, one last completion without tools answered; ``process_died``,
-written when a log is reopened: the process stopped inside that turn (killed, crashed)."""
+written when a log is reopened: the process stopped inside that turn (killed, crashed); then
+the turn's client-side bounds, each named as its limit kind (:data:`LIMIT_KINDS`)."""
 
 NotRunReason: TypeAlias = Literal[
     "repeat",
@@ -106,6 +128,7 @@ NotRunReason: TypeAlias = Literal[
     "needs_approval",
     "loop",
     "invalid_call",
+    "turn_deadline",
 ]
 NOT_RUN_REASONS: tuple[NotRunReason, ...] = typing.get_args(NotRunReason)
 """Why a tool call was answered without running (:attr:`ToolResult.not_run`): ``repeat``, the
@@ -116,7 +139,8 @@ person or a policy said no, or no one answered in time: see the :class:`Approval
 ``needs_approval``, the port asked for an approval no one was there to give; ``loop``, the
 loop guard's nudge (a cycle, stale results or a tool's call cap), or the turn ended by it;
 ``invalid_call``, the call could not be run as made (an unknown tool, arguments that are not
-a JSON object or do not fit the tool's schema): the result says why, for the model to read."""
+a JSON object or do not fit the tool's schema): the result says why, for the model to read;
+``turn_deadline``, the turn ran out of time before the call ran."""
 
 ApprovalDecision: TypeAlias = Literal["approved", "denied"]
 APPROVAL_DECISIONS: tuple[ApprovalDecision, ...] = typing.get_args(ApprovalDecision)

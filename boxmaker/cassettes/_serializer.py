@@ -72,8 +72,52 @@ def _not_yaml(text: str, exc: yaml.YAMLError) -> str:
         )
     mark = getattr(exc, "problem_mark", None)
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    problem = getattr(exc, "problem", None) or "not YAML"
+    problem = getattr(exc, "problem", None) or (str(exc) if type(exc) is yaml.YAMLError else "")
+    problem = problem or "not YAML"
     return f"not a readable cassette: invalid YAML{where} ({problem})"
+
+
+MAX_ALIASES = 16
+"""YAML aliases (``*name``) one cassette may hold. boxmaker writes none; a few in a cassette
+edited by hand are fine, but aliases of aliases ("billion laughs": 9 levels of 9 give 9**9
+copies) expand to gigabytes when the data is walked; 16 aliases expand a document at most
+about 400 times."""
+
+MAX_DEPTH = 64
+"""Deepest nesting of YAML collections in a cassette (boxmaker writes about 8); deeper
+nesting would overflow Python's recursion on the way in."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with :data:`MAX_ALIASES` and :data:`MAX_DEPTH` enforced as the
+    document is composed (before anything is built), as :class:`yaml.YAMLError`."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._aliases = 0
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_ALIASES:
+                raise yaml.YAMLError(f"more than {MAX_ALIASES} YAML aliases (an alias bomb?)")
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.YAMLError(f"YAML nested deeper than {MAX_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _safe_load(text: str) -> Any:
+    """``text`` read as YAML by :class:`_BoundedLoader`."""
+    loader = _BoundedLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 class _Dumper(yaml.SafeDumper):
@@ -186,13 +230,17 @@ class _ReadableSerializer:
         """YAML text -> vcrpy's cassette dict (bodies as bytes, ``Content-Encoding`` dropped).
 
         Raises:
-            CassetteError: not valid YAML, or not shaped like a cassette (the message says
-                where; the caller adds the file name).
+            CassetteError: not valid YAML (also: more than :data:`MAX_ALIASES` aliases,
+                nesting deeper than :data:`MAX_DEPTH`, a tagged value that is not of its tag
+                such as ``!!float x``), or not shaped like a cassette (the message says where;
+                the caller adds the file name).
         """
         try:
-            data = yaml.safe_load(cassette_string)
+            data = _safe_load(cassette_string)
         except yaml.YAMLError as exc:
             raise CassetteError(_not_yaml(cassette_string, exc)) from exc
+        except (ValueError, TypeError, RecursionError) as exc:  # a tag's value: !!float x
+            raise CassetteError(f"not a readable cassette: {type(exc).__name__}: {exc}") from exc
         problem = _shape_problem(data)
         if problem:
             raise CassetteError(f"not a cassette: {problem}")

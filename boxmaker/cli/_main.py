@@ -411,7 +411,7 @@ def _batch(args: argparse.Namespace) -> int:
             progress.close()
     print(describe(result))
     for run, reason in result.failures:
-        print(f"failed {run}: {reason}")
+        print(terminal_safe(f"failed {run}: {reason}"))  # a server's error body among them
     print(f"batch {args.dir}: logs in {Path(args.dir) / 'logs'}, manifest.ndjson beside them")
     return 1 if result.failed else 0
 
@@ -435,7 +435,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except (BoxmakerError, OSError) as exc:
-        print(f"boxmaker: {exc}", file=sys.stderr)
+        print(terminal_safe(f"boxmaker: {exc}"), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

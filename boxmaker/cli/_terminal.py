@@ -40,7 +40,7 @@ from ..session import Session
 from ..tools import Registry, ToolPort
 from ..tools.approval import ApprovalPort, ConsolePrompt
 from ..turn import CancelToken, Runtime, TurnRunner
-from ..view import ConsoleView, format_usage_table
+from ..view import ConsoleView, format_usage_table, terminal_safe
 
 __all__ = ["CHAT_COMMANDS", "run_chat", "run_demo"]
 
@@ -139,9 +139,9 @@ def _turn(
     if isinstance(exc, TurnCancelled):
         print("  [turn cancelled]", flush=True)
     elif isinstance(exc, SessionFull):
-        print(f"  [session full: {exc}]", flush=True)
+        print(terminal_safe(f"  [session full: {exc}]"), flush=True)  # the server's words
     elif isinstance(exc, TurnError):
-        print(f"  [turn ended: {type(exc).__name__}: {exc}]", flush=True)
+        print(terminal_safe(f"  [turn ended: {type(exc).__name__}: {exc}]"), flush=True)
     else:
         raise exc
     return exc

@@ -23,6 +23,7 @@ Example::
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -136,9 +137,30 @@ def _body(max_tokens: int, **extra: Any) -> dict[str, Any]:
     }
 
 
-def _stream(http: httpx.Client, url: str, body: dict[str, Any], control_after: int | None) -> Probe:
+PROBE_EVENTS_GRACE = 64
+"""Data events a probe reads past its ``max_tokens`` before it gives up on the server (one
+token an event, plus the role, progress, finish and usage events)."""
+
+
+class ProbeOverrun(Exception):
+    """A probe's stream went past its bound (events or deadline) and was closed."""
+
+
+def _stream(
+    http: httpx.Client,
+    url: str,
+    body: dict[str, Any],
+    control_after: int | None,
+    deadline_s: float = 60.0,
+) -> Probe:
     """One streamed completion, read raw; with ``control_after``, ``reasoning_end`` is sent
-    after that many reasoning deltas."""
+    after that many reasoning deltas. Bounded: more than ``max_tokens`` +
+    :data:`PROBE_EVENTS_GRACE` data events, or ``deadline_s`` seconds from the request
+    (checked at each line, ``: ping`` comments too; a silent server meets the read timeout),
+    raise :class:`ProbeOverrun`."""
+    bound = int(body.get("max_tokens") or 0) + PROBE_EVENTS_GRACE
+    ends = time.monotonic() + deadline_s
+    events = 0
     seen: dict[str, Any] = {"timings": {}}
     deltas = after = 0
     control: bool | None = None
@@ -149,8 +171,16 @@ def _stream(http: httpx.Client, url: str, body: dict[str, Any], control_after: i
             response.read()
             return Probe(status=response.status_code)
         for line in response.iter_lines():
+            if time.monotonic() > ends:
+                raise ProbeOverrun(f"the probe ran past its deadline of {deadline_s:g} s")
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
+            events += 1
+            if events > bound:
+                raise ProbeOverrun(
+                    f"the server streamed more than {bound} events for max_tokens "
+                    f"{body.get('max_tokens')}"
+                )
             obj = json.loads(line[6:])
             cid = cid or str(obj.get("id") or "")
             if obj.get("prompt_progress") is not None:
@@ -197,6 +227,7 @@ def diagnose(
     *,
     api_key: str | None = None,
     timeout_s: float = 120.0,
+    probe_deadline_s: float = 60.0,
     transport: httpx.BaseTransport | None = None,
 ) -> DoctorReport:
     """Probe the llama-server at ``url`` and say what is set up right for agent loops.
@@ -211,13 +242,16 @@ def diagnose(
         url: the server's base URL (no ``/v1``).
         api_key: sent as ``Authorization: Bearer`` after the key check; ``None``: none.
         timeout_s: seconds per request (read timeout per chunk).
+        probe_deadline_s: seconds one streamed probe may take in all; a server that streams
+            past it, or past the probe's ``max_tokens`` (plus :data:`PROBE_EVENTS_GRACE`
+            events), ends the report with a failed check ``"bounded"`` (the stream closed).
         transport: an httpx transport instead of the network (tests).
 
     Returns:
         The :class:`DoctorReport`. A server that cannot be reached gives one failed check
         ``"reachable"``; an answer that is not what llama-server sends (not JSON, a broken
         stream) ends the report with a failed check ``"answers"``; nothing is raised for
-        what the server answers.
+        what the server answers; so a server that never stops streaming cannot hang it.
     """
     base = url.rstrip("/")
     checks: list[Check] = []
@@ -242,14 +276,19 @@ def diagnose(
                 props = http.get(f"{base}/props")
             checks += _props_checks(props)
             checks += _slot_checks(http, base, props)
-            first = _stream(http, base, _body(160), None)
+            d = probe_deadline_s
+            first = _stream(http, base, _body(160), None, d)
             if first.status != 200:
                 fix = "see the server's log; llama-server needs --jinja for tools"
                 checks.append(Check("chat completion", False, f"HTTP {first.status}", fix))
                 return DoctorReport(base, tuple(checks))
-            again = _stream(http, base, _body(160), None)
-            budget = _stream(http, base, _body(160, thinking_budget_tokens=_BUDGET), None)
-            control = _stream(http, base, _body(160, reasoning_control=True), _CONTROL_AFTER)
+            again = _stream(http, base, _body(160), None, d)
+            budget = _stream(http, base, _body(160, thinking_budget_tokens=_BUDGET), None, d)
+            control = _stream(http, base, _body(160, reasoning_control=True), _CONTROL_AFTER, d)
+        except ProbeOverrun as exc:
+            fix = "the server ignores max_tokens or never ends its stream: see its log"
+            checks.append(Check("bounded", False, f"{exc}; stream closed", fix))
+            return DoctorReport(base, tuple(checks))
         except (httpx.HTTPError, ValueError, AttributeError, TypeError) as exc:
             fix = "is this a llama-server (llama.cpp tools/server)? see its log"
             checks.append(Check("answers", False, f"unexpected answer: {exc!r}"[:300], fix))

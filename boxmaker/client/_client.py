@@ -204,7 +204,8 @@ class Client:
                 timeout (``status`` None), HTTP status other than 200 (``status``,
                 ``body`` and llama.cpp's ``error`` kept; see :func:`is_context_full` for a
                 full context), a malformed chunk, an error object inside the stream
-                (``status`` = its ``code``). A refused ``reasoning_end`` is no error: the
+                (``status`` = its ``code``), one SSE event past ``config.max_event_bytes``.
+                A refused ``reasoning_end`` is no error: the
                 completion goes on and :class:`~boxmaker.events.CapNotEnforced` says so.
             StreamCut: the stream ended or broke before ``finish_reason`` / ``[DONE]``.
             RequestCancelled: ``cancel`` was set.
@@ -449,7 +450,9 @@ class Client:
         cancel: threading.Event | None,
         tool_call_deltas: bool,
     ) -> Completion:
-        decoder = StreamDecoder(tool_call_deltas=tool_call_deltas)
+        decoder = StreamDecoder(
+            tool_call_deltas=tool_call_deltas, max_event_bytes=self.config.max_event_bytes
+        )
         chunks = decoder.chunks
         budget = reasoning_budget
         cap = (

@@ -32,10 +32,11 @@ A config file names sections and keys exactly as the dataclasses below do::
 Unknown sections or keys, values of the wrong type and values out of range raise
 :class:`ConfigError` naming the file and the key. Every limit is in :class:`LoopLimits`, and
 for each of them ``None`` means "off"; TOML has no null, so write ``-1`` there to turn a limit
-off (also ``client.silence_timeout_s`` and ``approval.timeout_s``). The thinking cap's old
-place, ``[thinking] turn_tokens`` (``ThinkingConfig.turn_tokens``), still loads, moved to
-``loop.thinking_tokens`` with a ``FutureWarning``. Every dataclass is frozen and keyword-only; use
-:func:`dataclasses.replace` to derive a variant.
+off (also ``client.silence_timeout_s``, ``client.max_event_bytes`` and
+``approval.timeout_s``). The thinking cap's old place, ``[thinking] turn_tokens``
+(``ThinkingConfig.turn_tokens``), still loads, moved to ``loop.thinking_tokens`` with a
+``FutureWarning``. Every dataclass is frozen and keyword-only; use :func:`dataclasses.replace`
+to derive a variant.
 """
 
 from __future__ import annotations
@@ -108,10 +109,17 @@ class ClientConfig:
     """Send a thinking cap's budget as llama.cpp's ``thinking_budget_tokens`` (the sampler ends
     reasoning exactly); ``False``: only ``reasoning_end`` through reasoning control, sent once
     the client counted the budget (late by the tokens in flight; for servers that reject it)."""
+    max_event_bytes: int | None = 16 * 1024 * 1024
+    """Largest SSE event of a stream in bytes (16 MiB; llama.cpp's chunks are far below a
+    kilobyte): a longer one, or a line that never ends, fails the request with
+    :class:`~boxmaker.errors.InferError` before it fills the memory. ``None`` (``-1`` in a
+    TOML file): no cap."""
 
     def __post_init__(self) -> None:
-        if self.silence_timeout_s == -1:
-            object.__setattr__(self, "silence_timeout_s", None)
+        for name in ("silence_timeout_s", "max_event_bytes"):
+            if getattr(self, name) == -1:
+                object.__setattr__(self, name, None)
+        events = self.max_event_bytes
         silence = self.silence_timeout_s
         try:
             parts = urllib.parse.urlsplit(self.url)
@@ -135,6 +143,7 @@ class ClientConfig:
             retry_attempts=(self.retry_attempts, self.retry_attempts >= 0),
             retry_base_delay_s=(self.retry_base_delay_s, _nonneg(self.retry_base_delay_s)),
             retry_max_delay_s=(self.retry_max_delay_s, _nonneg(self.retry_max_delay_s)),
+            max_event_bytes=(events, events is None or (type(events) is int and events > 0)),
         )
 
 
@@ -201,6 +210,30 @@ class LoopLimits:
     tool_call_caps: Mapping[str, int] = field(default_factory=dict)
     """Calls allowed per tool in one turn (tool name to count, a TOML table
     ``[loop.tool_call_caps]``); the call past the cap fires the loop guard."""
+    completion_tokens: int | None = 32_768
+    """Tokens one completion may stream, counted by the client (each reasoning, content and
+    tool-call delta counts one: llama.cpp sends a token a chunk), whatever the server does
+    with ``max_tokens``: past it the stream is closed and the turn ends (``TurnLimit`` of kind
+    ``completion_tokens``). The stream is also closed past ``sampling.max_tokens`` plus
+    :data:`boxmaker.turn.TOKEN_GRACE` deltas, and past the thinking cap's budget plus
+    :data:`boxmaker.turn.THINKING_GRACE` reasoning deltas (a server that ignores both the
+    budget and ``reasoning_end``). ``None``: only those two."""
+    completions: int | None = 32
+    """Completions allowed in one turn (with or without tool calls; the answer after a limit
+    counts too); the next one ends the turn first (``TurnLimit`` of kind ``completions``).
+    ``None``: no limit."""
+    turn_deadline_s: float | None = 1800.0
+    """Seconds one turn may take from its first request: then the running request is closed
+    (through the runtime's ``cancel``: within about 0.1 s), a port tool waiting is told to
+    stop, and the turn ends (``TurnLimit`` of kind ``turn_deadline``); a local tool running
+    is not interrupted, the turn ends when it returns. ``None`` (``-1`` in TOML): none."""
+    tool_calls_per_completion: int | None = 64
+    """Tool calls one completion may make; one more closes the stream and ends the turn
+    (``TurnLimit`` of kind ``tool_calls``) before any of them runs. ``None``: no limit."""
+    tool_argument_chars: int | None = 1_000_000
+    """Characters of one tool call's ``arguments`` string (counted as the fragments stream);
+    a longer one closes the stream and ends the turn (``TurnLimit`` of kind
+    ``tool_arguments``) before anything runs. ``None``: no limit."""
     on_limit: str = "stop"
     """When tool iterations or the loop guard end the turn: ``"stop"`` raises ``TurnLimit``;
     ``"answer"`` makes the log whole the same way, then asks one last completion without
@@ -211,12 +244,18 @@ class LoopLimits:
 
     def __post_init__(self) -> None:
         check_loop_types(self, _OFF_WITH_MINUS_ONE)  # Python callers: the TOML reader's errors
+        deadline = self.turn_deadline_s
+        if deadline == -1:
+            object.__setattr__(self, "turn_deadline_s", deadline := None)
+        if deadline is not None and (type(deadline) not in (int, float) or not deadline > 0):
+            raise ConfigError(f"loop.turn_deadline_s = {deadline!r:.60} is not seconds above 0")
         for name in _OFF_WITH_MINUS_ONE:
             if getattr(self, name) == -1:
                 object.__setattr__(self, name, None)
         object.__setattr__(self, "repeat_exempt", tuple(self.repeat_exempt))
         it, answered, ends = self.tool_iterations, self.repeat_answered_at, self.repeat_ends_turn_at
         cap, think = self.tool_result_cap, self.thinking_tokens
+        bounds = {n: getattr(self, n) for n in _OFF_WITH_MINUS_ONE[-4:]}  # the turn's bounds
         k, stale, caps = self.cycle_length, self.stale_results_at, self.tool_call_caps
         _check(
             "loop",
@@ -230,6 +269,8 @@ class LoopLimits:
             stale_results_at=(stale, stale is None or stale >= 1),
             tool_call_caps=(dict(caps), min(caps.values(), default=0) >= 0),
             on_limit=(self.on_limit, self.on_limit in ("stop", "answer")),
+            turn_deadline_s=(deadline, True),
+            **{n: (v, v is None or v >= 1) for n, v in bounds.items()},
         )
         if answered is not None and ends is not None and answered > ends:
             raise ConfigError(
@@ -247,6 +288,10 @@ _OFF_WITH_MINUS_ONE = (
     "thinking_tokens",
     "cycle_length",
     "stale_results_at",
+    "completion_tokens",
+    "completions",
+    "tool_calls_per_completion",
+    "tool_argument_chars",
 )
 """The :class:`LoopLimits` fields where ``-1`` (TOML's stand-in for null) means ``None``."""
 

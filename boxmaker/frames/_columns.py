@@ -45,7 +45,8 @@ TURN_OUTCOMES: tuple[str, ...] = (*TURN_END_OUTCOMES, "no_answer")
 """How a turn ended (the categories of ``turns().outcome``): the outcomes of
 :data:`boxmaker.records.TURN_END_OUTCOMES` (``answered``, ``length``, ``tool_iterations``,
 ``repeated_call``, ``session_full``, ``cancelled``, ``infer_error``, ``loop``,
-``answered_after_limit``), then ``no_answer`` for a
+``answered_after_limit``, ``process_died`` and the client-side bounds' ``completion_tokens``,
+``completions``, ``turn_deadline``, ``tool_calls``, ``tool_arguments``), then ``no_answer`` for a
 turn without a ``TurnEnd`` record (a log of schema 1, or a turn still running) whose records do
 not say how it ended; see :func:`boxmaker.frames.turns`."""
 
@@ -54,6 +55,11 @@ ENDING_LIMITS: Mapping[str, str] = {
     "repeated_call": "repeated_call",
     "context_full": "session_full",
     "loop": "loop",
+    "completion_tokens": "completion_tokens",
+    "completions": "completions",
+    "turn_deadline": "turn_deadline",
+    "tool_calls": "tool_calls",
+    "tool_arguments": "tool_arguments",
 }
 """The limit kinds that end a turn, and the turn outcome each gives (for turns without a
 ``TurnEnd`` record)."""
@@ -403,7 +409,7 @@ LIMIT_HIT_COLUMNS: tuple[Column, ...] = (
     Column(
         name="ended_turn",
         dtype="boolean",
-        doc="the limit ended the turn (tool_iterations, repeated_call, context_full)",
+        doc="the limit ended the turn (all kinds but thinking_cap and tool_result_cap)",
         derive=lambda f: f.kind.isin(list(ENDING_LIMITS)).astype("boolean"),
     ),
 )

@@ -69,6 +69,12 @@ def _axes(ax: Axes | None, width: float = 8.0, height: float = 3.5) -> tuple[Fig
     return figure, figure.add_subplot()
 
 
+def _plain(text: object) -> str:
+    """``text`` from a log (a session id, a limit kind, a cause) as matplotlib shows it as
+    it is: ``$`` escaped, else two of them start mathtext (a lone one fails the drawing)."""
+    return str(text).replace("$", r"\$")
+
+
 def _floats(series: pd.Series) -> Any:
     """A nullable column as a float array, ``<NA>`` as NaN (what matplotlib draws as a gap)."""
     return series.astype("Float64").to_numpy(dtype=float, na_value=np.nan)
@@ -161,7 +167,7 @@ def cache_reuse(
             _floats(rows["request"]),
             _floats(rows["cache_reuse_ratio"]),
             marker=".",
-            label=session if len(sessions) <= 8 else None,
+            label=_plain(session) if len(sessions) <= 8 else None,
         )
     if cache_losses is not None and len(cache_losses):
         keys = requests.set_index(["session", "request"])["cache_reuse_ratio"]
@@ -203,7 +209,7 @@ def limit_hits_per_kind(limit_hits: pd.DataFrame, *, ax: Axes | None = None) -> 
     """
     figure, ax = _axes(ax)
     counts = limit_hits["kind"].value_counts(sort=False)
-    kinds = [str(k) for k in counts.index]
+    kinds = [_plain(k) for k in counts.index]
     bars = ax.bar(kinds, counts.to_numpy(), color=COLORS["loss"])
     ax.bar_label(bars)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
@@ -244,7 +250,7 @@ def lost_tokens_by_cause(cache_losses: pd.DataFrame, *, ax: Axes | None = None) 
     bottom = np.zeros(len(x))
     for cause in order:
         heights = table[cause].to_numpy(dtype=float)
-        ax.bar(x, heights, bottom=bottom, label=cause, color=CAUSE_COLORS.get(cause))
+        ax.bar(x, heights, bottom=bottom, label=_plain(cause), color=CAUSE_COLORS.get(cause))
         bottom += heights
     if len(x) <= 30:
         ax.set_xticks(x)

@@ -184,7 +184,8 @@ def format_html(
         rows = req[req["session"] == session]
         for draw in (plots.tokens_per_request, plots.time_per_request):
             figure = draw(rows)
-            figure.axes[0].set_title(f"{figure.axes[0].get_title()}: {session}")
+            title = f"{figure.axes[0].get_title()}: {session}"
+            figure.axes[0].set_title(title, parse_math=False)  # a "$" in an id is no mathtext
             figures.append(figure)
     for figure in figures:
         alt = html_lib.escape(figure.axes[0].get_title(), quote=True)

@@ -29,6 +29,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import json
+import logging
 import os
 import tempfile
 import threading
@@ -54,6 +55,8 @@ from ..errors import ConfigError, ToolPortError
 from ._tools import Registry, ToolAnswer, ToolFailed, ToolHints, ToolOk, ToolRequest
 
 __all__ = ["McpPort", "McpTool", "answer_of", "hints_of"]
+
+log = logging.getLogger("boxmaker.tools.mcp")
 
 POLL_S = 0.02
 """How often (seconds) a waiting call looks at the cancel switch and the clock."""
@@ -125,6 +128,7 @@ class _Link:
         self.stop: asyncio.Event | None = None
         self.task: asyncio.Task[None] | None = None
         self.cancelled = False  # the connecting task was cancelled: never twice (see _drop)
+        self.broken: str | None = None  # the server broke the protocol (the SDK's words)
         # a stdio server's stderr, kept to say why it died; closed by McpPort.close
         self.stderr: TextIO = tempfile.TemporaryFile(  # noqa: SIM115
             "w+", encoding="utf-8", errors="replace"
@@ -181,6 +185,8 @@ class McpPort:
         self._opened: list[_Link] = []  # every link made, so close() waits for each to end
         self._tools: dict[str, McpTool] = {}
         self.restarts: dict[str, int] = {s.name: 0 for s in self.servers}
+        self.skipped: dict[str, str] = {}
+        """Tools :meth:`register` left out (registry name -> why)."""
         """How many times each server's connection was made anew after a failure."""
         try:
             opening = [(s, *self._open(s)) for s in self.servers]
@@ -210,10 +216,15 @@ class McpPort:
             registry: where the tools go.
             only: registry names of the tools to offer (``None``: all of them).
 
+        A tool whose name or schema the registry refuses (a name with a space, a schema that
+        is not one) is left out when ``only`` is ``None``, the others are offered: one bad
+        tool does not refuse its server. :attr:`skipped` says which and why, and a warning is
+        logged (logger ``boxmaker.tools.mcp``).
+
         Raises:
             ConfigError: a name is taken in the registry already, a name in ``only`` is not a
-                tool of this port, or a server's tool name or schema is not valid for the
-                registry (the message names the server).
+                tool of this port, or a tool named in ``only`` is not valid for the registry
+                (the message names the server).
         """
         unknown = sorted(set(only or ()) - set(self._tools))
         if unknown:
@@ -225,12 +236,18 @@ class McpPort:
                     f"tool {tool.name!r} of MCP server {tool.server!r} is registered already; "
                     "give the server a prefix"
                 )
+        added: list[str] = []
         for tool in chosen:
             try:
                 registry.add_port_tool(tool.name, tool.description, tool.parameters)
             except ValueError as exc:
-                raise ConfigError(f"MCP server {tool.server!r}: {exc}") from exc
-        return tuple(t.name for t in chosen)
+                if only is not None:
+                    raise ConfigError(f"MCP server {tool.server!r}: {exc}") from exc
+                self.skipped[tool.name] = f"MCP server {tool.server!r}: {exc}"
+                log.warning("left out %r: %s", tool.name, self.skipped[tool.name])
+                continue
+            added.append(tool.name)
+        return tuple(added)
 
     def hints(self, tool: str) -> ToolHints | None:
         """The annotations of ``tool`` (a registry name); ``None`` for a tool not of this port."""
@@ -258,6 +275,10 @@ class McpPort:
                     self._drop(link, call)
                     why = "the call was cancelled; the server is restarted for the next call"
                     return ToolFailed(message=f"{server.name}: {why}", server=server.name)
+                if link.broken is not None:  # no answer will come: fail now, not at the timeout
+                    self._drop(link, call)
+                    why = f"broke the protocol ({link.broken[:200]}); it is restarted"
+                    return ToolFailed(message=f"{server.name} {why}", server=server.name)
                 if time.monotonic() >= deadline:
                     self._drop(link, call)
                     why = (
@@ -409,7 +430,12 @@ class McpPort:
             )
             target = stdio_client(params, errlog=link.stderr)
         try:
-            async with Client(target, cache=None) as client:
+
+            async def on_message(message: Any) -> None:  # the SDK's message_handler
+                if isinstance(message, Exception):  # a line not JSON-RPC, an unknown id
+                    link.broken = link.broken or _reason(message)
+
+            async with Client(target, cache=None, message_handler=on_message) as client:
                 tools: list[Tool] = []
                 cursor: str | None = None
                 while True:

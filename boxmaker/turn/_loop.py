@@ -1,10 +1,9 @@
 """``run_turn``: one user message in, an answer out, tool calls and limits in between.
 
-It reads top to bottom like the spec's "One turn" (steps 1-7) and "Limits". Every limit that
-fires appends a ``LimitHit`` (the thinking cap once a turn); a turn that ends early leaves the
-log well formed (each tool call of the last ``Assistant`` gets a ``ToolResult`` with ``not_run``
-saying why). Every turn ends with a ``TurnEnd`` record giving its outcome. Every appended
-record is also passed to ``on_event``. The loop knows nothing of widgets, cassettes or frames.
+It reads top to bottom like the spec's "One turn" (steps 1-7) and "Limits". A limit that fires
+appends a ``LimitHit``; a turn ended early leaves the log well formed (a ``not_run`` result for
+each call of the last ``Assistant``); each turn ends with a ``TurnEnd``; each record appended
+goes to ``on_event`` too. The loop knows nothing of widgets, cassettes or frames.
 """
 
 from __future__ import annotations
@@ -28,10 +27,11 @@ from ..errors import (
     TurnInferError,
     TurnLimit,
 )
-from ..events import ClientEvent, Hook, ToolCallDelta, ToolCallStarted, guarded
+from ..events import Hook, ToolCallStarted, guarded
 from ..records import Assistant, LimitHit, Record, ToolCall, ToolResult, TurnEnd, Usage, User
 from ..session import Session
 from ..tools import Dispatched, Registry, ToolPort, cap_result, dispatch
+from ._bounds import BoundHit, TurnBounds
 from ._guard import ALREADY_MADE, AnswerAfterLimit, LoopGuard, after_limit, not_run_results
 
 __all__ = ["ALREADY_MADE", "Runtime", "TurnOutcome", "run_turn"]
@@ -48,8 +48,7 @@ class Runtime:
         client: streams completions (:class:`boxmaker.client.Client` or a fake).
         registry: the tools the loop can dispatch.
         port: where port tools go (``None``: port tools answer that no port is connected).
-        cancel: set it (any thread) to stop the running turn; the loop never clears it (a
-            turn of its own gets its own token: ``run_turn(cancel=...)``, ``TurnRunner``).
+        cancel: set it (any thread) to stop the running turn; never cleared nor set by the loop.
         forensics: explains cache losses (remembers each session's last request).
     """
 
@@ -73,11 +72,11 @@ class TurnOutcome:
 @dataclass
 class _TurnState:
     guard: LoopGuard
+    bounds: TurnBounds
     reasoning_tokens: int = 0
     capped: bool = False  # the thinking cap fired (or was said not enforced) in this turn
     earlier: Usage | None = None  # the session's last usage before the running completion
     body: dict[str, Any] = field(default_factory=dict)  # the running completion's request
-    cancel: threading.Event = field(default_factory=threading.Event)  # read, never cleared
 
 
 def run_turn(
@@ -97,16 +96,17 @@ def run_turn(
         on_event: called with every client event (but ``ToolCallDelta``), every
             ``ToolCallStarted`` and every appended record, in order, on the calling thread.
             An exception inside it is logged and does not stop the turn.
-        cancel: this turn's :class:`~boxmaker.turn.CancelToken` (or any ``threading.Event``;
-            default ``runtime.cancel``), never cleared: set before the start, it ends the turn.
+        cancel: this turn's ``CancelToken`` (or any ``threading.Event``; default
+            ``runtime.cancel``), never cleared: set before the start, it ends the turn.
 
     Returns:
         The answer and the last completion's usage.
 
     Raises:
-        TurnLimit: too many tool iterations, a repeated call or the loop guard (``kind`` says
-            which; :mod:`boxmaker.turn`); with ``loop.on_limit = "answer"`` the turn ends
-            with one last completion without tools instead (outcome ``answered_after_limit``).
+        TurnLimit: tool iterations, a repeated call, the loop guard or a client-side bound
+            (``TurnBounds``: tokens, completions, deadline, calls, argument size); ``kind``
+            says which. ``loop.on_limit = "answer"`` ends the first three with one last
+            completion without tools instead (outcome ``answered_after_limit``).
         SessionFull: llama.cpp answered ``exceed_context_size_error``.
         TurnCancelled: the cancel token (``cancel``, else ``runtime.cancel``) was set.
         TurnInferError: the completion failed otherwise (``cause`` keeps status and body).
@@ -114,12 +114,12 @@ def run_turn(
     """
     emit = guarded(on_event, log)
     token = runtime.cancel if cancel is None else cancel
-    with session.turn():
+    with session.turn(), TurnBounds(runtime.config, token) as bounds:
         why = "the process running the turn stopped before it"  # a log reopened mid-turn
         dead = not_run_results(session.unanswered_calls(), session.next_call(), why, "process_died")
         end = [TurnEnd(outcome="process_died", detail=why)] if session.turn_left_open() else []
         _append(session, emit, *dead, *end)  # the dead turn closed, so it counts as what it was
-        state = _TurnState(guard=LoopGuard(runtime.config.loop), cancel=token)
+        state = _TurnState(guard=LoopGuard(runtime.config.loop), bounds=bounds)
         _append(session, emit, User(content=content))
         last: TurnLimit | None = None  # on_limit="answer": the limit, before the last completion
         while True:
@@ -155,22 +155,24 @@ def _complete(
     body.update(cfg.sampling.request_fields())
     cap = cfg.loop.thinking_tokens
     budget = None if cap is None else max(0, cap - state.reasoning_tokens)
-
-    def relay(event: ClientEvent) -> None:
-        if not isinstance(event, ToolCallDelta):
-            emit(event)
-
+    if (stop := state.bounds.before_completion()) is not None:
+        _end_turn(session, stop, emit)
+    relay = state.bounds.relay(emit, budget)  # counts the stream, drops ToolCallDelta
     try:
         completion = runtime.client.chat_with_retry(
-            body, relay, reasoning_budget=budget, cancel=state.cancel
+            body, relay, reasoning_budget=budget, cancel=state.bounds.cancel
         )
+    except BoundHit as exc:  # the stream went past a bound and was closed
+        _end_turn(session, exc.limit, emit)
     except RequestCancelled as exc:
-        _end_turn(session, TurnCancelled(f"the turn was cancelled ({exc})"), emit, exc)
+        _end_turn(session, state.bounds.cancelled(f"the turn was cancelled ({exc})"), emit, exc)
     except InferError as exc:
         if is_context_full(exc):
             full = SessionFull(f"the session no longer fits the context: {exc}", cause=exc)
             _end_turn(session, full, emit, exc)
         _end_turn(session, TurnInferError(f"the completion failed: {exc}", cause=exc), emit, exc)
+    if (stop := state.bounds.after_completion(completion)) is not None:
+        _end_turn(session, stop, emit)
     state.reasoning_tokens += completion.reasoning_tokens
     return completion
 
@@ -211,8 +213,8 @@ def _run_calls(
     """Step 6: handle each tool call in order; may end the turn."""
     loop = runtime.config.loop
     for call in calls:
-        if state.cancel.is_set():
-            _end_turn(session, TurnCancelled("the turn was cancelled"), emit)
+        if state.bounds.cancel.is_set():
+            _end_turn(session, state.bounds.cancelled("the turn was cancelled"), emit)
         number = session.next_call()
         emit(ToolCallStarted(name=call.name, call=number, arguments=call.arguments))
         verdict = state.guard.check(call)
@@ -228,7 +230,7 @@ def _run_calls(
                 port=runtime.port,
                 session_id=session.id,
                 call=number,
-                cancel=state.cancel,
+                cancel=state.bounds.cancel,
             )
             state.guard.ran(call, result.content)
         cap = loop.tool_result_cap if result.not_run is None else None  # the loop's own words

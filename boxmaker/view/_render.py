@@ -25,15 +25,20 @@ never on ipywidgets.
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import re
+from collections.abc import Callable
+from typing import ParamSpec
 
 import markdown
 import nh3
 from markdown.extensions import Extension
 
 from ._transcript import AnswerBlock, Block, ReasoningBlock, TurnView
+
+_P = ParamSpec("_P")
 
 __all__ = [
     "LINK_SCHEMES",
@@ -85,6 +90,27 @@ class _UntrustedMarkdown(Extension):
             md.inlinePatterns.deregister(name)
 
 
+_SURROGATES = re.compile("[\ud800-\udfff]")
+"""A lone surrogate (``\\ud800`` in a JSON string gives one): no UTF-8 encodes it, so the
+sanitizer, a widget's comm message and a file write would fail on it."""
+
+
+def scalar_text(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD, the replacement character, so it
+    can be encoded as UTF-8 (for HTML, a widget, a file); any other text is returned as is."""
+    return _SURROGATES.sub("\ufffd", text)
+
+
+def _scalar_html(render: Callable[_P, str]) -> Callable[_P, str]:
+    """A renderer whose HTML is :func:`scalar_text` (model and tool text reach it whole)."""
+
+    @functools.wraps(render)
+    def scalar(*args: _P.args, **kwargs: _P.kwargs) -> str:
+        return scalar_text(render(*args, **kwargs))
+
+    return scalar
+
+
 def render_markdown(text: str) -> str:
     """Untrusted Markdown to safe HTML.
 
@@ -99,7 +125,7 @@ def render_markdown(text: str) -> str:
         opened in a new tab).
     """
     converter = markdown.Markdown(extensions=["fenced_code", "tables", _UntrustedMarkdown()])
-    return _SANITIZER.clean(converter.convert(text))
+    return _SANITIZER.clean(converter.convert(scalar_text(text)))
 
 
 _CONTROLS = re.compile("\r\n|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -166,6 +192,7 @@ def _pretty(arguments: str) -> str:
         return arguments
 
 
+@_scalar_html
 def render_block(block: Block, *, streaming: bool = False) -> str:
     """One block as an HTML fragment.
 
@@ -213,11 +240,13 @@ def counters_text(turn: TurnView) -> str:
     )
 
 
+@_scalar_html
 def render_user(turn: TurnView) -> str:
     """The turn's user message as an escaped ``bxm-user`` block (``""`` when it has none)."""
     return f"<div class='bxm-user'><b>You:</b> {html.escape(turn.user)}</div>" if turn.user else ""
 
 
+@_scalar_html
 def render_turn_foot(turn: TurnView) -> str:
     """What follows a turn's blocks: counters (:func:`counters_text`), one badge per limit hit
     or cache loss (a loss with text windows as a ``<details>`` that opens on them: what the
@@ -247,6 +276,7 @@ def render_turn_foot(turn: TurnView) -> str:
     return "".join(parts)
 
 
+@_scalar_html
 def render_turn(turn: TurnView, *, streaming: bool = False) -> str:
     """One turn as an HTML fragment: a ``<style>`` for the ``bxm-`` classes, the user message
     (:func:`render_user`), the blocks (:func:`render_block`; the last one open while
@@ -261,6 +291,7 @@ def render_turn(turn: TurnView, *, streaming: bool = False) -> str:
 # -- a block while it streams ----------------------------------------------------------------
 
 
+@_scalar_html
 def render_stream_head(block: ReasoningBlock | AnswerBlock) -> str:
     """The line above a block that is still streaming: ``Reasoning (N tokens)…`` for
     reasoning, nothing for an answer (its text follows as :func:`render_text`)."""
@@ -269,6 +300,7 @@ def render_stream_head(block: ReasoningBlock | AnswerBlock) -> str:
     return ""
 
 
+@_scalar_html
 def render_text(text: str) -> str:
     """A piece of streaming model text, escaped, to be shown as it is (``white-space:
     pre-wrap``); pieces escaped apart and shown one after the other read as the whole text

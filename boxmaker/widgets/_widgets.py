@@ -443,13 +443,15 @@ class ChatPanel:
         self._running = False
         self._dirty.set()
         flusher.join()
-        self.flush()  # the final flush: everything buffered reaches the widgets
-        with self.lock:
-            self.transcript.end_turn(reason)
-            self._box.show(self.transcript, live=False)
-            self._draw_live()
-        self.send_button.disabled = False
-        self.stop_button.disabled = True
+        try:
+            self.flush()  # the final flush: everything buffered reaches the widgets
+            with self.lock:
+                self.transcript.end_turn(reason)
+                self._box.show(self.transcript, live=False)
+                self._draw_live()
+        finally:  # whatever the drawing met, the panel takes the next message
+            self.send_button.disabled = False
+            self.stop_button.disabled = True
         if self._displayed:  # the saved notebook's copy follows each turn
             _display(self.static_html(), raw=True, display_id=self._key, update=True)
 

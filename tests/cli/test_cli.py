@@ -210,3 +210,32 @@ def test_report_into_a_pipe_closed_early_exits_141_without_a_traceback(tmp_path:
     proc.stdout.close()  # like `| head -1` gone before the report is written
     err = proc.stderr.read().decode()
     assert (proc.wait(60), err) == (141, "")
+
+
+HOSTILE = "\x1b]0;PWNED\x07\x1b[2J"
+"""A server's error text that would retitle the window and clear the screen (issue 23)."""
+
+
+def test_chat_prints_a_server_error_body_without_its_control_characters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+    error = {"error": {"code": 500, "message": HOSTILE, "type": "server_error"}}
+    config = tmp_path / "c.toml"
+    config.write_text("[client]\nretry_attempts = 0\n")
+    with running([Reply(status=500, error=error)]) as fake:
+        main(["chat", "--url", fake.url, "--dir", str(tmp_path), "--config", str(config)])
+    out, err = capsys.readouterr()
+    assert "PWNED" in out  # the message is shown ...
+    assert "\x1b" not in out + err and "\x07" not in out + err  # ... but inert
+    assert "\\x1b]0;PWNED\\x07\\x1b[2J" in out
+
+
+def test_one_line_errors_on_stderr_are_inert_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / f"{HOSTILE}.toml"
+    config.write_text("[nope]\n")
+    assert main(["chat", "--config", str(config), "--dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("boxmaker: ") and "PWNED" in err and "\x1b" not in err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -57,3 +58,48 @@ def test_a_server_that_is_no_llama_server_ends_with_a_failed_check() -> None:
     answers = report.check("answers")
     assert answers.ok is False and "unexpected answer" in answers.seen
     assert "llama-server" in answers.fix
+
+
+class _Forever(httpx.SyncByteStream):
+    """The same bytes for ever (a server that never stops)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.sent = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        while True:
+            self.sent += 1
+            yield self.data
+
+
+def _endless(data: bytes) -> tuple[httpx.MockTransport, _Forever]:
+    stream = _Forever(data)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/health":
+            return httpx.Response(200, json={"status": "ok"})
+        if request.url.path == "/props":
+            return httpx.Response(200, json={"chat_template_caps": {"supports_tools": True}})
+        if request.url.path == "/slots":
+            return httpx.Response(200, json=[{"id": 0}])
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=stream)
+
+    return httpx.MockTransport(handler), stream
+
+
+def test_a_server_that_streams_for_ever_ends_the_report() -> None:
+    """Issue 23: doctor hung on it (killed at 180 s); now the probe stops at its bound."""
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}],"id":"c"}\n\n'
+    transport, stream = _endless(event)
+    report = diagnose("http://llama:8080", transport=transport)
+    bounded = report.check("bounded")
+    assert bounded.ok is False and not report.ok
+    assert "more than 224 events for max_tokens 160" in bounded.seen
+    assert stream.sent == 225
+
+
+def test_a_server_that_only_pings_meets_the_probe_deadline() -> None:
+    transport, _ = _endless(b": ping\n\n")
+    report = diagnose("http://llama:8080", transport=transport, probe_deadline_s=0.2)
+    assert "past its deadline of 0.2 s" in report.check("bounded").seen

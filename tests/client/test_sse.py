@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from boxmaker.client._stream._decoder import SSEDecoder
+from boxmaker.errors import InferError
 
 
 def feed_all(pieces: list[bytes]) -> list[tuple[str, str]]:
@@ -140,3 +142,53 @@ def test_any_split_gives_the_same_events(
     assert feed_all([body]) == expected
     assert feed_all(pieces) == expected
     assert feed_all([bytes([b]) for b in body]) == expected
+
+
+# -- one huge line: linear work and a cap (issue 23) -----------------------------------------
+
+
+def test_a_long_line_in_many_reads_is_joined_once() -> None:
+    """A 4 MB line in 4,096 reads of 1 KiB: the reads are copied once, when the line ends
+    (joining on each read copied about 8 GB: the 500 MB line that did not finish)."""
+    decoder = SSEDecoder(max_event_bytes=None)
+    piece = b"x" * 1024
+    assert decoder.feed(b"data: ") == []
+    for _ in range(4096):
+        assert decoder.feed(piece) == []
+    assert decoder.feed(b"\n\n") == [("data", "x" * 4096 * 1024)]
+    assert decoder.joined == len(b"data: ") + 4096 * 1024 + 2
+
+
+def test_joined_bytes_grow_with_the_line_not_its_square() -> None:
+    def work(reads: int) -> int:
+        decoder = SSEDecoder(max_event_bytes=None)
+        decoder.feed(b"data: ")
+        for _ in range(reads):
+            decoder.feed(b"y" * 100)
+        decoder.feed(b"\n\n")
+        return decoder.joined
+
+    assert work(2000) - 8 == 2 * (work(1000) - 8)
+
+
+def test_an_event_past_the_cap_is_a_clear_error() -> None:
+    decoder = SSEDecoder(max_event_bytes=1000)
+    decoder.feed(b"data: ")
+    decoder.feed(b"z" * 900)
+    with pytest.raises(InferError, match=r"more than 1,006 bytes, past the cap of 1,000"):
+        decoder.feed(b"z" * 100)
+
+
+def test_an_event_past_the_cap_in_one_read_and_over_lines() -> None:
+    with pytest.raises(InferError, match="past the cap of 100"):
+        SSEDecoder(max_event_bytes=100).feed(b"data: " + b"a" * 200 + b"\n\n")
+    decoder = SSEDecoder(max_event_bytes=100)
+    with pytest.raises(InferError, match="past the cap of 100"):
+        for _ in range(10):
+            decoder.feed(b"data: " + b"b" * 20 + b"\n")  # one event of many data lines
+
+
+def test_events_below_the_cap_are_untouched() -> None:
+    decoder = SSEDecoder(max_event_bytes=100)
+    body = b"".join(f'data: {{"n":{i}}}\n\n'.encode() for i in range(100))
+    assert decoder.feed(body) == [("data", f'{{"n":{i}}}') for i in range(100)]

@@ -75,6 +75,7 @@ def test_limit_hits_one_bar_per_kind(loaded: frames.Frames) -> None:
         "context_full": 1,
         "tool_result_cap": 1,
         "loop": 0,
+        **dict.fromkeys(LIMIT_KINDS[6:], 0),  # the turn's client-side bounds (issue 23)
     }
 
 

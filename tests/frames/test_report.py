@@ -19,7 +19,7 @@ from test_frames import RECORDS, at
 from boxmaker.cli import main
 from boxmaker.frames import _build as frames
 from boxmaker.frames.report import format_text, tables
-from boxmaker.records import Assistant, Baseline, LimitHit, ToolCall, ToolResult, User
+from boxmaker.records import Assistant, Baseline, LimitHit, ToolCall, ToolResult, Usage, User
 from boxmaker.session import Session
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,6 +66,7 @@ def test_tables_cover_every_outcome_and_kind(logs: Path) -> None:
         "loop",
         "answered_after_limit",
         "process_died",
+        *frames.TURN_OUTCOMES[-6:-1],  # the turn's client-side bounds (issue 23)
     )
     assert by_outcome == {o: 1 for o in frames.TURN_OUTCOMES if o not in none} | {
         o: 0 for o in none
@@ -197,3 +198,21 @@ def test_text_report_prints_terminal_controls_from_a_log_inert(
         assert "\x1b" not in stream and "\x07" not in stream
     assert "get_\\x1b]0;PWN\\x07weather" in out and "loop\\x1b[5m" in out
     assert "zz-\\x1b[31m.jsonl" in err
+
+
+@pytest.mark.parametrize("dollars", ["$", "a$b$c", "$x^{$"])
+def test_html_report_draws_a_dollar_in_a_kind_or_a_session_id(tmp_path: Path, dollars: str) -> None:
+    """Issue 23: matplotlib read ``$`` as mathtext and the drawing failed (a lone ``$``, or
+    ``$x^{$``); a ``$`` from a log is a character."""
+    folder = tmp_path / "sessions"
+    with Session.create(folder, Baseline(time=at(-1)), session_id="s1") as session:
+        session.append(User(content="x", time=at(0)))
+        session.append(Assistant(content="y", time=at(1)))
+        session.append(Usage(timings={"cache_n": 0, "prompt_n": 5}, time=at(1)))
+        session.append(LimitHit(kind=f"k{dollars}", detail="d", time=at(2)))  # type: ignore[arg-type]
+    log = folder / "s1.jsonl"
+    log.rename(folder / f"s{dollars}.jsonl")  # an id the session refuses, the frames read
+    out = tmp_path / "report.html"
+    assert run_report([str(folder)], html=str(out)) == 0
+    page = out.read_text(encoding="utf-8")
+    assert "Limit hits per kind" in page and "Tokens per request: s" in page

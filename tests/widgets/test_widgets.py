@@ -23,7 +23,7 @@ import boxmaker.view._render
 import boxmaker.widgets
 import boxmaker.widgets._draw
 from boxmaker.client import Completion
-from boxmaker.config import Config, LoopLimits
+from boxmaker.config import Config, LoopLimits, SamplingConfig
 from boxmaker.demo import demo_registry
 from boxmaker.errors import RequestCancelled, SessionError, TurnCancelled
 from boxmaker.events import (
@@ -574,6 +574,8 @@ def test_coalescing_5000_content_events(
     pieces = [f"{i % 10}" if i % 97 else " **w** " for i in range(5000)]
     client = BurstClient(pieces, pause_every, pause_s)
     panel = _panel(tmp_path, client)
+    # 5,000 tokens in one completion: past the default max_tokens, which the turn enforces
+    panel.runtime.config = Config(sampling=SamplingConfig(max_tokens=None))
     panel.ask("warm up the first turn widget", timeout=10)
     changes = _count_updates(panel)
     flushes_before = panel.flushes
@@ -865,3 +867,29 @@ def test_a_cache_loss_badge_says_its_cause_and_opens_on_the_escaped_windows(
     assert "&lt;img src=x onerror=alert(1)&gt;" in page
     assert live_hazards(page, tags=PANEL_TAGS) == []
     assert page.count("<details class='bxm-loss'>") == 1  # the loss without windows: a badge
+
+
+# -- a lone surrogate (issue 23) ----------------------------------------------------------------
+
+LONE = "before \ud800 after"
+"""What ``"\\ud800"`` in a JSON answer gives: no UTF-8 encodes it."""
+
+
+def test_a_lone_surrogate_in_an_answer_leaves_the_panel_usable(tmp_path: Path) -> None:
+    """It killed the worker thread (the sanitizer could not encode it): Send stayed disabled."""
+    panel = _panel(tmp_path, ScriptedClient([answer(LONE, reasoning="r\udfffr"), answer("next")]))
+    assert panel.send("hi") and panel.wait(10)
+    assert panel.send_button.disabled is False and panel.stop_button.disabled is True
+    page = panel.html()
+    assert "before \ufffd after" in page and "\ud800" not in page
+    page.encode("utf-8")  # what a widget's comm message and a saved notebook need
+    assert panel.send("again") and panel.wait(10)
+    assert "next" in panel.html()
+
+
+def test_session_view_shows_a_log_with_a_lone_surrogate(tmp_path: Path) -> None:
+    panel = _panel(tmp_path, ScriptedClient([answer(LONE)]))
+    assert panel.send("hi") and panel.wait(10)
+    view = SessionView(panel.session.path)
+    assert "before \ufffd after" in view.html()
+    view.html().encode("utf-8")

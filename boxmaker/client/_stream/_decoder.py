@@ -32,10 +32,11 @@ from ...errors import InferError
 from ...events import ClientEvent
 from .._errors import CONTEXT_FULL, context_full_error, is_context_full, stream_error
 from ._chunks import ChunkDecoder, Completion
-from ._sse import SSEDecoder
+from ._sse import MAX_EVENT_BYTES, SSEDecoder
 
 __all__ = [
     "CONTEXT_FULL",
+    "MAX_EVENT_BYTES",
     "ChunkDecoder",
     "Completion",
     "SSEDecoder",
@@ -59,6 +60,8 @@ class StreamDecoder:
     Args:
         tool_call_deltas: make :class:`~boxmaker.events.ToolCallDelta` events (see
             :class:`ChunkDecoder`); ``False`` when nobody listens to them.
+        max_event_bytes: the cap on one SSE event in bytes (see :class:`SSEDecoder`;
+            ``None``: no cap).
 
     Attributes:
         chunks: the :class:`ChunkDecoder` (id, finish reason, timings, token counts so far).
@@ -66,8 +69,10 @@ class StreamDecoder:
 
     __slots__ = ("chunks", "sse")
 
-    def __init__(self, *, tool_call_deltas: bool = True) -> None:
-        self.sse = SSEDecoder()
+    def __init__(
+        self, *, tool_call_deltas: bool = True, max_event_bytes: int | None = MAX_EVENT_BYTES
+    ) -> None:
+        self.sse = SSEDecoder(max_event_bytes=max_event_bytes)
         self.chunks = ChunkDecoder(tool_call_deltas=tool_call_deltas)
 
     @property
@@ -79,8 +84,8 @@ class StreamDecoder:
         """Decode one read of bytes; return the client events of the chunks it completed.
 
         Raises:
-            InferError: an error event, a chunk that is not a JSON object, or a malformed
-                chunk (see :meth:`ChunkDecoder.feed`).
+            InferError: an error event, a chunk that is not a JSON object, a malformed
+                chunk (see :meth:`ChunkDecoder.feed`), or an event past ``max_event_bytes``.
         """
         return [event for events in self.per_chunk(self.sse.feed(raw)) for event in events]
 

@@ -1,0 +1,232 @@
+"""The turn's client-side bounds: whatever the server streams, every turn ends.
+
+A server may ignore ``max_tokens`` and the thinking budget and stream for ever, send
+thousands of tool calls or megabytes of arguments, or stall between tokens. :class:`TurnBounds`
+holds the bounds of :class:`~boxmaker.config.LoopLimits` for one turn and gives the loop its
+named check points: :meth:`TurnBounds.before_completion` (completions per turn),
+:meth:`TurnBounds.relay` (counts each streamed delta and closes the stream past a bound),
+:meth:`TurnBounds.after_completion` (the same bounds on a completion that came whole) and
+:meth:`TurnBounds.cancelled` (a cancel set by the deadline is the deadline). Each bound that
+fires is a :class:`~boxmaker.errors.TurnLimit` of its own kind; the loop ends the turn with
+it (a ``LimitHit`` and a ``TurnEnd`` of that outcome).
+
+No I/O: the deadline is a :class:`threading.Timer` that sets the turn's own cancel
+(:attr:`TurnBounds.cancel`: set by the deadline, or seen set when the caller's token is), which
+the client watches (it closes the connection within about 0.1 s). The caller's token is never
+set by the deadline, so a turn that ran out of time leaves it as it was.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+
+from ..client import Completion
+from ..config import Config
+from ..errors import TurnCancelled, TurnError, TurnLimit
+from ..events import ClientEvent, Content, Hook, Reasoning, ToolCallDelta
+
+__all__ = ["THINKING_GRACE", "TOKEN_GRACE", "BoundHit", "TurnBounds"]
+
+TOKEN_GRACE = 16
+"""Deltas a completion may stream past ``sampling.max_tokens`` before the client closes it: a
+delta holds at least one token, so a server that honours ``max_tokens`` stays below; the grace
+covers a token split into two events (a ``<think>`` tag moved to reasoning)."""
+
+THINKING_GRACE = 64
+"""Reasoning deltas past the thinking cap's budget before the client closes the stream: the
+client sends ``reasoning_end`` at the budget plus 2 (a server ignoring the budget); a server
+that honours that stops within the tokens in flight, far below this."""
+
+
+class BoundHit(Exception):
+    """Internal: raised from the event relay to close the stream; ``limit`` says which bound.
+    Never leaves the turn: the loop ends the turn with :attr:`limit`."""
+
+    def __init__(self, limit: TurnLimit) -> None:
+        super().__init__(str(limit))
+        self.limit = limit
+
+
+class TurnCancel(threading.Event):
+    """The cancel of one turn: set by the turn's deadline, and set too whenever the caller's
+    token (``parent``) is. ``wait`` looks at the parent every :data:`PARENT_POLL_S` seconds
+    (the parent cannot wake it), so a caller's cancel reaches a waiting reader within that."""
+
+    def __init__(self, parent: threading.Event) -> None:
+        super().__init__()
+        self._parent = parent
+
+    def is_set(self) -> bool:
+        """The deadline fired, or the caller's token is set."""
+        return super().is_set() or self._parent.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until :meth:`is_set` (or ``timeout`` seconds); its value then."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while not self.is_set():
+            step = PARENT_POLL_S if end is None else min(PARENT_POLL_S, end - time.monotonic())
+            if step <= 0:
+                break
+            super().wait(step)
+        return self.is_set()
+
+
+PARENT_POLL_S = 0.02
+"""How often a waiting :class:`TurnCancel` looks at the caller's token, in seconds."""
+
+
+class TurnBounds:
+    """The client-side bounds of one turn (:class:`~boxmaker.config.LoopLimits`).
+
+    Args:
+        config: the knobs: ``loop.completion_tokens``, ``loop.completions``,
+            ``loop.turn_deadline_s``, ``loop.tool_calls_per_completion``,
+            ``loop.tool_argument_chars``, ``loop.thinking_tokens`` and ``sampling.max_tokens``.
+        cancel: the caller's cancel token (``runtime.cancel`` or ``run_turn(cancel=...)``);
+            :attr:`cancel` is set when it is, and by the deadline (which leaves it alone).
+        clock: seconds, monotonic (:func:`time.monotonic`).
+
+    Use as a context manager: entering starts the deadline, leaving stops it.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        cancel: threading.Event,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._loop = config.loop
+        self._max_tokens = config.sampling.max_tokens
+        self.cancel = TurnCancel(cancel)
+        """The turn's cancel: what the client and the loop watch."""
+        self._clock = clock
+        self._timer: threading.Timer | None = None
+        self._started = 0.0
+        self.expired = False
+        """The deadline fired (and set :attr:`cancel`)."""
+        self.completions = 0
+        """Completions asked for so far in this turn."""
+
+    def __enter__(self) -> TurnBounds:
+        """Start the turn's deadline (``loop.turn_deadline_s``)."""
+        self._started = self._clock()
+        deadline = self._loop.turn_deadline_s
+        if deadline is not None:
+            self._timer = threading.Timer(deadline, self._expire)
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Stop the deadline's timer."""
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def _expire(self) -> None:
+        self.expired = True
+        self.cancel.set()
+
+    def before_completion(self) -> TurnLimit | None:
+        """Count one more completion; the limit when it is one too many (``completions``)."""
+        self.completions += 1
+        cap = self._loop.completions
+        if cap is not None and self.completions > cap:
+            detail = f"{self.completions} completions in one turn, at most {cap}"
+            return TurnLimit("completions", self.completions, cap, detail)
+        return None
+
+    def cancelled(self, message: str) -> TurnError:
+        """The error for a cancel seen by the loop: ``turn_deadline`` when the deadline set it,
+        else :class:`~boxmaker.errors.TurnCancelled` with ``message``."""
+        if not self.expired:
+            return TurnCancelled(message)
+        deadline = self._loop.turn_deadline_s or 0.0
+        spent = self._clock() - self._started
+        detail = f"the turn ran {spent:.1f} s, past its deadline of {deadline:g} s"
+        return TurnLimit("turn_deadline", math.ceil(spent), math.ceil(deadline), detail)
+
+    def token_bound(self, reasoning_budget: int | None) -> tuple[int | None, int | None]:
+        """The bounds of one completion: (deltas in all, reasoning deltas), ``None`` for none."""
+        caps = [self._loop.completion_tokens]
+        if self._max_tokens is not None:
+            caps.append(self._max_tokens + TOKEN_GRACE)
+        total = min((c for c in caps if c is not None), default=None)
+        thinking = None if reasoning_budget is None else reasoning_budget + THINKING_GRACE
+        return total, thinking
+
+    def relay(self, emit: Hook, reasoning_budget: int | None) -> Callable[[ClientEvent], None]:
+        """An event hook for one completion that counts what streams and passes each event
+        to ``emit`` (but :class:`~boxmaker.events.ToolCallDelta`, which the turn does not pass
+        on). Past a bound it raises :class:`BoundHit`, which makes the client close the stream
+        (llama.cpp then stops generating). Counted: each ``Reasoning``, ``Content`` and
+        ``ToolCallDelta`` as one token; tool calls by their ``index``; argument characters per
+        index."""
+        total, thinking = self.token_bound(reasoning_budget)
+        loop = self._loop
+        calls_cap, args_cap = loop.tool_calls_per_completion, loop.tool_argument_chars
+        tokens = reasoning = 0
+        arguments: dict[int, int] = {}
+
+        def hook(event: ClientEvent) -> None:
+            nonlocal tokens, reasoning
+            if isinstance(event, Reasoning | Content | ToolCallDelta):
+                tokens += 1
+                if total is not None and tokens > total:
+                    raise BoundHit(self._tokens_limit(tokens, total))
+                if isinstance(event, Reasoning):
+                    reasoning += 1
+                    if thinking is not None and reasoning > thinking:
+                        raise BoundHit(self._thinking_limit(reasoning, thinking))
+                elif isinstance(event, ToolCallDelta):
+                    index = event.index
+                    size = arguments.get(index, 0) + len(event.arguments or "")
+                    arguments[index] = size
+                    limit = self._calls_limit(len(arguments), calls_cap) or self._args_limit(
+                        size, args_cap
+                    )
+                    if limit is not None:
+                        raise BoundHit(limit)
+                    return
+            emit(event)
+
+        return hook
+
+    def after_completion(self, completion: Completion) -> TurnLimit | None:
+        """The same call bounds on a finished completion (a client that sent no deltas)."""
+        loop = self._loop
+        calls = completion.tool_calls
+        limit = self._calls_limit(len(calls), loop.tool_calls_per_completion)
+        for call in calls:
+            limit = limit or self._args_limit(len(call.arguments), loop.tool_argument_chars)
+        return limit
+
+    def _tokens_limit(self, tokens: int, bound: int) -> TurnLimit:
+        detail = (
+            f"the server streamed more than {bound} tokens in one completion (completion_tokens "
+            f"{self._loop.completion_tokens}, max_tokens {self._max_tokens}); stream closed"
+        )
+        return TurnLimit("completion_tokens", tokens, bound, detail)
+
+    def _thinking_limit(self, reasoning: int, bound: int) -> TurnLimit:
+        detail = (
+            f"the server reasoned {reasoning} tokens, {THINKING_GRACE} past the thinking "
+            "budget, ignoring thinking_budget_tokens and reasoning_end; stream closed"
+        )
+        return TurnLimit("completion_tokens", reasoning, bound, detail)
+
+    @staticmethod
+    def _calls_limit(calls: int, cap: int | None) -> TurnLimit | None:
+        if cap is None or calls <= cap:
+            return None
+        detail = f"one completion made more than {cap} tool calls; none was run"
+        return TurnLimit("tool_calls", calls, cap, detail)
+
+    @staticmethod
+    def _args_limit(chars: int, cap: int | None) -> TurnLimit | None:
+        if cap is None or chars <= cap:
+            return None
+        detail = f"a tool call's arguments grew past {cap:,} characters; nothing was run"
+        return TurnLimit("tool_arguments", chars, cap, detail)
