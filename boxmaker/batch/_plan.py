@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import Config
-from ..errors import ConfigError, SessionError
+from ..errors import ConfigError, LogBusy, SessionError
 from ..records import utc_now
-from ..session import LogWriter, dumps_line, read_log
+from ..session import LogWriter, check_folder, dumps_line, read_log
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -349,7 +349,8 @@ class Manifest:
     ``<batch_dir>/manifest.ndjson`` holds one JSON object per line, each a run's state change:
     ``{"time", "run", "state", ...}``. States: ``planned`` (with ``task``, ``settings``,
     ``messages``), ``running`` (``server``, ``slot``, ``attempt``), ``retry`` (``reason``),
-    ``done`` (``turns``, ``outcome``), ``failed`` (``reason``), ``interrupted``; a
+    ``done`` (``turns``, ``outcome``), ``failed`` (``reason``: also a run whose log cannot be
+    read, which the others do not wait for), ``interrupted``; a
     ``server_down`` line names a server (``server``, ``reason``) instead of a run. Lines are
     only appended, each one fsynced (:class:`~boxmaker.session.LogWriter`); a torn last line
     left by a kill is cut off when the manifest is opened again.
@@ -361,11 +362,18 @@ class Manifest:
 
     def __init__(self, batch_dir: Path) -> None:
         self.path = batch_dir / MANIFEST
-        batch_dir.mkdir(parents=True, exist_ok=True)
-        self._writer = LogWriter(self.path, create=not self.path.exists())
+        check_folder(batch_dir, what="batch directory")
+        try:  # made when missing, in one step: two runners starting at once race on the lock
+            self._writer = LogWriter(self.path, create=None, what="batch manifest")
+        except LogBusy as exc:
+            raise LogBusy(
+                f"{batch_dir}: another batch runner holds this batch directory "
+                f"({exc.holder}); one runner per batch at a time",
+                exc.holder,
+            ) from exc
         raw = self.path.read_bytes()
         if raw and not raw.endswith(b"\n"):
-            os.truncate(self.path, raw.rfind(b"\n") + 1)
+            self._writer.truncate(raw.rfind(b"\n") + 1)
 
     def write(self, run: str | None, state: str, **fields: Any) -> None:
         """Append one state change (``run`` ``None`` for a line about the batch)."""

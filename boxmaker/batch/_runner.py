@@ -52,9 +52,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..client import Client
 from ..config import Config
 from ..demo import demo_registry
-from ..errors import ConfigError, ServerError
+from ..errors import ConfigError, ServerError, SessionError
 from ..events import TurnEvent
 from ..records import Record, Usage
+from ..session import check_folder
 from ..tools import Registry
 from ..turn import Runtime
 from ._plan import (
@@ -125,7 +126,13 @@ class _Batch:
                 settings = dict(spec.settings)
                 n = len(spec.task.messages)
                 book.write(spec.id, "planned", task=spec.task.id, settings=settings, messages=n)
-            state = log_state(logs_dir / f"{spec.id}.jsonl")
+            try:
+                state = log_state(logs_dir / f"{spec.id}.jsonl")
+            except SessionError as exc:  # a corrupt log fails its run only; the rest go on
+                reason = f"its log cannot be read: {exc}"
+                self.failures.append((spec.id, reason))
+                book.write(spec.id, "failed", reason=reason)
+                continue
             if state.finished(len(spec.task.messages)):
                 self.done += 1
                 self.skipped += 1
@@ -448,17 +455,17 @@ def run_batch(
     urls = [(s if isinstance(s, str) else s.url).rstrip("/") for s in servers]
     for url in dict.fromkeys(urls):  # a server named twice still has its slots once
         try:
-            slots += [(url, slot) for slot in discover_slots(url)]
+            slots += [(url, slot) for slot in discover_slots(url, api_key=base.client.api_key)]
         except ServerError as exc:
             problems.append(str(exc))
     if not slots:
         raise ServerError("no server to run on: " + ("; ".join(problems) or "none given"))
     root = Path(batch_dir)
-    (root / "logs").mkdir(parents=True, exist_ok=True)
     book = Manifest(root)
     try:
         for problem in problems:
             book.write(None, "server_down", reason=problem)
+        check_folder(root / "logs", what="batch logs folder")
         batch = _Batch(
             runs, root / "logs", book, max_tries, on_progress, cancel or threading.Event()
         )

@@ -48,6 +48,7 @@ from ..records import (
     utc_now,
 )
 from ._file import LogReadWarning, LogWriter, dumps_line, read_log
+from ._safe import check_folder
 
 __all__ = ["Session", "message_of", "messages", "new_session_id", "wire_arguments"]
 
@@ -184,7 +185,9 @@ class Session:
                 at most 128 characters); default :func:`new_session_id`.
 
         Raises:
-            SessionError: the id is unsafe, the log exists already, or it cannot be written.
+            SessionError: the id is unsafe, the log exists already (a planted link too: the
+                log is made with ``O_EXCL``), the directory is another user's link, or the log
+                cannot be written.
         """
         baseline = baseline or Baseline()
         if not isinstance(baseline, Baseline):
@@ -196,10 +199,7 @@ class Session:
         path = folder / f"{sid}.jsonl"
         head = record_to_json(baseline)
         head = {"type": "baseline", "schema": SCHEMA_VERSION, "session_id": sid, **head}
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise SessionError(f"{folder}: cannot create the session directory: {exc}") from exc
+        check_folder(folder, what="session directory")
         writer = LogWriter(path, create=True)
         try:
             writer.append(dumps_line(head))
