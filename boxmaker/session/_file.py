@@ -38,6 +38,7 @@ from typing import Any
 from .. import _json
 from ..errors import LogBusy, SessionError
 from ..records import SCHEMA_VERSION
+from ._groups import GroupError, whole_groups
 from ._migrations import upgrade
 from ._safe import open_fresh, open_owned
 
@@ -74,7 +75,9 @@ def read_log(path: str | os.PathLike[str], *, repair: bool = False) -> LogData:
     A last line without ``\\n`` is kept when it is a whole record (the ``\\n`` is added on disk
     when ``repair``); otherwise it is a torn write, dropped with a :class:`LogReadWarning`
     saying what was dropped, and, when ``repair``, its bytes are appended to ``<log>.torn``
-    and the log is cut back to its last whole line.
+    and the log is cut back to its last whole line. Records written together are framed
+    (:mod:`boxmaker.session`'s ``_groups``, schema 3): a group cut short at the end of the
+    file is dropped whole the same way, so a reader sees every record of a group or none.
 
     Args:
         path: the ``.jsonl`` log.
@@ -88,23 +91,23 @@ def read_log(path: str | os.PathLike[str], *, repair: bool = False) -> LogData:
     Raises:
         SessionError: the file cannot be read; it is empty; a line other than a torn last one
             is not JSON or is nested too deeply (the message names file and line); the first
-            line is not a baseline object; its schema is not one this version reads.
+            line is not a baseline object; its schema is not one this version reads; a group
+            marker is malformed, or a group is cut short in the middle of the log.
     """
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        raw = on_disk = p.read_bytes()
     except OSError as exc:
         raise SessionError(f"{p}: cannot read session log: {exc}") from exc
     end = raw.rfind(b"\n") + 1
+    torn, unterminated = b"", False
     if end < len(raw):
         tail = raw[end:]
         if _whole_record(tail):
             raw += b"\n"
-            if repair:
-                _append_bytes(p, b"\n")
+            unterminated = True
         else:
-            _drop_torn(p, tail, end, repair)
-            raw = raw[:end]
+            torn, raw = tail, raw[:end]
     count = raw.count(b"\n")
     if not count:
         raise SessionError(f"{p}: empty session log (no baseline line)")
@@ -121,9 +124,22 @@ def read_log(path: str | os.PathLike[str], *, repair: bool = False) -> LogData:
     head = lines[0]
     if type(head) is not dict or head.get("type") != "baseline":
         raise SessionError(f"{p}:1: first line is not a baseline record")
+    records = lines[1:]
+    try:
+        whole = whole_groups(records)
+    except GroupError as exc:
+        raise SessionError(f"{p}:{exc.line}: {exc}") from exc
+    if whole < len(records):  # a group cut short: dropped whole, with what a torn line left
+        cut = _line_start(raw, whole + 2, count)
+        _drop_torn(p, on_disk[cut:], cut, repair, f"group of {len(records) - whole} lines")
+        records = records[:whole]
+    elif torn:
+        _drop_torn(p, torn, end, repair, "last line")
+    elif unterminated and repair:
+        _append_bytes(p, b"\n")
     schema = head.get("schema")
     try:
-        records, migrated = upgrade(schema, lines[1:])
+        records, migrated = upgrade(schema, records)
     except ValueError as exc:
         raise SessionError(f"{p}:1: {exc}") from exc
     assert type(schema) is int  # upgrade() checked it
@@ -366,13 +382,24 @@ def _load_line(path: Path, number: int, line: bytes) -> Any:
         raise SessionError(f"{path}:{number}: corrupt line ({exc}): {line[:80]!r}") from exc
 
 
-def _drop_torn(path: Path, torn: bytes, keep: int, repair: bool) -> None:
+def _line_start(raw: bytes, number: int, count: int) -> int:
+    """The byte offset where line ``number`` (1-based) of ``raw`` (``count`` lines, each
+    ``\\n``-terminated) starts; searched from the end (the lines asked for are the last)."""
+    index = len(raw) - 1
+    for _ in range(count - number + 1):
+        index = raw.rfind(b"\n", 0, index)
+    return index + 1
+
+
+def _drop_torn(path: Path, torn: bytes, keep: int, repair: bool, what: str) -> None:
+    """Warn of ``torn`` (the file's bytes from ``keep`` on), and when ``repair`` append them to
+    ``<log>.torn`` and cut the log back to ``keep`` bytes."""
     side = path.with_name(path.name + ".torn")
     if repair:
         try:
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
             with os.fdopen(open_owned(side, flags, what="torn-line file"), "ab") as fh:
-                fh.write(torn + b"\n")
+                fh.write(torn if torn.endswith(b"\n") else torn + b"\n")
             with os.fdopen(open_owned(path, os.O_WRONLY, what="session log"), "wb") as fh:
                 fh.truncate(keep)
                 fh.flush()
@@ -383,7 +410,7 @@ def _drop_torn(path: Path, torn: bytes, keep: int, repair: bool) -> None:
             ) from exc
     kept = f"; the bytes are kept in {side.name}" if repair else " (read-only: file untouched)"
     warnings.warn(
-        f"{path}: dropped a torn last line ({len(torn)} bytes, a write cut short: "
+        f"{path}: dropped a torn {what} ({len(torn)} bytes, a write cut short: "
         f"{torn[:60]!r}){kept}",
         LogReadWarning,
         stacklevel=3,

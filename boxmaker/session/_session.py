@@ -48,6 +48,7 @@ from ..records import (
     utc_now,
 )
 from ._file import LogReadWarning, LogWriter, dumps_line, read_log
+from ._groups import dumps_group
 from ._safe import check_folder
 
 __all__ = ["Session", "message_of", "messages", "new_session_id", "wire_arguments"]
@@ -383,12 +384,14 @@ class Session:
     def extend(self, records: Sequence[Record]) -> None:
         """Append records that belong together (an assistant message and its usage) as one
         all-or-nothing write with one fsync: after a crash or a failed write, either all of
-        them are in the log or none.
+        them are in the log or none. Two or more are framed as a group (its first line
+        carries ``"group": n``): a kill that cuts the write at any byte leaves a group that
+        every reader drops whole (and a writer sets aside in ``<log>.torn`` on open).
 
         Raises:
             SessionError: as :meth:`append`; then none of the records is kept.
         """
-        data = b"".join(dumps_line(record_to_json(r)) for r in records)
+        data = dumps_group([record_to_json(r) for r in records], dumps_line)
         with self._lock:
             if self._writer is None:
                 raise SessionError(f"{self.path}: opened read-only")
