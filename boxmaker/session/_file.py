@@ -38,7 +38,7 @@ from typing import Any
 from .. import _json
 from ..errors import LogBusy, SessionError
 from ..records import SCHEMA_VERSION
-from ._groups import GroupError, whole_groups
+from ._groups import GROUP_MARK, GroupError, whole_groups
 from ._migrations import upgrade
 from ._safe import open_fresh, open_owned
 
@@ -125,8 +125,8 @@ def read_log(path: str | os.PathLike[str], *, repair: bool = False) -> LogData:
     if type(head) is not dict or head.get("type") != "baseline":
         raise SessionError(f"{p}:1: first line is not a baseline record")
     records = lines[1:]
-    try:
-        whole = whole_groups(records)
+    try:  # no marker's text in the file (older logs, single appends): no group to look at
+        whole = whole_groups(records) if GROUP_MARK in raw else len(records)
     except GroupError as exc:
         raise SessionError(f"{p}:{exc.line}: {exc}") from exc
     if whole < len(records):  # a group cut short: dropped whole, with what a torn line left

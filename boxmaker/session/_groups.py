@@ -21,10 +21,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["GROUP_KEY", "GroupError", "dumps_group", "whole_groups"]
+__all__ = ["GROUP_KEY", "GROUP_MARK", "GroupError", "dumps_group", "whole_groups"]
 
 GROUP_KEY = "group"
 """The key of a group's first line: how many lines the group has (an int, 2 or more)."""
+
+GROUP_MARK = b'"group":'
+"""The key as it appears in a line (compact JSON, :func:`boxmaker.session.dumps_line`): a file
+without these bytes has no group, and the reader skips the scan."""
 
 
 class GroupError(ValueError):
