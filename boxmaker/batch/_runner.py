@@ -64,6 +64,7 @@ from ._plan import (
     RunSpec,
     Task,
     expand,
+    flatten_settings,
     load_grid,
     load_tasks,
     log_state,
@@ -461,7 +462,7 @@ def run_batch(
     if not slots:
         raise ServerError("no server to run on: " + ("; ".join(problems) or "none given"))
     root = Path(batch_dir)
-    book = Manifest(root)
+    book = Manifest(root, secrets=[base.client.api_key, *_grid_keys(grid)])
     try:
         for problem in problems:
             book.write(None, "server_down", reason=problem)
@@ -483,6 +484,12 @@ def run_batch(
     finally:
         book.close()
     return batch.snapshot(finished=True)
+
+
+def _grid_keys(grid: Mapping[str, Sequence[Any]] | None) -> list[str]:
+    """The api keys a grid sets (``client.api_key``: each value), to hide in the manifest."""
+    values = flatten_settings(grid or {}, "grid").get("client.api_key") or []
+    return [v for v in values if isinstance(v, str)]
 
 
 def frames(batch_dir: str | Path, name: str = "turns") -> pd.DataFrame:

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .._secrets import hide_in_json, searchable
 from ..errors import SessionError
 from ..records import (
     SCHEMA_VERSION,
@@ -163,6 +164,7 @@ class Session:
         self._lock = threading.Lock()
         self._writer = writer
         self._in_turn = False
+        self._secrets: tuple[str, ...] = ()
         for record in records:
             self._track(record)
 
@@ -371,6 +373,19 @@ class Session:
             with self._lock:
                 self._in_turn = False
 
+    def hide(self, *secrets: str | None) -> None:
+        """Write each of ``secrets`` (an api key) as ``<API_KEY>`` in every record appended from
+        now on, by the cassettes' rule (:mod:`boxmaker.cassettes`: also URL-encoded and
+        JSON-escaped; ``None``, empty and shorter than 8 characters are ignored); the string
+        under a credential-like key (``api_key``, ``token``, ...) is always ``<SECRET>``.
+
+        The records kept in memory are not changed (the running session's requests keep their
+        bytes); a log reopened later reads the placeholders. :func:`~boxmaker.turn.run_turn`
+        calls it with the client's api key.
+        """
+        with self._lock:
+            self._secrets = searchable((*self._secrets, *secrets))
+
     def append(self, record: Record) -> Record:
         """Write one record as one line, fsynced, then keep it in memory.
 
@@ -387,11 +402,13 @@ class Session:
         them are in the log or none. Two or more are framed as a group (its first line
         carries ``"group": n``): a kill that cuts the write at any byte leaves a group that
         every reader drops whole (and a writer sets aside in ``<log>.torn`` on open).
+        Secrets are hidden as :meth:`hide` says.
 
         Raises:
             SessionError: as :meth:`append`; then none of the records is kept.
         """
-        data = dumps_group([record_to_json(r) for r in records], dumps_line)
+        objs = [hide_in_json(record_to_json(r), self._secrets) for r in records]
+        data = dumps_group(objs, dumps_line)
         with self._lock:
             if self._writer is None:
                 raise SessionError(f"{self.path}: opened read-only")

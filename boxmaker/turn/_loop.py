@@ -33,6 +33,7 @@ from ..records import Assistant, LimitHit, Record, ToolCall, ToolResult, TurnEnd
 from ..session import Session
 from ..tools import Dispatched, Registry, ToolPort, cap_result, dispatch
 from ._guard import ALREADY_MADE, AnswerAfterLimit, LoopGuard, after_limit, not_run_results
+from ._keys import api_keys
 
 __all__ = ["ALREADY_MADE", "Runtime", "TurnOutcome", "run_turn"]
 
@@ -107,6 +108,7 @@ def run_turn(
     emit = guarded(on_event, log)
     with session.turn():
         runtime.cancel.clear()
+        session.hide(*api_keys(runtime.config, runtime.client))  # an echoed key: <API_KEY>
         why = "the process running the turn stopped before it"  # a log reopened mid-turn
         dead = not_run_results(session.unanswered_calls(), session.next_call(), why, "process_died")
         end = [TurnEnd(outcome="process_died", detail=why)] if session.turn_left_open() else []

@@ -412,6 +412,16 @@ def test_a_server_with_an_api_key_runs_with_the_key_and_says_so_without(
     with pytest.raises(ServerError, match="refused the api key given") as caught:
         discover_slots(servers[0].url, api_key="sk-wrong-0123456789")
     assert "sk-wrong" not in str(caught.value)
+    # the key of the logs and the manifest: never in plain
+    grid: dict[str, list[Any]] = {"client.api_key": [key], "loop.tool_result_cap": [40]}
+    progress = run_batch(
+        TASKS[:2], tmp_path / "c", servers=[servers[0].url], config=keyed, grid=grid
+    )
+    assert (progress.done, progress.failed) == (2, 0)
+    assert key not in (tmp_path / "c" / MANIFEST).read_text()
+    assert set(manifest(tmp_path / "c")["client.api_key"]) == {"<SECRET>"}
+    for log in (tmp_path / "c" / "logs").glob("*.jsonl"):
+        assert key not in log.read_text()
 
 
 def test_a_full_context_finishes_the_run_and_a_rerun_skips_it(
