@@ -8,6 +8,7 @@ Tree::
     │   ├── StreamCut             the stream ended before finish_reason / [DONE]
     │   └── RequestCancelled      the cancel event was set; the stream was closed
     ├── SessionError              a session log that cannot be created, read or appended
+    │   └── LogBusy               another writer holds the log's lock (its pid kept)
     ├── ServerError               the embedded llama.cpp server could not start or answer
     ├── CassetteError             a cassette that cannot be recorded or replayed
     ├── ToolPortError             a tool port that cannot start (an MCP server not reachable)
@@ -30,6 +31,7 @@ __all__ = [
     "CassetteError",
     "ConfigError",
     "InferError",
+    "LogBusy",
     "RequestCancelled",
     "ServerError",
     "SessionError",
@@ -99,6 +101,18 @@ class RequestCancelled(InferError):
 
 class SessionError(BoxmakerError):
     """A session log that cannot be created, read or appended (names the file and line)."""
+
+
+class LogBusy(SessionError):
+    """Another writer holds a log's (or a batch manifest's) exclusive lock.
+
+    Attributes:
+        holder: ``"pid N"`` of the holder as its ``<log>.writer`` says, else ``"pid unknown"``.
+    """
+
+    def __init__(self, message: str, holder: str) -> None:
+        super().__init__(message)
+        self.holder = holder
 
 
 class ServerError(BoxmakerError):

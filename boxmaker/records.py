@@ -55,11 +55,13 @@ __all__ = [
     "utc_now",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of the log format, written in each log's first line (the baseline).
 
 1: the first format. 2: ``TurnEnd`` records, ``ToolResult.not_run``, the forensic fields of
-``CacheLoss``. Older logs are upgraded on read by the steps of :mod:`boxmaker.session`.
+``CacheLoss``. 3: records written together are framed as a group (``"group": n`` on the
+first line, read all or nothing; :mod:`boxmaker.session`). Older logs are upgraded on read
+by the steps of :mod:`boxmaker.session`.
 
 Added within schema 2, without a new version because nothing is lost when an older schema-2
 reader meets them: ``ToolResult.server`` (an optional field, ignored by a reader that does not

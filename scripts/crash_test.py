@@ -1,11 +1,13 @@
 """Kill an appending process at random, again and again, and count what the log lost.
 
 Each round starts a child process that reopens one session log (taking the writer's lock) and
-appends ``User`` records as fast as it can, printing ``ack N`` after each append returned. The
-parent lets it run for a random 0-60 ms, SIGKILLs it, and reopens the log: every acknowledged
-record must be there (an append that returned was fsynced), and the log must open (a torn last
-line is dropped and set aside). The last line printed is ``acked N lost M``; exit status 1 when
-anything acknowledged was lost.
+appends ``User`` records as fast as it can, one alone and then a group of two
+(``extend([a, b])``, as the loop ends a turn) in turn, printing ``ack N`` after each append
+returned. The parent lets it run for a random 0-60 ms, SIGKILLs it, and reopens the log: every
+acknowledged record must be there (an append that returned was fsynced), the log must open (a
+torn last line or group is dropped and set aside), and no group may be there in part (``a``
+without ``b``). The last line printed is ``acked N lost M partial P``; exit status 1 when
+anything acknowledged was lost or a group was read in part.
 
     python scripts/crash_test.py              # 200 kills
     python scripts/crash_test.py --kills 10   # the short version CI runs
@@ -36,7 +38,10 @@ with Session.open(sys.argv[1]) as session:
     print("open", flush=True)
     i = 0
     while True:
-        session.append(User(content=f"{round_}-{i}"))
+        if i % 2:
+            session.extend([User(content=f"{round_}-{i}a"), User(content=f"{round_}-{i}b")])
+        else:
+            session.append(User(content=f"{round_}-{i}"))
         print(f"ack {round_}-{i}", flush=True)
         i += 1
 """
@@ -51,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(args.seed)
     acked: set[str] = set()
     lost: set[str] = set()
+    partial: set[str] = set()
     with tempfile.TemporaryDirectory() as folder:
         with Session.create(folder) as session:
             path = session.path
@@ -72,12 +78,19 @@ def main(argv: list[str] | None = None) -> int:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # a torn last line is expected now and then
                 reopened = Session.open(path, read_only=True)
-            found = {r.content for r in reopened.records if isinstance(r, User)}
+            contents = [r.content for r in reopened.records if isinstance(r, User)]
+            found = {c[:-1] if c[-1] in "ab" else c for c in contents}
+            halves = {c[:-1] for c in contents if c[-1] in "ab"}
+            partial |= {g for g in halves if contents.count(g + "a") != contents.count(g + "b")}
             lost |= acked - found
             if (round_ + 1) % 20 == 0:
-                print(f"round {round_ + 1}: acked {len(acked)} lost {len(lost)}", flush=True)
-    print(f"acked {len(acked)} lost {len(lost)}")
-    return 1 if lost else 0
+                print(
+                    f"round {round_ + 1}: acked {len(acked)} lost {len(lost)} "
+                    f"partial {len(partial)}",
+                    flush=True,
+                )
+    print(f"acked {len(acked)} lost {len(lost)} partial {len(partial)}")
+    return 1 if lost or partial else 0
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "boxmaker"
 
 LAYERS: list[set[str]] = [
-    {"records", "_json", "_public", "_relocated", "model"},
+    {"records", "_json", "_public", "_relocated", "_secrets", "model"},
     {"errors", "events"},
     {"config", "server"},
     {"session", "tools", "view"},

@@ -34,10 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._secrets import hide_in_json, searchable
 from ..config import Config
-from ..errors import ConfigError, SessionError
+from ..errors import ConfigError, LogBusy, SessionError
 from ..records import utc_now
-from ..session import LogWriter, dumps_line, read_log
+from ..session import LogWriter, check_folder, dumps_line, read_log
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -349,30 +350,49 @@ class Manifest:
     ``<batch_dir>/manifest.ndjson`` holds one JSON object per line, each a run's state change:
     ``{"time", "run", "state", ...}``. States: ``planned`` (with ``task``, ``settings``,
     ``messages``), ``running`` (``server``, ``slot``, ``attempt``), ``retry`` (``reason``),
-    ``done`` (``turns``, ``outcome``), ``failed`` (``reason``), ``interrupted``; a
+    ``done`` (``turns``, ``outcome``), ``failed`` (``reason``: also a run whose log cannot be
+    read, which the others do not wait for), ``interrupted``; a
     ``server_down`` line names a server (``server``, ``reason``) instead of a run. Lines are
     only appended, each one fsynced (:class:`~boxmaker.session.LogWriter`); a torn last line
     left by a kill is cut off when the manifest is opened again.
 
+    Args:
+        batch_dir: the batch's directory (made when missing).
+        secrets: credentials to write as ``<API_KEY>`` (the batch's ``ClientConfig.api_key``).
+
     Raises:
-        SessionError: another runner holds the batch (the message names its pid), or the
-            file cannot be written.
+        SessionError: another runner holds the batch (:class:`~boxmaker.errors.LogBusy`, the
+            message names its pid), the file cannot be written, or it or the directory is a
+            link planted by someone else.
     """
 
-    def __init__(self, batch_dir: Path) -> None:
+    def __init__(self, batch_dir: Path, secrets: Sequence[str | None] = ()) -> None:
         self.path = batch_dir / MANIFEST
-        batch_dir.mkdir(parents=True, exist_ok=True)
-        self._writer = LogWriter(self.path, create=not self.path.exists())
+        self._secrets = searchable(secrets)
+        check_folder(batch_dir, what="batch directory")
+        try:  # made when missing, in one step: two runners starting at once race on the lock
+            self._writer = LogWriter(self.path, create=None, what="batch manifest")
+        except LogBusy as exc:
+            raise LogBusy(
+                f"{batch_dir}: another batch runner holds this batch directory "
+                f"({exc.holder}); one runner per batch at a time",
+                exc.holder,
+            ) from exc
         raw = self.path.read_bytes()
         if raw and not raw.endswith(b"\n"):
-            os.truncate(self.path, raw.rfind(b"\n") + 1)
+            self._writer.truncate(raw.rfind(b"\n") + 1)
 
     def write(self, run: str | None, state: str, **fields: Any) -> None:
-        """Append one state change (``run`` ``None`` for a line about the batch)."""
+        """Append one state change (``run`` ``None`` for a line about the batch).
+
+        Secrets are hidden by the cassettes' rule (:mod:`boxmaker.cassettes`): the string of a
+        credential-like setting (``client.api_key``, a ``token``) becomes ``<SECRET>``, and each
+        of the manifest's ``secrets`` becomes ``<API_KEY>`` wherever it appears (a reason
+        quoting a server's answer)."""
         line: dict[str, Any] = {"time": utc_now().isoformat(), "state": state}
         if run is not None:
             line["run"] = run
-        self._writer.append(dumps_line({**line, **fields}))
+        self._writer.append(dumps_line(hide_in_json({**line, **fields}, self._secrets)))
 
     def close(self) -> None:
         """Release the file and its lock (idempotent)."""

@@ -38,19 +38,25 @@ from ._plan import RunSpec, log_state
 __all__ = ["RunOutcome", "alive", "discover_slots", "run_alone", "run_one"]
 
 
-def discover_slots(url: str, *, timeout_s: float = 5.0) -> list[int]:
+def discover_slots(url: str, *, timeout_s: float = 5.0, api_key: str | None = None) -> list[int]:
     """The slot ids of the llama-server at ``url``.
 
     ``GET /slots`` (a JSON list, one object with an ``id`` per slot) when the server has the
-    slots endpoint on; else ``GET /props`` ``total_slots`` (ids ``0 .. n-1``).
+    slots endpoint on; else ``GET /props`` ``total_slots`` (ids ``0 .. n-1``). With
+    ``api_key`` (``ClientConfig.api_key``) both carry ``Authorization: Bearer <key>``, as
+    llama-server started with ``--api-key`` requires.
 
     Raises:
-        ServerError: the server does not answer, or neither endpoint gives a slot count.
+        ServerError: the server does not answer, refuses the key or asks for one (HTTP 401 or
+            403: the message says so and never shows the key), or neither endpoint gives a
+            slot count.
     """
     base = url.rstrip("/")
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        with httpx.Client(timeout=timeout_s) as http:
+        with httpx.Client(timeout=timeout_s, headers=headers) as http:
             answer = http.get(f"{base}/slots")
+            _check_key(base, answer, api_key)
             if answer.status_code == 200:
                 items = answer.json()
                 if isinstance(items, list):
@@ -59,6 +65,7 @@ def discover_slots(url: str, *, timeout_s: float = 5.0) -> list[int]:
                     if slots and len(slots) == len(items):
                         return sorted(slots)
             answer = http.get(f"{base}/props")
+            _check_key(base, answer, api_key)
             total = answer.json().get("total_slots") if answer.status_code == 200 else None
     except (httpx.HTTPError, ValueError, AttributeError) as exc:
         raise ServerError(f"{base}: cannot read its slots: {exc!r}") from exc
@@ -67,10 +74,22 @@ def discover_slots(url: str, *, timeout_s: float = 5.0) -> list[int]:
     raise ServerError(f"{base}: neither GET /slots nor GET /props says how many slots it has")
 
 
-def alive(url: str) -> bool:
-    """Whether ``GET /health`` answers 200 within 3 s."""
+def _check_key(base: str, answer: httpx.Response, api_key: str | None) -> None:
+    """A 401/403 is the key's fault, said as such (not hidden behind "no slot count")."""
+    if answer.status_code in (401, 403):
+        what = "refused the api key given" if api_key else "needs an api key"
+        raise ServerError(
+            f"{base}: {what} (HTTP {answer.status_code} to GET {answer.request.url.path}); "
+            "set ClientConfig.api_key (api_key under [client] in the --config file) "
+            "to its --api-key"
+        )
+
+
+def alive(url: str, *, api_key: str | None = None) -> bool:
+    """Whether ``GET /health`` answers 200 within 3 s (with ``api_key`` as a Bearer token)."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        with httpx.Client(timeout=3.0) as http:
+        with httpx.Client(timeout=3.0, headers=headers) as http:
             return http.get(f"{url.rstrip('/')}/health").status_code == 200
     except httpx.HTTPError:
         return False
@@ -182,7 +201,8 @@ def run_one(
                 result = RunOutcome("cancelled")
                 break
             except TurnInferError as exc:
-                result = RunOutcome("failed" if alive(url) else "server_down", reason=str(exc))
+                up = alive(url, api_key=config.client.api_key)
+                result = RunOutcome("failed" if up else "server_down", reason=str(exc))
                 break
     except SessionError as exc:
         result = RunOutcome("failed", reason=str(exc))

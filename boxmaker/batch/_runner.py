@@ -54,9 +54,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..client import Client
 from ..config import Config
-from ..errors import ConfigError, ServerError
+from ..errors import ConfigError, ServerError, SessionError
 from ..events import TurnEvent
 from ..records import Record, Usage
+from ..session import check_folder
 from ..tools import Registry
 from ._plan import (
     BatchProgress,
@@ -64,6 +65,7 @@ from ._plan import (
     RunSpec,
     Task,
     expand,
+    flatten_settings,
     load_grid,
     load_tasks,
     log_state,
@@ -125,7 +127,13 @@ class _Batch:
                 settings = dict(spec.settings)
                 n = len(spec.task.messages)
                 book.write(spec.id, "planned", task=spec.task.id, settings=settings, messages=n)
-            state = log_state(logs_dir / f"{spec.id}.jsonl")
+            try:
+                state = log_state(logs_dir / f"{spec.id}.jsonl")
+            except SessionError as exc:  # a corrupt log fails its run only; the rest go on
+                reason = f"its log cannot be read: {exc}"
+                self.failures.append((spec.id, reason))
+                book.write(spec.id, "failed", reason=reason)
+                continue
             if state.finished(len(spec.task.messages)):
                 self.done += 1
                 self.skipped += 1
@@ -437,17 +445,17 @@ def run_batch(
     urls = [(s if isinstance(s, str) else s.url).rstrip("/") for s in servers]
     for url in dict.fromkeys(urls):  # a server named twice still has its slots once
         try:
-            slots += [(url, slot) for slot in discover_slots(url)]
+            slots += [(url, slot) for slot in discover_slots(url, api_key=base.client.api_key)]
         except ServerError as exc:
             problems.append(str(exc))
     if not slots:
         raise ServerError("no server to run on: " + ("; ".join(problems) or "none given"))
     root = Path(batch_dir)
-    (root / "logs").mkdir(parents=True, exist_ok=True)
-    book = Manifest(root)
+    book = Manifest(root, secrets=[base.client.api_key, *_grid_keys(grid)])
     try:
         for problem in problems:
             book.write(None, "server_down", reason=problem)
+        check_folder(root / "logs", what="batch logs folder")
         batch = _Batch(
             runs, root / "logs", book, max_tries, on_progress, cancel or threading.Event()
         )
@@ -465,6 +473,12 @@ def run_batch(
     finally:
         book.close()
     return batch.snapshot(finished=True)
+
+
+def _grid_keys(grid: Mapping[str, Sequence[Any]] | None) -> list[str]:
+    """The api keys a grid sets (``client.api_key``: each value), to hide in the manifest."""
+    values = flatten_settings(grid or {}, "grid").get("client.api_key") or []
+    return [v for v in values if isinstance(v, str)]
 
 
 def frames(batch_dir: str | Path, name: str = "turns") -> pd.DataFrame:

@@ -1,5 +1,9 @@
 """What never reaches a cassette: credentials, volatile headers, the api key wherever it is.
 
+The rule of what is a secret (:data:`SECRET_FIELDS`, the placeholders, the forms a secret
+takes, the shortest one searched for) is :mod:`boxmaker`'s ``_secrets``, shared with the
+session log and the batch manifest; this module applies it to recorded bytes.
+
 Before an interaction is written (and, the same way, before a request is matched on replay):
 
 - headers: only ``Accept`` and ``Content-Type`` are kept; every other request and response
@@ -38,6 +42,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from vcr.request import Request as VcrRequest
+
+from .._secrets import API_KEY_PLACEHOLDER, SECRET_FIELDS, SECRET_PLACEHOLDER
+from .._secrets import HARVEST_MIN as _HARVEST_MIN
+from .._secrets import forms as _forms
+from .._secrets import norm as _norm
 
 __all__ = [
     "API_KEY_PLACEHOLDER",
@@ -81,49 +90,11 @@ SECRET_QUERY_PARAMETERS = (
 """URI query parameter names that are never written (compared in lower case, ``-`` as ``_``:
 ``api-key``, ``API_KEY`` and ``Api-Key`` are all ``api_key``)."""
 
-SECRET_FIELDS = (
-    "api_key",
-    "apikey",
-    "x_api_key",
-    "key_secret",
-    "token",
-    "access_token",
-    "refresh_token",
-    "id_token",
-    "auth_token",
-    "session_token",
-    "bearer",
-    "secret",
-    "client_secret",
-    "password",
-    "passwd",
-    "authorization",
-    "private_key",
-)
-"""JSON keys whose string values are written as ``<SECRET>``, at any depth (compared in lower
-case, ``-`` as ``_``). A value that is not a string (a tool's JSON Schema property named
-``token``) is left alone."""
-
-API_KEY_PLACEHOLDER = "<API_KEY>"
-"""What replaces a request's credentials wherever they appear in a cassette."""
-
-SECRET_PLACEHOLDER = "<SECRET>"
-"""What replaces the string value of a credential-like JSON field."""
-
 _KEEP_HEADERS = ("content-type", "accept")
 """The only headers kept in a cassette; the rest (host, user-agent, content-length, date,
 server, content-encoding...) are volatile noise or secrets."""
 
 _KEYED_HEADERS = ("authorization", "proxy-authorization", "api-key", "x-api-key")
-
-_HARVEST_MIN = 8
-"""Shortest query or body-field value hidden everywhere (a shorter one is only removed where
-it stands: replacing a 3-letter value everywhere would garble the file)."""
-
-
-def _norm(name: str) -> str:
-    return name.strip().lower().replace("-", "_")
-
 
 _QUERY = frozenset(_norm(n) for n in SECRET_QUERY_PARAMETERS)
 
@@ -187,17 +158,6 @@ def credentials(request: VcrRequest, configured: Sequence[str] = ()) -> list[str
     body = request.body if isinstance(request.body, bytes) else b""
     found += [v for _, v in _credential_fields(body) if len(v) >= _HARVEST_MIN]
     return list(dict.fromkeys(v for v in found if v))
-
-
-def _forms(secret: str) -> list[bytes]:
-    """A secret as it may appear in bytes: itself, URL-encoded, JSON-escaped (longest first)."""
-    forms = {
-        secret,
-        urllib.parse.quote(secret, safe=""),
-        urllib.parse.quote_plus(secret),
-        json.dumps(secret)[1:-1],
-    }
-    return sorted((f.encode() for f in forms), key=len, reverse=True)
 
 
 def _hide(data: bytes, secrets: Sequence[str]) -> bytes:

@@ -9,12 +9,14 @@ log in place atomically.
 
 from .._public import publish
 from ._file import LogReadWarning, LogWriter, dumps_line, read_log, upgrade_log
+from ._safe import check_folder
 from ._session import Session, message_of, messages, new_session_id, wire_arguments
 
 __all__ = [
     "LogReadWarning",
     "LogWriter",
     "Session",
+    "check_folder",
     "dumps_line",
     "message_of",
     "messages",

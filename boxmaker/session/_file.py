@@ -36,9 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import _json
-from ..errors import SessionError
+from ..errors import LogBusy, SessionError
 from ..records import SCHEMA_VERSION
+from ._groups import GROUP_MARK, GroupError, whole_groups
 from ._migrations import upgrade
+from ._safe import open_fresh, open_owned
 
 __all__ = ["LogData", "LogReadWarning", "LogWriter", "dumps_line", "read_log", "upgrade_log"]
 
@@ -73,7 +75,9 @@ def read_log(path: str | os.PathLike[str], *, repair: bool = False) -> LogData:
     A last line without ``\\n`` is kept when it is a whole record (the ``\\n`` is added on disk
     when ``repair``); otherwise it is a torn write, dropped with a :class:`LogReadWarning`
     saying what was dropped, and, when ``repair``, its bytes are appended to ``<log>.torn``
-    and the log is cut back to its last whole line.
+    and the log is cut back to its last whole line. Records written together are framed
+    (:mod:`boxmaker.session`'s ``_groups``, schema 3): a group cut short at the end of the
+    file is dropped whole the same way, so a reader sees every record of a group or none.
 
     Args:
         path: the ``.jsonl`` log.
@@ -87,23 +91,23 @@ def read_log(path: str | os.PathLike[str], *, repair: bool = False) -> LogData:
     Raises:
         SessionError: the file cannot be read; it is empty; a line other than a torn last one
             is not JSON or is nested too deeply (the message names file and line); the first
-            line is not a baseline object; its schema is not one this version reads.
+            line is not a baseline object; its schema is not one this version reads; a group
+            marker is malformed, or a group is cut short in the middle of the log.
     """
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        raw = on_disk = p.read_bytes()
     except OSError as exc:
         raise SessionError(f"{p}: cannot read session log: {exc}") from exc
     end = raw.rfind(b"\n") + 1
+    torn, unterminated = b"", False
     if end < len(raw):
         tail = raw[end:]
         if _whole_record(tail):
             raw += b"\n"
-            if repair:
-                _append_bytes(p, b"\n")
+            unterminated = True
         else:
-            _drop_torn(p, tail, end, repair)
-            raw = raw[:end]
+            torn, raw = tail, raw[:end]
     count = raw.count(b"\n")
     if not count:
         raise SessionError(f"{p}: empty session log (no baseline line)")
@@ -120,9 +124,22 @@ def read_log(path: str | os.PathLike[str], *, repair: bool = False) -> LogData:
     head = lines[0]
     if type(head) is not dict or head.get("type") != "baseline":
         raise SessionError(f"{p}:1: first line is not a baseline record")
+    records = lines[1:]
+    try:  # no marker's text in the file (older logs, single appends): no group to look at
+        whole = whole_groups(records) if GROUP_MARK in raw else len(records)
+    except GroupError as exc:
+        raise SessionError(f"{p}:{exc.line}: {exc}") from exc
+    if whole < len(records):  # a group cut short: dropped whole, with what a torn line left
+        cut = _line_start(raw, whole + 2, count)
+        _drop_torn(p, on_disk[cut:], cut, repair, f"group of {len(records) - whole} lines")
+        records = records[:whole]
+    elif torn:
+        _drop_torn(p, torn, end, repair, "last line")
+    elif unterminated and repair:
+        _append_bytes(p, b"\n")
     schema = head.get("schema")
     try:
-        records, migrated = upgrade(schema, lines[1:])
+        records, migrated = upgrade(schema, records)
     except ValueError as exc:
         raise SessionError(f"{p}:1: {exc}") from exc
     assert type(schema) is int  # upgrade() checked it
@@ -151,39 +168,59 @@ class LogWriter:
 
     Args:
         path: the log.
-        create: make the file (it must not exist) instead of opening an existing one.
+        create: ``True``: make the file (it must not exist); ``False``: open an existing one;
+            ``None``: open it, making it when missing (the batch manifest, which two runners
+            may make at once).
+        what: names the file in error messages (``"session log"``, ``"batch manifest"``).
 
     Raises:
-        SessionError: the file exists (``create``) or does not (otherwise), cannot be opened,
-            or another writer holds it (the message names the log and the holder's pid).
+        SessionError: the file exists (``create``) or does not (``create=False``), cannot be
+            opened, is a symbolic link, not a regular file or not owned by this user
+            (:mod:`boxmaker.session`'s ``_safe``: nothing is written through a planted link),
+            or another writer holds it (:class:`~boxmaker.errors.LogBusy`, naming the log and
+            the holder's pid).
 
     The lock is ``flock(LOCK_EX | LOCK_NB)`` on the log itself, held until :meth:`close`;
     ``<log>.writer`` holds the writer's pid while it is open (information for the error
-    message; the lock is the truth, so a stale file is harmless).
+    message; the lock is the truth, so a stale file is harmless). Holding the lock, the writer
+    removes a ``<log>.upgrade`` left by a killed :func:`upgrade_log` (only a lock holder
+    writes one, so any found is stale).
     """
 
-    def __init__(self, path: Path, *, create: bool = False) -> None:
+    def __init__(
+        self, path: Path, *, create: bool | None = False, what: str = "session log"
+    ) -> None:
         self.path = path
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | (os.O_CREAT | os.O_EXCL if create else 0)
+        self.what = what
+        flags = os.O_WRONLY | os.O_APPEND
+        flags |= {True: os.O_CREAT | os.O_EXCL, False: 0, None: os.O_CREAT}[create]
         try:
-            self._fd: int | None = os.open(path, flags, 0o644)
+            self._fd: int | None = open_owned(path, flags, what=what)
         except FileExistsError as exc:
-            raise SessionError(f"{path}: a session log with this id exists already") from exc
+            raise SessionError(f"{path}: a {what} with this id exists already") from exc
         except FileNotFoundError as exc:
-            raise SessionError(f"{path}: cannot read session log: {exc}") from exc
+            raise SessionError(f"{path}: cannot read {what}: {exc}") from exc
         except OSError as exc:
-            raise SessionError(f"{path}: cannot open session log for writing: {exc}") from exc
+            raise SessionError(f"{path}: cannot open {what} for writing: {exc}") from exc
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             os.close(self._fd)
             self._fd = None
-            raise SessionError(
-                f"{path}: another writer has this log open ({_holder(path)}); a log has one "
-                "writer at a time (open it read-only to look at it)"
+            holder = _holder(path)
+            raise LogBusy(
+                f"{path}: another writer has this {what} open ({holder}); a log has one "
+                "writer at a time (open it read-only to look at it)",
+                holder,
             ) from exc
-        with contextlib.suppress(OSError):  # information only
-            _info(path).write_text(f"{os.getpid()}\n", encoding="ascii")
+        with contextlib.suppress(OSError, SessionError):  # information only
+            fd = open_fresh(_info(path), what="writer's pid file")
+            try:
+                os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+            finally:
+                os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(_aside(path))  # a killed upgrade's copy (unlink never follows a link)
 
     @property
     def closed(self) -> bool:
@@ -219,6 +256,21 @@ class LogWriter:
                 f"{self.path}: cannot append record: {exc}; the log is as it was before"
             ) from exc
 
+    def truncate(self, size: int) -> None:
+        """Cut the file back to ``size`` bytes (through the locked descriptor) and fsync.
+
+        Raises:
+            SessionError: the writer is closed, or the cut failed.
+        """
+        fd = self._fd
+        if fd is None:
+            raise SessionError(f"{self.path}: the {self.what} was closed")
+        try:
+            os.ftruncate(fd, size)
+            os.fsync(fd)
+        except OSError as exc:
+            raise SessionError(f"{self.path}: cannot cut the {self.what} back: {exc}") from exc
+
     def close(self) -> None:
         """Release the lock and close the file (idempotent)."""
         fd, self._fd = self._fd, None
@@ -241,7 +293,8 @@ def upgrade_log(path: str | os.PathLike[str]) -> tuple[int, tuple[str, ...]]:
     """Rewrite a log in the current schema, in place and atomically.
 
     Takes the writer's lock, reads the log (repairing a torn tail), runs the migrations, writes
-    the result to ``<log>.upgrade`` beside it, fsyncs, renames it over the log and fsyncs the
+    the result to ``<log>.upgrade`` beside it (a new file: whatever is at that path, a link or
+    a killed upgrade's copy, is removed first), fsyncs, renames it over the log and fsyncs the
     directory. A log already current is left untouched.
 
     Returns:
@@ -260,9 +313,9 @@ def upgrade_log(path: str | os.PathLike[str]) -> tuple[int, tuple[str, ...]]:
         if not data.migrated:
             return data.schema, ()
         head = {**data.head, "schema": SCHEMA_VERSION}
-        aside = p.with_name(p.name + ".upgrade")
+        aside = _aside(p)
         try:
-            with aside.open("wb") as fh:
+            with os.fdopen(open_fresh(aside, what="upgraded copy"), "wb") as fh:
                 fh.write(dumps_line(head))
                 for rec in data.records:
                     fh.write(dumps_line(rec))
@@ -286,10 +339,18 @@ def _info(path: Path) -> Path:
     return path.with_name(path.name + ".writer")
 
 
+def _aside(path: Path) -> Path:
+    return path.with_name(path.name + ".upgrade")
+
+
 def _holder(path: Path) -> str:
     try:
-        pid = _info(path).read_text(encoding="ascii").strip()
-    except OSError:
+        fd = os.open(_info(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        try:
+            pid = os.read(fd, 32).decode("ascii").strip()
+        finally:
+            os.close(fd)
+    except (OSError, UnicodeDecodeError):
         return "pid unknown"
     return f"pid {pid}" if pid.isdigit() else "pid unknown"
 
@@ -304,7 +365,7 @@ def _whole_record(tail: bytes) -> bool:
 
 def _append_bytes(path: Path, data: bytes) -> None:
     try:
-        with path.open("ab") as fh:
+        with os.fdopen(open_owned(path, os.O_WRONLY | os.O_APPEND, what="session log"), "ab") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
@@ -321,13 +382,25 @@ def _load_line(path: Path, number: int, line: bytes) -> Any:
         raise SessionError(f"{path}:{number}: corrupt line ({exc}): {line[:80]!r}") from exc
 
 
-def _drop_torn(path: Path, torn: bytes, keep: int, repair: bool) -> None:
+def _line_start(raw: bytes, number: int, count: int) -> int:
+    """The byte offset where line ``number`` (1-based) of ``raw`` (``count`` lines, each
+    ``\\n``-terminated) starts; searched from the end (the lines asked for are the last)."""
+    index = len(raw) - 1
+    for _ in range(count - number + 1):
+        index = raw.rfind(b"\n", 0, index)
+    return index + 1
+
+
+def _drop_torn(path: Path, torn: bytes, keep: int, repair: bool, what: str) -> None:
+    """Warn of ``torn`` (the file's bytes from ``keep`` on), and when ``repair`` append them to
+    ``<log>.torn`` and cut the log back to ``keep`` bytes."""
     side = path.with_name(path.name + ".torn")
     if repair:
         try:
-            with side.open("ab") as fh:
-                fh.write(torn + b"\n")
-            with path.open("r+b") as fh:
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+            with os.fdopen(open_owned(side, flags, what="torn-line file"), "ab") as fh:
+                fh.write(torn if torn.endswith(b"\n") else torn + b"\n")
+            with os.fdopen(open_owned(path, os.O_WRONLY, what="session log"), "wb") as fh:
                 fh.truncate(keep)
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -337,7 +410,7 @@ def _drop_torn(path: Path, torn: bytes, keep: int, repair: bool) -> None:
             ) from exc
     kept = f"; the bytes are kept in {side.name}" if repair else " (read-only: file untouched)"
     warnings.warn(
-        f"{path}: dropped a torn last line ({len(torn)} bytes, a write cut short: "
+        f"{path}: dropped a torn {what} ({len(torn)} bytes, a write cut short: "
         f"{torn[:60]!r}){kept}",
         LogReadWarning,
         stacklevel=3,

@@ -11,6 +11,8 @@ next; a step never drops or adds a record, so line numbers stay those of the fil
 Steps::
 
     1 -> 2  tool_result_not_run   ToolResult.not_run from the texts schema 1 wrote
+    2 -> 3  group_framing         none to change: older logs have no groups (each line
+                                  stands alone); from 3 on, ``"group": n`` frames a write
 
 Adding a format change: bump ``SCHEMA_VERSION`` in :mod:`boxmaker.records`, append one step
 here, and keep a log of the old schema in ``tests/data/`` (the tests read each one).
@@ -100,8 +102,19 @@ def _limit_after(records: Records, i: int) -> str | None:
     return None
 
 
+# -- schema 2 -> 3 -------------------------------------------------------------------------------
+
+
+def _group_framing(records: Records) -> Records:
+    """Schema 3 frames records written together (``"group": n`` on the first line of a
+    group, read by the reader and removed); a log of schema 2 or older has no group, each
+    line a record of its own, which schema 3 reads the same way: nothing to change."""
+    return records
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(source=1, name="tool_result_not_run", upgrade=_tool_result_not_run),
+    Migration(source=2, name="group_framing", upgrade=_group_framing),
 )
 """Every step, in order; ``MIGRATIONS[k].source == k + 1``."""
 

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .._secrets import hide_in_json, searchable
 from ..errors import SessionError
 from ..records import (
     SCHEMA_VERSION,
@@ -48,6 +49,8 @@ from ..records import (
     utc_now,
 )
 from ._file import LogReadWarning, LogWriter, dumps_line, read_log
+from ._groups import dumps_group
+from ._safe import check_folder
 
 __all__ = ["Session", "message_of", "messages", "new_session_id", "wire_arguments"]
 
@@ -161,6 +164,7 @@ class Session:
         self._lock = threading.Lock()
         self._writer = writer
         self._in_turn = False
+        self._secrets: tuple[str, ...] = ()
         for record in records:
             self._track(record)
 
@@ -184,7 +188,9 @@ class Session:
                 at most 128 characters); default :func:`new_session_id`.
 
         Raises:
-            SessionError: the id is unsafe, the log exists already, or it cannot be written.
+            SessionError: the id is unsafe, the log exists already (a planted link too: the
+                log is made with ``O_EXCL``), the directory is another user's link, or the log
+                cannot be written.
         """
         baseline = baseline or Baseline()
         if not isinstance(baseline, Baseline):
@@ -196,10 +202,7 @@ class Session:
         path = folder / f"{sid}.jsonl"
         head = record_to_json(baseline)
         head = {"type": "baseline", "schema": SCHEMA_VERSION, "session_id": sid, **head}
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise SessionError(f"{folder}: cannot create the session directory: {exc}") from exc
+        check_folder(folder, what="session directory")
         writer = LogWriter(path, create=True)
         try:
             writer.append(dumps_line(head))
@@ -370,6 +373,19 @@ class Session:
             with self._lock:
                 self._in_turn = False
 
+    def hide(self, *secrets: str | None) -> None:
+        """Write each of ``secrets`` (an api key) as ``<API_KEY>`` in every record appended from
+        now on, by the cassettes' rule (:mod:`boxmaker.cassettes`: also URL-encoded and
+        JSON-escaped; ``None``, empty and shorter than 8 characters are ignored); the string
+        under a credential-like key (``api_key``, ``token``, ...) is always ``<SECRET>``.
+
+        The records kept in memory are not changed (the running session's requests keep their
+        bytes); a log reopened later reads the placeholders. :func:`~boxmaker.turn.run_turn`
+        calls it with the client's api key.
+        """
+        with self._lock:
+            self._secrets = searchable((*self._secrets, *secrets))
+
     def append(self, record: Record) -> Record:
         """Write one record as one line, fsynced, then keep it in memory.
 
@@ -383,12 +399,16 @@ class Session:
     def extend(self, records: Sequence[Record]) -> None:
         """Append records that belong together (an assistant message and its usage) as one
         all-or-nothing write with one fsync: after a crash or a failed write, either all of
-        them are in the log or none.
+        them are in the log or none. Two or more are framed as a group (its first line
+        carries ``"group": n``): a kill that cuts the write at any byte leaves a group that
+        every reader drops whole (and a writer sets aside in ``<log>.torn`` on open).
+        Secrets are hidden as :meth:`hide` says.
 
         Raises:
             SessionError: as :meth:`append`; then none of the records is kept.
         """
-        data = b"".join(dumps_line(record_to_json(r)) for r in records)
+        objs = [hide_in_json(record_to_json(r), self._secrets) for r in records]
+        data = dumps_group(objs, dumps_line)
         with self._lock:
             if self._writer is None:
                 raise SessionError(f"{self.path}: opened read-only")

@@ -38,6 +38,7 @@ from typing import ClassVar, Literal
 from ..config import LoopLimits
 from ..errors import TurnLimit
 from ..records import Record, ToolCall, ToolResult, TurnEnd
+from ..session import Session
 from ..tools import canonical_arguments
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "LoopGuard",
     "Verdict",
     "after_limit",
+    "dead_turn",
     "not_run_results",
 ]
 
@@ -239,3 +241,14 @@ def not_run_results(
         )
         for i, call in enumerate(calls)
     ]
+
+
+def dead_turn(session: Session) -> list[Record]:
+    """What closes a turn the process running it died in (a log reopened mid-turn), so it
+    counts as what it was: a 'not run' result (``not_run="process_died"``) for each call of the
+    last assistant without one, and a ``TurnEnd`` of outcome ``process_died`` when the turn was
+    left open; ``[]`` for a log whose last turn ended."""
+    why = "the process running the turn stopped before it"
+    dead = not_run_results(session.unanswered_calls(), session.next_call(), why, "process_died")
+    end = [TurnEnd(outcome="process_died", detail=why)] if session.turn_left_open() else []
+    return [*dead, *end]

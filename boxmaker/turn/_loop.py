@@ -32,9 +32,10 @@ from ..records import Assistant, LimitHit, Record, ToolCall, ToolResult, TurnEnd
 from ..session import Session
 from ..tools import Dispatched, Registry, ToolPort, cap_result, dispatch
 from ._bounds import BoundHit, TurnBounds
-from ._guard import ALREADY_MADE, AnswerAfterLimit, LoopGuard, after_limit, not_run_results
+from ._guard import AnswerAfterLimit, LoopGuard, after_limit, dead_turn, not_run_results
+from ._keys import api_keys
 
-__all__ = ["ALREADY_MADE", "Runtime", "TurnOutcome", "run_turn"]
+__all__ = ["Runtime", "TurnOutcome", "run_turn"]
 
 log = logging.getLogger("boxmaker.turn")
 
@@ -115,10 +116,8 @@ def run_turn(
     emit = guarded(on_event, log)
     token = runtime.cancel if cancel is None else cancel
     with session.turn(), TurnBounds(runtime.config, token) as bounds:
-        why = "the process running the turn stopped before it"  # a log reopened mid-turn
-        dead = not_run_results(session.unanswered_calls(), session.next_call(), why, "process_died")
-        end = [TurnEnd(outcome="process_died", detail=why)] if session.turn_left_open() else []
-        _append(session, emit, *dead, *end)  # the dead turn closed, so it counts as what it was
+        session.hide(*api_keys(runtime.config, runtime.client))  # an echoed key: <API_KEY>
+        _append(session, emit, *dead_turn(session))  # a log reopened mid-turn: closed first
         state = _TurnState(guard=LoopGuard(runtime.config.loop), bounds=bounds)
         _append(session, emit, User(content=content))
         last: TurnLimit | None = None  # on_limit="answer": the limit, before the last completion

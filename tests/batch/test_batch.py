@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import _thread
 import json
+import os
 import sys
 import threading
 import time
@@ -26,7 +27,7 @@ from boxmaker.batch._view import BatchView
 from boxmaker.cli import main
 from boxmaker.config import ClientConfig, Config, LoopLimits
 from boxmaker.demo import demo_registry
-from boxmaker.errors import ConfigError, ServerError
+from boxmaker.errors import ConfigError, LogBusy, ServerError
 from boxmaker.records import Assistant, Baseline, TurnEnd, User
 from boxmaker.session import Session
 from boxmaker.tools import Registry
@@ -67,6 +68,8 @@ class FakeLlama:
     ``stall``: chat requests instead drip one reasoning token every 20 ms until :meth:`kill`
     (then the connection closes mid-stream) or the client goes away. ``fail``: a body for which
     it answers HTTP 500; ``full``: one it answers llama.cpp's 400 context-full error.
+    ``key``: like ``llama-server --api-key``: every endpoint but ``/health`` answers 401
+    without ``Authorization: Bearer <key>``.
     ``bodies``: every chat request body received.
     """
 
@@ -78,9 +81,10 @@ class FakeLlama:
         slots_endpoint: bool = True,
         fail: Callable[[dict[str, Any]], bool] | None = None,
         full: Callable[[dict[str, Any]], bool] | None = None,
+        key: str | None = None,
     ) -> None:
         self.slots, self.stall, self.slots_endpoint, self.fail = slots, stall, slots_endpoint, fail
-        self.full = full
+        self.full, self.key = full, key
         self.bodies: list[dict[str, Any]] = []
         self.killed = threading.Event()
         owner = self
@@ -97,7 +101,18 @@ class FakeLlama:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _refused(self) -> bool:
+                if owner.key is None or self.path == "/health":
+                    return False
+                if self.headers.get("Authorization") == f"Bearer {owner.key}":
+                    return False
+                error = {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}
+                self._json(401, {"error": error})
+                return True
+
             def do_GET(self) -> None:
+                if self._refused():
+                    return
                 if self.path == "/slots" and owner.slots_endpoint:
                     self._json(200, [{"id": i, "is_processing": False} for i in range(owner.slots)])
                 elif self.path == "/slots":
@@ -109,6 +124,8 @@ class FakeLlama:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self._refused():
+                    return
                 if self.path in ("/apply-template", "/tokenize"):  # cache forensics: not served
                     self._json(404, {"error": {"code": 404, "message": "File Not Found"}})
                     return
@@ -285,10 +302,24 @@ def test_manifest_cuts_a_torn_tail_and_folds_per_run(tmp_path: Path) -> None:
 def test_one_runner_per_batch_directory(tmp_path: Path) -> None:
     book = Manifest(tmp_path)
     try:
-        with pytest.raises(Exception, match="another writer"):
+        with pytest.raises(LogBusy, match=f"another batch runner .*pid {os.getpid()}"):
             Manifest(tmp_path)
     finally:
         book.close()
+
+
+def test_the_loser_of_a_manifest_race_is_told_another_runner_holds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runners start at once: both find no manifest, the winner makes it first."""
+    winner = Manifest(tmp_path)
+    real = Path.exists
+    monkeypatch.setattr(Path, "exists", lambda p: p.name != MANIFEST and real(p))
+    try:
+        with pytest.raises(LogBusy, match="another batch runner holds this batch directory"):
+            Manifest(tmp_path)
+    finally:
+        winner.close()
 
 
 # --- slots -------------------------------------------------------------------------------------
@@ -360,6 +391,54 @@ def test_an_empty_registry_offers_no_tools_not_the_demo_ones(
     progress = run_batch(TASKS[:1], tmp_path, servers=[servers[0].url], registry=Registry())
     assert (progress.done, progress.failed) == (1, 0)
     assert servers[0].bodies and all("tools" not in b for b in servers[0].bodies)
+
+
+def test_a_corrupt_log_fails_its_run_and_the_others_still_run(
+    tmp_path: Path, servers: list[FakeLlama]
+) -> None:
+    servers.append(FakeLlama(2))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    with Session.create(logs, Baseline(), session_id="t0") as s:
+        s.append(User(content="question 0"))
+    with (logs / "t0.jsonl").open("ab") as fh:
+        fh.write(
+            b"not json\n" + b'{"type": "user", "content": "x", "time": "2026-12-01T00:00:00Z"}\n'
+        )
+    progress = run_batch(TASKS[:3], tmp_path, servers=[servers[0].url], registry=TOOLS, config=FAST)
+    assert (progress.done, progress.failed) == (2, 1)
+    ((run, reason),) = progress.failures
+    assert run == "t0" and "cannot be read" in reason and "t0.jsonl:3" in reason
+    runs = read_manifest(tmp_path)
+    assert [runs[t]["state"] for t in ("t0", "t1", "t2")] == ["failed", "done", "done"]
+
+
+def test_a_server_with_an_api_key_runs_with_the_key_and_says_so_without(
+    tmp_path: Path, servers: list[FakeLlama]
+) -> None:
+    key = "sk-batch-0123456789"
+    servers.append(FakeLlama(2, key=key))
+    with pytest.raises(ServerError, match=r"needs an api key .*HTTP 401") as caught:
+        run_batch(TASKS[:2], tmp_path / "a", servers=[servers[0].url], registry=TOOLS, config=FAST)
+    assert "slots it has" not in str(caught.value)
+    keyed = Config(client=ClientConfig(api_key=key, retry_base_delay_s=0.01))
+    progress = run_batch(
+        TASKS[:2], tmp_path / "b", servers=[servers[0].url], registry=TOOLS, config=keyed
+    )
+    assert (progress.done, progress.failed) == (2, 0)
+    with pytest.raises(ServerError, match="refused the api key given") as caught:
+        discover_slots(servers[0].url, api_key="sk-wrong-0123456789")
+    assert "sk-wrong" not in str(caught.value)
+    # the key of the logs and the manifest: never in plain
+    grid: dict[str, list[Any]] = {"client.api_key": [key], "loop.tool_result_cap": [40]}
+    progress = run_batch(
+        TASKS[:2], tmp_path / "c", servers=[servers[0].url], registry=TOOLS, config=keyed, grid=grid
+    )
+    assert (progress.done, progress.failed) == (2, 0)
+    assert key not in (tmp_path / "c" / MANIFEST).read_text()
+    assert set(manifest(tmp_path / "c")["client.api_key"]) == {"<SECRET>"}
+    for log in (tmp_path / "c" / "logs").glob("*.jsonl"):
+        assert key not in log.read_text()
 
 
 def test_a_full_context_finishes_the_run_and_a_rerun_skips_it(

@@ -38,7 +38,7 @@ def test_schema_1_is_upgraded_on_read_only_in_memory(tmp_path: Path) -> None:
     shutil.copy(DATA / "schema-1.jsonl", log)
     before = log.read_bytes()
     data = read_log(log)
-    assert (data.schema, data.migrated) == (1, ("tool_result_not_run",))
+    assert (data.schema, data.migrated) == (1, ("tool_result_not_run", "group_framing"))
     assert log.read_bytes() == before
 
 
@@ -49,7 +49,7 @@ def test_log_upgrade_rewrites_in_place_and_keeps_every_record(
     shutil.copy(DATA / "schema-1.jsonl", log)
     old = Session.open(log, read_only=True)
     assert main(["log", "upgrade", str(log)]) == 0
-    assert "schema 1 -> 2 (tool_result_not_run)" in capsys.readouterr().out
+    assert "schema 1 -> 3 (tool_result_not_run, group_framing)" in capsys.readouterr().out
     new = Session.open(log, read_only=True)
     assert new.schema == SCHEMA_VERSION
     assert [record_to_json(r) for r in new.records] == [record_to_json(r) for r in old.records]
@@ -77,7 +77,7 @@ def test_a_schema_1_log_reopened_for_writing_takes_schema_2_records(tmp_path: Pa
     assert isinstance(again.records[-1], TurnEnd) and again.schema == 1
 
 
-@pytest.mark.parametrize("schema", ["0", "3", "null"])
+@pytest.mark.parametrize("schema", ["0", str(SCHEMA_VERSION + 1), "null"])
 def test_schemas_this_version_cannot_read_are_refused_by_the_one_reader(
     tmp_path: Path, schema: str
 ) -> None:
