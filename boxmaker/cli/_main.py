@@ -50,15 +50,13 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..cache import explain_log
 from ..config import ClientConfig, Config, HistoryConfig, load_config
 from ..errors import BoxmakerError, ServerError
 from ..records import SCHEMA_VERSION
 from ..server import LIMITS, EmbeddedServer, check_param
 from ..session import upgrade_log
 from ..view import terminal_safe
-from ._terminal import CHAT_COMMANDS, run_chat, run_demo
-from .doctor import diagnose
+from ._chat import CHAT_COMMANDS
 
 __all__ = ["main"]
 
@@ -187,6 +185,8 @@ def _log(args: argparse.Namespace) -> int:
 
 def _cache(args: argparse.Namespace) -> int:
     """``cache explain``: one block per loss (or JSON); exit 1 when one could not be explained."""
+    from ..cache import explain_log  # httpx: imported only when a command talks to a server
+
     config = Config(history=HistoryConfig(reasoning=args.reasoning))
     losses = explain_log(args.log, args.url, config=config, api_key=args.api_key)
     if args.json:
@@ -205,6 +205,9 @@ def _cache(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    """``doctor``: one line per check (or JSON); exit 1 when a check failed."""
+    from .doctor import diagnose  # httpx: imported only when a command talks to a server
+
     report = diagnose(args.url, api_key=args.api_key)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
@@ -218,6 +221,20 @@ def _doctor(args: argparse.Namespace) -> int:
             print(f"       {'':<{width}}  -> {terminal_safe(c.fix)}")
     print("all checks passed" if report.ok else "some checks failed: see -> above")
     return 0 if report.ok else 1
+
+
+def _demo(args: argparse.Namespace) -> int:
+    """``demo``: see :func:`boxmaker.cli._terminal.run_demo`."""
+    from ._terminal import run_demo  # the client, the loop and httpx: only for a session
+
+    return run_demo(args)
+
+
+def _chat(args: argparse.Namespace) -> int:
+    """``chat``: see :func:`boxmaker.cli._terminal.run_chat`."""
+    from ._terminal import run_chat  # the client, the loop and httpx: only for a session
+
+    return run_chat(args)
 
 
 def _number(
@@ -250,7 +267,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--url", default=None, help="use this running llama-server instead of the embedded one"
     )
-    demo.set_defaults(run=run_demo)
+    demo.set_defaults(run=_demo)
 
     chat = sub.add_parser(
         "chat", help="chat interactively with any llama-server", epilog=CHAT_COMMANDS
@@ -262,8 +279,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     chat.add_argument("--config", default=None, help="TOML config file")
     chat.add_argument("--dir", default="sessions", help="where session logs go (./sessions)")
-    chat.add_argument("--system", default="", help="system prompt")
-    chat.set_defaults(run=run_chat)
+    first = chat.add_mutually_exclusive_group()
+    first.add_argument("--system", default="", help="system prompt of a new session")
+    first.add_argument(
+        "--resume",
+        default=None,
+        metavar="LOG",
+        help="go on with this session log (.jsonl; its system prompt and tools are kept)",
+    )
+    chat.set_defaults(run=_chat)
 
     serve = sub.add_parser("serve", help="serve a GGUF model on 127.0.0.1 until Ctrl-C")
     serve.add_argument("model", nargs="?", default=None, help="GGUF (default: shipped model)")
@@ -412,7 +436,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``boxmaker`` console script; returns the exit code.
 
     Every :class:`BoxmakerError` and ``OSError`` ends as one line ``boxmaker: <message>`` on
-    stderr (exit 1), never a traceback; Ctrl-C outside a turn exits 130. When stdout is a pipe
+    stderr (exit 1), never a traceback; Ctrl-C outside a turn prints ``boxmaker: interrupted``
+    on stderr and exits 130. When stdout is a pipe
     its reader closed (``boxmaker report ... | head -1``), the rest of the output is dropped and
     the exit code is 141 (128 + SIGPIPE, what a shell shows for a program SIGPIPE ended), as the
     Python docs recommend for ``BrokenPipeError`` (stdout is pointed at ``os.devnull`` so the
@@ -429,6 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (BoxmakerError, OSError) as exc:
         print(f"boxmaker: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # outside a turn: starting a server, checking one, ...
+        print("boxmaker: interrupted", file=sys.stderr)
         return 130
     return code

@@ -27,8 +27,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
-import jsonschema
-
 from ..records import Approval
 
 __all__ = [
@@ -248,6 +246,8 @@ class Registry:
             raise ValueError(f"invalid tool name {tool.name!r}")
         if tool.name in self._tools:
             raise ValueError(f"a tool named {tool.name!r} is registered already")
+        import jsonschema  # ~1 s (its format checker's grammars): only once a tool registers
+
         try:
             jsonschema.Draft202012Validator.check_schema(dict(tool.parameters))
         except jsonschema.SchemaError as exc:

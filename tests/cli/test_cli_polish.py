@@ -49,9 +49,11 @@ def test_chat_names_its_slash_commands_at_start_and_quits(
         assert fake.bodies == []
     banner = capsys.readouterr().out.splitlines()[:2]
     assert "Ctrl-C stops a turn" in banner[0]
-    assert (
-        banner[1] == "commands: /new starts a new session, /quit (or /exit, Ctrl-D) ends the chat"
+    assert banner[1] == (
+        "commands: /new starts a new session, /quit (or /exit, Ctrl-D) ends the chat; "
+        "boxmaker chat --resume LOG goes on with a session later"
     )
+    assert list(tmp_path.rglob("*.jsonl")) == []  # issue 21: no log before the first message
 
 
 def test_chat_that_reached_the_server_exits_0_even_when_a_turn_failed(
@@ -183,4 +185,4 @@ def test_ctrl_c_while_the_server_starts_exits_130_without_a_traceback(
     assert main(["demo", "--dir", str(tmp_path)]) == 130
     out, err = capsys.readouterr()
     assert out.startswith("starting the embedded llama.cpp server")
-    assert err == ""
+    assert err == "boxmaker: interrupted\n"  # one line (issue 21)
