@@ -138,8 +138,8 @@ def test_report_on_the_demo_log_through_the_cli(
     assert copy.read_bytes() == DEMO_LOG.read_bytes()
 
 
-def test_format_text_of_nothing(tmp_path: Path) -> None:
-    text = format_text(frames.load(tmp_path))
+def test_format_text_of_nothing() -> None:
+    text = format_text(frames.load([]))
     assert "Cache losses by session\n-----------------------\n(none)" in text
 
 
