@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Literal
 
 import pytest
@@ -257,12 +258,13 @@ def test_registry_errors_are_in_the_boxmaker_tree() -> None:
         return 1
 
     registry.add(f)
-    for call in (
+    calls: list[Callable[[], object]] = [
         lambda: registry.add(f),
         lambda: registry.add(f, name="not a name"),
         lambda: registry.add(f, name="g", parameters={"type": 3}),
         lambda: registry.add(star, name="h", description="d"),
-    ):
+    ]
+    for call in calls:
         with pytest.raises(ToolError) as info:
             call()
         assert isinstance(info.value, BoxmakerError) and isinstance(info.value, ValueError)
