@@ -303,13 +303,14 @@ def _parser() -> argparse.ArgumentParser:
     report.set_defaults(run=_report)
 
     cassette = sub.add_parser("cassette", help="read and check recorded cassettes")
-    cassette.add_argument(
-        "action",
-        choices=("show", "check"),
-        help="show: a transcript; check: every chat request extends the previous one",
-    )
-    cassette.add_argument("paths", nargs="+", help="cassette YAML files")
-    cassette.set_defaults(run=_cassette)
+    actions = cassette.add_subparsers(dest="action", required=True)
+    for action, text in (
+        ("show", "print each cassette's transcript"),
+        ("check", "check that every chat request extends the previous one (exit 1 if not)"),
+    ):  # a subcommand each, so that `cassette show --help` is its own help
+        one = actions.add_parser(action, help=text, description=text)
+        one.add_argument("paths", nargs="+", help="cassette YAML files")
+        one.set_defaults(run=_cassette)
 
     replay = sub.add_parser("replay", help="re-run the loop on a cassette with other limits")
     replay.add_argument("cassette", help="cassette YAML file")
@@ -323,7 +324,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("--loop-cycle", type=int, help="loop.cycle_length K (-1: off)")
     replay.add_argument("--loop-repeats", type=int, help="loop.cycle_repeats R")
-    replay.add_argument("--repeat-exempt", action="append", default=[], metavar="NAME")
+    replay.add_argument(
+        "--repeat-exempt",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="loop.repeat_exempt: a tool left out of the repeat, cycle and stale-result rules "
+        "(a status poll is meant to repeat); repeatable",
+    )
     replay.add_argument("--on-limit", choices=("stop", "answer"), help="loop.on_limit")
     replay.set_defaults(run=_replay)
 
@@ -370,18 +378,18 @@ def _parser() -> argparse.ArgumentParser:
         help="run each run as a Ray task (auto: the running cluster; local: start one)",
     )
     batch.set_defaults(run=_batch)
-    for command in sub.choices.values():
+    for command in [*sub.choices.values(), *actions.choices.values()]:
         command.formatter_class = _DefaultsHelp
     return parser
 
 
 class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
     """``--help`` shows each option's default, unless its help says it already or there is
-    none (``None``, ``""``, a flag's ``False``)."""
+    none (``None``, ``""``, a flag's ``False``, a repeatable option's ``[]``)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
-        if action.default in (None, False, "", argparse.SUPPRESS):
+        if action.default in (None, False, "", argparse.SUPPRESS) or action.default == []:
             return text
         if "default" in text or str(action.default) in text:
             return text

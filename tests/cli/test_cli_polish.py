@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from fakes import ScriptedClient, answer, timings
 
 from boxmaker import Baseline, Config, Registry, Runtime, Session, run_turn
 from boxmaker.cli import main
+from boxmaker.cli._main import _parser
 from boxmaker.server import EmbeddedServer
 from boxmaker.view import ConsoleView
 
@@ -38,6 +40,37 @@ def test_help_of_each_command_shows_its_defaults(capsys: pytest.CaptureFixture[s
     batch = _help("batch", capsys)
     assert "--ctx CTX embedded: context per slot (default: 4096)" in batch
     assert "(default: sessions)" not in _help("demo", capsys)  # said once, as ./sessions
+
+
+def test_cassette_subcommands_have_their_own_help_and_every_option_says_what_it_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 21: ``cassette show --help`` printed its parent's help; ``--repeat-exempt`` had
+    no help text."""
+    with pytest.raises(SystemExit):
+        main(["cassette", "show", "--help"])
+    show = capsys.readouterr().out
+    assert show.startswith("usage: boxmaker cassette show [-h] paths [paths ...]\n")
+    assert "print each cassette's transcript" in show
+    replay = _help("replay", capsys)
+    assert "--repeat-exempt NAME loop.repeat_exempt: a tool left out of the repeat" in replay
+    assert "default: []" not in replay
+    parser = _parser()
+    for command in [parser, *_commands(parser)]:
+        for action in command._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                continue  # the list of subcommands, each with its own help
+            assert action.help, f"{command.prog} {action.option_strings or action.dest}"
+
+
+def _commands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every subcommand parser under ``parser``, depth first."""
+    found: list[argparse.ArgumentParser] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found += [sub, *_commands(sub)]
+    return found
 
 
 def test_chat_names_its_slash_commands_at_start_and_quits(
