@@ -278,5 +278,6 @@ def test_report_into_a_pipe_closed_early_exits_141_without_a_traceback(tmp_path:
     )
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()  # like `| head -1` gone before the report is written
-    err = proc.stderr.read().decode()
+    with proc.stderr:
+        err = proc.stderr.read().decode()
     assert (proc.wait(60), err) == (141, "")

@@ -72,12 +72,18 @@ class Child:
         self.proc.stdin.close()
         code = self.proc.wait(WAIT_S)
         self._reader.join(WAIT_S)
-        return code, self.out, self.proc.stderr.read().decode()
+        with self.proc.stderr:
+            return code, self.out, self.proc.stderr.read().decode()
 
     def kill(self) -> None:
+        """Kill the child if it still runs; close its pipes (else a ResourceWarning)."""
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        self._reader.join(WAIT_S)
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 @pytest.fixture
@@ -201,6 +207,8 @@ def test_stdout_closed_in_a_demo_turn_cancels_it_and_exits_141_quietly(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
     assert len(stalling.bodies) == 1
     assert _kinds(next(tmp_path.glob("*.jsonl"))) == ["User"]
 

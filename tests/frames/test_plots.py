@@ -129,6 +129,8 @@ def test_no_lost_tokens_bar_is_under_the_legend(tmp_path: Path, causes: int) -> 
     figure = plots.lost_tokens_by_cause(losses)
     ax = figure.axes[0]
     figure.canvas.draw()
-    legend = ax.get_legend().get_window_extent()
+    drawn = ax.get_legend()
+    assert drawn is not None
+    legend = drawn.get_window_extent()
     tops = [bar.get_window_extent().y1 for c in ax.containers for bar in c]
     assert max(tops) < legend.y0
