@@ -118,6 +118,8 @@ def _report(args: argparse.Namespace) -> int:
         return 1
     print(f"{len(found.loaded.summary)} session logs, {len(found.loaded.requests)} requests\n")
     print(terminal_safe(format_text(found.loaded)))
+    for batch_dir in _batch_dirs(args.paths):
+        print(terminal_safe(_batch_runs(batch_dir)))
     if args.html is not None:
         page = format_html(found.loaded, left_out=list(found.left_out))
         try:
@@ -127,6 +129,29 @@ def _report(args: argparse.Namespace) -> int:
             return 1
         print(f"HTML report: {args.html}")
     return 0
+
+
+def _batch_dirs(paths: Sequence[str]) -> list[Path]:
+    """The batch directories among report paths: a path holding a ``manifest.ndjson``, or the
+    ``logs`` folder of one (``boxmaker batch --dir DIR`` writes ``DIR/logs/*.jsonl``)."""
+    found: list[Path] = []
+    for path in map(Path, paths):
+        for where in (path, path.parent):
+            if (where / "manifest.ndjson").is_file() and where not in found:
+                found.append(where)
+                break
+    return found
+
+
+def _batch_runs(batch_dir: Path) -> str:
+    """The runs of a batch as a text table: each run's id with its task, grid settings, state
+    and outcome (the logs' session ids are the run ids, hashes of task and settings)."""
+    from ..batch import manifest  # pandas: here
+    from ..frames.report import fit_text
+
+    runs = manifest(batch_dir).drop(columns=["server", "slot", "reason"], errors="ignore")
+    title = f"Batch runs in {batch_dir}"
+    return f"{title}\n{'-' * len(title)}\n{fit_text(runs) if len(runs) else '(none)'}\n"
 
 
 def _cassette(args: argparse.Namespace) -> int:

@@ -24,7 +24,7 @@ import pandas as pd
 
 from . import _build as frames
 
-__all__ = ["Gathered", "format_html", "format_text", "gather", "tables"]
+__all__ = ["Gathered", "fit_text", "format_html", "format_text", "gather", "tables"]
 
 _T = TypeVar("_T")
 
@@ -139,14 +139,14 @@ def format_text(loaded: frames.Frames, *, width: int = TEXT_WIDTH) -> str:
     lines at most ``width`` characters where the columns allow it (see :data:`TEXT_WIDTH`)."""
     parts = []
     for title, df in tables(loaded).items():
-        body = _fitted(df, width) if len(df) else "(none)"
+        body = fit_text(df, width) if len(df) else "(none)"
         parts.append(f"{title}\n{'-' * len(title)}\n{body}\n")
     return "\n".join(parts)
 
 
-def _fitted(df: pd.DataFrame, width: int) -> str:
-    """``df`` as text in blocks of whole columns, each at most ``width`` characters wide (a
-    single column wider than that stays whole), each led by the first column."""
+def fit_text(df: pd.DataFrame, width: int = TEXT_WIDTH) -> str:
+    """``df`` as text (no index) in blocks of whole columns, each at most ``width`` characters
+    wide (a single column wider than that stays whole), each led by the first column."""
     first, rest = df.columns[0], list(df.columns[1:])
     blocks: list[list[str]] = [[]]
     for name in rest:
