@@ -26,11 +26,10 @@ batch runner (``boxmaker.batch``), the embedded server (``boxmaker.server``).
         outcome = run_turn(session, runtime, "What is the weather in Oslo?", print)
 """
 
+import importlib as _importlib
 import typing as _typing
 
 from . import _relocated
-from .cache import explain_log
-from .client import Client
 from .config import (
     ApprovalPolicy,
     CacheConfig,
@@ -55,6 +54,7 @@ from .errors import (
     SessionError,
     SessionFull,
     StreamCut,
+    ToolError,
     ToolPortError,
     TurnCancelled,
     TurnError,
@@ -96,49 +96,52 @@ from .tools import (
     ToolRequest,
 )
 from .tools.approval import ApprovalPort, PendingCall
-from .turn import Runtime, TurnOutcome, run_turn
 
 if _typing.TYPE_CHECKING:
+    from .cache import explain_log
+    from .client import Client
     from .tools.mcp import McpPort
+    from .turn import Runtime, TurnOutcome, run_turn
     from .widgets import ChatPanel, SessionView
 
 __version__ = "0.1.0"
 
 _relocated.install()  # old module paths (boxmaker.stream, ...) for one release
 
-_WIDGETS = ("ChatPanel", "SessionView")
-"""Names loaded from :mod:`boxmaker.widgets` on first use, so that ``import boxmaker`` does not
-import ipywidgets (a kernel-side library a script or CI run need not load)."""
-_MCP = ("McpPort",)
-"""Names loaded from :mod:`boxmaker.tools.mcp` on first use, so that ``import boxmaker`` does not
-import the ``mcp`` SDK (pydantic, anyio, starlette) when no MCP server is used."""
+_LAZY = {
+    "ChatPanel": "widgets",
+    "SessionView": "widgets",
+    "McpPort": "tools.mcp",
+    "Client": "client",
+    "explain_log": "cache",
+    "Runtime": "turn",
+    "TurnOutcome": "turn",
+    "run_turn": "turn",
+}
+"""Names loaded from their part on first use (name -> module under ``boxmaker``), so that
+``import boxmaker`` (and so ``boxmaker --help``, whose console script imports the package
+first) stays light: the widgets import ipywidgets (a kernel-side library a script or CI run
+need not load), the MCP port the ``mcp`` SDK (pydantic, anyio, starlette), the client, the
+cache forensics and the loop httpx. ``tests/test_package.py`` keeps the import light."""
 
 
 def __getattr__(name: str) -> object:
-    """Load :data:`_WIDGETS` and :data:`_MCP` names from their modules when first asked for
-    (PEP 562).
+    """Load a :data:`_LAZY` name from its module when first asked for (PEP 562).
 
     Raises:
         AttributeError: ``name`` is not a name of the package.
     """
-    value: object
-    if name in _WIDGETS:
-        from . import widgets  # ipywidgets on first use only (see _WIDGETS)
-
-        value = getattr(widgets, name)
-    elif name in _MCP:
-        from .tools import mcp as mcp_port  # the mcp SDK on first use only (see _MCP)
-
-        value = getattr(mcp_port, name)
-    else:
+    module = _LAZY.get(name)
+    if module is None:
         raise AttributeError(f"module 'boxmaker' has no attribute {name!r}")
+    value: object = getattr(_importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    """The package's names, the lazily loaded classes among them."""
-    return sorted(set(globals()) | set(_WIDGETS) | set(_MCP))
+    """The package's names, the lazily loaded ones among them."""
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = [
@@ -187,6 +190,7 @@ __all__ = [
     "ToolCall",
     "ToolCallStarted",
     "ToolDenied",
+    "ToolError",
     "ToolFailed",
     "ToolOk",
     "ToolPendingApproval",

@@ -11,6 +11,7 @@ Tree::
     │   └── LogBusy               another writer holds the log's lock (its pid kept)
     ├── ServerError               the embedded llama.cpp server could not start or answer
     ├── CassetteError             a cassette that cannot be recorded or replayed
+    ├── ToolError                 a tool that cannot be registered (also a ValueError)
     ├── ToolPortError             a tool port that cannot start (an MCP server not reachable)
     └── TurnError                 a turn that ended without an answer
         ├── SessionFull           the server said the context is full
@@ -37,6 +38,7 @@ __all__ = [
     "SessionError",
     "SessionFull",
     "StreamCut",
+    "ToolError",
     "ToolPortError",
     "TurnCancelled",
     "TurnError",
@@ -121,6 +123,12 @@ class ServerError(BoxmakerError):
 
 class CassetteError(BoxmakerError):
     """A cassette that cannot be recorded or replayed (no match, unplayed interactions)."""
+
+
+class ToolError(BoxmakerError, ValueError):
+    """A tool that cannot be registered: an invalid or taken name, no description, a
+    parameter without a JSON form, an invalid parameters schema. Also a :class:`ValueError`,
+    which :meth:`boxmaker.Registry.add` raised before."""
 
 
 class ToolPortError(BoxmakerError):

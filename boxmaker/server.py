@@ -23,8 +23,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import httpx
-
 from .errors import ServerError
 from .model import default_model_path
 
@@ -216,6 +214,8 @@ class EmbeddedServer:
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
         last = "no answer"
+        import httpx  # here, not at the top: the command line reads LIMITS for its --help
+
         with httpx.Client(timeout=5.0) as client:
             while True:
                 try:

@@ -29,7 +29,7 @@ LAYERS: list[set[str]] = [
     {"turn"},
     {"frames", "widgets", "cassettes", "batch", "demo", "testing"},
     {"cli"},
-    {"__init__"},
+    {"__init__", "_pytest_entry"},
 ]
 """The parts, lowest first (LAYOUT.md's eight layers, with the leaf modules of layer 1 and
 ``server`` placed where their imports put them)."""
@@ -40,9 +40,13 @@ SAME_LAYER = {
     ("batch", "frames"),  # batch.frames joins settings to a frame (lazily)
 }
 
-LAZY = {"widgets", "server", "frames", "cassettes", "batch", "tools.mcp", "frames.plots"}
+LAZY = {
+    *("widgets", "server", "frames", "cassettes", "batch", "tools.mcp", "frames.plots"),
+    *("cache", "client"),
+}
 """Parts (or public submodules) that pull a heavy library (ipywidgets, xllamacpp, pandas,
-matplotlib, vcrpy, mcp): a higher layer may import them inside a function."""
+matplotlib, vcrpy, mcp; httpx for the client and the cache forensics, so that ``boxmaker
+--help`` need not load it, issue 21): a higher layer may import them inside a function."""
 
 
 def _part(module: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import re
@@ -55,11 +56,37 @@ def test_exports_come_from_their_modules() -> None:
     assert boxmaker.InferError.__module__ == "boxmaker.errors"
 
 
+HEAVY = ("torch", "xllamacpp", "vcr", "pandas", "matplotlib", "ipywidgets", "mcp")
+STARTUP_HEAVY = ("jsonschema", "httpx", "markdown", "nh3", "yaml")
+"""Imported only where used (issue 21): jsonschema (its format checker takes ~1.2 s) when a
+tool registers, httpx when a client or a server check is made, markdown/nh3 when HTML is
+rendered, yaml with cassettes."""
+
+
+def _imported(code: str, names: tuple[str, ...]) -> list[str]:
+    """Which of ``names`` a fresh ``python -c code`` has in ``sys.modules`` at its end."""
+    probe = f"{code}\nimport sys; print(sorted(m for m in {names!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return list(ast.literal_eval(out.stdout.strip().splitlines()[-1]))
+
+
 def test_import_is_light() -> None:
-    heavy = "('torch', 'xllamacpp', 'vcr', 'pandas', 'matplotlib', 'ipywidgets', 'mcp')"
-    code = f"import sys, boxmaker; print(sorted(m for m in {heavy} if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert _imported("import boxmaker", HEAVY + STARTUP_HEAVY) == []
+
+
+def test_help_is_light() -> None:
+    """``boxmaker --help`` (and a command's) imports none of the heavy libraries."""
+    code = "from boxmaker.cli import main\ntry: main(['chat', '--help'])\nexcept SystemExit: pass"
+    assert _imported(code, HEAVY + STARTUP_HEAVY) == []
+
+
+def test_the_heavy_libraries_come_when_used() -> None:
+    """The lazy names still load (and the probe can see a heavy import)."""
+    assert _imported("from boxmaker import Client, run_turn", ("httpx",)) == ["httpx"]
+    code = "import boxmaker; boxmaker.Registry().add(lambda: 1, name='f', description='d')"
+    assert _imported(code, ("jsonschema",)) == ["jsonschema"]
+    code = "from boxmaker.view._render import render_markdown; render_markdown('*a*')"
+    assert _imported(code, ("markdown", "nh3")) == ["markdown", "nh3"]
 
 
 def _names(requirements: list[str]) -> set[str]:

@@ -130,6 +130,9 @@ def _network_blocked(where: Path) -> Iterator[None]:
 
     def refuse(sock: socket.socket, address: Any) -> None:
         if sock.family in (socket.AF_INET, socket.AF_INET6):
+            # closed here: the caller (socket.create_connection) closes its socket only on an
+            # OSError, so this one would be left open (a ResourceWarning)
+            sock.close()
             raise CassetteError(
                 f"{where}: the network is blocked in record mode none (a connection to "
                 f"{address!r}); record with --record-mode once"

@@ -51,7 +51,6 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..cache import explain_log
 from ..config import ClientConfig, Config, HistoryConfig, load_config
 from ..demo import demo_registry
 from ..errors import BoxmakerError, ServerError
@@ -59,8 +58,7 @@ from ..records import SCHEMA_VERSION
 from ..server import LIMITS, EmbeddedServer, check_param
 from ..session import upgrade_log
 from ..view import terminal_safe
-from ._terminal import CHAT_COMMANDS, run_chat, run_demo
-from .doctor import diagnose
+from ._chat import CHAT_COMMANDS
 
 __all__ = ["main"]
 
@@ -122,6 +120,8 @@ def _report(args: argparse.Namespace) -> int:
         return 1
     print(f"{len(found.loaded.summary)} session logs, {len(found.loaded.requests)} requests\n")
     print(terminal_safe(format_text(found.loaded)))
+    for batch_dir in _batch_dirs(args.paths):
+        print(terminal_safe(_batch_runs(batch_dir)))
     if args.html is not None:
         page = format_html(found.loaded, left_out=list(found.left_out))
         try:
@@ -131,6 +131,29 @@ def _report(args: argparse.Namespace) -> int:
             return 1
         print(f"HTML report: {args.html}")
     return 0
+
+
+def _batch_dirs(paths: Sequence[str]) -> list[Path]:
+    """The batch directories among report paths: a path holding a ``manifest.ndjson``, or the
+    ``logs`` folder of one (``boxmaker batch --dir DIR`` writes ``DIR/logs/*.jsonl``)."""
+    found: list[Path] = []
+    for path in map(Path, paths):
+        for where in (path, path.parent):
+            if (where / "manifest.ndjson").is_file() and where not in found:
+                found.append(where)
+                break
+    return found
+
+
+def _batch_runs(batch_dir: Path) -> str:
+    """The runs of a batch as a text table: each run's id with its task, grid settings, state
+    and outcome (the logs' session ids are the run ids, hashes of task and settings)."""
+    from ..batch import manifest  # pandas: here
+    from ..frames.report import fit_text
+
+    runs = manifest(batch_dir).drop(columns=["server", "slot", "reason"], errors="ignore")
+    title = f"Batch runs in {batch_dir}"
+    return f"{title}\n{'-' * len(title)}\n{fit_text(runs) if len(runs) else '(none)'}\n"
 
 
 def _cassette(args: argparse.Namespace) -> int:
@@ -189,6 +212,8 @@ def _log(args: argparse.Namespace) -> int:
 
 def _cache(args: argparse.Namespace) -> int:
     """``cache explain``: one block per loss (or JSON); exit 1 when one could not be explained."""
+    from ..cache import explain_log  # httpx: imported only when a command talks to a server
+
     config = Config(history=HistoryConfig(reasoning=args.reasoning))
     losses = explain_log(args.log, args.url, config=config, api_key=args.api_key)
     if args.json:
@@ -207,6 +232,9 @@ def _cache(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    """``doctor``: one line per check (or JSON); exit 1 when a check failed."""
+    from .doctor import diagnose  # httpx: imported only when a command talks to a server
+
     report = diagnose(args.url, api_key=args.api_key)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
@@ -220,6 +248,20 @@ def _doctor(args: argparse.Namespace) -> int:
             print(f"       {'':<{width}}  -> {terminal_safe(c.fix)}")
     print("all checks passed" if report.ok else "some checks failed: see -> above")
     return 0 if report.ok else 1
+
+
+def _demo(args: argparse.Namespace) -> int:
+    """``demo``: see :func:`boxmaker.cli._terminal.run_demo`."""
+    from ._terminal import run_demo  # the client, the loop and httpx: only for a session
+
+    return run_demo(args)
+
+
+def _chat(args: argparse.Namespace) -> int:
+    """``chat``: see :func:`boxmaker.cli._terminal.run_chat`."""
+    from ._terminal import run_chat  # the client, the loop and httpx: only for a session
+
+    return run_chat(args)
 
 
 def _number(
@@ -252,7 +294,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--url", default=None, help="use this running llama-server instead of the embedded one"
     )
-    demo.set_defaults(run=run_demo)
+    demo.set_defaults(run=_demo)
 
     chat = sub.add_parser(
         "chat", help="chat interactively with any llama-server", epilog=CHAT_COMMANDS
@@ -264,8 +306,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     chat.add_argument("--config", default=None, help="TOML config file")
     chat.add_argument("--dir", default="sessions", help="where session logs go (./sessions)")
-    chat.add_argument("--system", default="", help="system prompt")
-    chat.set_defaults(run=run_chat)
+    first = chat.add_mutually_exclusive_group()
+    first.add_argument("--system", default="", help="system prompt of a new session")
+    first.add_argument(
+        "--resume",
+        default=None,
+        metavar="LOG",
+        help="go on with this session log (.jsonl; its system prompt and tools are kept)",
+    )
+    chat.set_defaults(run=_chat)
 
     serve = sub.add_parser("serve", help="serve a GGUF model on 127.0.0.1 until Ctrl-C")
     serve.add_argument("model", nargs="?", default=None, help="GGUF (default: shipped model)")
@@ -281,13 +330,14 @@ def _parser() -> argparse.ArgumentParser:
     report.set_defaults(run=_report)
 
     cassette = sub.add_parser("cassette", help="read and check recorded cassettes")
-    cassette.add_argument(
-        "action",
-        choices=("show", "check"),
-        help="show: a transcript; check: every chat request extends the previous one",
-    )
-    cassette.add_argument("paths", nargs="+", help="cassette YAML files")
-    cassette.set_defaults(run=_cassette)
+    actions = cassette.add_subparsers(dest="action", required=True)
+    for action, text in (
+        ("show", "print each cassette's transcript"),
+        ("check", "check that every chat request extends the previous one (exit 1 if not)"),
+    ):  # a subcommand each, so that `cassette show --help` is its own help
+        one = actions.add_parser(action, help=text, description=text)
+        one.add_argument("paths", nargs="+", help="cassette YAML files")
+        one.set_defaults(run=_cassette)
 
     replay = sub.add_parser("replay", help="re-run the loop on a cassette with other limits")
     replay.add_argument("cassette", help="cassette YAML file")
@@ -301,7 +351,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("--loop-cycle", type=int, help="loop.cycle_length K (-1: off)")
     replay.add_argument("--loop-repeats", type=int, help="loop.cycle_repeats R")
-    replay.add_argument("--repeat-exempt", action="append", default=[], metavar="NAME")
+    replay.add_argument(
+        "--repeat-exempt",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="loop.repeat_exempt: a tool left out of the repeat, cycle and stale-result rules "
+        "(a status poll is meant to repeat); repeatable",
+    )
     replay.add_argument("--on-limit", choices=("stop", "answer"), help="loop.on_limit")
     replay.add_argument(
         "--demo-tools",
@@ -353,18 +410,18 @@ def _parser() -> argparse.ArgumentParser:
         help="run each run as a Ray task (auto: the running cluster; local: start one)",
     )
     batch.set_defaults(run=_batch)
-    for command in sub.choices.values():
+    for command in [*sub.choices.values(), *actions.choices.values()]:
         command.formatter_class = _DefaultsHelp
     return parser
 
 
 class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
     """``--help`` shows each option's default, unless its help says it already or there is
-    none (``None``, ``""``, a flag's ``False``)."""
+    none (``None``, ``""``, a flag's ``False``, a repeatable option's ``[]``)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
-        if action.default in (None, False, "", argparse.SUPPRESS):
+        if action.default in (None, False, "", argparse.SUPPRESS) or action.default == []:
             return text
         if "default" in text or str(action.default) in text:
             return text
@@ -420,7 +477,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``boxmaker`` console script; returns the exit code.
 
     Every :class:`BoxmakerError` and ``OSError`` ends as one line ``boxmaker: <message>`` on
-    stderr (exit 1), never a traceback; Ctrl-C outside a turn exits 130. When stdout is a pipe
+    stderr (exit 1), never a traceback; Ctrl-C outside a turn prints ``boxmaker: interrupted``
+    on stderr and exits 130. When stdout is a pipe
     its reader closed (``boxmaker report ... | head -1``), the rest of the output is dropped and
     the exit code is 141 (128 + SIGPIPE, what a shell shows for a program SIGPIPE ended), as the
     Python docs recommend for ``BrokenPipeError`` (stdout is pointed at ``os.devnull`` so the
@@ -437,6 +495,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (BoxmakerError, OSError) as exc:
         print(terminal_safe(f"boxmaker: {exc}"), file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # outside a turn: starting a server, checking one, ...
+        print("boxmaker: interrupted", file=sys.stderr)
         return 130
     return code

@@ -41,8 +41,9 @@ from ..tools import Registry, ToolPort
 from ..tools.approval import ApprovalPort, ConsolePrompt
 from ..turn import CancelToken, Runtime, TurnRunner
 from ..view import ConsoleView, format_usage_table, terminal_safe
+from ._chat import CHAT_COMMANDS, check_server, resume_session
 
-__all__ = ["CHAT_COMMANDS", "run_chat", "run_demo"]
+__all__ = ["run_chat", "run_demo"]
 
 
 class _Interrupts:
@@ -174,8 +175,6 @@ def _abandon(session: Session) -> None:
         session.close()
 
 
-CHAT_COMMANDS = "commands: /new starts a new session, /quit (or /exit, Ctrl-D) ends the chat"
-
 FULL_DEMO = (
     "  The session no longer fits the server's context, so the demo stops here. Run it again "
     "with a larger --ctx (tokens)."
@@ -216,12 +215,14 @@ def _demo_session(runtime: Runtime, directory: Path) -> int:
     return code
 
 
-def _chat_session(runtime: Runtime, directory: Path, system: str) -> int:
+def _chat_session(
+    runtime: Runtime, directory: Path, baseline: Baseline, session: Session | None
+) -> int:
     """Read messages until Ctrl-D, ``/quit`` or Ctrl-C at the prompt; one turn each. Ctrl-C in a
     turn cancels it. After :class:`SessionFull` nothing is sent to that session; ``/new``
-    starts a new one. Exit code 1 when turns were tried and none reached the server."""
-    baseline = Baseline(system=system, tools=runtime.registry.definitions())
-    session = Session.create(directory, baseline)
+    starts a new one. ``session`` is a resumed one, or ``None``: then the log is made at the
+    first message (a chat ended before it leaves no file and prints no table). Exit code 1
+    when turns were tried and none reached the server."""
     view = ConsoleView()
     full = False
     tried = reached = False
@@ -234,13 +235,15 @@ def _chat_session(runtime: Runtime, directory: Path, system: str) -> int:
             if text in ("/quit", "/exit"):
                 break
             if text == "/new":
-                old, session = session, Session.create(directory, baseline)
-                _finish(old)
-                print(f"[new session: {session.path}]", flush=True)
-                full = False
+                if session is not None:
+                    _finish(session)
+                session, full = None, False
+                print("[new session: its log is made at the first message]", flush=True)
             elif full and text:
                 print(FULL_CHAT, flush=True)
             elif text:
+                if session is None:
+                    session = Session.create(directory, baseline)
                 with _Interrupts() as interrupts:
                     failure = _turn(session, runtime, text, view, interrupts)
                 tried = True
@@ -249,9 +252,12 @@ def _chat_session(runtime: Runtime, directory: Path, system: str) -> int:
                     full = True
                     print(FULL_CHAT, flush=True)
     except BaseException:
-        _abandon(session)
+        if session is not None:
+            _abandon(session)
         raise
-    _finish(session)
+    if session is not None:
+        _finish(session)
+        print(f"(boxmaker chat --resume {session.path} goes on with it)", flush=True)
     if tried and not reached:
         print(f"boxmaker chat: never reached {runtime.config.client.url}", file=sys.stderr)
         return 1
@@ -296,13 +302,19 @@ def run_chat(args: argparse.Namespace) -> int:
     config = load_config(args.config) if args.config else Config()
     client_cfg = dataclasses.replace(config.client, url=args.url or config.client.url)
     config = dataclasses.replace(config, client=client_cfg)
+    check_server(config.client)  # one line and exit 1 now, rather than retries at the prompt
     with Client(config.client) as client, contextlib.ExitStack() as stack:
         registry, port = _tools(config, stack)
+        session = stack.enter_context(resume_session(args.resume)) if args.resume else None
+        baseline = Baseline(system=args.system, tools=registry.definitions())
+        if session is not None:
+            baseline = session.baseline
+            print(f"resuming {session.path} ({len(session.records)} records)")
         runtime = Runtime(config=config, client=client, registry=registry, port=port)
         tools = ", ".join(registry.names)
         print(f"chatting with {client_cfg.url} (tools: {tools}; Ctrl-D ends; Ctrl-C stops a turn)")
         print(CHAT_COMMANDS)
-        return _chat_session(runtime, Path(args.dir), args.system)
+        return _chat_session(runtime, Path(args.dir), baseline, session)
 
 
 def _tools(config: Config, stack: contextlib.ExitStack) -> tuple[Registry, ToolPort | None]:

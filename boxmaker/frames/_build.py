@@ -10,7 +10,9 @@ function's docstring ends with its column table, generated from the same list, a
 nullable ``Int64``.
 
 Files are read by :func:`boxmaker.session.read_log`, the reader :meth:`Session.open` uses,
-read-only (a log is never modified here), so the frames accept and refuse the same logs:
+read-only (a log is never modified here), so the frames accept and refuse the same logs.
+A path that names no log (misspelled, or a directory without any ``*.jsonl``) raises
+:class:`~boxmaker.errors.SessionError`; then, log by log:
 
 - a torn last line (no newline) is dropped with a :class:`LogReadWarning`;
 - a log of an older schema is upgraded in memory by :mod:`boxmaker.session`;
@@ -81,7 +83,9 @@ def find_logs(source: Source) -> list[Path | Session]:
     """The logs a source names, in order: files as given, directories searched recursively
     for ``*.jsonl`` (sorted), :class:`Session` objects as they are.
 
-    A path that does not exist is left out with a :class:`LogReadWarning`.
+    A path that does not exist is left out with a :class:`LogReadWarning` (the lenient
+    finder, for ``boxmaker report`` which lists what it left out; the frame functions raise
+    :class:`~boxmaker.errors.SessionError` for such a path instead).
     """
     items: Iterable[Any] = [source] if isinstance(source, str | os.PathLike | Session) else source
     out: list[Path | Session] = []
@@ -165,11 +169,31 @@ def _needs(want: Iterable[str]) -> set[str]:
     return need
 
 
+def _check_paths(source: Source) -> None:
+    """Refuse a path of ``source`` that names no log: a misspelled path, or a directory
+    without any ``*.jsonl`` (an analysis of nothing would read as "no usage").
+
+    Raises:
+        SessionError: the first such path, named with what was found there.
+    """
+    items: Iterable[Any] = [source] if isinstance(source, str | os.PathLike | Session) else source
+    for item in items:
+        if isinstance(item, Session):
+            continue
+        path = Path(item)
+        if path.is_dir():
+            if not any(p.is_file() for p in path.rglob("*.jsonl")):
+                raise SessionError(f"{path}: no session logs (*.jsonl) in this directory")
+        elif not path.is_file():
+            raise SessionError(f"{path}: no such file or directory")
+
+
 def _read(source: Source, want: Iterable[str]) -> Rows:
     """Read every log of ``source``; rows only for the frames ``want`` needs (a record type
     no needed frame reads is skipped without its fields being checked)."""
     rows = Rows(_needs(want))
     seen: dict[str, str] = {}  # session id -> the log it came from
+    _check_paths(source)
     for item in find_logs(source):
         try:
             log = session_log(item) if isinstance(item, Session) else file_log(item)
@@ -228,6 +252,10 @@ def load(source: Source) -> Frames:
     Returns:
         :class:`Frames` (``requests``, ``turns``, ``cache_losses``, ``limit_hits``,
         ``tool_calls``, ``summary``), each as its function returns it.
+
+    Raises:
+        SessionError: a path of ``source`` does not exist, or is a directory without any
+            ``*.jsonl`` (an empty list of sources gives empty frames).
 
     Warns:
         LogReadWarning: a log, or part of one, was left out (the message names file and line).

@@ -213,6 +213,7 @@ def limit_hits_per_kind(limit_hits: pd.DataFrame, *, ax: Axes | None = None) -> 
     bars = ax.bar(kinds, counts.to_numpy(), color=COLORS["loss"])
     ax.bar_label(bars)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(0, max(1, int(counts.max()) if len(counts) else 0) * 1.1)  # no hit: 0 to 1
     ax.set_ylabel("hits")
     ax.set_title("Limit hits per kind")
     ax.tick_params(axis="x", labelrotation=20)
@@ -259,5 +260,9 @@ def lost_tokens_by_cause(cache_losses: pd.DataFrame, *, ax: Axes | None = None) 
     ax.set_ylabel("lost tokens")
     ax.set_title("Tokens lost to cache misses, by cause")
     if order:
+        # headroom above the tallest bar for the legend (a row per cause, about 7 % of the
+        # axes' height each, with its frame), so that no bar is drawn under it
+        top = float(bottom.max()) if len(bottom) else 1.0
+        ax.set_ylim(0, top / max(0.3, 1.0 - 0.08 * (len(order) + 1)))
         ax.legend(loc="upper left", fontsize="small")
     return figure

@@ -24,7 +24,7 @@ import pandas as pd
 
 from . import _build as frames
 
-__all__ = ["Gathered", "format_html", "format_text", "gather", "tables"]
+__all__ = ["Gathered", "fit_text", "format_html", "format_text", "gather", "tables"]
 
 _T = TypeVar("_T")
 
@@ -129,13 +129,32 @@ def _rounded(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def format_text(loaded: frames.Frames) -> str:
-    """The text report: each of :func:`tables` under its title (``(none)`` when empty)."""
+TEXT_WIDTH = 100
+"""Widest line of the text report, in characters: a wider table is cut into blocks of
+columns, each block led by the table's first column (the session, the kind, ...)."""
+
+
+def format_text(loaded: frames.Frames, *, width: int = TEXT_WIDTH) -> str:
+    """The text report: each of :func:`tables` under its title (``(none)`` when empty), its
+    lines at most ``width`` characters where the columns allow it (see :data:`TEXT_WIDTH`)."""
     parts = []
     for title, df in tables(loaded).items():
-        body = df.to_string(index=False) if len(df) else "(none)"
+        body = fit_text(df, width) if len(df) else "(none)"
         parts.append(f"{title}\n{'-' * len(title)}\n{body}\n")
     return "\n".join(parts)
+
+
+def fit_text(df: pd.DataFrame, width: int = TEXT_WIDTH) -> str:
+    """``df`` as text (no index) in blocks of whole columns, each at most ``width`` characters
+    wide (a single column wider than that stays whole), each led by the first column."""
+    first, rest = df.columns[0], list(df.columns[1:])
+    blocks: list[list[str]] = [[]]
+    for name in rest:
+        trial = df[[first, *blocks[-1], name]].to_string(index=False)
+        if blocks[-1] and max(map(len, trial.splitlines())) > width:
+            blocks.append([])
+        blocks[-1].append(name)
+    return "\n\n".join(df[[first, *block]].to_string(index=False) for block in blocks)
 
 
 def _png(figure: Any) -> str:

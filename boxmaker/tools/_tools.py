@@ -27,8 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
-import jsonschema
-
+from ..errors import ToolError
 from ..records import Approval
 
 __all__ = [
@@ -214,19 +213,28 @@ class Registry:
         """Register a local tool; usable as ``@registry.add`` or ``@registry.add(name=...)``.
 
         The schema is derived from the function's type hints and docstring (see
-        :func:`schema_from_function`) unless ``parameters`` is given. Returns the function.
+        :func:`schema_from_function`) unless ``parameters`` is given; the description is the
+        docstring's first paragraph unless ``description`` is given. Returns the function.
 
         Raises:
-            ValueError: the name is taken or not a valid tool name, or the schema is invalid.
+            ToolError: the name is taken or not a valid tool name, the tool has no description
+                (no docstring and no ``description=``: the model would see a tool it cannot
+                tell the use of), or the schema is invalid.
         """
 
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             if parameters is None or description is None:
                 derived_desc, derived_params = schema_from_function(fn)
+            told = description if description is not None else derived_desc
+            if not told.strip():
+                raise ToolError(
+                    f"tool {name or fn.__name__!r} has no description: give the function a "
+                    "docstring (its first paragraph is what the model reads) or description=..."
+                )
             self._put(
                 Tool(
                     name=name or fn.__name__,
-                    description=description if description is not None else derived_desc,
+                    description=told,
                     parameters=parameters if parameters is not None else derived_params,
                     function=fn,
                 )
@@ -239,19 +247,21 @@ class Registry:
         """Register a tool that a :class:`ToolPort` executes.
 
         Raises:
-            ValueError: the name is taken or invalid, or the schema is invalid.
+            ToolError: the name is taken or invalid, or the schema is invalid.
         """
         self._put(Tool(name=name, description=description, parameters=parameters))
 
     def _put(self, tool: Tool) -> None:
         if not _NAME.fullmatch(tool.name):
-            raise ValueError(f"invalid tool name {tool.name!r}")
+            raise ToolError(f"invalid tool name {tool.name!r}")
         if tool.name in self._tools:
-            raise ValueError(f"a tool named {tool.name!r} is registered already")
+            raise ToolError(f"a tool named {tool.name!r} is registered already")
+        import jsonschema  # ~1 s (its format checker's grammars): only once a tool registers
+
         try:
             jsonschema.Draft202012Validator.check_schema(dict(tool.parameters))
         except jsonschema.SchemaError as exc:
-            raise ValueError(f"invalid parameters schema for {tool.name!r}: {exc.message}") from exc
+            raise ToolError(f"invalid parameters schema for {tool.name!r}: {exc.message}") from exc
         validator = jsonschema.Draft202012Validator(dict(tool.parameters))
         self._tools[tool.name] = Tool(
             name=tool.name,
@@ -300,13 +310,13 @@ def schema_from_function(fn: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
     ``X | None`` allows ``null``.
 
     Raises:
-        ValueError: a parameter without a type hint, of a type with no JSON form, or not
+        ToolError: a parameter without a type hint, of a type with no JSON form, or not
             passable by name (``*args``, ``**kwargs``, positional-only).
     """
     try:
         hints = typing.get_type_hints(fn)
     except NameError as exc:
-        raise ValueError(f"{fn.__name__}: a type hint cannot be resolved: {exc}") from exc
+        raise ToolError(f"{fn.__name__}: a type hint cannot be resolved: {exc}") from exc
     doc = inspect.getdoc(fn) or ""
     description = doc.split("\n\n", 1)[0].replace("\n", " ").strip()
     arg_docs = dict(re.findall(r"^\s+(\w+)(?:\s*\([^)]*\))?:\s*(.+)$", _args_section(doc), re.M))
@@ -314,12 +324,12 @@ def schema_from_function(fn: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
     required: list[str] = []
     for pname, param in inspect.signature(fn).parameters.items():
         if param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
-            raise ValueError(
+            raise ToolError(
                 f"{fn.__name__}: parameter {pname!r} is {param.kind.description}; a tool takes "
                 "named arguments only (the model sends a JSON object)"
             )
         if pname not in hints:
-            raise ValueError(f"{fn.__name__}: parameter {pname!r} has no type hint")
+            raise ToolError(f"{fn.__name__}: parameter {pname!r} has no type hint")
         prop = _json_type(hints[pname], f"{fn.__name__}.{pname}")
         if pname in arg_docs:
             prop["description"] = arg_docs[pname].strip()
@@ -356,7 +366,7 @@ def _json_type(hint: Any, where: str) -> dict[str, Any]:
         return {"anyOf": [_json_type(a, where) for a in typing.get_args(hint)]}
     if hint is type(None):
         return {"type": "null"}
-    raise ValueError(f"{where}: type {hint!r} has no JSON schema form")
+    raise ToolError(f"{where}: type {hint!r} has no JSON schema form")
 
 
 # -- dispatch ---------------------------------------------------------------------------------

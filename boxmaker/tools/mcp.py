@@ -328,7 +328,11 @@ class McpPort:
         """Start connecting to ``server``; the future gives its tools once listed."""
         link = _Link(server)
         with self._lock:
+            ended = [k for k in self._opened if k.closed.is_set()]
             self._opened = [*(k for k in self._opened if not k.closed.is_set()), link]
+        for k in ended:  # a link dropped for a restart: its stderr file is not needed any more
+            with contextlib.suppress(OSError):
+                k.stderr.close()
         return link, self._run(self._start(link))
 
     def _wait_open(

@@ -30,11 +30,7 @@ import html
 import json
 import re
 from collections.abc import Callable
-from typing import ParamSpec
-
-import markdown
-import nh3
-from markdown.extensions import Extension
+from typing import TYPE_CHECKING, ParamSpec
 
 from ._transcript import AnswerBlock, Block, ReasoningBlock, TurnView
 
@@ -63,31 +59,43 @@ _TAGS = frozenset(
 )
 """What python-markdown (with fenced code and tables, raw HTML and images off) can emit."""
 
-_SANITIZER = nh3.Cleaner(
-    tags=set(_TAGS),
-    clean_content_tags={"script", "style"},
-    attributes={"a": {"href", "title"}, "th": {"style"}, "td": {"style"}},
-    filter_style_properties={"text-align"},  # the tables extension aligns columns this way
-    url_schemes=set(LINK_SCHEMES),
-    url_relative="deny",
-    link_rel="noopener noreferrer nofollow",
-    set_tag_attribute_values={"a": {"target": "_blank"}},  # never replace the notebook page
-)
+if TYPE_CHECKING:
+    import markdown
+    import nh3
 
 
-class _UntrustedMarkdown(Extension):
+@functools.cache
+def _sanitizer() -> nh3.Cleaner:
+    """The ``nh3`` cleaner of :func:`render_markdown`, made on first use (markdown and nh3 are
+    imported only when HTML is rendered, not by ``import boxmaker`` or the command line)."""
+    import nh3
+
+    return nh3.Cleaner(
+        tags=set(_TAGS),
+        clean_content_tags={"script", "style"},
+        attributes={"a": {"href", "title"}, "th": {"style"}, "td": {"style"}},
+        filter_style_properties={"text-align"},  # the tables extension aligns columns this way
+        url_schemes=set(LINK_SCHEMES),
+        url_relative="deny",
+        link_rel="noopener noreferrer nofollow",
+        set_tag_attribute_values={"a": {"target": "_blank"}},  # never replace the notebook page
+    )
+
+
+def _untrusted_markdown() -> markdown.Markdown:
     """python-markdown without raw HTML and without images, both shown as the text they are.
 
     Deregisters the ``html_block`` preprocessor and the ``html`` inline pattern, so markup in
     the text reaches the output escaped, and the image patterns, so ``![alt](url)`` stays that
     text (python-markdown never reads ``[alt](url)`` after a ``!`` as a link).
     """
+    import markdown
 
-    def extendMarkdown(self, md: markdown.Markdown) -> None:
-        """Remove the patterns from ``md`` (called by python-markdown)."""
-        md.preprocessors.deregister("html_block")
-        for name in ("html", "image_link", "image_reference", "short_image_ref"):
-            md.inlinePatterns.deregister(name)
+    converter = markdown.Markdown(extensions=["fenced_code", "tables"])
+    converter.preprocessors.deregister("html_block")
+    for name in ("html", "image_link", "image_reference", "short_image_ref"):
+        converter.inlinePatterns.deregister(name)
+    return converter
 
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
@@ -124,8 +132,7 @@ def render_markdown(text: str) -> str:
         only with a scheme in :data:`LINK_SCHEMES` (``rel="noopener noreferrer nofollow"``,
         opened in a new tab).
     """
-    converter = markdown.Markdown(extensions=["fenced_code", "tables", _UntrustedMarkdown()])
-    return _SANITIZER.clean(converter.convert(scalar_text(text)))
+    return _sanitizer().clean(_untrusted_markdown().convert(scalar_text(text)))
 
 
 _CONTROLS = re.compile("\r\n|[\x00-\x08\x0b-\x1f\x7f-\x9f]")

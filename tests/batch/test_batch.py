@@ -8,6 +8,7 @@ from __future__ import annotations
 import _thread
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -572,6 +573,29 @@ def test_cli_batch_runs_tasks_and_exits_by_outcome(
     assert "4/6 runs done" in out and "2 failed" in out and out.count("failed t2.") == 2
     assert "6/6" in err  # the progress bar, on stderr
     assert main(["batch", str(tasks), "--dir", str(tmp_path / "c")]) == 2
+
+
+def test_report_of_a_batch_shows_each_run_with_its_task_and_settings(
+    tmp_path: Path, servers: list[FakeLlama], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 21: ``boxmaker report`` showed a batch's runs as hashes without their settings."""
+    servers.append(FakeLlama(2))
+    grid = {"loop.tool_result_cap": [10, 20]}
+    run_batch(
+        TASKS[:2], tmp_path / "b", servers=[servers[0].url], registry=TOOLS, grid=grid, config=FAST
+    )
+    for path in (tmp_path / "b", tmp_path / "b" / "logs"):
+        assert main(["report", str(path)]) == 0
+        out = capsys.readouterr().out
+        runs = out.split(f"Batch runs in {tmp_path / 'b'}\n", 1)[1]
+        table = manifest(tmp_path / "b")
+        header = runs.splitlines()[1].split()
+        assert header[:3] == ["run", "task", "loop.tool_result_cap"]
+        for run, task, cap in zip(
+            table.run, table.task, table["loop.tool_result_cap"], strict=True
+        ):
+            assert re.search(rf"^{run}\s+{task}\s+{cap}\s+done\b", runs, re.M), run
+        assert max(len(line) for line in out.splitlines()) <= 100
 
 
 def test_ray_executor_without_ray_says_how_to_get_it(

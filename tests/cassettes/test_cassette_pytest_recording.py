@@ -61,7 +61,9 @@ def test_stream(vcr):
 
 
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+    """An inner pytest in its own process, its warnings errors as in the outer run (issue 21:
+    the plugin imported vcr before pytest-recording's assert rewrite, a warning that passed)."""
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "error", *args)
 
 
 @needs_recording

@@ -28,22 +28,92 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert "invalid choice" in capsys.readouterr().err
 
 
-def test_chat_with_no_server_fails_clearly(
+def test_chat_with_no_server_fails_clearly_before_the_prompt(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Issue 21: the server is checked once before the prompt (before: the first question
+    waited through 7.5 s of retries, left a log and printed an empty usage table)."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO("Hello\n"))
+    code = main(["chat", "--url", "http://127.0.0.1:9", "--dir", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert err.startswith("boxmaker: cannot reach a llama-server at http://127.0.0.1:9 (")
+    assert err.count("\n") == 1 and "Connection refused" in err
+    assert out == "" and "you> " not in out
+    assert list(tmp_path.rglob("*.jsonl")) == []  # no log
+
+
+def test_chat_turns_that_never_reach_the_server_exit_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The server answered /health, then went away: the turns end, the chat exits 1."""
     config = tmp_path / "c.toml"
     config.write_text("[client]\nretry_attempts = 0\n")
     monkeypatch.setattr(sys, "stdin", io.StringIO("Hello\n"))
-    code = main(
-        ["chat", "--url", "http://127.0.0.1:9", "--config", str(config), "--dir", str(tmp_path)]
-    )
+    with running([]) as fake:
+        url = fake.url
+        monkeypatch.setattr("boxmaker.cli._terminal.check_server", lambda config: None)
+    code = main(["chat", "--url", url, "--config", str(config), "--dir", str(tmp_path)])
     out, err = capsys.readouterr()
     assert code == 1  # issue 14: chat exits non-zero when it never reached the server
-    assert "never reached http://127.0.0.1:9" in err
+    assert f"never reached {url}" in err
     assert "turn ended: TurnInferError" in out and "cannot connect" in out.lower()
     log = next(tmp_path.glob("*.jsonl"))
     kinds = [type(r).__name__ for r in Session.open(log, read_only=True).records]
     assert kinds == ["User", "TurnEnd"]
+
+
+def test_chat_resume_goes_on_with_a_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 21: ``chat --resume LOG`` reopens a session that a chat ended (before: nothing
+    reopened it); the next request carries the earlier turn, the log grows in place."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO("first\n"))
+    with running([Reply(content="one"), Reply(content="two")]) as fake:
+        assert main(["chat", "--url", fake.url, "--dir", str(tmp_path), "--system", "S"]) == 0
+        log = next(tmp_path.glob("*.jsonl"))
+        assert f"chat --resume {log} goes on with it" in capsys.readouterr().out
+        monkeypatch.setattr(sys, "stdin", io.StringIO("second\n"))
+        assert main(["chat", "--url", fake.url, "--resume", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert f"resuming {log} (" in out
+    assert list(tmp_path.glob("*.jsonl")) == [log]
+    sent = [(m["role"], m["content"]) for m in fake.bodies[1]["messages"]]
+    assert sent == [("system", "S"), ("user", "first"), ("assistant", "one"), ("user", "second")]
+    assert [getattr(r, "content", None) for r in Session.open(log).records if _said(r)] == [
+        "first",
+        "one",
+        "second",
+        "two",
+    ]
+
+
+def _said(record: object) -> bool:
+    return type(record).__name__ in ("User", "Assistant")
+
+
+def test_chat_resume_of_a_missing_log_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("x\n"))
+    with running([Reply(content="one")]) as fake:
+        code = main(["chat", "--url", fake.url, "--resume", str(tmp_path / "nope.jsonl")])
+        assert fake.bodies == []
+    err = capsys.readouterr().err
+    assert (code, err) == (
+        1,
+        f"boxmaker: {tmp_path / 'nope.jsonl'}: no such session log "
+        "(give the .jsonl path chat printed)\n",
+    )
+
+
+def test_chat_resume_and_system_together_are_bad_usage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["chat", "--resume", str(tmp_path / "a.jsonl"), "--system", "S"])
+    assert info.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
 
 
 def test_bad_config_file_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -104,7 +174,7 @@ def test_a_full_session_gets_nothing_more_in_chat_and_new_starts_another(
     assert out.count("nothing more is sent to it. Type /new to start a new session") == 2
     assert "[session full: the session no longer fits the context" in out
     first, second = sorted(tmp_path.glob("*.jsonl"), key=lambda p: p.stat().st_mtime_ns)
-    assert out.index(f"session log: {first}") < out.index(f"[new session: {second}]")
+    assert out.index(f"session log: {first}") < out.index("[new session: its log is made at")
     assert _kinds(first) == ["User", "LimitHit"]
     assert _kinds(second) == ["User", "Assistant", "Usage"]
     assert [m["content"] for m in fake.bodies[1]["messages"]] == ["third"]
@@ -208,7 +278,8 @@ def test_report_into_a_pipe_closed_early_exits_141_without_a_traceback(tmp_path:
     )
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()  # like `| head -1` gone before the report is written
-    err = proc.stderr.read().decode()
+    with proc.stderr:
+        err = proc.stderr.read().decode()
     assert (proc.wait(60), err) == (141, "")
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from fake_llama import Reply, running
 
 from boxmaker import Baseline, Config, Registry, Runtime, Session, run_turn
 from boxmaker.cli import main
+from boxmaker.cli._main import _parser
 from boxmaker.server import EmbeddedServer
 from boxmaker.testing import ScriptedClient, answer, timings
 from boxmaker.view import ConsoleView
@@ -40,6 +42,37 @@ def test_help_of_each_command_shows_its_defaults(capsys: pytest.CaptureFixture[s
     assert "(default: sessions)" not in _help("demo", capsys)  # said once, as ./sessions
 
 
+def test_cassette_subcommands_have_their_own_help_and_every_option_says_what_it_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 21: ``cassette show --help`` printed its parent's help; ``--repeat-exempt`` had
+    no help text."""
+    with pytest.raises(SystemExit):
+        main(["cassette", "show", "--help"])
+    show = capsys.readouterr().out
+    assert show.startswith("usage: boxmaker cassette show [-h] paths [paths ...]\n")
+    assert "print each cassette's transcript" in show
+    replay = _help("replay", capsys)
+    assert "--repeat-exempt NAME loop.repeat_exempt: a tool left out of the repeat" in replay
+    assert "default: []" not in replay
+    parser = _parser()
+    for command in [parser, *_commands(parser)]:
+        for action in command._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                continue  # the list of subcommands, each with its own help
+            assert action.help, f"{command.prog} {action.option_strings or action.dest}"
+
+
+def _commands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every subcommand parser under ``parser``, depth first."""
+    found: list[argparse.ArgumentParser] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found += [sub, *_commands(sub)]
+    return found
+
+
 def test_chat_names_its_slash_commands_at_start_and_quits(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -49,9 +82,11 @@ def test_chat_names_its_slash_commands_at_start_and_quits(
         assert fake.bodies == []
     banner = capsys.readouterr().out.splitlines()[:2]
     assert "Ctrl-C stops a turn" in banner[0]
-    assert (
-        banner[1] == "commands: /new starts a new session, /quit (or /exit, Ctrl-D) ends the chat"
+    assert banner[1] == (
+        "commands: /new starts a new session, /quit (or /exit, Ctrl-D) ends the chat; "
+        "boxmaker chat --resume LOG goes on with a session later"
     )
+    assert list(tmp_path.rglob("*.jsonl")) == []  # issue 21: no log before the first message
 
 
 def test_chat_that_reached_the_server_exits_0_even_when_a_turn_failed(
@@ -183,4 +218,4 @@ def test_ctrl_c_while_the_server_starts_exits_130_without_a_traceback(
     assert main(["demo", "--dir", str(tmp_path)]) == 130
     out, err = capsys.readouterr()
     assert out.startswith("starting the embedded llama.cpp server")
-    assert err == ""
+    assert err == "boxmaker: interrupted\n"  # one line (issue 21)

@@ -8,6 +8,7 @@ import io
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -71,12 +72,18 @@ class Child:
         self.proc.stdin.close()
         code = self.proc.wait(WAIT_S)
         self._reader.join(WAIT_S)
-        return code, self.out, self.proc.stderr.read().decode()
+        with self.proc.stderr:
+            return code, self.out, self.proc.stderr.read().decode()
 
     def kill(self) -> None:
+        """Kill the child if it still runs; close its pipes (else a ResourceWarning)."""
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        self._reader.join(WAIT_S)
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 @pytest.fixture
@@ -147,9 +154,8 @@ def test_ctrl_c_at_the_chat_prompt_ends_it_like_ctrl_d(tmp_path: Path) -> None:
         finally:
             child.kill()
     assert (code, err) == (0, "")
-    log = next(tmp_path.glob("*.jsonl"))
-    assert out.rstrip().endswith(f"session log: {log}")
-    assert "request  prompt_n" in out
+    assert list(tmp_path.glob("*.jsonl")) == []  # issue 21: nothing asked, no log, no table
+    assert "request  prompt_n" not in out and "session log" not in out
     assert fake.bodies == []
 
 
@@ -201,5 +207,25 @@ def test_stdout_closed_in_a_demo_turn_cancels_it_and_exits_141_quietly(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
     assert len(stalling.bodies) == 1
     assert _kinds(next(tmp_path.glob("*.jsonl"))) == ["User"]
+
+
+def test_ctrl_c_while_chat_checks_the_server_is_one_line(tmp_path: Path) -> None:
+    """Issue 21: Ctrl-C during start-up (here: a server that accepts and never answers
+    /health) prints one line and exits 130, without a traceback."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.settimeout(WAIT_S)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        child = Child(["chat", "--url", url, "--dir", str(tmp_path)], tmp_path)
+        try:
+            connection, _ = listener.accept()  # the child waits for the /health answer now
+            with connection:
+                os.kill(child.proc.pid, signal.SIGINT)
+                code, out, err = child.finish()
+        finally:
+            child.kill()
+    assert (code, out, err) == (130, "", "boxmaker: interrupted\n")
+    assert list(tmp_path.rglob("*.jsonl")) == []

@@ -356,8 +356,20 @@ def test_sources_directory_list_and_sessions_agree(tmp_path: Path, log: Path) ->
     assert_frame_equal(frames.turns([reopened]), frames.turns(log))
 
 
-def test_all_frames_empty_keep_their_columns_and_dtypes(tmp_path: Path) -> None:
-    loaded = frames.load(tmp_path)
+def test_a_path_that_names_no_log_is_an_error(tmp_path: Path, log: Path) -> None:
+    """Issue 21: a misspelled path (before: empty frames and a warning) or a directory without
+    logs (before: empty frames, silently) raises a SessionError that names the path."""
+    with pytest.raises(SessionError, match=r"nope\.jsonl: no such file or directory$"):
+        frames.load(tmp_path / "nope.jsonl")
+    (tmp_path / "logs").mkdir()
+    with pytest.raises(SessionError, match=r"logs: no session logs \(\*\.jsonl\) in this"):
+        frames.summary(tmp_path / "logs")
+    with pytest.raises(SessionError, match="typo"):
+        frames.load([log, tmp_path / "typo"])
+
+
+def test_all_frames_empty_keep_their_columns_and_dtypes() -> None:
+    loaded = frames.load([])
     for name in loaded._fields:
         df = getattr(loaded, name)
         assert df.empty
@@ -445,7 +457,6 @@ def test_bad_heads_and_missing_paths_warn(tmp_path: Path) -> None:
         (newer, r"newer\.jsonl:1: log schema 99"),
         (headless, r"headless\.jsonl:1: first line is not a baseline"),
         (empty, r"empty\.jsonl: empty session log"),
-        (tmp_path / "nope.jsonl", r"nope\.jsonl: no such file"),
     ):
         with pytest.warns(LogReadWarning, match=message):
             assert frames.summary(path).empty

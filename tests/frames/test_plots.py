@@ -90,8 +90,8 @@ def test_plots_draw_into_a_given_axes(loaded: frames.Frames) -> None:
     assert all(ax.has_data() for ax in axes)
 
 
-def test_plots_of_empty_frames(tmp_path: Path) -> None:
-    empty = frames.load(tmp_path)
+def test_plots_of_empty_frames() -> None:
+    empty = frames.load([])
     for figure in (
         plots.tokens_per_request(empty.requests),
         plots.time_per_request(empty.requests),
@@ -109,3 +109,29 @@ def test_lost_tokens_by_cause_stacks_one_series_per_cause(loaded: frames.Frames)
     assert [[b.get_height() for b in c] for c in containers] == [[40.0], [7.0]]
     assert [b.get_y() for b in containers[1]] == [40.0]  # stacked on the first
     assert figure.axes[0].get_ylabel() == "lost tokens"
+
+
+def test_an_empty_limit_hits_plot_starts_at_zero() -> None:
+    """Issue 21: with no hit the y axis ran from -0.055 to 0.055."""
+    figure = plots.limit_hits_per_kind(frames.load([]).limit_hits)
+    assert figure.axes[0].get_ylim() == (0.0, 1.1)
+
+
+@pytest.mark.parametrize("causes", [1, 3, 5])
+def test_no_lost_tokens_bar_is_under_the_legend(tmp_path: Path, causes: int) -> None:
+    """Issue 21: the tallest bar was drawn under the legend (upper left, over request 1)."""
+    names = ["history_rewritten", "history_edited", "evicted", "truncated", "template_changed"]
+    with Session.create(tmp_path, Baseline(time=at(-1)), session_id="s") as session:
+        session.extend([User(content="x", time=at(0))])
+        for n, cause in enumerate(names[:causes]):  # the first request loses the most
+            session.extend([CacheLoss(expected=900 - n, reused=0, time=at(1 + n), cause=cause)])
+    losses = frames.load(tmp_path).cache_losses
+    losses = losses.assign(request=1)  # every loss on one bar: the tallest stack
+    figure = plots.lost_tokens_by_cause(losses)
+    ax = figure.axes[0]
+    figure.canvas.draw()
+    drawn = ax.get_legend()
+    assert drawn is not None
+    legend = drawn.get_window_extent()
+    tops = [bar.get_window_extent().y1 for c in ax.containers for bar in c]
+    assert max(tops) < legend.y0

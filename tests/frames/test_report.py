@@ -18,12 +18,13 @@ from test_frames import RECORDS, at
 
 from boxmaker.cli import main
 from boxmaker.frames import _build as frames
-from boxmaker.frames.report import format_text, tables
+from boxmaker.frames.report import SESSION_COLUMNS, TEXT_WIDTH, format_text, tables
 from boxmaker.records import Assistant, Baseline, LimitHit, ToolCall, ToolResult, Usage, User
 from boxmaker.session import Session
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_LOG = ROOT / "cassettes" / "demo-turns.session.jsonl"
+CASSETTE_LOGS = ("demo-turns", "loop-cycle", "demo-thinking-cap")
 
 
 def run_report(paths: list[str], html: str | None = None) -> int:
@@ -50,7 +51,8 @@ def test_text_report_has_every_table(logs: Path, capsys: pytest.CaptureFixture[s
         "Tool calls by tool",
     ):
         assert f"{title}\n{'-' * len(title)}\n" in out
-    assert re.search(r"^\s*s1\s+5\s+1\s+5\s+5\s+515\s+180\s+48\s", out, re.M)
+    assert re.search(r"^\s*s1\s+5\s+1\s+5\s+5\s+515\s+180$", out, re.M)  # first block
+    assert re.search(r"^\s*s1\s+48\s", out, re.M)  # generated tokens lead the next one
     assert re.search(r"^\s*total\s+5\s+1\s+5\s", out, re.M)
     assert re.search(r"^\s*tool_iterations\s+1\s+1\s+1\s*$", out, re.M)  # hits, sessions, ended
     assert re.search(r"^\s*get_weather\s+5\s+2\s+1\s", out, re.M)  # calls, ran, truncated
@@ -139,8 +141,8 @@ def test_report_on_the_demo_log_through_the_cli(
     assert copy.read_bytes() == DEMO_LOG.read_bytes()
 
 
-def test_format_text_of_nothing(tmp_path: Path) -> None:
-    text = format_text(frames.load(tmp_path))
+def test_format_text_of_nothing() -> None:
+    text = format_text(frames.load([]))
     assert "Cache losses by session\n-----------------------\n(none)" in text
 
 
@@ -216,3 +218,18 @@ def test_html_report_draws_a_dollar_in_a_kind_or_a_session_id(tmp_path: Path, do
     assert run_report([str(folder)], html=str(out)) == 0
     page = out.read_text(encoding="utf-8")
     assert "Limit hits per kind" in page and "Tokens per request: s" in page
+
+
+def test_the_text_report_fits_100_columns() -> None:
+    """Issue 21: the Sessions table was ~230 characters wide; now it comes in blocks of whole
+    columns, each led by the session, and no value is lost."""
+    logs = [ROOT / "cassettes" / f"{name}.session.jsonl" for name in CASSETTE_LOGS]
+    loaded = frames.load(logs)
+    text = format_text(loaded)
+    assert max(len(line) for line in text.splitlines()) <= TEXT_WIDTH
+    sessions = text.split("Sessions\n--------\n", 1)[1].split("\n\nTurns by outcome", 1)[0]
+    blocks = sessions.split("\n\n")
+    assert len(blocks) >= 2 and all(b.split()[0] == "session" for b in blocks)
+    for name in SESSION_COLUMNS[1:]:  # each once; the session leads every block
+        assert sum(b.splitlines()[0].split().count(name) for b in blocks) == 1, name
+    assert "loop-cycle" in blocks[-1] and "total" in blocks[-1]

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Literal
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from boxmaker.errors import BoxmakerError, ToolError
 from boxmaker.tools import (
     InProcessPort,
     Registry,
@@ -192,14 +194,14 @@ def test_cap_result_too_small_for_the_full_note_keeps_a_short_one() -> None:
 
 def test_unserialisable_result_is_a_failure_text() -> None:
     reg = Registry()
-    reg.add(lambda: {1, 2}, name="odd", description="", parameters={"type": "object"})
+    reg.add(lambda: {1, 2}, name="odd", description="odd", parameters={"type": "object"})
     out = dispatch(reg, "odd", "{}")
     assert out.content == "The tool failed: TypeError: Object of type set is not JSON serializable"
 
 
 def test_lone_surrogates_in_results_are_replaced() -> None:
     reg = Registry()
-    reg.add(lambda s: s, name="echo", description="", parameters={"type": "object"})
+    reg.add(lambda s: s, name="echo", description="echo", parameters={"type": "object"})
     out = dispatch(reg, "echo", '{"s": "a\\ud800b"}')
     assert out.content == "a\ufffdb"
     out.content.encode("utf-8")
@@ -226,3 +228,43 @@ def test_parameters_that_cannot_be_named_are_refused() -> None:
 def test_deeply_nested_arguments_do_not_crash(registry: Registry) -> None:
     out = dispatch(registry, "get_weather", "[" * 100_000)
     assert "not valid JSON" in out.content
+
+
+def test_a_tool_without_a_description_is_refused() -> None:
+    """Issue 21: a function without a docstring registered with an empty description."""
+    registry = Registry()
+
+    def bare(city: str) -> str:
+        return city
+
+    with pytest.raises(ToolError, match=r"tool 'bare' has no description: give the function"):
+        registry.add(bare)
+    with pytest.raises(ToolError, match="tool 'blank' has no description"):
+        registry.add(bare, name="blank", description="  ")
+    assert len(registry) == 0
+    registry.add(bare, description="Echo a city.")
+    assert registry.definitions()[0]["function"]["description"] == "Echo a city."
+
+
+def test_registry_errors_are_in_the_boxmaker_tree() -> None:
+    """Issue 21: ``Registry.add`` raised a plain ValueError outside BoxmakerError."""
+    registry = Registry()
+
+    def f(x: int) -> int:
+        """F."""
+        return x
+
+    def star(*args: int) -> int:
+        return 1
+
+    registry.add(f)
+    calls: list[Callable[[], object]] = [
+        lambda: registry.add(f),
+        lambda: registry.add(f, name="not a name"),
+        lambda: registry.add(f, name="g", parameters={"type": 3}),
+        lambda: registry.add(star, name="h", description="d"),
+    ]
+    for call in calls:
+        with pytest.raises(ToolError) as info:
+            call()
+        assert isinstance(info.value, BoxmakerError) and isinstance(info.value, ValueError)

@@ -12,7 +12,13 @@ from typing import Any
 
 import httpx
 import pytest
-from live_server import SERVER_API_KEY, GivenServer, embedded_only, live_server
+from live_server import (
+    SERVER_API_KEY,
+    GivenServer,
+    embedded_only,
+    live_server,
+    not_on_the_shipped_model,
+)
 
 from boxmaker.client import Client
 from boxmaker.config import ClientConfig, Config, LoopLimits, SamplingConfig
@@ -79,7 +85,9 @@ def test_follow_up_inside_a_turn_keeps_the_cache_live(
         run_turn(session, runtime, "What is the weather in Paris?")
     assistants = [r for r in session.records if isinstance(r, Assistant)]
     if not assistants[0].tool_calls:
-        pytest.skip("this model answered without a tool call: no follow-up request to check")
+        not_on_the_shipped_model(
+            "this model answered without a tool call: no follow-up request to check"
+        )
     # the follow-up request re-sends reasoning_content, so the template renders the same
     # prefix and llama.cpp reuses all of it: no CacheLoss inside the turn
     assert not any(isinstance(r, CacheLoss) for r in session.records)
@@ -200,7 +208,7 @@ def test_on_limit_answer_live_after_a_tool_iteration_stop(
         out = run_turn(session, runtime, "Keep checking the weather in Paris.")
     assistants = [r for r in session.records if isinstance(r, Assistant)]
     if len(assistants) < 3:
-        pytest.skip("the model stopped calling tools before the tool-iteration limit")
+        not_on_the_shipped_model("the model stopped calling tools before the tool-iteration limit")
     end = session.records[-1]
     assert isinstance(end, TurnEnd) and end.outcome == "answered_after_limit"
     hits = [r for r in session.records if isinstance(r, LimitHit)]
@@ -225,7 +233,7 @@ def test_loop_guard_live_stale_results_nudge_then_stop(
     with client, pytest.raises(TurnLimit) as info:
         run_turn(session, runtime, "Keep checking the weather in Paris.")
     if info.value.kind != "loop":
-        pytest.skip(f"this model stopped otherwise: {info.value}")
+        not_on_the_shipped_model(f"this model stopped otherwise: {info.value}")
     results = [r for r in session.records if isinstance(r, ToolResult)]
     assert [r.not_run for r in results] == [None, None, "loop", "loop"]
     assert results[2].content.startswith("Loop guard: get_weather returned the same result 2")
