@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import threading
 import warnings
@@ -33,9 +32,11 @@ from typing import Any
 from ..errors import SessionError
 from ..records import (
     SCHEMA_VERSION,
+    SESSION_ID,
     Assistant,
     Baseline,
     Record,
+    RecordError,
     ToolCall,
     ToolResult,
     TurnEnd,
@@ -43,15 +44,14 @@ from ..records import (
     Usage,
     User,
     baseline_from_json,
-    record_from_json,
+    check_records,
     record_to_json,
+    records_from_json,
     utc_now,
 )
 from ._file import LogReadWarning, LogWriter, dumps_line, read_log
 
 __all__ = ["Session", "message_of", "messages", "new_session_id", "wire_arguments"]
-
-_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def new_session_id() -> str:
@@ -190,7 +190,7 @@ class Session:
         if not isinstance(baseline, Baseline):
             raise SessionError(f"baseline must be a Baseline, not {type(baseline).__name__}")
         sid = new_session_id() if session_id is None else session_id
-        if not _SAFE_ID.fullmatch(sid):
+        if not SESSION_ID.fullmatch(sid):
             raise SessionError(f"session id {sid!r} is not safe as a file name")
         folder = Path(directory)
         path = folder / f"{sid}.jsonl"
@@ -254,33 +254,21 @@ class Session:
 
     @classmethod
     def _from_data(cls, data: Any, writer: LogWriter | None) -> Session:
+        """The session of a log :func:`read_log` read (and checked by the records' rule)."""
         p = data.path
         try:
             baseline = baseline_from_json(data.head)
-        except ValueError as exc:
-            raise SessionError(f"{p}:1: {exc}") from exc
-        sid = data.head.get("session_id", p.stem)
-        if not isinstance(sid, str) or not _SAFE_ID.fullmatch(sid):
-            raise SessionError(f"{p}:1: session id {sid!r} is not safe as a file name")
-        records: list[Record] = []
-        unknown: set[str] = set()
-        for number, item in enumerate(data.records, start=2):
-            if type(item) is not dict:
-                raise SessionError(f"{p}:{number}: line is not a JSON object: {item!r:.80}")
-            try:
-                record = record_from_json(item)
-            except ValueError as exc:
-                raise SessionError(f"{p}:{number}: {exc}") from exc
-            if isinstance(record, Unknown):
-                unknown.add(record.type)
-            records.append(record)
+            records = records_from_json(data.records)
+        except RecordError as exc:  # read_log checked both: a line changed under us
+            raise SessionError(f"{p}: {exc}") from exc
+        unknown = {r.type for r in records if isinstance(r, Unknown)}
         if unknown:
             warnings.warn(
                 f"{p}: records of unknown type kept as Unknown: {', '.join(sorted(unknown))}",
                 LogReadWarning,
                 stacklevel=3,
             )
-        return cls(p, sid, baseline, records, data.schema, writer)
+        return cls(p, data.session_id, baseline, records, data.schema, writer)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -385,10 +373,24 @@ class Session:
         all-or-nothing write with one fsync: after a crash or a failed write, either all of
         them are in the log or none.
 
+        Each record is checked by the rule the log is read by
+        (:func:`boxmaker.records.check_records`) before anything is written, so the log never
+        holds a line its readers refuse.
+
         Raises:
-            SessionError: as :meth:`append`; then none of the records is kept.
+            SessionError: as :meth:`append`, or a record breaks the log's rule (a value
+                outside its ``Literal``, a negative token count: the message says which);
+                then none of the records is written or kept.
         """
-        data = b"".join(dumps_line(record_to_json(r)) for r in records)
+        objects = [record_to_json(r) for r in records]
+        try:
+            check_records(objects)
+        except RecordError as exc:
+            raise SessionError(
+                f"{self.path}: not written: record {exc.index + 1} of {len(objects)} breaks "
+                f"the log's rule ({exc})"
+            ) from exc
+        data = b"".join(dumps_line(obj) for obj in objects)
         with self._lock:
             if self._writer is None:
                 raise SessionError(f"{self.path}: opened read-only")

@@ -29,7 +29,7 @@ from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 import jsonschema
 
-from ..records import Approval
+from ..records import Approval, NotRunReason
 
 __all__ = [
     "Dispatched",
@@ -372,7 +372,7 @@ class Dispatched:
     content: str
     data_class: str = "public"
     untrusted: bool = False
-    not_run: str | None = None
+    not_run: NotRunReason | None = None
     server: str | None = None
     approvals: tuple[Approval, ...] = ()
 

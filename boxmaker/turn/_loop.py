@@ -32,7 +32,7 @@ from ..events import ClientEvent, Hook, ToolCallDelta, ToolCallStarted, guarded
 from ..records import Assistant, LimitHit, Record, ToolCall, ToolResult, TurnEnd, Usage, User
 from ..session import Session
 from ..tools import Dispatched, Registry, ToolPort, cap_result, dispatch
-from ._guard import ALREADY_MADE, AnswerAfterLimit, LoopGuard, after_limit, not_run_results
+from ._guard import ALREADY_MADE, AnswerAfterLimit, LoopGuard, after_limit, ended, not_run_results
 
 __all__ = ["ALREADY_MADE", "Runtime", "TurnOutcome", "run_turn"]
 
@@ -270,7 +270,7 @@ def _end_turn(
     elif isinstance(error, SessionFull):
         records.append(LimitHit(kind="context_full", detail=str(error.cause)))
     if after is None:
-        records.append(TurnEnd(outcome=outcome, detail=str(error), status=status))
+        records.append(ended(outcome, str(error), status))
     _append(session, emit, *records)
     if after is not None:
         raise AnswerAfterLimit(after)
