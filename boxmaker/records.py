@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 import re
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import chain, compress, repeat
 from typing import Annotated, Any, Literal, TypeAlias
 
 __all__ = [
@@ -653,7 +655,7 @@ def check_baseline(head: Mapping[str, Any]) -> None:
     """
     if head.get("type") != "baseline":
         raise RecordError(f"first record is {head.get('type')!r:.40}, not 'baseline'", 0)
-    found = _problems(RULES["baseline"], [head], "baseline")
+    found = _problems(RULES["baseline"], [dict(head)], "baseline")
     if found:
         raise RecordError(found[0][1], 0)
 
@@ -673,15 +675,14 @@ def check_records(items: Sequence[Any]) -> None:
         j = next(j for j, item in enumerate(items) if type(item) is not dict)
         raise RecordError(f"line is not a JSON object: {items[j]!r:.80}", j) from None
     found: list[tuple[int, str]] = []
-    groups: dict[str, list[int]] = {}
-    for j, name in enumerate(names):
-        if type(name) is str:
-            groups.setdefault(name, []).append(j)
-        elif not found:
-            found.append((j, f"record without a 'type' string: {items[j]!r:.80}"))
-    for name, where in groups.items():
+    if not set(map(type, names)) <= {str}:
+        j = next(j for j, name in enumerate(names) if type(name) is not str)
+        found.append((j, f"record without a 'type' string: {items[j]!r:.80}"))
+    # C-level passes (map, compress): this runs over every record of every log the frames read
+    for name in {name for name in names if type(name) is str}:
+        where = list(compress(range(len(names)), map(operator.eq, names, repeat(name))))
         rules = RULES.get(name) if name != "baseline" else None
-        lines = [items[j] for j in where]
+        lines = list(map(items.__getitem__, where))
         for k, message in _problems(rules or (_TIME,), lines, name):
             found.append((where[k], message))
             break
@@ -691,12 +692,12 @@ def check_records(items: Sequence[Any]) -> None:
 
 
 def _problems(
-    rules: tuple[FieldRule, ...], lines: Sequence[Mapping[str, Any]], name: str
+    rules: tuple[FieldRule, ...], lines: Sequence[dict[str, Any]], name: str
 ) -> list[tuple[int, str]]:
     """The first break of each rule over ``lines`` (position, message), earliest first."""
     found = []
     for rule in rules:
-        values = [line.get(rule.name, _ABSENT) for line in lines]
+        values = list(map(dict.get, lines, repeat(rule.name), repeat(_ABSENT)))
         bad = _problem(rule, values, rule.name)
         if bad is not None:
             k, what = bad
@@ -714,34 +715,60 @@ def _problem(rule: FieldRule, values: list[Any], label: str) -> tuple[int, str] 
         if values[k] is _ABSENT:
             return k, f"without {label!r}"
         return k, f"{label} = {values[k]!r:.60} is not {rule.want}"
-    checks: list[tuple[Callable[[Any], bool], str]] = []
-    if int in kinds:
-        checks.append((lambda v: type(v) is not int or _INT64[0] <= v <= _INT64[1],
-                       "is out of range (64-bit)"))  # fmt: skip
-    number = f"is not {rule.want}" if float in rule.types else "is not a count (>= 0)"
-    if float in kinds:
-        checks.append((lambda v: type(v) is not float or math.isfinite(v), number))
-    if rule.minimum is not None and kinds & {int, float}:
-        least = rule.minimum
-        checks.append((lambda v: type(v) not in (int, float) or v >= least, number))
-    if rule.values is not None and str in kinds:
-        allowed = rule.values
-        checks.append((lambda v: type(v) is not str or v in allowed, f"is not {rule.want}"))
-    if rule.pattern is not None and str in kinds:
-        pattern = rule.pattern
-        checks.append((lambda v: type(v) is not str or bool(pattern.fullmatch(v)),
-                       f"is not {rule.want}"))  # fmt: skip
-    for check, why in checks:
-        if not all(map(check, values)):
-            k = next(k for k, v in enumerate(values) if not check(v))
-            return k, f"{label} = {values[k]!r:.60} {why}"
+    if _suspect(rule, values, kinds):
+        for check, why in _checks(rule):
+            k = next((k for k, v in enumerate(values) if not check(v)), -1)
+            if k >= 0:
+                return k, f"{label} = {values[k]!r:.60} {why}"
     if rule.time:
         return _time_problem(values, label)
     if rule.measurements:
-        return _inner(values, label, lambda key: f".{key}", _MEASUREMENT)
+        return _inner(values, label, _MEASUREMENT)
     if rule.items is not None:
-        return _inner(values, label, lambda k: f"[{k}]", rule.items)
+        return _inner(values, label, rule.items)
     return None
+
+
+_NUMBERS = (int, float)
+_NULLS = frozenset({None, _ABSENT})
+
+
+def _suspect(rule: FieldRule, values: list[Any], kinds: set[type]) -> bool:
+    """Whether a value may break the value checks of ``rule``: one quick pass in C over all
+    (``sum``, ``min``, ``max``, a set); only then are the values checked one by one."""
+    if kinds & {int, float}:
+        nums = values if kinds <= {int, float} else [v for v in values if type(v) in _NUMBERS]
+        try:
+            total, lo, hi = sum(nums), min(nums), max(nums)
+        except OverflowError:  # an int too large for a float, among floats
+            return True
+        if float in kinds and not math.isfinite(total):  # NaN or infinity (or a sum past 1e308)
+            return True
+        if int in kinds and (lo < _INT64[0] or hi > _INT64[1]):
+            return True
+        if rule.minimum is not None and lo < rule.minimum:
+            return True
+    if rule.values is not None and not set(values) <= rule.values | _NULLS:
+        return True
+    return rule.pattern is not None and str in kinds
+
+
+def _checks(rule: FieldRule) -> list[tuple[Callable[[Any], bool], str]]:
+    """The value checks of ``rule``, one value at a time, and what a failure says."""
+    number = f"is not {rule.want}" if float in rule.types else "is not a count (>= 0)"
+    least, allowed, pattern = rule.minimum, rule.values, rule.pattern
+    out: list[tuple[Callable[[Any], bool], str]] = [
+        (lambda v: type(v) is not int or _INT64[0] <= v <= _INT64[1], "is out of range (64-bit)"),
+        (lambda v: type(v) is not float or math.isfinite(v), number),
+    ]
+    if least is not None:
+        out.append((lambda v: type(v) not in _NUMBERS or v >= least, number))
+    if allowed is not None:
+        out.append((lambda v: type(v) is not str or v in allowed, f"is not {rule.want}"))
+    if pattern is not None:
+        out.append((lambda v: type(v) is not str or bool(pattern.fullmatch(v)),
+                    f"is not {rule.want}"))  # fmt: skip
+    return out
 
 
 _MEASUREMENT = FieldRule(
@@ -750,52 +777,61 @@ _MEASUREMENT = FieldRule(
 
 
 def _inner(
-    values: list[Any],
-    label: str,
-    where: Callable[[Any], str],
-    rules: FieldRule | tuple[FieldRule, ...],
+    values: list[Any], label: str, rules: FieldRule | tuple[FieldRule, ...]
 ) -> tuple[int, str] | None:
     """The first break inside lists or objects (one per line): each element (a list's) or
     value (an object's) checked by ``rules`` (one rule for the values themselves, or the rules
     of the elements' keys)."""
-    owners: list[tuple[int, Any]] = []
     inside: list[Any] = []
-    for k, value in enumerate(values):
-        if type(value) is list:
-            owners += [(k, i) for i in range(len(value))]
-            inside += value
-        elif type(value) is dict:
-            owners += [(k, key) for key in value]
-            inside += value.values()
+    kinds = set(map(type, values))
+    if kinds == {list}:
+        inside = list(chain.from_iterable(values))
+    elif kinds == {dict}:
+        inside = list(chain.from_iterable(map(dict.values, values)))
+    else:
+        for value in values:
+            if type(value) is list:
+                inside += value
+            elif type(value) is dict:
+                inside += value.values()
     if isinstance(rules, FieldRule):
         bad = _problem(rules, inside, "")
-        if bad is None:
-            return None
-        k, key = owners[bad[0]]
-        return k, f"{label}{where(key)}{bad[1]}"
-    if not all(type(v) is dict for v in inside):
+        return None if bad is None else _owned(values, bad[0], label, bad[1])
+    if not set(map(type, inside)) <= {dict}:
         n = next(n for n, v in enumerate(inside) if type(v) is not dict)
-        k, key = owners[n]
-        return k, f"{label}{where(key)} = {inside[n]!r:.40} is not a JSON object"
+        return _owned(values, n, label, f" = {inside[n]!r:.40} is not a JSON object")
     found = []
     for rule in rules:
-        bad = _problem(rule, [v.get(rule.name, _ABSENT) for v in inside], rule.name)
+        bad = _problem(
+            rule, list(map(dict.get, inside, repeat(rule.name), repeat(_ABSENT))), rule.name
+        )
         if bad is not None:
-            found.append((bad[0], bad[1]))
+            found.append(bad)
     if not found:
         return None
     n, what = min(found)
-    k, key = owners[n]
-    return k, f"{label}{where(key)}" + (f" {what}" if what.startswith("without") else f".{what}")
+    return _owned(values, n, label, f" {what}" if what.startswith("without") else f".{what}")
+
+
+def _owned(values: list[Any], n: int, label: str, what: str) -> tuple[int, str]:
+    """(line, message) of the ``n``-th element or value inside ``values``' lists or objects:
+    ``label[i]`` for a list's element, ``label.key`` for an object's value."""
+    for k, value in enumerate(values):
+        size = len(value) if type(value) in (list, dict) else 0
+        if n < size:
+            where = f"[{n}]" if type(value) is list else f".{list(value)[n]}"
+            return k, f"{label}{where}{what}"
+        n -= size
+    raise AssertionError("no such element")  # pragma: no cover
 
 
 def _time_problem(values: list[Any], label: str) -> tuple[int, str] | None:
     """The first time of ``values`` (strings, or absent where optional) that breaks the rule
     of :func:`time_problem`; all of them parsed at once first (the common case: all good)."""
-    texts = [v for v in values if type(v) is str]
+    texts = values if set(map(type, values)) == {str} else [v for v in values if type(v) is str]
     try:
         parsed = list(map(datetime.fromisoformat, texts))
-        if all(t.tzinfo is not None for t in parsed) and (
+        if None not in map(operator.attrgetter("tzinfo"), parsed) and (
             not parsed or (TIME_RANGE[0] <= min(parsed) and max(parsed) <= TIME_RANGE[1])
         ):
             return None

@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import SessionError
+from ..records import parse_time
 from ..session import LogReadWarning, Session
 from ._columns import COLUMNS, ENDING_LIMITS, ROW_RECORD, TIME, TURN_OUTCOMES, Column, ratio
 from ._columns import doc_table as _doc_table
@@ -109,10 +110,15 @@ def _dtype(name: str) -> Any:
 
 def _array(values: list[Any], column: Column) -> Any:
     if column.dtype == TIME:
-        times = pd.to_datetime(
-            pd.Series(values, dtype=object), utc=True, format="ISO8601", errors="coerce"
-        )
-        return times.astype(_dtype(TIME)).array
+        texts = pd.Series(values, dtype=object)
+        times = pd.to_datetime(texts, utc=True, format="ISO8601", errors="coerce")
+        times = times.astype(_dtype(TIME))
+        missed = times.isna() & texts.notna()
+        if missed.any():  # ISO 8601 forms pandas does not read (a week date, a decimal comma):
+            # the times the session reads (read_log checked each by the records' rule)
+            fixed = pd.Series([parse_time(t) for t in texts[missed]], index=texts.index[missed])
+            times[missed] = fixed.astype(_dtype(TIME))
+        return times.array
     if column.dtype == "category":
         known = list(column.categories)
         extra = sorted(set(values) - set(known) - {None})
