@@ -12,6 +12,11 @@ kept in the log only; it never goes into a message sent to the model.
 Records are frozen: a record, once written, never changes. Field names follow the OpenAI
 chat-completions API (``tool_calls``, ``tool_call_id``) and llama.cpp's server (``timings``
 with ``cache_n``, ``prompt_n``, ``predicted_n``, ``prompt_ms``, ``predicted_ms``).
+
+What each line may hold is one rule table, :data:`RULES`, derived from the dataclasses' type
+hints (``Literal`` values, :data:`Tokens` and :data:`Millis` never negative, times within
+:data:`TIME_RANGE`); :func:`check_records` applies it, and every reader of a log
+(:func:`boxmaker.session.read_log`, so the session and the frames alike) and its writer use it.
 """
 
 from __future__ import annotations
@@ -83,7 +88,10 @@ reader meets them: ``ToolResult.server`` (an optional field, ignored by a reader
 know it, absent in older logs and read as ``None``) and :class:`Approval` records (kept as
 ``Unknown`` by a reader that does not know the type; never messages), and the loop guard's
 values (:mod:`boxmaker.turn`): the limit kind, ``not_run`` reason and turn outcome
-``loop``, and the outcome ``answered_after_limit`` (strings an older reader keeps as they are).
+``loop``, and the outcome ``answered_after_limit`` (strings the readers of that time kept as
+they were). Readers now check these values by their ``Literal`` types (:data:`RULES`), so a
+value added later is refused by an older reader, naming it (the log reads with the version
+that added it).
 """
 
 LimitKind: TypeAlias = Literal[

@@ -16,9 +16,13 @@ read-only (a log is never modified here), so the frames accept and refuse the sa
 - a log of an older schema is upgraded in memory by :mod:`boxmaker.session`;
 - records of a type this version does not know are skipped with a warning (counted in
   ``summary().unknown_records``);
+- a line that repeats an earlier one byte for byte (a record written twice) is read once, with
+  the same warning :meth:`Session.open` gives;
 - a log that :meth:`Session.open` refuses (unreadable, no baseline, a schema this version does
-  not read, a line that is not a JSON object, a field of the wrong type) is left out with a
-  warning that names the file and line, and the other logs are still read.
+  not read, a line that breaks the records' one rule, :data:`boxmaker.records.RULES`: a missing
+  field, a wrong type, a value outside its ``Literal``, a bad or out-of-range time, an unsafe
+  session id) is left out with a warning in the session's words (file, line, field, value),
+  and the other logs are still read.
 
 Warnings are :class:`~boxmaker.session.LogReadWarning` (a :class:`UserWarning`, re-exported
 here); turn them into errors with ``warnings.simplefilter("error", LogReadWarning)``.

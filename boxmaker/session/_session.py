@@ -222,8 +222,9 @@ class Session:
         Reading follows :func:`boxmaker.session.read_log` (the one reader, shared with the
         frames and widgets): a torn last line is dropped with a
         :class:`~boxmaker.session.LogReadWarning` (and, when writing, set aside in
-        ``<log>.torn``), older schemas are upgraded in memory. Records of unknown type are
-        kept as ``Unknown`` with a warning.
+        ``<log>.torn``), older schemas are upgraded in memory, every line is checked by the
+        records' one rule (:data:`boxmaker.records.RULES`), and a duplicated line is read once
+        with a warning. Records of unknown type are kept as ``Unknown`` with a warning.
 
         Args:
             path: the ``.jsonl`` log.
@@ -236,8 +237,8 @@ class Session:
         Raises:
             SessionError: another writer holds the log (the message names its pid); the file
                 cannot be read; its first line is not a baseline; its schema or session id is
-                not valid for this version; a line other than a torn last one is corrupt (the
-                message names file and line).
+                not valid for this version; a line other than a torn last one is corrupt or
+                breaks the records' rule (the message names file, line, field and value).
         """
         p = Path(path)
         if repair is not None:

@@ -424,8 +424,14 @@ AT = '"time": "2026-11-30T07:00:01Z"'
         ),
         ("[1, 2]", r"bad\.jsonl:3: line is not a JSON object"),
         ('{"a": 1}, {"b": 2}', r"bad\.jsonl:3: corrupt line"),
-        ('{"type": "tool_result", "call": 1, ' + AT + "}", r"bad\.jsonl:3: tool_result record without"),
-        ('{"type": "turn_end", "outcome": 5, ' + AT + "}", r"bad\.jsonl:3: turn_end record: outcome"),
+        (
+            '{"type": "tool_result", "call": 1, ' + AT + "}",
+            r"bad\.jsonl:3: tool_result record without",
+        ),
+        (
+            '{"type": "turn_end", "outcome": 5, ' + AT + "}",
+            r"bad\.jsonl:3: turn_end record: outcome",
+        ),
         (
             '{"type": "turn_end", "outcome": "answered", "status": "500", ' + AT + "}",
             r"bad\.jsonl:3: turn_end record: status = '500' is not int or null",

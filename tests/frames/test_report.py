@@ -19,7 +19,7 @@ from test_frames import RECORDS, at
 from boxmaker.cli import main
 from boxmaker.frames import _build as frames
 from boxmaker.frames.report import format_text, tables
-from boxmaker.records import Assistant, Baseline, LimitHit, ToolCall, ToolResult, User
+from boxmaker.records import Assistant, Baseline, CacheLoss, LimitHit, ToolCall, ToolResult, User
 from boxmaker.session import Session
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -188,12 +188,14 @@ def test_text_report_prints_terminal_controls_from_a_log_inert(
         made = ToolCall(id="c1", name=name, arguments="{}")
         session.append(Assistant(content=None, tool_calls=(made,)))
         session.append(ToolResult(call=1, tool_call_id="c1", name=name, content="ok"))
-        session.append(LimitHit(kind="loop\x1b[5m", detail="\x1b[2J", time=at(1)))  # type: ignore[arg-type]
+        # a limit kind is one of LIMIT_KINDS (the log's rule): a cause is any text
+        session.append(CacheLoss(expected=9, reused=0, cause="evicted\x1b[5m", time=at(1)))
+        session.append(LimitHit(kind="loop", detail="\x1b[2J", time=at(1)))
     bad = folder / "zz-\x1b[31m.jsonl"
     bad.write_text('{"type": "baseline", "schema": 1}\n\x1b[2J\n')
     assert run_report([str(folder)]) == 0
     out, err = capsys.readouterr()
     for stream in (out, err):
         assert "\x1b" not in stream and "\x07" not in stream
-    assert "get_\\x1b]0;PWN\\x07weather" in out and "loop\\x1b[5m" in out
+    assert "get_\\x1b]0;PWN\\x07weather" in out and "evicted\\x1b[5m" in out
     assert "zz-\\x1b[31m.jsonl" in err
