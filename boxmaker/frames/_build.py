@@ -16,7 +16,7 @@ read-only (a log is never modified here), so the frames accept and refuse the sa
 - a log of an older schema is upgraded in memory by :mod:`boxmaker.session`;
 - records of a type this version does not know are skipped with a warning (counted in
   ``summary().unknown_records``);
-- a line that repeats an earlier one byte for byte (a record written twice) is read once, with
+- a line that repeats an earlier record (a record written twice) is read once, with
   the same warning :meth:`Session.open` gives;
 - a log that :meth:`Session.open` refuses (unreadable, no baseline, a schema this version does
   not read, a line that breaks the records' one rule, :data:`boxmaker.records.RULES`: a missing

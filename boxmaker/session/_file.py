@@ -9,8 +9,8 @@ the baseline with ``"schema"`` and ``"session_id"``, every later line one record
   line is dropped with a :class:`LogReadWarning` (and set aside in ``<log>.torn`` when
   repairing), the first line must be a baseline of a schema this version reads, older
   schemas are upgraded in memory by :mod:`boxmaker.session`, every line is checked by the
-  records' one rule (:data:`boxmaker.records.RULES`), and a line that repeats an earlier one
-  byte for byte (a record written twice) is read once, with a warning. The whole file is
+  records' one rule (:data:`boxmaker.records.RULES`), and a line that repeats an earlier record
+  (the same JSON value: a record written twice) is read once, with a warning. The whole file is
   parsed in one call (the frames' speed relies on it): :func:`boxmaker._json.loads`, orjson
   where it reads as :func:`json.loads` does.
 - :class:`LogWriter`: the one writer of a log. It holds an exclusive ``flock`` on the file for
@@ -34,6 +34,7 @@ import json
 import os
 import warnings
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -86,8 +87,8 @@ def read_log(path: str | os.PathLike[str], *, repair: bool = False) -> LogData:
         repair: fix a torn or unterminated last line on disk. Only the log's writer may
             (:class:`LogWriter` holds the lock); ``False`` never touches the file.
 
-    A line that repeats an earlier line after the baseline byte for byte is a record written
-    twice (every record carries its time to the microsecond): it is dropped, with a
+    A line that repeats an earlier record (the same JSON value) is a record written twice
+    (every record carries its time to the microsecond): it is dropped, with a
     :class:`LogReadWarning` naming its line and the one it repeats, so each record is read once.
 
     Returns:
@@ -146,23 +147,30 @@ def read_log(path: str | os.PathLike[str], *, repair: bool = False) -> LogData:
         check_records(records)
     except RecordError as exc:
         raise SessionError(f"{p}:{exc.index + 2}: {exc}") from exc
-    records = _once(p, raw, records)
+    records = _once(p, records)
     return LogData(p, head, schema, records, tuple(migrated), sid)
 
 
-def _once(path: Path, raw: bytes, records: list[Any]) -> list[Any]:
-    """``records`` without the lines that repeat an earlier line byte for byte (a record
-    written twice), with a :class:`LogReadWarning` naming them."""
-    lines = raw.split(b"\n")[1:-1]  # the records' lines (after the baseline, before the end)
-    if len(set(lines)) == len(lines):
+def _once(path: Path, records: list[Any]) -> list[Any]:
+    """``records`` without those that repeat an earlier record (the same JSON value, its
+    microsecond ``time`` included: a record written twice), with a :class:`LogReadWarning`
+    naming their lines. Records were checked: each is an object with ``type`` and ``time``."""
+    types = map(dict.get, records, repeat("type"))
+    keys = list(zip(types, map(dict.get, records, repeat("time")), strict=True))
+    if len(set(keys)) == len(keys):  # the usual case: no two records of a type share a time
         return records
-    first: dict[bytes, int] = {}
-    twice: list[tuple[int, int]] = []  # (line, the earlier line it repeats), 1-based
-    for i, line in enumerate(lines):
-        earlier = first.setdefault(line, i)
-        if earlier != i:
-            twice.append((i + 2, earlier + 2))
-    shown = ", ".join(f"line {n} (= line {m})" for n, m in twice[:5])
+    seen: dict[Any, list[int]] = {}
+    twice: list[tuple[int, int]] = []  # (record, the earlier record it repeats)
+    for i, key in enumerate(keys):
+        same = seen.setdefault(key, [])
+        earlier = next((j for j in same if records[j] == records[i]), None)
+        if earlier is None:
+            same.append(i)
+        else:
+            twice.append((i, earlier))
+    if not twice:
+        return records
+    shown = ", ".join(f"line {i + 2} (= line {j + 2})" for i, j in twice[:5])
     more = f" and {len(twice) - 5} more" if len(twice) > 5 else ""
     warnings.warn(
         f"{path}: {len(twice)} duplicated line(s) read once: {shown}{more} (a record "
@@ -170,7 +178,7 @@ def _once(path: Path, raw: bytes, records: list[Any]) -> list[Any]:
         LogReadWarning,
         stacklevel=3,
     )
-    dropped = {n - 2 for n, _ in twice}
+    dropped = {i for i, _ in twice}
     return [r for i, r in enumerate(records) if i not in dropped]
 
 
