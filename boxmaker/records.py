@@ -12,34 +12,51 @@ kept in the log only; it never goes into a message sent to the model.
 Records are frozen: a record, once written, never changes. Field names follow the OpenAI
 chat-completions API (``tool_calls``, ``tool_call_id``) and llama.cpp's server (``timings``
 with ``cache_n``, ``prompt_n``, ``predicted_n``, ``prompt_ms``, ``predicted_ms``).
+
+What each line may hold is one rule table, :data:`RULES`, derived from the dataclasses' type
+hints (``Literal`` values, :data:`Tokens` and :data:`Millis` never negative, times within
+:data:`TIME_RANGE`); :func:`check_records` applies it, and every reader of a log
+(:func:`boxmaker.session.read_log`, so the session and the frames alike) and its writer use it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import operator
+import re
+import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, TypeAlias
+from itertools import chain, compress, repeat
+from typing import Annotated, Any, Literal, TypeAlias
 
 __all__ = [
     "APPROVAL_DECISIONS",
     "COUNTS",
     "LIMIT_KINDS",
     "NOT_RUN_REASONS",
+    "RULES",
     "SCHEMA_VERSION",
+    "SESSION_ID",
+    "TIME_RANGE",
     "TURN_END_OUTCOMES",
     "Approval",
     "ApprovalDecision",
     "Assistant",
+    "AtLeast",
     "Baseline",
     "CacheLoss",
+    "FieldRule",
     "LimitHit",
     "LimitKind",
+    "Millis",
     "NotRunReason",
     "Record",
+    "RecordError",
+    "Tokens",
     "ToolCall",
     "ToolResult",
     "TurnEnd",
@@ -47,11 +64,16 @@ __all__ = [
     "Unknown",
     "Usage",
     "User",
+    "baseline_from_json",
+    "check_baseline",
+    "check_records",
     "format_time",
     "is_measurement",
     "parse_time",
     "record_from_json",
     "record_to_json",
+    "records_from_json",
+    "time_problem",
     "utc_now",
 ]
 
@@ -70,7 +92,9 @@ know it, absent in older logs and read as ``None``) and :class:`Approval` record
 values (:mod:`boxmaker.turn`): the limit kind, ``not_run`` reason and turn outcome
 ``loop``, and the outcome ``answered_after_limit``, and the client-side bounds' limit kinds and
 outcomes (``completion_tokens``, ``completions``, ``turn_deadline``, ``tool_calls``,
-``tool_arguments``; strings an older reader keeps as they are).
+``tool_arguments``). Readers now check these values by their ``Literal`` types (:data:`RULES`),
+so a value added later is refused by an older reader, naming it (the log reads with the version
+that added it).
 """
 
 LimitKind: TypeAlias = Literal[
@@ -149,6 +173,21 @@ APPROVAL_DECISIONS: tuple[ApprovalDecision, ...] = typing.get_args(ApprovalDecis
 """What an :class:`Approval` decided."""
 
 
+@dataclass(frozen=True)
+class AtLeast:
+    """``Annotated`` marker of a number field that is never below ``minimum`` (see
+    :data:`RULES`)."""
+
+    minimum: int
+
+
+Tokens: TypeAlias = Annotated[int, AtLeast(0)]
+"""A count of tokens: an ``int`` >= 0 (the log's rule refuses a negative one)."""
+
+Millis: TypeAlias = Annotated[float, AtLeast(0)]
+"""A duration in milliseconds: a finite number >= 0."""
+
+
 def utc_now() -> datetime:
     """The current time as an aware UTC datetime."""
     return datetime.now(UTC)
@@ -160,18 +199,17 @@ def format_time(t: datetime) -> str:
 
 
 def parse_time(text: str) -> datetime:
-    """Parse :func:`format_time`'s output (any ISO 8601 with an offset) to an aware datetime.
+    """Parse :func:`format_time`'s output (any ISO 8601 with an offset) to an aware UTC
+    datetime.
 
     Raises:
-        ValueError: not ISO 8601, no UTC offset, or out of range once moved to UTC.
+        ValueError: not ISO 8601, no UTC offset, or out of :data:`TIME_RANGE` once moved to
+            UTC (the message says which: :func:`time_problem`).
     """
-    t = datetime.fromisoformat(text)
-    if t.tzinfo is None:
-        raise ValueError(f"time without UTC offset: {text!r}")
-    try:
-        return t.astimezone(UTC)
-    except OverflowError as exc:
-        raise ValueError(f"time out of range in UTC: {text!r:.60}") from exc
+    why = time_problem(text)
+    if why is not None:
+        raise ValueError(f"time {text!r:.60} {why}")
+    return datetime.fromisoformat(text).astimezone(UTC)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -234,10 +272,10 @@ class Usage:
     """
 
     timings: Mapping[str, float] = field(default_factory=dict)
-    reasoning_tokens: int = 0
+    reasoning_tokens: Tokens = 0
     thinking_capped: bool = False
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
+    prompt_tokens: Tokens | None = None
+    completion_tokens: Tokens | None = None
     finish_reason: str | None = None
     time: datetime = field(default_factory=utc_now)
 
@@ -255,9 +293,9 @@ class CacheLoss:
     older logs read with ``None``) is what forensics saw, in words, or why it could not look.
     """
 
-    expected: int
-    reused: int
-    position: int | None = None
+    expected: Tokens
+    reused: Tokens
+    position: Tokens | None = None
     cause: str | None = None
     old_window: str | None = None
     new_window: str | None = None
@@ -286,7 +324,7 @@ class ToolResult:
     data_class: str = "public"
     untrusted: bool = False
     truncated: bool = False
-    not_run: str | None = None
+    not_run: NotRunReason | None = None
     server: str | None = None
     time: datetime = field(default_factory=utc_now)
 
@@ -306,10 +344,10 @@ class Approval:
 
     call: int
     name: str
-    decision: str
+    decision: ApprovalDecision
     by: str
     reason: str = ""
-    waited_ms: float = 0.0
+    waited_ms: Millis = 0.0
     time: datetime = field(default_factory=utc_now)
 
 
@@ -331,7 +369,7 @@ class TurnEnd:
     (``infer_error``), ``None`` otherwise or when no response came.
     """
 
-    outcome: str
+    outcome: TurnEndOutcome
     detail: str = ""
     status: int | None = None
     time: datetime = field(default_factory=utc_now)
@@ -391,116 +429,465 @@ def record_to_json(record: Record | Baseline) -> dict[str, Any]:
 
 
 def record_from_json(data: Mapping[str, Any]) -> Record:
-    """Build a record from one log line's JSON object.
+    """Build a record from one log line's JSON object, checked by :data:`RULES` first.
 
     A ``type`` this version does not know gives an :class:`Unknown` record holding the data.
 
     Raises:
-        ValueError: a known type with missing or malformed fields (the message says which).
+        RecordError: the line breaks the log's rule (a missing or malformed field, a value
+            outside its ``Literal``, a bad time; the message says which); a ``ValueError``.
     """
-    name = data.get("type")
-    time_text = data.get("time")
-    if not isinstance(time_text, str):
-        raise ValueError(f"{name} record without a 'time' string")
-    time = parse_time(time_text)
-    cls = _TYPES.get(name) if isinstance(name, str) else None
+    return records_from_json([data])[0]
+
+
+def records_from_json(items: Sequence[Any]) -> list[Record]:
+    """Build the records of a log's lines after the baseline (JSON values, in file order),
+    checked by :func:`check_records` first.
+
+    Raises:
+        RecordError: as :func:`check_records` (``index`` is the position in ``items``).
+    """
+    check_records(items)
+    return [_build(item) for item in items]
+
+
+def _build(data: Mapping[str, Any]) -> Record:
+    """The record of a line that :func:`check_records` accepted."""
+    time = parse_time(data["time"])
+    cls = _TYPES.get(data["type"])
     if cls is None:
-        return Unknown(type=str(name), data=dict(data), time=time)
-    hints = _field_types(cls)
+        return Unknown(type=data["type"], data=dict(data), time=time)
     kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.name == "time":
+    for rule in RULES[data["type"]]:
+        if rule.name == "time" or rule.name not in data:
             continue
-        if f.name not in data:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ValueError(f"{name} record without {f.name!r}")
-            continue
-        value = data[f.name]
-        expected = hints.get(f.name)
-        if expected is not None and (
-            not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected)
-        ):
-            names = " or ".join("null" if t is type(None) else t.__name__ for t in expected)
-            raise ValueError(f"{name} record: {f.name} = {value!r:.60} is not {names}")
-        if f.name == "tool_calls":
-            try:
-                value = tuple(
-                    ToolCall(id=str(c["id"]), name=str(c["name"]), arguments=str(c["arguments"]))
-                    for c in value
-                )
-            except (KeyError, TypeError) as exc:
-                raise ValueError(f"malformed tool_calls in {name} record: {exc}") from exc
-        elif f.name == "timings":
-            for key, number in value.items():
-                if not is_measurement(number):
-                    raise ValueError(
-                        f"{name} record: timings.{key} = {number!r:.40} is not a finite number >= 0"
-                    )
-                _in_range(name, f"timings.{key}", number)
-        elif type(value) is int:
-            _in_range(name, f.name, value)
-            if value < 0 and f.name in COUNTS:
-                raise ValueError(f"{name} record: {f.name} = {value} is not a count (>= 0)")
-        kwargs[f.name] = value
-    try:
-        record: Record = cls(time=time, **kwargs)
-    except TypeError as exc:
-        raise ValueError(f"malformed {name} record: {exc}") from exc
+        value = data[rule.name]
+        if rule.items is not None and rule.name == "tool_calls":
+            value = tuple(ToolCall(**{r.name: c[r.name] for r in rule.items}) for c in value)
+        kwargs[rule.name] = value
+    record: Record = cls(time=time, **kwargs)
     return record
 
 
-COUNTS = frozenset({"expected", "reused", "position"})
-"""Integer fields that count tokens (``CacheLoss``): never negative, for the session and the
-frames alike."""
+# -- the one rule of the log: what each field of each line may hold ---------------------------
+
+_INT64 = (-(2**63), 2**63 - 1)
+"""The range of every integer (pandas' ``Int64``, the frames' integer dtype)."""
+
+
+class RecordError(ValueError):
+    """A log line breaks the rule of :data:`RULES`; ``index`` is the line's position in the
+    list checked (the message names the record type, field and value)."""
+
+    def __init__(self, message: str, index: int) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+class _Absent:
+    """The value of a key a line does not have (``None`` is JSON's ``null``)."""
+
+    def __repr__(self) -> str:
+        return "<absent>"
+
+
+_ABSENT = _Absent()
+
+
+@dataclass(frozen=True)
+class FieldRule:
+    """What one key of a log line's JSON object may hold, derived from the record dataclass's
+    type hint (:data:`RULES`).
+
+    Attributes:
+        name: the JSON key (the dataclass field).
+        required: the line must have it: a field without a default, and ``time`` of every
+            record after the baseline.
+        types: the JSON value types allowed, as Python types (``NoneType`` for ``null``);
+            ``int`` and ``float`` for a float (JSON has one number type), never ``bool`` for
+            a number.
+        values: for a ``Literal``: the strings allowed; ``None`` otherwise.
+        minimum: numbers are never below it (:data:`Tokens`, :data:`Millis`: 0).
+        time: a time: ISO 8601 with a UTC offset, within :data:`TIME_RANGE`.
+        items: a list whose elements are JSON objects checked by these rules (``tool_calls``:
+            :class:`ToolCall`'s), ``()`` for objects of any shape (``tools``); ``None``: no list.
+        measurements: a JSON object whose values are llama.cpp measurements
+            (:func:`is_measurement`; ``timings``).
+        pattern: a string that must match it whole (the session id).
+        want: what the value should be, in words, for the error message.
+    """
+
+    name: str
+    required: bool
+    types: frozenset[type]
+    values: frozenset[str] | None = None
+    minimum: int | None = None
+    time: bool = False
+    items: tuple[FieldRule, ...] | None = None
+    measurements: bool = False
+    pattern: re.Pattern[str] | None = None
+    want: str = ""
+
+
+def _rule(name: str, hint: Any, required: bool) -> FieldRule:
+    """The :class:`FieldRule` of a field from its type hint (see :data:`RULES`)."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    members = typing.get_args(hint) if union else (hint,)
+    allowed: set[type] = set()
+    options: dict[str, Any] = {}
+    words: list[str] = []
+    for member in members:
+        if member is type(None):
+            allowed.add(type(None))
+            continue
+        if typing.get_origin(member) is Annotated:
+            member, *meta = typing.get_args(member)
+            options["minimum"] = next(m.minimum for m in meta if isinstance(m, AtLeast))
+        origin, args = typing.get_origin(member), typing.get_args(member)
+        if origin is Literal:
+            allowed.add(str)
+            options["values"] = frozenset(args)
+            words.append("one of " + ", ".join(args))
+        elif member is datetime:
+            allowed.add(str)
+            options["time"] = True
+            words.append("an ISO 8601 time with a UTC offset")
+        elif member in (str, int, bool):
+            allowed.add(member)
+            words.append(member.__name__)
+        elif member is float:
+            allowed |= {int, float}
+            words.append("a finite number")
+        elif origin is Mapping:
+            allowed.add(dict)
+            options["measurements"] = args[1] is float
+            words.append("a JSON object")
+        elif origin is tuple and isinstance(args[0], type) and dataclasses.is_dataclass(args[0]):
+            allowed.add(list)
+            options["items"] = _rules(args[0], timed=False)
+            words.append("a list of objects")
+        elif origin is tuple:
+            allowed.add(list)
+            options["items"] = ()
+            words.append("a list of objects")
+        else:  # pragma: no cover - a record field of a new kind needs a rule here
+            raise TypeError(f"no log rule for {name}: {hint!r}")
+    if type(None) in allowed:
+        words.append("null")
+    if options.get("minimum") is not None:
+        words[0] += f" >= {options['minimum']}"
+    return FieldRule(name, required, frozenset(allowed), want=" or ".join(words), **options)
+
+
+def _rules(cls: type[Any], *, timed: bool) -> tuple[FieldRule, ...]:
+    """The rules of a dataclass's fields, from its type hints; ``time`` is required when
+    ``timed`` (every record after the baseline carries one)."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    return tuple(
+        _rule(
+            f.name,
+            hints[f.name],
+            (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+            or (timed and f.name == "time"),
+        )
+        for f in dataclasses.fields(cls)
+    )
+
+
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+"""A session id: safe as a file name (letters, digits, ``.``, ``_``, ``-``; at most 128
+characters; not starting with ``.``, ``_`` or ``-``)."""
+
+TIME_RANGE = (
+    datetime(1677, 9, 21, 0, 12, 43, 145225, tzinfo=UTC),
+    datetime(2262, 4, 11, 23, 47, 16, 854775, tzinfo=UTC),
+)
+"""The times a log may hold, in UTC: pandas' ``datetime64[ns]`` range (the frames' time
+dtype), to the microsecond; every such time is also a valid :class:`datetime`."""
+
+_TIME = FieldRule(
+    "time", True, frozenset({str}), time=True, want="an ISO 8601 time with a UTC offset"
+)
+"""The rule of a record of a type this version does not know: it carries a time."""
+
+RULES: Mapping[str, tuple[FieldRule, ...]] = {
+    **{name: _rules(cls, timed=True) for name, cls in _TYPES.items()},
+    "baseline": (
+        *_rules(Baseline, timed=False),
+        FieldRule(
+            "session_id", False, frozenset({str}), pattern=SESSION_ID, want="safe as a file name"
+        ),
+    ),
+}
+"""THE rule of the log: for each line's ``type``, the rule of each key, derived from the type
+hints of the record dataclasses (:class:`User`, ..., :class:`TurnEnd`; ``"baseline"``: the
+first line, :class:`Baseline` and its ``session_id``). :meth:`Session.open
+<boxmaker.session.Session.open>`, :func:`boxmaker.session.read_log` and the frames all read
+through it, so they accept and refuse the same logs:
+
+- a key of a field without a default must be there, and every record after the baseline has a
+  ``time`` (the baseline's is optional);
+- ``str``, ``int``, ``bool`` are those JSON types (``true`` is no ``int``); a ``float`` is any
+  finite JSON number; ``X | None`` also allows ``null``; integers fit in 64 bits;
+- a ``Literal`` allows its strings only: :data:`LimitKind`, :data:`TurnEndOutcome`,
+  :data:`NotRunReason`, :data:`ApprovalDecision` (a value a newer version added is refused,
+  naming it: read such a log with that version);
+- :data:`Tokens` and :data:`Millis` are never negative; ``timings`` values are measurements
+  (:func:`is_measurement`);
+- a time is ISO 8601 with a UTC offset within :data:`TIME_RANGE`;
+- ``tool_calls`` are objects with ``id``, ``name``, ``arguments`` strings; baseline ``tools``
+  are objects; the session id matches :data:`SESSION_ID`.
+
+Keys a type does not name are ignored (an optional field a later version added); a line of a
+``type`` this version does not know needs a ``time`` only (it is kept as :class:`Unknown`)."""
+
+COUNTS = frozenset(
+    f"{name}.{rule.name}"
+    for name, rules in RULES.items()
+    for rule in rules
+    if rule.minimum is not None and int in rule.types and float not in rule.types
+)
+"""The fields that count tokens (``"cache_loss.reused"``, ``"usage.prompt_tokens"``, ...):
+never negative, for the session and the frames alike (from :data:`Tokens` in the hints)."""
 
 
 def is_measurement(value: object) -> bool:
     """``value`` can be a llama.cpp timing (a count or a duration): a finite int or float, zero
-    or more (not a bool). The one rule of the session and the frames for ``timings``."""
-    return (type(value) is int and value >= 0) or (
+    or more (not a bool), an int within 64 bits. The one rule of the session and the frames for
+    ``timings``."""
+    return (type(value) is int and 0 <= value <= _INT64[1]) or (
         type(value) is float and math.isfinite(value) and value >= 0
     )
 
 
-def _in_range(record: object, name: str, value: float) -> None:
-    """Refuse an integer the analysis cannot hold (beyond 64 bits: pandas' Int64)."""
-    if type(value) is int and not -(2**63) <= value < 2**63:
-        raise ValueError(f"{record} record: {name} = {value!r:.40} is out of range (64-bit)")
+def time_problem(text: str) -> str | None:
+    """What is wrong with a log time (``None``: nothing): it must be ISO 8601 with a UTC
+    offset (as :func:`format_time` writes it) and, in UTC, within :data:`TIME_RANGE`."""
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        return "is not an ISO 8601 time"
+    if t.tzinfo is None:
+        return "has no UTC offset"
+    try:
+        t = t.astimezone(UTC)
+    except OverflowError:
+        return "is out of range in UTC"
+    if not TIME_RANGE[0] <= t <= TIME_RANGE[1]:
+        return "is out of range (1677-09-21 to 2262-04-11 UTC: pandas' datetime64[ns])"
+    return None
 
 
-_SIMPLE: dict[str, tuple[type, ...]] = {
-    "str": (str,),
-    "str | None": (str, type(None)),
-    "int": (int,),
-    "int | None": (int, type(None)),
-    "float": (int, float),
-    "bool": (bool,),
-    "Mapping[str, float]": (dict,),
-    "tuple[ToolCall, ...]": (list,),
-    "tuple[Mapping[str, Any], ...]": (list,),
-}
+def check_baseline(head: Mapping[str, Any]) -> None:
+    """Check a log's first line (the baseline's JSON object) against ``RULES["baseline"]``.
+
+    Its ``schema`` is checked by the upgrade steps (:mod:`boxmaker.session`).
+
+    Raises:
+        RecordError: not a baseline, or a field breaks its rule (the message says which).
+    """
+    if head.get("type") != "baseline":
+        raise RecordError(f"first record is {head.get('type')!r:.40}, not 'baseline'", 0)
+    found = _problems(RULES["baseline"], [dict(head)], "baseline")
+    if found:
+        raise RecordError(found[0][1], 0)
 
 
-def _field_types(cls: type[Any]) -> dict[str, tuple[type, ...]]:
-    """Field name -> the JSON types its value may have, for the simply typed fields."""
-    return {f.name: _SIMPLE[str(f.type)] for f in dataclasses.fields(cls) if str(f.type) in _SIMPLE}
+def check_records(items: Sequence[Any]) -> None:
+    """Check a log's lines after the baseline (JSON values, current schema) against
+    :data:`RULES`, field by field over all lines of a type at once (the frames check every
+    record of every log).
+
+    Raises:
+        RecordError: the first line (in ``items``' order) that breaks the rule; ``index`` is
+            its position, the message names record type, field and value.
+    """
+    try:
+        names = [item.get("type", _ABSENT) for item in items]  # of JSON values, dicts have .get
+    except AttributeError:
+        j = next(j for j, item in enumerate(items) if type(item) is not dict)
+        raise RecordError(f"line is not a JSON object: {items[j]!r:.80}", j) from None
+    found: list[tuple[int, str]] = []
+    if not set(map(type, names)) <= {str}:
+        j = next(j for j, name in enumerate(names) if type(name) is not str)
+        found.append((j, f"record without a 'type' string: {items[j]!r:.80}"))
+    # C-level passes (map, compress): this runs over every record of every log the frames read
+    for name in {name for name in names if type(name) is str}:
+        where = list(compress(range(len(names)), map(operator.eq, names, repeat(name))))
+        rules = RULES.get(name) if name != "baseline" else None
+        lines = list(map(items.__getitem__, where))
+        for k, message in _problems(rules or (_TIME,), lines, name):
+            found.append((where[k], message))
+            break
+    if found:
+        j, message = min(found)
+        raise RecordError(message, j)
+
+
+def _problems(
+    rules: tuple[FieldRule, ...], lines: Sequence[dict[str, Any]], name: str
+) -> list[tuple[int, str]]:
+    """The first break of each rule over ``lines`` (position, message), earliest first."""
+    found = []
+    for rule in rules:
+        values = list(map(dict.get, lines, repeat(rule.name), repeat(_ABSENT)))
+        bad = _problem(rule, values, rule.name)
+        if bad is not None:
+            k, what = bad
+            found.append((k, f"{name} record {what}" if what.startswith("without") else
+                          f"{name} record: {what}"))  # fmt: skip
+    return sorted(found, key=lambda problem: problem[0])  # a line's first field first
+
+
+def _problem(rule: FieldRule, values: list[Any], label: str) -> tuple[int, str] | None:
+    """The first value of ``values`` (one per line) that breaks ``rule``: (position, what)."""
+    kinds = set(map(type, values))
+    ok = rule.types if rule.required else rule.types | {_Absent}
+    if not kinds <= ok:
+        k = next(k for k, v in enumerate(values) if type(v) not in ok)
+        if values[k] is _ABSENT:
+            return k, f"without {label!r}"
+        return k, f"{label} = {values[k]!r:.60} is not {rule.want}"
+    if _suspect(rule, values, kinds):
+        for check, why in _checks(rule):
+            k = next((k for k, v in enumerate(values) if not check(v)), -1)
+            if k >= 0:
+                return k, f"{label} = {values[k]!r:.60} {why}"
+    if rule.time:
+        return _time_problem(values, label)
+    if rule.measurements:
+        return _inner(values, label, _MEASUREMENT)
+    if rule.items is not None:
+        return _inner(values, label, rule.items)
+    return None
+
+
+_NUMBERS = (int, float)
+_NULLS = frozenset({None, _ABSENT})
+
+
+def _suspect(rule: FieldRule, values: list[Any], kinds: set[type]) -> bool:
+    """Whether a value may break the value checks of ``rule``: one quick pass in C over all
+    (``sum``, ``min``, ``max``, a set); only then are the values checked one by one."""
+    if kinds & {int, float}:
+        nums = values if kinds <= {int, float} else [v for v in values if type(v) in _NUMBERS]
+        try:
+            total, lo, hi = sum(nums), min(nums), max(nums)
+        except OverflowError:  # an int too large for a float, among floats
+            return True
+        if float in kinds and not math.isfinite(total):  # NaN or infinity (or a sum past 1e308)
+            return True
+        if int in kinds and (lo < _INT64[0] or hi > _INT64[1]):
+            return True
+        if rule.minimum is not None and lo < rule.minimum:
+            return True
+    if rule.values is not None and not set(values) <= rule.values | _NULLS:
+        return True
+    return rule.pattern is not None and str in kinds
+
+
+def _checks(rule: FieldRule) -> list[tuple[Callable[[Any], bool], str]]:
+    """The value checks of ``rule``, one value at a time, and what a failure says."""
+    number = f"is not {rule.want}" if float in rule.types else "is not a count (>= 0)"
+    least, allowed, pattern = rule.minimum, rule.values, rule.pattern
+    out: list[tuple[Callable[[Any], bool], str]] = [
+        (lambda v: type(v) is not int or _INT64[0] <= v <= _INT64[1], "is out of range (64-bit)"),
+        (lambda v: type(v) is not float or math.isfinite(v), number),
+    ]
+    if least is not None:
+        out.append((lambda v: type(v) not in _NUMBERS or v >= least, number))
+    if allowed is not None:
+        out.append((lambda v: type(v) is not str or v in allowed, f"is not {rule.want}"))
+    if pattern is not None:
+        out.append((lambda v: type(v) is not str or bool(pattern.fullmatch(v)),
+                    f"is not {rule.want}"))  # fmt: skip
+    return out
+
+
+_MEASUREMENT = FieldRule(
+    "value", True, frozenset({int, float}), minimum=0, want="a finite number >= 0"
+)
+
+
+def _inner(
+    values: list[Any], label: str, rules: FieldRule | tuple[FieldRule, ...]
+) -> tuple[int, str] | None:
+    """The first break inside lists or objects (one per line): each element (a list's) or
+    value (an object's) checked by ``rules`` (one rule for the values themselves, or the rules
+    of the elements' keys)."""
+    inside: list[Any] = []
+    kinds = set(map(type, values))
+    if kinds == {list}:
+        inside = list(chain.from_iterable(values))
+    elif kinds == {dict}:
+        inside = list(chain.from_iterable(map(dict.values, values)))
+    else:
+        for value in values:
+            if type(value) is list:
+                inside += value
+            elif type(value) is dict:
+                inside += value.values()
+    if isinstance(rules, FieldRule):
+        bad = _problem(rules, inside, "")
+        return None if bad is None else _owned(values, bad[0], label, bad[1])
+    if not set(map(type, inside)) <= {dict}:
+        n = next(n for n, v in enumerate(inside) if type(v) is not dict)
+        return _owned(values, n, label, f" = {inside[n]!r:.40} is not a JSON object")
+    found = []
+    for rule in rules:
+        bad = _problem(
+            rule, list(map(dict.get, inside, repeat(rule.name), repeat(_ABSENT))), rule.name
+        )
+        if bad is not None:
+            found.append(bad)
+    if not found:
+        return None
+    n, what = min(found)
+    return _owned(values, n, label, f" {what}" if what.startswith("without") else f".{what}")
+
+
+def _owned(values: list[Any], n: int, label: str, what: str) -> tuple[int, str]:
+    """(line, message) of the ``n``-th element or value inside ``values``' lists or objects:
+    ``label[i]`` for a list's element, ``label.key`` for an object's value."""
+    for k, value in enumerate(values):
+        size = len(value) if type(value) in (list, dict) else 0
+        if n < size:
+            where = f"[{n}]" if type(value) is list else f".{list(value)[n]}"
+            return k, f"{label}{where}{what}"
+        n -= size
+    raise AssertionError("no such element")  # pragma: no cover
+
+
+def _time_problem(values: list[Any], label: str) -> tuple[int, str] | None:
+    """The first time of ``values`` (strings, or absent where optional) that breaks the rule
+    of :func:`time_problem`; all of them parsed at once first (the common case: all good)."""
+    texts = values if set(map(type, values)) == {str} else [v for v in values if type(v) is str]
+    try:
+        parsed = list(map(datetime.fromisoformat, texts))
+        if None not in map(operator.attrgetter("tzinfo"), parsed) and (
+            not parsed or (TIME_RANGE[0] <= min(parsed) and max(parsed) <= TIME_RANGE[1])
+        ):
+            return None
+    except (ValueError, OverflowError):
+        pass
+    for k, v in enumerate(values):
+        why = time_problem(v) if type(v) is str else None
+        if why is not None:
+            return k, f"{label} = {v!r:.60} {why}"
+    return None  # pragma: no cover - the fast path refused what the slow one accepts
 
 
 def baseline_from_json(data: Mapping[str, Any]) -> Baseline:
-    """Build the :class:`Baseline` from a log's first line.
+    """Build the :class:`Baseline` from a log's first line, checked by :func:`check_baseline`.
+
+    A baseline without ``time`` gets the time of reading.
 
     Raises:
-        ValueError: the line is not a baseline, or its fields are malformed.
+        RecordError: the line is not a baseline, or its fields are malformed (a
+            ``ValueError``).
     """
-    if data.get("type") != "baseline":
-        raise ValueError(f"first record is {data.get('type')!r}, not 'baseline'")
-    system = data.get("system", "")
-    tools = data.get("tools", [])
-    if not isinstance(system, str) or not isinstance(tools, list):
-        raise ValueError("baseline needs 'system' (string) and 'tools' (list)")
-    for number, tool in enumerate(tools):
-        if not isinstance(tool, dict):
-            raise ValueError(f"baseline tools[{number}] = {tool!r:.40} is not a JSON object")
+    check_baseline(data)
     time_text = data.get("time")
     time = parse_time(time_text) if isinstance(time_text, str) else utc_now()
-    return Baseline(system=system, tools=tuple(dict(t) for t in tools), time=time)
+    tools = data.get("tools", [])
+    return Baseline(system=data.get("system", ""), tools=tuple(dict(t) for t in tools), time=time)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from boxmaker import _json as fastjson
 from boxmaker.client import Client
 from boxmaker.config import ClientConfig
+from boxmaker.errors import SessionError
 from boxmaker.session import dumps_line, read_log
 
 BIG = 2**70 + 3  # orjson reads it as a float and refuses to write it
@@ -101,9 +102,14 @@ def test_log_lines_keep_nan_and_big_integers(tmp_path: Path) -> None:
     )
     path = tmp_path / "x.jsonl"
     path.write_bytes(dumps_line(head) + dumps_line(usage))
-    (record,) = read_log(path).records
-    assert record["timings"]["n"] == BIG
+    (_, record) = fastjson.loads(b"[" + path.read_bytes()[:-1].replace(b"\n", b",") + b"]")
+    assert record["timings"]["n"] == BIG  # the whole-log parse keeps both as json does
     assert math.isnan(record["timings"]["prompt_ms"])
+    # and the log's rule refuses both (the analysis holds neither), naming the first
+    with pytest.raises(
+        SessionError, match=r"x\.jsonl:2: usage record: timings\.n = \d+ is out of range"
+    ):
+        read_log(path)
 
 
 def test_log_lines_are_compact_utf8_in_key_order() -> None:

@@ -18,9 +18,13 @@ A path that names no log (misspelled, or a directory without any ``*.jsonl``) ra
 - a log of an older schema is upgraded in memory by :mod:`boxmaker.session`;
 - records of a type this version does not know are skipped with a warning (counted in
   ``summary().unknown_records``);
+- a line that repeats an earlier record (a record written twice) is read once, with
+  the same warning :meth:`Session.open` gives;
 - a log that :meth:`Session.open` refuses (unreadable, no baseline, a schema this version does
-  not read, a line that is not a JSON object, a field of the wrong type) is left out with a
-  warning that names the file and line, and the other logs are still read.
+  not read, a line that breaks the records' one rule, :data:`boxmaker.records.RULES`: a missing
+  field, a wrong type, a value outside its ``Literal``, a bad or out-of-range time, an unsafe
+  session id) is left out with a warning in the session's words (file, line, field, value),
+  and the other logs are still read.
 
 Warnings are :class:`~boxmaker.session.LogReadWarning` (a :class:`UserWarning`, re-exported
 here); turn them into errors with ``warnings.simplefilter("error", LogReadWarning)``.
@@ -44,6 +48,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import SessionError
+from ..records import parse_time
 from ..session import LogReadWarning, Session
 from ._columns import COLUMNS, ENDING_LIMITS, ROW_RECORD, TIME, TURN_OUTCOMES, Column, ratio
 from ._columns import doc_table as _doc_table
@@ -113,10 +118,15 @@ def _dtype(name: str) -> Any:
 
 def _array(values: list[Any], column: Column) -> Any:
     if column.dtype == TIME:
-        times = pd.to_datetime(
-            pd.Series(values, dtype=object), utc=True, format="ISO8601", errors="coerce"
-        )
-        return times.astype(_dtype(TIME)).array
+        texts = pd.Series(values, dtype=object)
+        times = pd.to_datetime(texts, utc=True, format="ISO8601", errors="coerce")
+        times = times.astype(_dtype(TIME))
+        missed = times.isna() & texts.notna()
+        if missed.any():  # ISO 8601 forms pandas does not read (a week date, a decimal comma):
+            # the times the session reads (read_log checked each by the records' rule)
+            fixed = pd.Series([parse_time(t) for t in texts[missed]], index=texts.index[missed])
+            times[missed] = fixed.astype(_dtype(TIME))
+        return times.array
     if column.dtype == "category":
         known = list(column.categories)
         extra = sorted(set(values) - set(known) - {None})

@@ -11,25 +11,26 @@
    rows, turn by turn, to its frame's column lists; :class:`Rows` holds the lists, runs the
    writers the wanted frames need and writes the ``summary`` row of each log.
 4. Field columns (a record's value read as is, :attr:`boxmaker.frames.Column.field`) are taken
-   per log and per column, their JSON types checked.
+   per log and per column.
 
 Values come from the records' data only: how a turn ended from its ``TurnEnd`` record (turns
 without one, from logs of schema 1 or a turn still running, from their records' structure),
-whether a tool ran from ``ToolResult.not_run``; never from the texts the loop wrote. A record
-that does not fit (not a JSON object, a field of the wrong type) leaves its whole log out
-(:class:`BadLog` naming file and line).
+whether a tool ran from ``ToolResult.not_run``; never from the texts the loop wrote. The values
+are not checked here: :func:`~boxmaker.session.read_log` checked every record by the records'
+one rule (:data:`boxmaker.records.RULES`), the rule :meth:`Session.open
+<boxmaker.session.Session.open>` reads by, so a log the session refuses never gets here.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple, TypeAlias
 
-from ..records import COUNTS, is_measurement, record_to_json
+from ..records import record_to_json
 from ..session import LogReadWarning, Session, read_log
-from ._columns import COLUMNS, ENDING_LIMITS, TIME
+from ._columns import COLUMNS, ENDING_LIMITS
 
 __all__ = ["HIDDEN", "BadLog", "Log", "Rows", "Turn", "file_log", "session_log", "split_turns"]
 
@@ -51,16 +52,6 @@ _KNOWN = (
 )
 """The record types the frames read (a tuple: ``in`` compares, so any JSON value is safe)."""
 
-_OK_TYPES: Mapping[str, tuple[type, ...]] = {
-    "Int64": (int,),
-    "Float64": (int, float),
-    "boolean": (bool,),
-    "string": (str,),
-    "category": (str,),
-    TIME: (str,),
-}
-"""The JSON value types a field column of each dtype accepts (``null`` is always accepted)."""
-
 
 class Log(NamedTuple):
     """One log as the writers read it: its session id, file, baseline JSON and the JSON
@@ -73,11 +64,7 @@ class Log(NamedTuple):
 
 
 class BadLog(Exception):
-    """A log the reader leaves out; the message names file and line."""
-
-
-class _BadRecord(Exception):
-    """args: (message, index of the record after the baseline)."""
+    """A log the reader leaves out (a second copy of a session); the message names it."""
 
 
 def file_log(path: Path) -> Log:
@@ -87,8 +74,7 @@ def file_log(path: Path) -> Log:
         SessionError: as :func:`~boxmaker.session.read_log` (the message names file and line).
     """
     data = read_log(path, repair=False)
-    sid = data.head.get("session_id")
-    return Log(str(sid) if sid else path.stem, str(path), data.head, data.records)
+    return Log(data.session_id, str(path), data.head, data.records)
 
 
 def session_log(session: Session) -> Log:
@@ -130,21 +116,10 @@ def split_turns(records: list[Any], unknown: dict[str, int]) -> Iterator[Turn]:
     Args:
         records: the log's records, as :func:`boxmaker.session.read_log` gives them.
         unknown: filled with the count of records of each type this version does not read.
-
-    Raises:
-        _BadRecord: a record is not a JSON object (with its index).
     """
     # list comprehensions and C-level list methods: this runs over every record of every log
-    try:
-        types = [r.get("type") for r in records]  # of JSON values, only objects have .get
-    except AttributeError:
-        bad = next(i for i, r in enumerate(records) if type(r) is not dict)
-        raise _BadRecord("line is not a JSON object", bad) from None
-    try:
-        odd = bool(set(types).difference(_KNOWN))
-    except TypeError:  # a "type" that is a JSON array or object
-        odd = True
-    if odd:
+    types = [r["type"] for r in records]  # objects with a "type" string: read_log checked
+    if set(types).difference(_KNOWN):
         for t in types:
             if t not in _KNOWN:
                 unknown[str(t)] = unknown.get(str(t), 0) + 1
@@ -166,30 +141,19 @@ def split_turns(records: list[Any], unknown: dict[str, int]) -> Iterator[Turn]:
 def _last_time(records: list[dict[str, Any]], default: Any) -> Any:
     """The ``time`` of the last record of a known type that has one, else ``default``."""
     for rec in reversed(records):
-        time = rec.get("time")
-        if time is not None and rec.get("type") in _KNOWN:
-            return time
+        if rec["type"] in _KNOWN:
+            return rec["time"]
     return default
 
 
-def _call_lengths(rec: dict[str, Any], index: int) -> list[tuple[str, int]]:
+def _call_lengths(rec: dict[str, Any]) -> list[tuple[str, int]]:
     """``(id, len(arguments))`` of each tool call of an assistant record."""
-    try:
-        return [(str(c["id"]), len(c["arguments"])) for c in rec.get("tool_calls") or ()]
-    except (TypeError, KeyError) as exc:
-        raise _BadRecord(f"malformed tool_calls in assistant record: {exc}", index) from None
+    return [(c["id"], len(c["arguments"])) for c in rec.get("tool_calls") or ()]
 
 
-def _turn_end(rec: dict[str, Any], index: int) -> tuple[str, str | None, int | None]:
-    """``(outcome, detail, status)`` of a turn_end record, types checked."""
-    outcome, detail, status = rec.get("outcome"), rec.get("detail"), rec.get("status")
-    if type(outcome) is not str:
-        raise _BadRecord(f"turn_end record: outcome = {outcome!r:.60} is not str", index)
-    if detail is not None and type(detail) is not str:
-        raise _BadRecord(f"turn_end record: detail = {detail!r:.60} is not str", index)
-    if status is not None and type(status) is not int:
-        raise _BadRecord(f"turn_end record: status = {status!r:.60} is not int", index)
-    return outcome, detail, status
+def _turn_end(rec: dict[str, Any]) -> tuple[str, str | None, int | None]:
+    """``(outcome, detail, status)`` of a turn_end record."""
+    return rec["outcome"], rec.get("detail"), rec.get("status")
 
 
 def _inferred_outcome(turn: Turn) -> str:
@@ -208,10 +172,8 @@ def _inferred_outcome(turn: Turn) -> str:
             cancelled = cancelled or rec.get("not_run") == "cancelled"
         elif kind == "usage":
             cut = rec.get("finish_reason") == "length"
-        elif kind == "limit_hit":
-            hit = rec.get("kind")
-            if type(hit) is str and hit in ENDING_LIMITS:
-                ending = hit
+        elif kind == "limit_hit" and rec["kind"] in ENDING_LIMITS:
+            ending = rec["kind"]
     if ending is not None:
         return ENDING_LIMITS[ending]
     if answered:
@@ -243,22 +205,20 @@ class _Getter(NamedTuple):
     extend: Callable[[Iterable[Any]], None]
     key: str
     sub: str | None
-    ok: frozenset[type]
-    name: str
 
 
 class Rows:
     """Column lists of every frame, filled log by log; hidden ``_*`` columns tie rows together.
 
-    ``taken[frame]`` holds the current log's records of the frame's row type and their indexes,
-    whose field columns :func:`_take` adds once the writers are done with the log.
+    ``taken[frame]`` holds the current log's records of the frame's row type, whose field
+    columns :func:`_take` adds once the writers are done with the log.
     """
 
     def __init__(self, need: set[str]) -> None:
         self.need = need
         self.cols: dict[str, dict[str, list[Any]]] = {}
         self.getters: dict[str, list[_Getter]] = {}
-        self.taken: dict[str, tuple[list[dict[str, Any]], list[int]]] = {}
+        self.taken: dict[str, list[dict[str, Any]]] = {}
         for frame, specs in COLUMNS.items():
             cols: dict[str, list[Any]] = {}
             getters: list[_Getter] = []
@@ -268,8 +228,7 @@ class Rows:
                 cols[c.name] = []
                 if c.field is not None:
                     key, _, sub = c.field.partition(".")
-                    ok = frozenset((*_OK_TYPES[c.dtype], type(None)))
-                    getters.append(_Getter(cols[c.name].extend, key, sub or None, ok, c.name))
+                    getters.append(_Getter(cols[c.name].extend, key, sub or None))
             for hidden in HIDDEN:
                 cols[hidden] = []
             self.cols[frame] = cols
@@ -279,27 +238,17 @@ class Rows:
     def sizes(self) -> dict[str, int]:
         return {frame: len(cols["_session_row"]) for frame, cols in self.cols.items()}
 
-    def cut(self, sizes: Mapping[str, int]) -> None:
-        """Drop every row added after :meth:`sizes` gave ``sizes`` (a log that failed)."""
-        for frame, cols in self.cols.items():
-            for values in cols.values():
-                del values[sizes[frame] :]
-
     def add(self, log: Log) -> None:
-        """Add one log's rows, or none of them (raising :class:`BadLog`)."""
+        """Add one log's rows (its records were checked by :func:`read_log`)."""
         sizes = self.sizes()
         place = _Place(log.session, sizes["summary"], sizes["turns"], sizes["requests"])
-        self.taken = {frame: ([], []) for frame in self.getters if frame != "summary"}
+        self.taken = {frame: [] for frame in self.getters if frame != "summary"}
         unknown: dict[str, int] = {}
-        try:
-            turns = list(split_turns(log.records, unknown))
-            for write in self.writers:
-                write(self, place, log, turns)
-            for frame, (recs, indexes) in self.taken.items():
-                _take(recs, indexes, self.getters[frame])
-        except _BadRecord as exc:
-            self.cut(sizes)
-            raise BadLog(f"{log.path}:{exc.args[1] + 2}: {exc.args[0]}") from None
+        turns = list(split_turns(log.records, unknown))
+        for write in self.writers:
+            write(self, place, log, turns)
+        for frame, recs in self.taken.items():
+            _take(recs, self.getters[frame])
         if unknown:
             warnings.warn(
                 f"{log.path}: records of unknown type skipped: {', '.join(sorted(unknown))}",
@@ -341,11 +290,11 @@ def _place_rows(
 
 def _write_requests(rows: Rows, place: _Place, log: Log, turns: list[Turn]) -> None:
     """``requests``: a row per Usage record; ``tool_calls`` from the Assistant before it."""
-    recs, indexes = rows.taken["requests"]
+    recs = rows.taken["requests"]
     numbers: list[int | None] = []
     turn_requests: list[int | None] = []
     counts: list[int | None] = []
-    for number, start, records, types, usages, _ in turns:
+    for number, _start, records, types, usages, _ in turns:
         after = -1  # the previous usage: an assistant before it belongs to that one
         for k in usages:
             j = k - 1
@@ -353,14 +302,9 @@ def _write_requests(rows: Rows, place: _Place, log: Log, turns: list[Turn]) -> N
                 j -= 1
             if j <= after:
                 counts.append(None)
-            elif not (calls := records[j].get("tool_calls")):
-                counts.append(0)
-            elif type(calls) is list:  # each call is checked by the tool_calls writer
-                counts.append(len(calls))
             else:
-                raise _BadRecord("malformed tool_calls in assistant record: not a list", start + j)
+                counts.append(len(records[j].get("tool_calls") or ()))
             recs.append(records[k])
-            indexes.append(start + k)
             after = k
         n = len(usages)
         numbers += [number] * n
@@ -392,7 +336,7 @@ def _write_turns(rows: Rows, place: _Place, log: Log, turns: list[Turn]) -> None
             if kind == "assistant" and turn.records[k].get("tool_calls"):
                 iterations += 1
             elif kind == "turn_end":
-                end = _turn_end(turn.records[k], turn.start + k)
+                end = _turn_end(turn.records[k])
         if end is not None:
             outcome, detail, status = end
         else:
@@ -417,10 +361,10 @@ def _at_request(frame: str, kind: str) -> _Writer:
     """The writer of a frame with a row per ``kind`` record, placed at the latest completion."""
 
     def write(rows: Rows, place: _Place, log: Log, turns: list[Turn]) -> None:
-        recs, indexes = rows.taken[frame]
+        recs = rows.taken[frame]
         numbers: list[int | None] = []
         requests: list[int] = []
-        for number, start, records, types, _, request in turns:
+        for number, _start, records, types, _, request in turns:
             if kind not in types:
                 continue
             for k, t in enumerate(types):
@@ -428,7 +372,6 @@ def _at_request(frame: str, kind: str) -> _Writer:
                     request += 1
                 elif t == kind:
                     recs.append(records[k])
-                    indexes.append(start + k)
                     numbers.append(number)
                     requests.append(request)
         _place_rows(rows.cols[frame], place, numbers, requests)
@@ -439,47 +382,40 @@ def _at_request(frame: str, kind: str) -> _Writer:
 def _write_tool_calls(rows: Rows, place: _Place, log: Log, turns: list[Turn]) -> None:
     """``tool_calls``: a row per ToolResult; ``arguments_chars`` from the call, by its id; the
     approval columns from the ``Approval`` record of the same call number, when one was made."""
-    recs, indexes = rows.taken["tool_calls"]
+    recs = rows.taken["tool_calls"]
     cols = rows.cols["tool_calls"]
     arguments: dict[str, int] = {}  # tool_call_id -> len(arguments), over the whole log
-    approvals: dict[Any, dict[str, Any]] = {}  # call number -> its Approval record
+    approvals: dict[int, dict[str, Any]] = {}  # call number -> its Approval record
     numbers: list[int | None] = []
     requests: list[int] = []
-    for number, start, records, types, _, request in turns:
+    for number, _start, records, types, _, request in turns:
         for k, kind in enumerate(types):
             if kind == "usage":
                 request += 1
             elif kind == "assistant":
-                arguments.update(_call_lengths(records[k], start + k))
+                arguments.update(_call_lengths(records[k]))
             elif kind == "approval":
-                approvals[records[k].get("call")] = records[k]
+                approvals[records[k]["call"]] = records[k]
             elif kind == "tool_result":
                 rec = records[k]
-                content, call_id = rec.get("content"), rec.get("tool_call_id")
-                if type(content) is not str:
-                    raise _BadRecord("tool_result record without a 'content' string", start + k)
                 recs.append(rec)
-                indexes.append(start + k)
                 numbers.append(number)
                 requests.append(request)
-                cols["arguments_chars"].append(
-                    arguments.get(call_id) if type(call_id) is str else None
-                )
-                cols["result_chars"].append(len(content))
-                decided = approvals.pop(rec.get("call"), None) or {}
-                for column, key, kinds in _APPROVAL_COLUMNS:
-                    value = decided.get(key)
-                    cols[column].append(value if type(value) in kinds else None)
+                cols["arguments_chars"].append(arguments.get(rec["tool_call_id"]))
+                cols["result_chars"].append(len(rec["content"]))
+                decided = approvals.pop(rec["call"], None) or {}
+                for column, key in _APPROVAL_COLUMNS:
+                    cols[column].append(decided.get(key))
     _place_rows(cols, place, numbers, requests)
 
 
 _APPROVAL_COLUMNS = (
-    ("approval", "decision", (str,)),
-    ("approved_by", "by", (str,)),
-    ("approval_reason", "reason", (str,)),
-    ("approval_wait_ms", "waited_ms", (int, float)),
+    ("approval", "decision"),
+    ("approved_by", "by"),
+    ("approval_reason", "reason"),
+    ("approval_wait_ms", "waited_ms"),
 )
-"""tool_calls column, Approval field, the JSON types kept (others read as missing)."""
+"""tool_calls column, Approval field."""
 
 
 _WRITERS: tuple[tuple[str, _Writer], ...] = (
@@ -492,45 +428,13 @@ _WRITERS: tuple[tuple[str, _Writer], ...] = (
 """The row writer of each frame (``summary`` rows are written per log by :meth:`Rows.add`)."""
 
 
-def _take(recs: list[dict[str, Any]], indexes: list[int], getters: list[_Getter]) -> None:
-    """Add the field columns of one log's records of a frame (one list per column, types
-    checked per column), or raise :class:`_BadRecord` for the first value of a wrong type."""
+def _take(recs: list[dict[str, Any]], getters: list[_Getter]) -> None:
+    """Add the field columns of one log's records of a frame (one list per column)."""
     outer: dict[str, list[Any]] = {}  # e.g. every record's "timings", read once
-    for extend, key, sub, ok, name in getters:
+    for extend, key, sub in getters:
         if sub is None:
-            values = [r.get(key) for r in recs]
-        else:
-            if key not in outer:
-                outer[key] = [r.get(key) for r in recs]
-            values = [v.get(sub) if type(v) is dict else None for v in outer[key]]
-        kinds = set(map(type, values))
-        wrong = kinds - ok
-        if wrong:
-            j = next(j for j, v in enumerate(values) if type(v) in wrong)
-            want = " or ".join(sorted(t.__name__ for t in ok if t is not type(None)))
-            raise _BadRecord(f"{name}: {values[j]!r} is not {want}", indexes[j])
-        if key in COUNTS and sub is None and any(type(v) is int and v < 0 for v in values):
-            j = next(j for j, v in enumerate(values) if type(v) is int and v < 0)
-            raise _BadRecord(f"{name}: {values[j]!r} is not a count (>= 0)", indexes[j])
-        if key == "timings" and (
-            (bad := next((v for v in values if v is not None and not is_measurement(v)), None))
-            is not None
-        ):  # the session's rule: a timing is a finite number >= 0
-            j = values.index(bad)
-            raise _BadRecord(f"{name}: {bad!r:.40} is not a finite number >= 0", indexes[j])
-        if (
-            int in kinds
-            and (
-                big := next(
-                    (v for v in values if type(v) is int and not _INT64[0] <= v <= _INT64[1]), None
-                )
-            )
-            is not None
-        ):
-            j = values.index(big)
-            raise _BadRecord(f"{name}: {big!r:.40} is out of range (64-bit)", indexes[j])
-        extend(values)
-
-
-_INT64 = (-(2**63), 2**63 - 1)
-"""The range of the frames' integer columns (pandas Int64)."""
+            extend([r.get(key) for r in recs])
+            continue
+        if key not in outer:
+            outer[key] = [r.get(key) for r in recs]
+        extend([v.get(sub) if v is not None else None for v in outer[key]])

@@ -7,10 +7,12 @@ the baseline with ``"schema"`` and ``"session_id"``, every later line one record
 - :func:`read_log`: the only reader. Every consumer (:class:`~boxmaker.session.Session`, the
   frames, the widgets) reads through it, so they accept and refuse the same logs: a torn last
   line is dropped with a :class:`LogReadWarning` (and set aside in ``<log>.torn`` when
-  repairing), the first line must be a baseline of a schema this version reads, and older
-  schemas are upgraded in memory by :mod:`boxmaker.session`. The whole file is parsed in
-  one call (the frames' speed relies on it): :func:`boxmaker._json.loads`, orjson where it
-  reads as :func:`json.loads` does.
+  repairing), the first line must be a baseline of a schema this version reads, older
+  schemas are upgraded in memory by :mod:`boxmaker.session`, every line is checked by the
+  records' one rule (:data:`boxmaker.records.RULES`), and a line that repeats an earlier record
+  (the same JSON value: a record written twice) is read once, with a warning. The whole file is
+  parsed in one call (the frames' speed relies on it): :func:`boxmaker._json.loads`, orjson
+  where it reads as :func:`json.loads` does.
 - :class:`LogWriter`: the one writer of a log. It holds an exclusive ``flock`` on the file for
   as long as it is open, so a second writer (another process, or the same one) is refused with
   :class:`~boxmaker.errors.SessionError` naming the holder's pid; readers never lock. Each
@@ -32,12 +34,13 @@ import json
 import os
 import warnings
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
 from .. import _json
 from ..errors import LogBusy, SessionError
-from ..records import SCHEMA_VERSION
+from ..records import SCHEMA_VERSION, SESSION_ID, RecordError, check_baseline, check_records
 from ._groups import GROUP_MARK, GroupError, whole_groups
 from ._migrations import upgrade
 from ._safe import open_fresh, open_owned
@@ -58,8 +61,11 @@ class LogData:
         head: the baseline line's JSON object, as written (its ``schema`` is the file's).
         schema: the schema the file was written in (``head["schema"]``).
         records: the JSON objects of the lines after the baseline, upgraded to the current
-            schema; ``records[i]`` is line ``i + 2`` of the file.
+            schema and checked by :data:`boxmaker.records.RULES`, each line once:
+            ``records[i]`` is line ``i + 2`` of the file unless a duplicated line came before.
         migrated: the names of the :mod:`boxmaker.session` steps run (empty when current).
+        session_id: the baseline's ``session_id`` (the file's stem when it has none), safe
+            as a file name.
     """
 
     path: Path
@@ -67,6 +73,7 @@ class LogData:
     schema: int
     records: list[Any]
     migrated: tuple[str, ...]
+    session_id: str = ""
 
 
 def read_log(path: str | os.PathLike[str], *, repair: bool = False) -> LogData:
@@ -84,15 +91,21 @@ def read_log(path: str | os.PathLike[str], *, repair: bool = False) -> LogData:
         repair: fix a torn or unterminated last line on disk. Only the log's writer may
             (:class:`LogWriter` holds the lock); ``False`` never touches the file.
 
+    A line that repeats an earlier record (the same JSON value) is a record written twice
+    (every record carries its time to the microsecond): it is dropped, with a
+    :class:`LogReadWarning` naming its line and the one it repeats, so each record is read once.
+
     Returns:
-        The :class:`LogData`. Records are not checked against their types here (lines are
-        JSON values; :func:`boxmaker.records.record_from_json` checks each).
+        The :class:`LogData`, its records checked by the records' one rule
+        (:func:`boxmaker.records.check_records`).
 
     Raises:
         SessionError: the file cannot be read; it is empty; a line other than a torn last one
             is not JSON or is nested too deeply (the message names file and line); the first
-            line is not a baseline object; its schema is not one this version reads; a group
-            marker is malformed, or a group is cut short in the middle of the log.
+            line is not a baseline object, breaks its rule or has an unsafe session id; its
+            schema is not one this version reads; a group marker is malformed, or a group is
+            cut short in the middle of the log; a record breaks the rule of
+            :data:`boxmaker.records.RULES` (the message names file, line, field and value).
     """
     p = Path(path)
     try:
@@ -140,10 +153,50 @@ def read_log(path: str | os.PathLike[str], *, repair: bool = False) -> LogData:
     schema = head.get("schema")
     try:
         records, migrated = upgrade(schema, records)
+        check_baseline(head)
     except ValueError as exc:
         raise SessionError(f"{p}:1: {exc}") from exc
     assert type(schema) is int  # upgrade() checked it
-    return LogData(p, head, schema, records, tuple(migrated))
+    sid = head.get("session_id", p.stem)
+    if not SESSION_ID.fullmatch(sid):  # a str: check_baseline checked the one in the head
+        raise SessionError(f"{p}:1: session id {sid!r} is not safe as a file name")
+    try:
+        check_records(records)
+    except RecordError as exc:
+        raise SessionError(f"{p}:{exc.index + 2}: {exc}") from exc
+    records = _once(p, records)
+    return LogData(p, head, schema, records, tuple(migrated), sid)
+
+
+def _once(path: Path, records: list[Any]) -> list[Any]:
+    """``records`` without those that repeat an earlier record (the same JSON value, its
+    microsecond ``time`` included: a record written twice), with a :class:`LogReadWarning`
+    naming their lines. Records were checked: each is an object with ``type`` and ``time``."""
+    types = map(dict.get, records, repeat("type"))
+    keys = list(zip(types, map(dict.get, records, repeat("time")), strict=True))
+    if len(set(keys)) == len(keys):  # the usual case: no two records of a type share a time
+        return records
+    seen: dict[Any, list[int]] = {}
+    twice: list[tuple[int, int]] = []  # (record, the earlier record it repeats)
+    for i, key in enumerate(keys):
+        same = seen.setdefault(key, [])
+        earlier = next((j for j in same if records[j] == records[i]), None)
+        if earlier is None:
+            same.append(i)
+        else:
+            twice.append((i, earlier))
+    if not twice:
+        return records
+    shown = ", ".join(f"line {i + 2} (= line {j + 2})" for i, j in twice[:5])
+    more = f" and {len(twice) - 5} more" if len(twice) > 5 else ""
+    warnings.warn(
+        f"{path}: {len(twice)} duplicated line(s) read once: {shown}{more} (a record "
+        "written twice: each record is counted once)",
+        LogReadWarning,
+        stacklevel=3,
+    )
+    dropped = {i for i, _ in twice}
+    return [r for i, r in enumerate(records) if i not in dropped]
 
 
 def dumps_line(obj: dict[str, Any]) -> bytes:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import threading
 import warnings
@@ -34,9 +33,11 @@ from .._secrets import hide_in_json, searchable
 from ..errors import SessionError
 from ..records import (
     SCHEMA_VERSION,
+    SESSION_ID,
     Assistant,
     Baseline,
     Record,
+    RecordError,
     ToolCall,
     ToolResult,
     TurnEnd,
@@ -44,8 +45,9 @@ from ..records import (
     Usage,
     User,
     baseline_from_json,
-    record_from_json,
+    check_records,
     record_to_json,
+    records_from_json,
     utc_now,
 )
 from ._file import LogReadWarning, LogWriter, dumps_line, read_log
@@ -53,8 +55,6 @@ from ._groups import dumps_group
 from ._safe import check_folder
 
 __all__ = ["Session", "message_of", "messages", "new_session_id", "wire_arguments"]
-
-_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def new_session_id() -> str:
@@ -196,7 +196,7 @@ class Session:
         if not isinstance(baseline, Baseline):
             raise SessionError(f"baseline must be a Baseline, not {type(baseline).__name__}")
         sid = new_session_id() if session_id is None else session_id
-        if not _SAFE_ID.fullmatch(sid):
+        if not SESSION_ID.fullmatch(sid):
             raise SessionError(f"session id {sid!r} is not safe as a file name")
         folder = Path(directory)
         path = folder / f"{sid}.jsonl"
@@ -225,8 +225,9 @@ class Session:
         Reading follows :func:`boxmaker.session.read_log` (the one reader, shared with the
         frames and widgets): a torn last line is dropped with a
         :class:`~boxmaker.session.LogReadWarning` (and, when writing, set aside in
-        ``<log>.torn``), older schemas are upgraded in memory. Records of unknown type are
-        kept as ``Unknown`` with a warning.
+        ``<log>.torn``), older schemas are upgraded in memory, every line is checked by the
+        records' one rule (:data:`boxmaker.records.RULES`), and a duplicated line is read once
+        with a warning. Records of unknown type are kept as ``Unknown`` with a warning.
 
         Args:
             path: the ``.jsonl`` log.
@@ -239,8 +240,8 @@ class Session:
         Raises:
             SessionError: another writer holds the log (the message names its pid); the file
                 cannot be read; its first line is not a baseline; its schema or session id is
-                not valid for this version; a line other than a torn last one is corrupt (the
-                message names file and line).
+                not valid for this version; a line other than a torn last one is corrupt or
+                breaks the records' rule (the message names file, line, field and value).
         """
         p = Path(path)
         if repair is not None:
@@ -257,33 +258,21 @@ class Session:
 
     @classmethod
     def _from_data(cls, data: Any, writer: LogWriter | None) -> Session:
+        """The session of a log :func:`read_log` read (and checked by the records' rule)."""
         p = data.path
         try:
             baseline = baseline_from_json(data.head)
-        except ValueError as exc:
-            raise SessionError(f"{p}:1: {exc}") from exc
-        sid = data.head.get("session_id", p.stem)
-        if not isinstance(sid, str) or not _SAFE_ID.fullmatch(sid):
-            raise SessionError(f"{p}:1: session id {sid!r} is not safe as a file name")
-        records: list[Record] = []
-        unknown: set[str] = set()
-        for number, item in enumerate(data.records, start=2):
-            if type(item) is not dict:
-                raise SessionError(f"{p}:{number}: line is not a JSON object: {item!r:.80}")
-            try:
-                record = record_from_json(item)
-            except ValueError as exc:
-                raise SessionError(f"{p}:{number}: {exc}") from exc
-            if isinstance(record, Unknown):
-                unknown.add(record.type)
-            records.append(record)
+            records = records_from_json(data.records)
+        except RecordError as exc:  # read_log checked both: a line changed under us
+            raise SessionError(f"{p}: {exc}") from exc
+        unknown = {r.type for r in records if isinstance(r, Unknown)}
         if unknown:
             warnings.warn(
                 f"{p}: records of unknown type kept as Unknown: {', '.join(sorted(unknown))}",
                 LogReadWarning,
                 stacklevel=3,
             )
-        return cls(p, sid, baseline, records, data.schema, writer)
+        return cls(p, data.session_id, baseline, records, data.schema, writer)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -404,11 +393,24 @@ class Session:
         every reader drops whole (and a writer sets aside in ``<log>.torn`` on open).
         Secrets are hidden as :meth:`hide` says.
 
+        Each record is checked by the rule the log is read by
+        (:func:`boxmaker.records.check_records`) before anything is written, so the log never
+        holds a line its readers refuse.
+
         Raises:
-            SessionError: as :meth:`append`; then none of the records is kept.
+            SessionError: as :meth:`append`, or a record breaks the log's rule (a value
+                outside its ``Literal``, a negative token count: the message says which);
+                then none of the records is written or kept.
         """
-        objs = [hide_in_json(record_to_json(r), self._secrets) for r in records]
-        data = dumps_group(objs, dumps_line)
+        objects = [hide_in_json(record_to_json(r), self._secrets) for r in records]
+        try:
+            check_records(objects)
+        except RecordError as exc:
+            raise SessionError(
+                f"{self.path}: not written: record {exc.index + 1} of {len(objects)} breaks "
+                f"the log's rule ({exc})"
+            ) from exc
+        data = dumps_group(objects, dumps_line)
         with self._lock:
             if self._writer is None:
                 raise SessionError(f"{self.path}: opened read-only")

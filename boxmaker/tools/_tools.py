@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 from ..errors import ToolError
-from ..records import Approval
+from ..records import Approval, NotRunReason
 
 __all__ = [
     "Dispatched",
@@ -382,7 +382,7 @@ class Dispatched:
     content: str
     data_class: str = "public"
     untrusted: bool = False
-    not_run: str | None = None
+    not_run: NotRunReason | None = None
     server: str | None = None
     approvals: tuple[Approval, ...] = ()
 

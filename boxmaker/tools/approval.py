@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 from ..config import ApprovalPolicy
-from ..records import Approval
+from ..records import Approval, ApprovalDecision
 from ._tools import (
     HintedPort,
     ToolAnswer,
@@ -85,7 +85,7 @@ class PendingCall:
         """Refuse the call. Returns ``False`` when it was decided already (nothing changes)."""
         return self._decide("denied", by, reason)
 
-    def _decide(self, decision: str, by: str, reason: str) -> bool:
+    def _decide(self, decision: ApprovalDecision, by: str, reason: str) -> bool:
         with self._lock:
             if self._decision is not None:
                 return False

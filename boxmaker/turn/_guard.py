@@ -33,11 +33,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, cast
 
 from ..config import LoopLimits
 from ..errors import TurnLimit
-from ..records import Record, ToolCall, ToolResult, TurnEnd
+from ..records import NotRunReason, Record, ToolCall, ToolResult, TurnEnd, TurnEndOutcome
 from ..session import Session
 from ..tools import canonical_arguments
 
@@ -49,6 +49,7 @@ __all__ = [
     "Verdict",
     "after_limit",
     "dead_turn",
+    "ended",
     "not_run_results",
 ]
 
@@ -225,6 +226,13 @@ def after_limit(calls: Sequence[ToolCall], first: int, limit: TurnLimit) -> list
     ]
 
 
+def ended(outcome: str, detail: str, status: int | None) -> TurnEnd:
+    """The ``TurnEnd`` of a turn a limit or an error ended: ``outcome`` is the limit's kind or
+    the error's outcome (one of :data:`~boxmaker.records.TURN_END_OUTCOMES`; the session
+    checks it by the log's rule before writing)."""
+    return TurnEnd(outcome=cast(TurnEndOutcome, outcome), detail=detail, status=status)
+
+
 def not_run_results(
     calls: Sequence[ToolCall], first: int, why: str, reason: str
 ) -> list[ToolResult]:
@@ -237,7 +245,7 @@ def not_run_results(
             tool_call_id=call.id,
             name=call.name,
             content=f"This call was not run: {why}.",
-            not_run=reason,
+            not_run=cast(NotRunReason, reason),  # the log's rule checks it on write
         )
         for i, call in enumerate(calls)
     ]

@@ -32,7 +32,7 @@ from ..records import Assistant, LimitHit, Record, ToolCall, ToolResult, TurnEnd
 from ..session import Session
 from ..tools import Dispatched, Registry, ToolPort, cap_result, dispatch
 from ._bounds import BoundHit, TurnBounds
-from ._guard import AnswerAfterLimit, LoopGuard, after_limit, dead_turn, not_run_results
+from ._guard import AnswerAfterLimit, LoopGuard, after_limit, dead_turn, ended, not_run_results
 from ._keys import api_keys
 
 __all__ = ["Runtime", "TurnOutcome", "run_turn"]
@@ -279,7 +279,7 @@ def _end_turn(
     elif isinstance(error, SessionFull):
         records.append(LimitHit(kind="context_full", detail=str(error.cause)))
     if after is None:
-        records.append(TurnEnd(outcome=outcome, detail=str(error), status=status))
+        records.append(ended(outcome, str(error), status))
     _append(session, emit, *records)
     if after is not None:
         raise AnswerAfterLimit(after)

@@ -408,7 +408,7 @@ def test_unknown_records_warn_and_are_counted(tmp_path: Path) -> None:
         [
             HEAD,
             {"type": "user", "content": "x", "time": "2026-11-30T07:00:00Z"},
-            {"type": "future_thing", "payload": 1},
+            {"type": "future_thing", "payload": 1, "time": "2026-11-30T07:00:00Z"},
             {"type": "assistant", "content": "y", "time": "2026-11-30T07:00:01Z"},
         ],
     )
@@ -426,23 +426,50 @@ def test_corrupt_log_names_file_and_line_and_others_are_read(tmp_path: Path, log
     assert set(got.session) == {"s1"} and len(got) == 5
 
 
+AT = '"time": "2026-11-30T07:00:01Z"'
+
+
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ('{"type": "usage", "timings": {"prompt_n": "many"}}', r"bad\.jsonl:3: processed_tokens"),
+        (
+            '{"type": "usage", "timings": {"prompt_n": "many"}, ' + AT + "}",
+            r"bad\.jsonl:3: usage record: timings\.prompt_n = 'many' is not a finite number >= 0",
+        ),
         ("[1, 2]", r"bad\.jsonl:3: line is not a JSON object"),
         ('{"a": 1}, {"b": 2}', r"bad\.jsonl:3: corrupt line"),
-        ('{"type": "tool_result", "call": 1}', r"bad\.jsonl:3: tool_result record without"),
-        ('{"type": "turn_end", "outcome": 5}', r"bad\.jsonl:3: turn_end record: outcome"),
-        ('{"type": "turn_end", "outcome": "x", "status": "500"}', r"bad\.jsonl:3: .* status"),
-        ('{"type": "tool_result", "content": "", "not_run": 1}', r"bad\.jsonl:3: not_run"),
-        ('{"type": "cache_loss", "position": "1"}', r"bad\.jsonl:3: position"),
+        (
+            '{"type": "tool_result", "call": 1, ' + AT + "}",
+            r"bad\.jsonl:3: tool_result record without",
+        ),
+        (
+            '{"type": "turn_end", "outcome": 5, ' + AT + "}",
+            r"bad\.jsonl:3: turn_end record: outcome",
+        ),
+        (
+            '{"type": "turn_end", "outcome": "answered", "status": "500", ' + AT + "}",
+            r"bad\.jsonl:3: turn_end record: status = '500' is not int or null",
+        ),
+        (
+            '{"type": "tool_result", "call": 1, "tool_call_id": "a", "name": "n", "content": "", '
+            '"not_run": 1, ' + AT + "}",
+            r"bad\.jsonl:3: tool_result record: not_run = 1 is not one of repeat, ",
+        ),
+        (
+            '{"type": "cache_loss", "expected": 1, "reused": 0, "position": "1", ' + AT + "}",
+            r"bad\.jsonl:3: cache_loss record: position = '1' is not int >= 0 or null",
+        ),
+        ('{"type": "usage", "timings": {}}', r"bad\.jsonl:3: usage record without 'time'"),
+        ('{"timings": {}, ' + AT + "}", r"bad\.jsonl:3: record without a 'type' string"),
     ],
 )
 def test_malformed_record_leaves_out_the_whole_log(tmp_path: Path, line: str, message: str) -> None:
-    user = '{"type": "user", "content": "x"}'
+    user = '{"type": "user", "content": "x", "time": "2026-11-30T07:00:00Z"}'
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(HEAD) + "\n" + user + "\n" + line + "\n")
+    if not message.endswith("corrupt line"):  # the session refuses it with the same words
+        with pytest.raises(SessionError, match=message):
+            Session.open(bad, read_only=True)
     with pytest.warns(LogReadWarning, match=message):
         loaded = frames.load(bad)
     assert all(getattr(loaded, name).empty for name in loaded._fields)

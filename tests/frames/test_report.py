@@ -19,7 +19,16 @@ from test_frames import RECORDS, at
 from boxmaker.cli import main
 from boxmaker.frames import _build as frames
 from boxmaker.frames.report import SESSION_COLUMNS, TEXT_WIDTH, format_text, tables
-from boxmaker.records import Assistant, Baseline, LimitHit, ToolCall, ToolResult, Usage, User
+from boxmaker.records import (
+    Assistant,
+    Baseline,
+    CacheLoss,
+    LimitHit,
+    ToolCall,
+    ToolResult,
+    Usage,
+    User,
+)
 from boxmaker.session import Session
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -191,29 +200,32 @@ def test_text_report_prints_terminal_controls_from_a_log_inert(
         made = ToolCall(id="c1", name=name, arguments="{}")
         session.append(Assistant(content=None, tool_calls=(made,)))
         session.append(ToolResult(call=1, tool_call_id="c1", name=name, content="ok"))
-        session.append(LimitHit(kind="loop\x1b[5m", detail="\x1b[2J", time=at(1)))  # type: ignore[arg-type]
+        # a limit kind is one of LIMIT_KINDS (the log's rule): a cause is any text
+        session.append(CacheLoss(expected=9, reused=0, cause="evicted\x1b[5m", time=at(1)))
+        session.append(LimitHit(kind="loop", detail="\x1b[2J", time=at(1)))
     bad = folder / "zz-\x1b[31m.jsonl"
     bad.write_text('{"type": "baseline", "schema": 1}\n\x1b[2J\n')
     assert run_report([str(folder)]) == 0
     out, err = capsys.readouterr()
     for stream in (out, err):
         assert "\x1b" not in stream and "\x07" not in stream
-    assert "get_\\x1b]0;PWN\\x07weather" in out and "loop\\x1b[5m" in out
+    assert "get_\\x1b]0;PWN\\x07weather" in out and "evicted\\x1b[5m" in out
     assert "zz-\\x1b[31m.jsonl" in err
 
 
 @pytest.mark.parametrize("dollars", ["$", "a$b$c", "$x^{$"])
 def test_html_report_draws_a_dollar_in_a_kind_or_a_session_id(tmp_path: Path, dollars: str) -> None:
     """Issue 23: matplotlib read ``$`` as mathtext and the drawing failed (a lone ``$``, or
-    ``$x^{$``); a ``$`` from a log is a character."""
+    ``$x^{$``); a ``$`` from a log is a character. Limit kinds and session ids are checked by
+    the log's rule now (no ``$`` gets in), so the ``$`` rides in a cache loss's cause, which
+    the lost-tokens plot draws as a label."""
     folder = tmp_path / "sessions"
     with Session.create(folder, Baseline(time=at(-1)), session_id="s1") as session:
         session.append(User(content="x", time=at(0)))
         session.append(Assistant(content="y", time=at(1)))
         session.append(Usage(timings={"cache_n": 0, "prompt_n": 5}, time=at(1)))
-        session.append(LimitHit(kind=f"k{dollars}", detail="d", time=at(2)))  # type: ignore[arg-type]
-    log = folder / "s1.jsonl"
-    log.rename(folder / f"s{dollars}.jsonl")  # an id the session refuses, the frames read
+        session.append(CacheLoss(expected=9, reused=0, cause=f"c{dollars}", time=at(2)))
+        session.append(LimitHit(kind="loop", detail=f"d{dollars}", time=at(2)))
     out = tmp_path / "report.html"
     assert run_report([str(folder)], html=str(out)) == 0
     page = out.read_text(encoding="utf-8")

@@ -46,6 +46,8 @@ def writer_process(path: Path) -> Iterator[subprocess.Popen[str]]:
     finally:
         child.kill()
         child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
 
 
 def test_a_second_writer_in_another_process_is_refused_naming_the_pid(tmp_path: Path) -> None:
@@ -194,7 +196,9 @@ def test_a_baseline_whose_tools_are_not_objects_is_refused(tmp_path: Path) -> No
     p = tmp_path / "x.jsonl"
     head = {"type": "baseline", "schema": 2, "time": "2026-11-30T00:00:00Z", "tools": [1]}
     p.write_text(json.dumps(head) + "\n")
-    with pytest.raises(SessionError, match=r"x.jsonl:1: baseline tools\[0\]"):
+    with pytest.raises(
+        SessionError, match=r"x.jsonl:1: baseline record: tools\[0\] = 1 is not a JSON object"
+    ):
         Session.open(p, read_only=True)
 
 

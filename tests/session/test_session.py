@@ -206,7 +206,7 @@ def test_record_without_time_or_with_wrong_type_is_refused(tmp_path: Path) -> No
     s = make(tmp_path)
     base = s.path.read_text()
     for bad, why in [
-        ('{"type":"user","content":"x"}', "without a 'time'"),
+        ('{"type":"user","content":"x"}', "user record without 'time'"),
         ('{"type":"user","time":"2026-11-30T00:00:00Z","content":5}', "content = 5 is not str"),
         (
             '{"type":"tool_result","time":"2026-11-30T00:00:00Z","call":true,'
