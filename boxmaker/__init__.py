@@ -59,6 +59,7 @@ from .errors import (
     TurnError,
     TurnInferError,
     TurnLimit,
+    TurnNotAnswered,
 )
 from .events import (
     CapNotEnforced,
@@ -196,6 +197,7 @@ __all__ = [
     "TurnError",
     "TurnInferError",
     "TurnLimit",
+    "TurnNotAnswered",
     "TurnOutcome",
     "Usage",
     "User",

@@ -66,7 +66,9 @@ reader meets them: ``ToolResult.server`` (an optional field, ignored by a reader
 know it, absent in older logs and read as ``None``) and :class:`Approval` records (kept as
 ``Unknown`` by a reader that does not know the type; never messages), and the loop guard's
 values (:mod:`boxmaker.turn`): the limit kind, ``not_run`` reason and turn outcome
-``loop``, and the outcome ``answered_after_limit`` (strings an older reader keeps as they are).
+``loop``, and the outcome ``answered_after_limit``; the outcomes ``server_stopped`` and
+``tool_call_in_content`` and the ``not_run`` reasons ``length`` and ``server_stopped`` (strings
+an older reader keeps as they are).
 """
 
 LimitKind: TypeAlias = Literal[
@@ -87,13 +89,20 @@ TurnEndOutcome: TypeAlias = Literal[
     "loop",
     "answered_after_limit",
     "process_died",
+    "server_stopped",
+    "tool_call_in_content",
 ]
 TURN_END_OUTCOMES: tuple[TurnEndOutcome, ...] = typing.get_args(TurnEndOutcome)
 """How a turn can end (:attr:`TurnEnd.outcome`): an answer, an answer cut at ``max_tokens``
 (``finish_reason: "length"``), each limit that ends a turn, a cancel, or a failed request;
 ``loop``, the loop guard ended it; ``answered_after_limit``, a limit ended it and, with
 ``loop.on_limit = "answer"``, one last completion without tools answered; ``process_died``,
-written when a log is reopened: the process stopped inside that turn (killed, crashed)."""
+written when a log is reopened: the process stopped inside that turn (killed, crashed);
+``server_stopped``, the server ended the completion with a ``finish_reason`` other than
+``stop``, ``length`` or ``tool_calls`` (vLLM's ``abort``, ``error``; the detail names it), not
+an answer; ``tool_call_in_content``, the answer's content holds a tool call the server did not
+parse (the detail names the format and the fix), not taken as the answer. A ``length`` turn
+whose completion had tool calls ran none of them (cut by ``max_tokens``; the detail says so)."""
 
 NotRunReason: TypeAlias = Literal[
     "repeat",
@@ -106,6 +115,8 @@ NotRunReason: TypeAlias = Literal[
     "needs_approval",
     "loop",
     "invalid_call",
+    "length",
+    "server_stopped",
 ]
 NOT_RUN_REASONS: tuple[NotRunReason, ...] = typing.get_args(NotRunReason)
 """Why a tool call was answered without running (:attr:`ToolResult.not_run`): ``repeat``, the
@@ -116,7 +127,10 @@ person or a policy said no, or no one answered in time: see the :class:`Approval
 ``needs_approval``, the port asked for an approval no one was there to give; ``loop``, the
 loop guard's nudge (a cycle, stale results or a tool's call cap), or the turn ended by it;
 ``invalid_call``, the call could not be run as made (an unknown tool, arguments that are not
-a JSON object or do not fit the tool's schema): the result says why, for the model to read."""
+a JSON object or do not fit the tool's schema): the result says why, for the model to read;
+``length``, the completion was cut by ``max_tokens`` (``finish_reason: "length"``), so its
+calls may be cut too and none is run; ``server_stopped``, the server ended the completion
+otherwise (``abort``...)."""
 
 ApprovalDecision: TypeAlias = Literal["approved", "denied"]
 APPROVAL_DECISIONS: tuple[ApprovalDecision, ...] = typing.get_args(ApprovalDecision)

@@ -32,6 +32,7 @@ from ..events import ClientEvent, Hook, ToolCallDelta, ToolCallStarted, guarded
 from ..records import Assistant, LimitHit, Record, ToolCall, ToolResult, TurnEnd, Usage, User
 from ..session import Session
 from ..tools import Dispatched, Registry, ToolPort, cap_result, dispatch
+from ._finish import ending
 from ._guard import ALREADY_MADE, AnswerAfterLimit, LoopGuard, after_limit, not_run_results
 
 __all__ = ["ALREADY_MADE", "Runtime", "TurnOutcome", "run_turn"]
@@ -102,6 +103,9 @@ def run_turn(
         SessionFull: llama.cpp answered ``exceed_context_size_error``.
         TurnCancelled: ``runtime.cancel`` was set.
         TurnInferError: the completion failed otherwise (``cause`` keeps status and body).
+        TurnNotAnswered: the completion is no answer: a ``finish_reason`` such as vLLM's
+            ``abort``, or a tool call written in content that the server did not parse
+            (``outcome`` says which; :mod:`boxmaker.turn`'s ``_finish``).
         SessionError: the log could not be written.
     """
     emit = guarded(on_event, log)
@@ -175,8 +179,10 @@ def _record_completion(
     emit: Hook,
     limit: TurnLimit | None = None,
 ) -> tuple[tuple[ToolCall, ...], Usage]:
-    """Step 4 (and 5): Assistant, Usage, CacheLoss (+ forensics), thinking-cap LimitHit, TurnEnd.
-    After ``limit`` (on_limit="answer"): ``answered_after_limit``, calls made answered 'not run'."""
+    """Step 4 (and 5): Assistant, Usage, CacheLoss (+ forensics), thinking-cap LimitHit, and
+    the TurnEnd when the completion ends the turn (:func:`ending`; the calls to run are then
+    ``()``, and an end that is no answer raises). After ``limit`` (on_limit="answer"):
+    ``answered_after_limit``, calls made answered 'not run'."""
     calls, usage = completion.tool_calls, completion.usage_record()
     records: list[Record] = [
         Assistant(content=completion.content, reasoning=completion.reasoning, tool_calls=calls),
@@ -185,12 +191,14 @@ def _record_completion(
     records += runtime.forensics.losses(session, runtime, state.body, state.earlier, usage)
     records += [] if state.capped else completion.limit_hits()  # the cap's LimitHit: once a turn
     state.capped = state.capped or completion.thinking_capped or bool(completion.cap_warning)
+    end = None if limit is not None else ending(completion, session.next_call())
     if limit is not None:
         records += after_limit(calls, session.next_call(), limit)
-    elif not calls:
-        records.append(TurnEnd(outcome="length" if usage.finish_reason == "length" else "answered"))
+    records += end.records if end is not None else []
     _append(session, emit, *records)
-    return calls, usage
+    if end is not None and end.error is not None:
+        raise end.error
+    return (calls if end is None else ()), usage
 
 
 def _run_calls(

@@ -33,6 +33,7 @@ from ...events import ClientEvent
 from .._errors import CONTEXT_FULL, context_full_error, is_context_full, stream_error
 from ._chunks import ChunkDecoder, Completion
 from ._sse import SSEDecoder
+from ._whole import completion_chunk
 
 __all__ = [
     "CONTEXT_FULL",
@@ -87,6 +88,19 @@ class StreamDecoder:
     def flush(self) -> list[ClientEvent]:
         """End of stream: decode an unterminated last event; return its events."""
         return [event for events in self.per_chunk(self.sse.flush()) for event in events]
+
+    def feed_completion(self, text: str) -> list[ClientEvent]:
+        """Decode a whole ``chat.completion`` JSON answer (a server or proxy that answered a
+        streamed request with ``Content-Type: application/json``) as a stream of one chunk
+        and ``[DONE]``: the same events and :class:`Completion` (content, reasoning, tool
+        calls, usage, timings, finish reason) as the stream would give.
+
+        Raises:
+            InferError: ``text`` is no ``chat.completion`` (the message quotes it), or an
+                error object (see :meth:`ChunkDecoder.feed`).
+        """
+        events = self.chunks.feed(completion_chunk(text))
+        return events + self.chunks.mark_done()
 
     def per_chunk(self, sse_events: list[tuple[str, str]]) -> Iterator[list[ClientEvent]]:
         """The client events of each chunk among ``sse_events`` (from :attr:`sse`), one list

@@ -206,8 +206,8 @@ class FastChunks(ThinkTags):
         whose delta is exactly that member, and which :meth:`ChunkDecoder.feed`
         reads as nothing but its delta: no ``error``, ``prompt_progress``, ``timings``,
         ``usage`` or ``finish_reason`` (``""`` counts as none), once the stream's ``id`` is
-        taken (a chunk of one member, with no role or progress, never changes it). JSON's grammar makes
-        the member one element between the two fixed texts, so any other member there
+        taken (a chunk of one member, with no role or progress, never changes it). JSON's
+        grammar makes the member one element between the two fixed texts, so any other member there
         yields the same chunk with that delta: the probe rules out a cut in the wrong place
         (a duplicate key after it, a look-alike inside a string). A probe costs a parse, so
         learning stops for this stream after a few texts that fail it or that are followed
