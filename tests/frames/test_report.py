@@ -66,6 +66,8 @@ def test_tables_cover_every_outcome_and_kind(logs: Path) -> None:
         "loop",
         "answered_after_limit",
         "process_died",
+        "server_stopped",
+        "tool_call_in_content",
     )
     assert by_outcome == {o: 1 for o in frames.TURN_OUTCOMES if o not in none} | {
         o: 0 for o in none
