@@ -414,6 +414,7 @@ class ChunkDecoder(FastChunks):
                     return number
             number = index if index not in calls else max(calls) + 1
             self._at_index[index] = number
+            self.forget_call()  # the index names another call from now on
         elif calls:
             number = self._last
             known = calls[number].id

@@ -76,10 +76,10 @@ class FastChunks(ThinkTags):
     __slots__ = (
         "_after",
         "_call_head",
-        "_call_index",
         "_call_start",
         "_call_tail",
         "_call_tail_len",
+        "_fragment_call",
         "_head",
         "_head_len",
         "_last",
@@ -106,7 +106,9 @@ class FastChunks(ThinkTags):
         self._learnt_at = -2  # the chunk count when the text was last learnt
         self._call_head = "\x00"  # the member's text before the arguments of the last call read
         self._call_start = 0  # where the arguments start: _head_len + len(_call_head)
-        self._call_index = -1  # and that call's index
+        self._fragment_call = (
+            -1
+        )  # and that call's number (forget_call() when its index gets another)
 
     def feed_usual(self, text: str, on_event: Callable[[ClientEvent], None]) -> bool:
         """Read the chunk whose JSON text is ``text`` if it is a usual one, passing its
@@ -131,16 +133,17 @@ class FastChunks(ThinkTags):
             call = _CALL_HEAD.match(text, start)  # a fragment of another call than the last
             if call is None:
                 return False
-            self._call_head, self._call_index = call[0], int(call[1])
+            number = self._at_index.get(int(call[1]))
+            if number is None:  # a call not seen yet: the full path numbers it
+                return False
+            self._call_head, self._fragment_call = call[0], number
             self._call_start = call.end()
-        # the next arguments of the call at index _call_index
+        # the next arguments of the call _fragment_call (at the index _call_head names)
         start = self._call_start
         end = len(text) - self._call_tail_len
         if end < start or not text.endswith(self._call_tail):
             return False
-        number = self._at_index.get(self._call_index)
-        if number is None:  # a call not seen yet: the full path numbers it
-            return False
+        number = self._fragment_call
         arguments = text[start:end]
         if '"' in arguments or "\\" in arguments or not arguments.isprintable():
             exact = _inside(arguments)
@@ -150,6 +153,11 @@ class FastChunks(ThinkTags):
         self.chunks += 1
         self._add_fragment(number, arguments, on_event)
         return True
+
+    def forget_call(self) -> None:
+        """Forget the call the usual fragments were read for (a new head, or a server index
+        that now names another call: the next fragment looks its number up again)."""
+        self._call_head, self._fragment_call = "\x00", -1
 
     def _add_fragment(self, number: int, arguments: str, emit: Emit) -> None:
         """More ``arguments`` text for the known call ``number`` (the usual tool-call
@@ -239,7 +247,7 @@ class FastChunks(ThinkTags):
         self._head, self._after, self._head_len = head, tail, len(head)
         self._text_tail, self._call_tail = '"' + tail, _CALL_END + tail
         self._text_tail_len, self._call_tail_len = len(self._text_tail), len(self._call_tail)
-        self._call_head, self._call_index = "\x00", -1  # a new head: no call read yet
+        self.forget_call()  # a new head: no call read yet
 
     def _learn_failed(self) -> None:
         """Count a text that was not worth learning; after a few, stop learning and reading
