@@ -19,10 +19,9 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Callable
 from typing import Any
 
-from ...events import ClientEvent, ToolCallDelta
+from ...events import ToolCallDelta
 from ._think_tags import Emit, ThinkTags, new_event
 
 __all__ = ["FastChunks", "tool_call_delta"]
@@ -110,7 +109,7 @@ class FastChunks(ThinkTags):
             -1
         )  # and that call's number (forget_call() when its index gets another)
 
-    def feed_usual(self, text: str, on_event: Callable[[ClientEvent], None]) -> bool:
+    def feed_usual(self, text: str, on_event: Emit) -> bool:
         """Read the chunk whose JSON text is ``text`` if it is a usual one, passing its
         events to ``on_event``; whether it was.
 
@@ -173,7 +172,7 @@ class FastChunks(ThinkTags):
             _set_arguments(event, arguments)
             emit(event)
 
-    def _text_member(self, text: str, start: int, on_event: Callable[[ClientEvent], None]) -> bool:
+    def _text_member(self, text: str, start: int, on_event: Emit) -> bool:
         """:meth:`feed_usual` of a text field (``text`` starts with the learnt head, which
         ends at ``start``)."""
         if text.startswith(_REASONING_CONTENT, start):
