@@ -200,7 +200,9 @@ class Client:
                 ``tool_calls`` are the same either way.
 
         Returns:
-            The :class:`Completion`.
+            The :class:`Completion`. A 200 answer of ``Content-Type: application/json`` (a
+            server or proxy that ignored ``stream: true``) is read as one whole
+            ``chat.completion``: the same completion, its events all at once.
 
         Raises:
             InferError: connection failed (``status`` None), idle timeout or silence

@@ -24,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from boxmaker.client import IGNORED_BUDGET_MARGIN, Client
+from boxmaker.client._retry import retry_after_s
 from boxmaker.config import ClientConfig, Config
 from boxmaker.errors import InferError, TurnNotAnswered
 from boxmaker.events import ClientEvent, Reasoning, Retrying, ThinkingCapped
@@ -522,3 +523,21 @@ def test_prose_that_mentions_a_tag_is_an_answer(tmp_path: Path, content: str) ->
     )
     assert error is None and ends(session)[0].outcome == "answered"
     session.close()
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("120", 120.0),
+        (" 1.5 ", 1.5),
+        ("-3", 0.0),
+        ("Tue, 01 Dec 2026 12:00:30 GMT", 30.0),
+        ("Tue, 01 Dec 2026 11:00:00 GMT", 0.0),
+        ("soon", None),
+        ("nan", None),
+        (None, None),
+    ],
+)
+def test_retry_after_reads_seconds_and_http_dates(value: str | None, seconds: float | None) -> None:
+    now = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+    assert retry_after_s(value, now) == seconds

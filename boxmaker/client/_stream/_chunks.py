@@ -90,6 +90,9 @@ class ChunkDecoder(FastChunks):
     arrives (so a thinking cap can fire while it streams) and emitted as ``Reasoning``;
     after ``</think>`` comes ``content``. A ``<think>`` after other content is content.
 
+    ``finish_reason: ""`` (SGLang, Ollama) is no finish, as ``null``. A proxy's own chunks
+    before the model's (llama-swap's loading notes) are kept apart, see :meth:`_take_id`.
+
     ``timings`` and ``usage`` are taken from the last chunk that carries them (llama.cpp puts
     them on the finish chunk, or on a trailing ``"choices": []`` chunk when
     ``stream_options.include_usage`` is set).
