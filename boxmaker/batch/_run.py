@@ -28,6 +28,7 @@ from ..errors import (
     TurnCancelled,
     TurnInferError,
     TurnLimit,
+    TurnNotAnswered,
 )
 from ..events import Hook, TurnEvent
 from ..records import Baseline, Record, Usage
@@ -181,8 +182,8 @@ def run_one(
                 break
             try:
                 run_turn(session, runtime, message, hook)
-            except TurnLimit:
-                pass  # a finished turn: the run goes on
+            except (TurnLimit, TurnNotAnswered):
+                pass  # a finished turn (its TurnEnd says how): the run goes on
             except SessionFull:
                 break  # a finished turn, and nothing more fits: the run is over
             except TurnCancelled:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -23,6 +24,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from boxmaker.batch import Task
+from boxmaker.batch._plan import RunSpec
+from boxmaker.batch._run import run_one
 from boxmaker.client import IGNORED_BUDGET_MARGIN, Client
 from boxmaker.client._retry import retry_after_s
 from boxmaker.config import ClientConfig, Config
@@ -541,3 +545,20 @@ def test_prose_that_mentions_a_tag_is_an_answer(tmp_path: Path, content: str) ->
 def test_retry_after_reads_seconds_and_http_dates(value: str | None, seconds: float | None) -> None:
     now = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
     assert retry_after_s(value, now) == seconds
+
+
+def test_a_turn_that_is_no_answer_does_not_end_a_batch_run(tmp_path: Path) -> None:
+    """A batch run goes on after a turn ended ``server_stopped`` (its TurnEnd says so), as it
+    does after a limit."""
+    handler = replies(
+        httpx.Response(200, content=VLLM_ABORT),
+        httpx.Response(200, content=stream({"content": "ok"})),
+    )
+    spec = RunSpec(id="t1", task=Task(id="t1", messages=("one", "two")), settings={})
+    with client(handler) as c:
+        outcome = run_one(
+            spec, tmp_path, URL, 0, base=Config(), registry=Registry(), client=c,
+            cancel=threading.Event(),
+        )  # fmt: skip
+    assert (outcome.state, outcome.turns, outcome.outcome) == ("done", 2, "answered")
+    assert len(handler.bodies) == 2  # type: ignore[attr-defined]
