@@ -60,6 +60,7 @@ from .errors import (
     TurnError,
     TurnInferError,
     TurnLimit,
+    TurnNotAnswered,
 )
 from .events import (
     CapNotEnforced,
@@ -203,6 +204,7 @@ __all__ = [
     "TurnError",
     "TurnInferError",
     "TurnLimit",
+    "TurnNotAnswered",
     "TurnOutcome",
     "Usage",
     "User",

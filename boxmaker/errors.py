@@ -17,7 +17,8 @@ Tree::
         ├── SessionFull           the server said the context is full
         ├── TurnLimit             a loop limit fired (kind, value, limit)
         ├── TurnCancelled         the runtime's cancel event was set
-        └── TurnInferError        the completion failed for another reason (wraps InferError)
+        ├── TurnInferError        the completion failed for another reason (wraps InferError)
+        └── TurnNotAnswered       the completion came, but is no answer (outcome, detail)
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ __all__ = [
     "TurnError",
     "TurnInferError",
     "TurnLimit",
+    "TurnNotAnswered",
 ]
 
 
@@ -196,3 +198,21 @@ class TurnInferError(TurnError):
     def __init__(self, message: str, *, cause: InferError) -> None:
         super().__init__(message)
         self.cause = cause
+
+
+class TurnNotAnswered(TurnError):
+    """The completion arrived whole but is not an answer, so the turn ended without one.
+
+    Attributes:
+        outcome: the turn's outcome (:attr:`boxmaker.records.TurnEnd.outcome`):
+            ``"server_stopped"``, the server ended the completion with a ``finish_reason``
+            other than ``stop``, ``length`` or ``tool_calls`` (vLLM's ``abort``, ``error``);
+            ``"tool_call_in_content"``, the content holds a tool call the server's parser
+            did not turn into ``tool_calls`` (see :func:`boxmaker.tools.find_text_tool_call`).
+        detail: what was received and, for a tool call in content, what fixes the server.
+    """
+
+    def __init__(self, outcome: str, detail: str) -> None:
+        super().__init__(f"{outcome}: {detail}")
+        self.outcome = outcome
+        self.detail = detail

@@ -90,11 +90,12 @@ reader meets them: ``ToolResult.server`` (an optional field, ignored by a reader
 know it, absent in older logs and read as ``None``) and :class:`Approval` records (kept as
 ``Unknown`` by a reader that does not know the type; never messages), and the loop guard's
 values (:mod:`boxmaker.turn`): the limit kind, ``not_run`` reason and turn outcome
-``loop``, and the outcome ``answered_after_limit``, and the client-side bounds' limit kinds and
+``loop``, and the outcome ``answered_after_limit``, the client-side bounds' limit kinds and
 outcomes (``completion_tokens``, ``completions``, ``turn_deadline``, ``tool_calls``,
-``tool_arguments``). Readers now check these values by their ``Literal`` types (:data:`RULES`),
-so a value added later is refused by an older reader, naming it (the log reads with the version
-that added it).
+``tool_arguments``), the outcomes ``server_stopped`` and ``tool_call_in_content`` and the
+``not_run`` reasons ``length`` and ``server_stopped``. Readers now check these values by their
+``Literal`` types (:data:`RULES`), so a value added later is refused by an older reader, naming
+it (the log reads with the version that added it).
 """
 
 LimitKind: TypeAlias = Literal[
@@ -134,14 +135,21 @@ TurnEndOutcome: TypeAlias = Literal[
     "turn_deadline",
     "tool_calls",
     "tool_arguments",
+    "server_stopped",
+    "tool_call_in_content",
 ]
 TURN_END_OUTCOMES: tuple[TurnEndOutcome, ...] = typing.get_args(TurnEndOutcome)
 """How a turn can end (:attr:`TurnEnd.outcome`): an answer, an answer cut at ``max_tokens``
 (``finish_reason: "length"``), each limit that ends a turn, a cancel, or a failed request;
 ``loop``, the loop guard ended it; ``answered_after_limit``, a limit ended it and, with
 ``loop.on_limit = "answer"``, one last completion without tools answered; ``process_died``,
-written when a log is reopened: the process stopped inside that turn (killed, crashed); then
-the turn's client-side bounds, each named as its limit kind (:data:`LIMIT_KINDS`)."""
+written when a log is reopened: the process stopped inside that turn (killed, crashed);
+``server_stopped``, the server ended the completion with a ``finish_reason`` other than
+``stop``, ``length`` or ``tool_calls`` (vLLM's ``abort``, ``error``; the detail names it), not
+an answer; ``tool_call_in_content``, the answer's content holds a tool call the server did not
+parse (the detail names the format and the fix), not taken as the answer. A ``length`` turn
+whose completion had tool calls ran none of them (cut by ``max_tokens``; the detail says so).
+Then the turn's client-side bounds, each named as its limit kind (:data:`LIMIT_KINDS`)."""
 
 NotRunReason: TypeAlias = Literal[
     "repeat",
@@ -155,6 +163,8 @@ NotRunReason: TypeAlias = Literal[
     "loop",
     "invalid_call",
     "turn_deadline",
+    "length",
+    "server_stopped",
 ]
 NOT_RUN_REASONS: tuple[NotRunReason, ...] = typing.get_args(NotRunReason)
 """Why a tool call was answered without running (:attr:`ToolResult.not_run`): ``repeat``, the
@@ -166,7 +176,9 @@ person or a policy said no, or no one answered in time: see the :class:`Approval
 loop guard's nudge (a cycle, stale results or a tool's call cap), or the turn ended by it;
 ``invalid_call``, the call could not be run as made (an unknown tool, arguments that are not
 a JSON object or do not fit the tool's schema): the result says why, for the model to read;
-``turn_deadline``, the turn ran out of time before the call ran."""
+``turn_deadline``, the turn ran out of time before the call ran; ``length``, the completion
+was cut by ``max_tokens`` (``finish_reason: "length"``), so its calls may be cut too and none is
+run; ``server_stopped``, the server ended the completion otherwise (``abort``...)."""
 
 ApprovalDecision: TypeAlias = Literal["approved", "denied"]
 APPROVAL_DECISIONS: tuple[ApprovalDecision, ...] = typing.get_args(ApprovalDecision)

@@ -27,6 +27,7 @@ from ..errors import (
     TurnCancelled,
     TurnInferError,
     TurnLimit,
+    TurnNotAnswered,
 )
 from ..events import Hook, TurnEvent
 from ..records import Baseline, Record, Usage
@@ -193,8 +194,8 @@ def run_one(
                 break
             try:
                 run_turn(session, runtime, message, hook, cancel=cancel)
-            except TurnLimit:
-                pass  # a finished turn: the run goes on
+            except (TurnLimit, TurnNotAnswered):
+                pass  # a finished turn (its TurnEnd says how): the run goes on
             except SessionFull:
                 break  # a finished turn, and nothing more fits: the run is over
             except TurnCancelled:

@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 
 from ..demo import DEMO_PROMPTS, demo_registry
+from ..tools import TextToolCall, find_text_tool_call
 
 __all__ = ["Check", "DoctorReport", "Probe", "diagnose"]
 
@@ -68,7 +69,10 @@ class Probe:
             ``<think>...</think>``).
         think_tags: ``<think>`` or ``</think>`` came in ``content``.
         tool_call_deltas: ``delta.tool_calls`` came.
-        tool_call_text: ``content`` held ``<tool_call>`` (tool calls left as text).
+        tool_call_text: ``content`` held a tool call written as text (the server did not
+            parse it), ``None`` if not: its format, tool and fix
+            (:func:`boxmaker.tools.find_text_tool_call` of the whole content, so markup split
+            across deltas is found).
         progress: a ``prompt_progress`` object came.
         timings: the last ``timings`` object (``{}`` if none).
         completion_id: the stream's ``id``.
@@ -81,7 +85,7 @@ class Probe:
     reasoning_deltas: int = 0
     think_tags: bool = False
     tool_call_deltas: bool = False
-    tool_call_text: bool = False
+    tool_call_text: TextToolCall | None = None
     progress: bool = False
     timings: dict[str, Any] = field(default_factory=dict)
     completion_id: str = ""
@@ -166,6 +170,7 @@ def _stream(
     control: bool | None = None
     in_think = False
     cid = ""
+    content: list[str] = []  # every content delta: a call written as text may span several
     with http.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
         if response.status_code != 200:
             response.read()
@@ -198,8 +203,7 @@ def _stream(
                     in_think = _THINK_OPEN in text and _THINK_CLOSE not in text
                 elif in_think and text:
                     reasoned = True
-                if "<tool_call>" in text:
-                    seen["tool_call_text"] = True
+                content.append(text)
                 if delta.get("tool_calls"):
                     seen["tool_call_deltas"] = True
                 if reasoned:
@@ -214,6 +218,7 @@ def _stream(
                     control = answer.status_code == 200 and answer.json().get("success") is True
     return Probe(
         status=200,
+        tool_call_text=find_text_tool_call("".join(content)),
         reasoning_deltas=deltas,
         completion_id=cid,
         control=control,
@@ -340,9 +345,9 @@ def _stream_checks(first: Probe, again: Probe, budget: Probe, control: Probe) ->
     checks = []
     if first.tool_call_deltas:
         checks.append(Check("tool calls parsed", True, "delta.tool_calls"))
-    elif first.tool_call_text:
-        fix = "start llama-server with --jinja (and a chat template that declares tools)"
-        checks.append(Check("tool calls parsed", False, "<tool_call> left in content", fix))
+    elif first.tool_call_text is not None:
+        found = first.tool_call_text
+        checks.append(Check("tool calls parsed", False, found.describe(), found.fix))
     else:
         checks.append(Check("tool calls parsed", None, "the model called no tool on the demo"))
     if first.reasoning_field:

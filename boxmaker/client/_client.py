@@ -44,6 +44,7 @@ from ..errors import InferError, RequestCancelled, StreamCut
 from ..events import ClientEvent, Queued, Retrying
 from ._cancel import CancelWatch
 from ._errors import http_error
+from ._retry import RETRIED_STATUSES, retry_after_s, retry_delay_s
 from ._side import side_json
 from ._stream._decoder import Completion, StreamDecoder
 from ._thinking_cap import IGNORED_BUDGET_MARGIN, ThinkingCap
@@ -63,10 +64,11 @@ class _Retryable(Exception):
     """Internal: a failure before any event (connection refused, HTTP 503) that may be retried.
     Never leaves this module: :meth:`Client._chat` raises :attr:`error` instead."""
 
-    def __init__(self, error: InferError, reason: str) -> None:
+    def __init__(self, error: InferError, reason: str, retry_after: float | None = None) -> None:
         super().__init__(reason)
         self.error = error
         self.reason = reason
+        self.retry_after = retry_after  # seconds the server's Retry-After asked for
 
 
 class ChatClient(Protocol):
@@ -197,7 +199,9 @@ class Client:
                 ``tool_calls`` are the same either way.
 
         Returns:
-            The :class:`Completion`.
+            The :class:`Completion`. A 200 answer of ``Content-Type: application/json`` (a
+            server or proxy that ignored ``stream: true``) is read as one whole
+            ``chat.completion``: the same completion, its events all at once.
 
         Raises:
             InferError: connection failed (``status`` None), idle timeout or silence
@@ -226,10 +230,13 @@ class Client:
         """:meth:`chat`, retrying when the server cannot be reached or is loading.
 
         Retried: connection failures (refused, connect timeout) and HTTP 503 (llama.cpp's
-        ``"Loading model"``), at most ``config.retry_attempts`` times after the first
-        attempt. Retry ``k`` (1, 2, ...) waits ``config.retry_base_delay_s * 2**(k-1)``
-        seconds, at most ``config.retry_max_delay_s``, and is announced by
-        :class:`~boxmaker.events.Retrying` ``(attempt=k, delay_s, reason)`` before the wait.
+        ``"Loading model"``), 429, 502 and 504 (proxies while a model loads or past a
+        concurrency limit), at most ``config.retry_attempts`` times after the first
+        attempt. Retry ``k`` (1, 2, ...) waits what the answer's ``Retry-After`` asks
+        (seconds or an HTTP date), else ``config.retry_base_delay_s * 2**(k-1)`` seconds;
+        at most ``config.retry_max_delay_s`` either way. It is announced by
+        :class:`~boxmaker.events.Retrying` ``(attempt=k, delay_s, reason)`` before the wait;
+        ``reason`` names the status, the server's message and its ``Retry-After``.
         Both failures happen before any other event, so a retried attempt has emitted
         nothing. Every other error is raised at once.
 
@@ -349,8 +356,7 @@ class Client:
                         context_full=error.context_full,
                     ) from error.__cause__
                 attempt += 1
-                cfg = self.config
-                delay = min(cfg.retry_base_delay_s * 2 ** (attempt - 1), cfg.retry_max_delay_s)
+                delay = retry_delay_s(attempt, self.config, failure.retry_after)
                 on_event(Retrying(attempt=attempt, delay_s=delay, reason=failure.reason))
                 self._wait(delay, cancel)
 
@@ -413,10 +419,12 @@ class Client:
                         "chat completion",
                         response.reason_phrase,
                     )
-                    if response.status_code == 503:
-                        raise _Retryable(error, f"HTTP 503: {_short(error)}")
+                    if response.status_code in RETRIED_STATUSES:
+                        raise _retryable(error, response)
                     raise error
                 on_event(_QUEUED)
+                if _is_json(response):  # one whole chat.completion to a streamed request
+                    return self._read_whole(response, on_event, tool_call_deltas)
                 done = self._read(response, on_event, reasoning_budget, cancel, tool_call_deltas)
                 self._reasoning_seen = self._reasoning_seen or done.reasoning_tokens > 0
                 return done
@@ -499,6 +507,20 @@ class Client:
             raise _cancelled(response, chunks.chunks)
         return chunks.finish()
 
+    def _read_whole(
+        self,
+        response: httpx.Response,
+        on_event: Callable[[ClientEvent], None],
+        tool_call_deltas: bool,
+    ) -> Completion:
+        """A 200 answer of ``Content-Type: application/json`` (a server or proxy that ignores
+        ``stream: true``): one OpenAI ``chat.completion``, read as one completion."""
+        response.read()
+        decoder = StreamDecoder(tool_call_deltas=tool_call_deltas)
+        for event in decoder.feed_completion(response.text):
+            on_event(event)
+        return decoder.chunks.finish()
+
     def _first_unseen(self) -> bool:
         """Whether "no reasoning seen" is still to be said: once per client, and never after
         a completion of this client had reasoning (the server then shows it: a completion
@@ -551,6 +573,23 @@ def _loads_or_text(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return text
+
+
+def _is_json(response: httpx.Response) -> bool:
+    """Whether a 200 answer is one JSON document rather than an event stream."""
+    kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    return bool(kind == "application/json")
+
+
+def _retryable(error: InferError, response: httpx.Response) -> _Retryable:
+    """A retried HTTP status: the reason the ``Retrying`` event gives (status, the server's
+    message, its ``Retry-After``) and the wait it asks for."""
+    header = response.headers.get("retry-after")
+    after = retry_after_s(header)
+    reason = f"HTTP {response.status_code}: {_short(error)}"
+    if after is not None:
+        reason += f" (Retry-After: {header})"
+    return _Retryable(error, reason, after)
 
 
 def _short(error: InferError) -> str:

@@ -100,7 +100,8 @@ class ClientConfig:
     default allows llama.cpp's long prompt processing of a server without progress events.
     ``None`` (or ``-1`` in a TOML file): no limit."""
     retry_attempts: int = 4
-    """Retries after the first attempt on connection refused and HTTP 503 (0: no retry)."""
+    """Retries after the first attempt on connection refused and HTTP 429, 502, 503, 504
+    (0: no retry)."""
     retry_base_delay_s: float = 0.5
     """Delay before the first retry in seconds; doubles each retry."""
     retry_max_delay_s: float = 8.0

@@ -1,5 +1,6 @@
 """Tools: the registry (JSON schemas from type hints and docstrings), ``dispatch``, the
-tool port protocol and its answers, ``cap_result``.
+tool port protocol and its answers, ``cap_result``, ``find_text_tool_call`` (a tool call
+written in content that the server did not parse).
 
 Public submodules: :mod:`boxmaker.tools.approval` (``ApprovalPort``: a person approves
 calls) and :mod:`boxmaker.tools.mcp` (``McpPort``: MCP servers as the port; imports the
@@ -7,6 +8,7 @@ calls) and :mod:`boxmaker.tools.mcp` (``McpPort``: MCP servers as the port; impo
 """
 
 from .._public import publish
+from ._text_calls import TEXT_TOOL_CALL_FORMATS, TextToolCall, find_text_tool_call
 from ._tools import (
     Dispatched,
     HintedPort,
@@ -28,10 +30,12 @@ from ._tools import (
 )
 
 __all__ = [
+    "TEXT_TOOL_CALL_FORMATS",
     "Dispatched",
     "HintedPort",
     "InProcessPort",
     "Registry",
+    "TextToolCall",
     "Tool",
     "ToolAnswer",
     "ToolDenied",
@@ -44,6 +48,7 @@ __all__ = [
     "canonical_arguments",
     "cap_result",
     "dispatch",
+    "find_text_tool_call",
     "schema_from_function",
 ]
 

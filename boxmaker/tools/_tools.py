@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 from ..errors import ToolError
-from ..records import Approval, NotRunReason
+from ..records import Approval, NotRunReason, ToolCall, ToolResult
 
 __all__ = [
     "Dispatched",
@@ -385,6 +385,21 @@ class Dispatched:
     not_run: NotRunReason | None = None
     server: str | None = None
     approvals: tuple[Approval, ...] = ()
+
+    def record(self, call: ToolCall, number: int, content: str, truncated: bool) -> ToolResult:
+        """The ``ToolResult`` of ``call`` (the session's call ``number``) with these labels and
+        ``content``, the text as logged (capped: ``truncated`` says so)."""
+        return ToolResult(
+            call=number,
+            tool_call_id=call.id,
+            name=call.name,
+            content=content,
+            data_class=self.data_class,
+            untrusted=self.untrusted,
+            truncated=truncated,
+            not_run=self.not_run,
+            server=self.server,
+        )
 
 
 def dispatch(

@@ -28,10 +28,11 @@ from ..errors import (
     TurnLimit,
 )
 from ..events import Hook, ToolCallStarted, guarded
-from ..records import Assistant, LimitHit, Record, ToolCall, ToolResult, TurnEnd, Usage, User
+from ..records import Assistant, LimitHit, Record, ToolCall, Usage, User
 from ..session import Session
 from ..tools import Dispatched, Registry, ToolPort, cap_result, dispatch
 from ._bounds import BoundHit, TurnBounds
+from ._finish import ending
 from ._guard import AnswerAfterLimit, LoopGuard, after_limit, dead_turn, ended, not_run_results
 from ._keys import api_keys
 
@@ -111,6 +112,8 @@ def run_turn(
         SessionFull: llama.cpp answered ``exceed_context_size_error``.
         TurnCancelled: the cancel token (``cancel``, else ``runtime.cancel``) was set.
         TurnInferError: the completion failed otherwise (``cause`` keeps status and body).
+        TurnNotAnswered: no answer: a ``finish_reason`` such as vLLM's ``abort``, or a tool
+            call left in content by the server's parser (``outcome`` says which).
         SessionError: the log could not be written.
     """
     emit = guarded(on_event, log)
@@ -184,8 +187,9 @@ def _record_completion(
     emit: Hook,
     limit: TurnLimit | None = None,
 ) -> tuple[tuple[ToolCall, ...], Usage]:
-    """Step 4 (and 5): Assistant, Usage, CacheLoss (+ forensics), thinking-cap LimitHit, TurnEnd.
-    After ``limit`` (on_limit="answer"): ``answered_after_limit``, calls made answered 'not run'."""
+    """Step 4 (and 5): Assistant, Usage, CacheLoss (+ forensics), thinking-cap LimitHit, the
+    TurnEnd of a completion that ends the turn (:func:`ending`: no calls to run; raises if no
+    answer). After ``limit`` (on_limit="answer"): answered_after_limit, calls 'not run'."""
     calls, usage = completion.tool_calls, completion.usage_record()
     records: list[Record] = [
         Assistant(content=completion.content, reasoning=completion.reasoning, tool_calls=calls),
@@ -194,12 +198,12 @@ def _record_completion(
     records += runtime.forensics.losses(session, runtime, state.body, state.earlier, usage)
     records += [] if state.capped else completion.limit_hits()  # the cap's LimitHit: once a turn
     state.capped = state.capped or completion.thinking_capped or bool(completion.cap_warning)
-    if limit is not None:
-        records += after_limit(calls, session.next_call(), limit)
-    elif not calls:
-        records.append(TurnEnd(outcome="length" if usage.finish_reason == "length" else "answered"))
-    _append(session, emit, *records)
-    return calls, usage
+    end = None if limit else ending(completion, session.next_call())
+    records += after_limit(calls, session.next_call(), limit) if limit else []
+    _append(session, emit, *records, *(end.records if end else ()))
+    if end is not None and end.error is not None:
+        raise end.error
+    return (calls if end is None else ()), usage
 
 
 def _run_calls(
@@ -234,20 +238,8 @@ def _run_calls(
             state.guard.ran(call, result.content)
         cap = loop.tool_result_cap if result.not_run is None else None  # the loop's own words
         capped, truncated = cap_result(result.content, cap)
-        records: list[Record] = [
-            *result.approvals,  # a decision on the call goes before its result
-            ToolResult(
-                call=number,
-                tool_call_id=call.id,
-                name=call.name,
-                content=capped,
-                data_class=result.data_class,
-                untrusted=result.untrusted,
-                truncated=truncated,
-                not_run=result.not_run,
-                server=result.server,
-            ),
-        ]
+        # a decision on the call goes before its result
+        records: list[Record] = [*result.approvals, result.record(call, number, capped, truncated)]
         if truncated:
             detail = f"{call.name} result of {len(result.content)} characters cut to {len(capped)}"
             records.append(LimitHit(kind="tool_result_cap", detail=detail))

@@ -103,3 +103,53 @@ def test_a_server_that_only_pings_meets_the_probe_deadline() -> None:
     transport, _ = _endless(b": ping\n\n")
     report = diagnose("http://llama:8080", transport=transport, probe_deadline_s=0.2)
     assert "past its deadline of 0.2 s" in report.check("bounded").seen
+
+
+# Tool calls written in content, as a server whose parser does not know the model's format
+# streams them; each cut into 3-character deltas so every tag is split across deltas.
+TEXT_CALLS = {
+    "gpt-oss harmony": (
+        "<|channel|>commentary to=functions.get_weather <|constrain|>json"
+        '<|message|>{"city":"Paris"}<|call|>'
+    ),
+    "Qwen3-Coder XML": (
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+        "</function>\n</tool_call>"
+    ),
+    "Hermes <tool_call>": (
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    ),
+}
+
+
+@pytest.mark.parametrize("label", sorted(TEXT_CALLS))
+def test_tool_calls_parsed_names_the_format_left_in_content(label: str) -> None:
+    text = TEXT_CALLS[label]
+    pieces = [text[i : i + 3] for i in range(0, len(text), 3)]
+    cid = "chatcmpl-doctor"
+
+    def sse(delta: dict[str, object], finish: str | None = None) -> str:
+        obj = {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}], "id": cid}
+        return f"data: {json.dumps(obj)}\n\n"
+
+    body = "".join([*(sse({"content": p}) for p in pieces), sse({}, "stop"), "data: [DONE]\n\n"])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/health":
+            return httpx.Response(200, json={"status": "ok"})
+        if path == "/props":
+            caps = {"supports_tool_calls": True}
+            return httpx.Response(200, json={"total_slots": 1, "chat_template_caps": caps})
+        if path == "/slots":
+            return httpx.Response(200, json=[{"id": 0, "n_ctx": 8192}])
+        if path.endswith("/control"):
+            return httpx.Response(200, json={"success": False})
+        return httpx.Response(200, text=body, headers={"Content-Type": "text/event-stream"})
+
+    check = diagnose("http://llama:8080", transport=httpx.MockTransport(handler)).check(
+        "tool calls parsed"
+    )
+    assert check.ok is False
+    assert check.seen == f"a {label} tool call to get_weather written in content"
+    assert "--jinja" in check.fix and "template" in check.fix

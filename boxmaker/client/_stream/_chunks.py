@@ -12,33 +12,23 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 from ...errors import InferError, StreamCut
 from ...events import (
     CapNotEnforced,
     ClientEvent,
-    Content,
     Progress,
-    Reasoning,
     ThinkingCapped,
-    ToolCallDelta,
     Waiting,
 )
 from ...records import ToolCall
 from ...tools import canonical_arguments
 from .._errors import stream_error
 from ._completion import Completion
-from ._fast import (
-    FastChunks,
-    new_event,
-    set_arguments,
-    set_content,
-    set_id,
-    set_index,
-    set_name,
-    set_reasoning,
-)
+from ._fast import FastChunks, tool_call_delta
+from ._think_tags import Emit
 
 __all__ = ["ChunkDecoder", "Completion"]
 
@@ -100,6 +90,9 @@ class ChunkDecoder(FastChunks):
     arrives (so a thinking cap can fire while it streams) and emitted as ``Reasoning``;
     after ``</think>`` comes ``content``. A ``<think>`` after other content is content.
 
+    ``finish_reason: ""`` (SGLang, Ollama) is no finish, as ``null``. A proxy's own chunks
+    before the model's (llama-swap's loading notes) are kept apart, see :meth:`_take_id`.
+
     ``timings`` and ``usage`` are taken from the last chunk that carries them (llama.cpp puts
     them on the finish chunk, or on a trailing ``"choices": []`` chunk when
     ``stream_options.include_usage`` is set).
@@ -134,6 +127,8 @@ class ChunkDecoder(FastChunks):
         "_at_index",
         "_by_id",
         "_calls",
+        "_progressed",
+        "_proxy",
         "_text",
         "_waiting",
         "cap_warning",
@@ -172,6 +167,8 @@ class ChunkDecoder(FastChunks):
         self._tail = ""  # held-back end of content that may be the start of a tag
         self._tag_deltas = 0  # content deltas that carried text while undecided
         self._text: str | None = None  # the JSON text of the chunk being fed, if orjson's
+        self._proxy: list[str] = []  # a proxy's own notes before the model's chunks
+        self._progressed = False  # a prompt_progress came (the model's stream has started)
 
     @property
     def finished(self) -> bool:
@@ -191,6 +188,11 @@ class ChunkDecoder(FastChunks):
     def feed(self, obj: dict[str, Any], text: str | None = None) -> list[ClientEvent]:
         """Take one parsed chunk; return the events it carries.
 
+        The steps, in order: the chunk's ``id`` (:meth:`_take_id`, which also tells a
+        proxy's own chunks from the model's), an ``error`` object, ``prompt_progress`` or
+        ``Waiting``, the delta (reasoning, content, tool calls), ``finish_reason``, then
+        ``timings`` and ``usage``.
+
         Args:
             obj: the chunk's JSON object.
             text: the JSON text ``obj`` was parsed from by orjson, if it was. orjson reads
@@ -205,97 +207,125 @@ class ChunkDecoder(FastChunks):
                 ``error.code`` when present), or its shape is not a chat-completion chunk
                 (a ``delta.content`` that is neither a string nor ``null`` included).
         """
-        # The hot path (one call per chunk): the rare keys tested with `in`, the events
-        # built without their dataclass __init__ (see fast_chunks.new_event).
         self.chunks += 1
         self._text = text
         events: list[ClientEvent] = []
+        emit = events.append
         try:
-            if not self.id:
-                cid = obj.get("id")
-                if isinstance(cid, str):
-                    self.id = cid
-            if "error" in obj:
-                obj = self._exact(obj)
-                raise stream_error(obj, json.dumps(obj, ensure_ascii=False))
-            if "prompt_progress" in obj and obj["prompt_progress"] is not None:
-                self._progress(self._exact(obj)["prompt_progress"], events)
-            elif not self._waiting:
-                self._waiting = True
-                events.append(_WAITING)
-            choices = obj.get("choices")
-            if choices:
-                choice = choices[0]
-                delta = choice.get("delta")
-                if delta:
-                    calls = delta.get("tool_calls")
-                    if calls is None or len(delta) > 1:  # not a delta of tool calls alone
-                        text = delta.get("reasoning_content") or delta.get("reasoning")
-                        if text and text.__class__ is str:
-                            if self._undecided:
-                                self._decide(events)
-                            self._reasoning.append(text)
-                            self.reasoning_tokens += 1
-                            reasoning = new_event(Reasoning)
-                            set_reasoning(reasoning, text)
-                            events.append(reasoning)
-                        text = delta.get("content")
-                        if text:
-                            if text.__class__ is not str:
-                                raise TypeError("delta.content is not a string")
-                            if self._undecided:
-                                self._split_content(text, events)
-                            else:
-                                self._content.append(text)
-                                content = new_event(Content)
-                                set_content(content, text)
-                                events.append(content)
-                    if calls:
-                        call = calls[0]
-                        function = call.get("function")
-                        if (  # the usual fragment: more arguments for the call at a known index
-                            len(calls) == 1
-                            and "id" not in call
-                            and (index := call.get("index")).__class__ is int
-                            and (number := self._at_index.get(index)) is not None
-                            and function.__class__ is dict
-                            and "name" not in function
-                            and (arguments := function.get("arguments")).__class__ is str
-                        ):
-                            self._last = number
-                            if arguments:
-                                self._calls[number].arguments.append(arguments)
-                            if self.tool_call_deltas:
-                                tool_call = new_event(ToolCallDelta)
-                                set_index(tool_call, number)
-                                set_id(tool_call, None)
-                                set_name(tool_call, None)
-                                set_arguments(tool_call, arguments)
-                                events.append(tool_call)
-                        else:
-                            self._tool_calls(calls, events, obj)
-                reason = choice.get("finish_reason")
-                if reason is not None:
-                    if reason.__class__ is not str:
-                        reason = self._exact(obj)["choices"][0]["finish_reason"]
-                    self.finish_reason = reason
-                    if self._tail:
-                        self._decide(events)
-            if "timings" in obj and obj["timings"] is not None:
-                self.timings = dict(self._exact(obj)["timings"])
-            if "usage" in obj and obj["usage"] is not None:
-                self.usage = dict(self._exact(obj)["usage"])
+            if self._take_id(obj):
+                if "error" in obj:
+                    exact = self._exact(obj)
+                    raise stream_error(exact, json.dumps(exact, ensure_ascii=False))
+                self._progress_or_waiting(obj, emit)
+                choices = obj.get("choices")
+                if choices:
+                    choice = choices[0]
+                    delta = choice.get("delta")
+                    if delta:
+                        self._delta(delta, obj, emit)
+                    self._finish_reason(choice, obj, emit)
+                self._totals(obj)
         except (AttributeError, TypeError, ValueError, KeyError, RecursionError) as exc:
-            try:
-                text = json.dumps(self._exact(obj), ensure_ascii=False)[:500]
-            except (ValueError, RecursionError):  # nested deeper than json's recursion limit
-                text = (self._text or "")[:500]
-            raise InferError(
-                f"malformed chunk from llama-server ({exc!r}): {text}", body=text
-            ) from exc
+            raise self._malformed(obj, exc) from exc
         if self._text is not None and self._learn_tries > 0:
             self.learn(self._text)
         return events
+
+    # -- the steps of feed, in order --------------------------------------------------------
+
+    def _take_id(self, obj: dict[str, Any]) -> bool:
+        """Keep the stream's completion id; whether the chunk is the model's (``False``: a
+        proxy's note, kept as :attr:`Completion.proxy_text` and nothing else).
+
+        A proxy in front of the server may stream its own chunks before the model's:
+        llama-swap sends its loading progress as ``{"choices":[{"delta":
+        {"reasoning_content":"..."}}]}`` with no ``id`` (``proxy/process.go`` ``sendData``).
+        Such a reasoning-only chunk without ``id`` before any ``id`` came is a note; and
+        when a chunk under a new ``id`` starts a stream (``delta.role`` or
+        ``prompt_progress``) after nothing but reasoning, that reasoning was a proxy's too
+        (its own chunk id): it moves to :attr:`Completion.proxy_text`, uncounted, and the new ``id``
+        is the completion's (the one ``reasoning_end`` is sent for).
+        """
+        cid = obj.get("id")
+        if not self.id:
+            if cid is None and (note := _proxy_note(obj)) is not None:
+                self._proxy.append(note)
+                return False
+            if cid.__class__ is str:
+                self.id = cid
+        elif cid.__class__ is str and cid and cid != self.id and self._starts_stream(obj):
+            self._proxy += self._reasoning
+            self._reasoning = []
+            self.reasoning_tokens = 0
+            self._undecided = True  # the proxy's reasoning decided nothing about content
+            self.id = cid
+        return True
+
+    def _starts_stream(self, obj: dict[str, Any]) -> bool:
+        """Whether ``obj`` opens a model's stream (role or prompt progress) after nothing
+        but reasoning (so that reasoning came from someone else)."""
+        if self._content or self._calls or self._tail or self.finish_reason is not None:
+            return False
+        if not self._reasoning or self._progressed:
+            return False
+        choices = obj.get("choices")
+        delta = choices[0].get("delta") if choices else None
+        return obj.get("prompt_progress") is not None or bool(delta and "role" in delta)
+
+    def _progress_or_waiting(self, obj: dict[str, Any], emit: Callable[[ClientEvent], Any]) -> None:
+        """``prompt_progress`` -> ``Progress`` (and ``Waiting`` once it is complete); the
+        first chunk without it before any token -> ``Waiting``."""
+        if "prompt_progress" in obj and obj["prompt_progress"] is not None:
+            self._progressed = True
+            self._progress(self._exact(obj)["prompt_progress"], emit)
+        elif not self._waiting:
+            self._waiting = True
+            emit(_WAITING)
+
+    def _delta(
+        self, delta: dict[str, Any], obj: dict[str, Any], emit: Callable[[ClientEvent], Any]
+    ) -> None:
+        """The delta's reasoning, content and tool calls, in that order."""
+        calls = delta.get("tool_calls")
+        if calls is None or len(delta) > 1:  # not a delta of tool calls alone
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if reasoning and reasoning.__class__ is str:
+                self._add_reasoning(reasoning, emit)
+            content = delta.get("content")
+            if content:
+                if content.__class__ is not str:
+                    raise TypeError("delta.content is not a string")
+                self._add_content(content, emit)
+        if calls:
+            self._tool_calls(calls, obj, emit)
+
+    def _finish_reason(
+        self, choice: dict[str, Any], obj: dict[str, Any], emit: Callable[[ClientEvent], Any]
+    ) -> None:
+        """Keep ``finish_reason``. ``""`` means not finished, as ``null`` does (SGLang and
+        some Ollama builds send ``"finish_reason": ""`` on every chunk before the last)."""
+        reason = choice.get("finish_reason")
+        if reason:
+            if reason.__class__ is not str:
+                reason = self._exact(obj)["choices"][0]["finish_reason"]
+            self.finish_reason = reason
+            if self._tail:
+                self._decide(emit)
+
+    def _totals(self, obj: dict[str, Any]) -> None:
+        """``timings`` and ``usage``, from the last chunk that carries them."""
+        if "timings" in obj and obj["timings"] is not None:
+            self.timings = dict(self._exact(obj)["timings"])
+        if "usage" in obj and obj["usage"] is not None:
+            self.usage = dict(self._exact(obj)["usage"])
+
+    def _malformed(self, obj: dict[str, Any], exc: Exception) -> InferError:
+        """The error for a chunk whose shape is not a chat-completion chunk's."""
+        try:
+            text = json.dumps(self._exact(obj), ensure_ascii=False)[:500]
+        except (ValueError, RecursionError):  # nested deeper than json's recursion limit
+            text = (self._text or "")[:500]
+        return InferError(f"malformed chunk from llama-server ({exc!r}): {text}", body=text)
 
     def _exact(self, obj: dict[str, Any]) -> Any:
         """The chunk as :func:`json.loads` reads it (see :meth:`feed`'s ``text``)."""
@@ -309,10 +339,10 @@ class ChunkDecoder(FastChunks):
             return call
         return self._exact(obj)["choices"][0]["delta"]["tool_calls"][at]
 
-    def _progress(self, progress: Any, events: list[ClientEvent]) -> None:
+    def _progress(self, progress: Any, emit: Emit) -> None:
         total = int(progress.get("total", 0))
         processed = int(progress.get("processed", 0))
-        events.append(
+        emit(
             Progress(
                 total=total,
                 cache=int(progress.get("cache", 0)),
@@ -322,11 +352,23 @@ class ChunkDecoder(FastChunks):
         )
         if not self._waiting and processed >= total:
             self._waiting = True
-            events.append(_WAITING)
+            emit(_WAITING)
 
-    def _tool_calls(
-        self, calls: list[dict[str, Any]], events: list[ClientEvent], obj: dict[str, Any]
-    ) -> None:
+    def _tool_calls(self, calls: list[dict[str, Any]], obj: dict[str, Any], emit: Emit) -> None:
+        """The delta's tool calls (see the class docstring for how a delta finds its call)."""
+        call = calls[0]
+        function = call.get("function")
+        if (  # the usual fragment: more arguments for the call at a known index
+            len(calls) == 1
+            and "id" not in call
+            and (index := call.get("index")).__class__ is int
+            and (number := self._at_index.get(index)) is not None
+            and function.__class__ is dict
+            and "name" not in function
+            and (arguments := function.get("arguments")).__class__ is str
+        ):
+            self._add_fragment(number, arguments, emit)
+            return
         for call in calls:
             call_id = call.get("id") or ""
             index = call.get("index")
@@ -361,12 +403,7 @@ class ChunkDecoder(FastChunks):
                 if arguments:
                     parts.arguments.append(arguments)
             if self.tool_call_deltas:
-                event = new_event(ToolCallDelta)
-                set_index(event, number)
-                set_id(event, new_id)
-                set_name(event, new_name)
-                set_arguments(event, arguments)
-                events.append(event)
+                emit(tool_call_delta(number, new_id, new_name, arguments))
 
     def _call_number(self, index: Any, call_id: str) -> int:
         """The number of the call a tool-call delta belongs to (a new call if needed)."""
@@ -380,6 +417,7 @@ class ChunkDecoder(FastChunks):
                     return number
             number = index if index not in calls else max(calls) + 1
             self._at_index[index] = number
+            self.forget_call()  # the index names another call from now on
         elif calls:
             number = self._last
             known = calls[number].id
@@ -400,7 +438,7 @@ class ChunkDecoder(FastChunks):
         self.done = True
         events: list[ClientEvent] = []
         if self._tail:
-            self._decide(events)
+            self._decide(events.append)
         return events
 
     def mark_capped(self) -> ThinkingCapped:
@@ -453,7 +491,29 @@ class ChunkDecoder(FastChunks):
             reasoning_tokens=self.reasoning_tokens,
             thinking_capped=self.thinking_capped,
             cap_warning=self.cap_warning,
+            proxy_text="".join(self._proxy) or None,
         )
+
+
+def _proxy_note(obj: dict[str, Any]) -> str | None:
+    """The text of a proxy's note: a chunk of one choice that is a delta of one reasoning text
+    and nothing else (no ``index``, no ``finish_reason``, no progress, no usage), as
+    llama-swap writes its loading progress: ``{"choices":[{"delta":{"reasoning_content":
+    "..."}}]}``. ``None`` for any other chunk (a model's chunk always carries more)."""
+    if any(key not in _NOTE_KEYS for key in obj):
+        return None
+    choices = obj.get("choices")
+    if choices.__class__ is not list or len(choices) != 1 or choices[0].__class__ is not dict:
+        return None
+    choice = choices[0]
+    delta = choice.get("delta")
+    if len(choice) != 1 or delta.__class__ is not dict or len(delta) != 1:
+        return None
+    text = delta.get("reasoning_content", delta.get("reasoning"))
+    return text if text.__class__ is str else None
+
+
+_NOTE_KEYS = frozenset(("choices", "object", "created", "model"))
 
 
 def _made_up_call_id(completion_id: str, index: int) -> str:

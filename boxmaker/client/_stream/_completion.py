@@ -47,6 +47,9 @@ class Completion:
             :meth:`boxmaker.client.Client.chat`).
         cap_warning: why the thinking cap could not be enforced on this completion
             (:class:`~boxmaker.events.CapNotEnforced`), ``None`` when it could or none was set.
+        proxy_text: what a proxy in front of the server streamed as its own chunks before the
+            model's (llama-swap's loading progress, sent as ``reasoning_content``), joined;
+            not the model's reasoning, not counted in ``reasoning_tokens``. ``None`` if none.
     """
 
     id: str
@@ -59,6 +62,7 @@ class Completion:
     reasoning_tokens: int = 0
     thinking_capped: bool = False
     cap_warning: str | None = None
+    proxy_text: str | None = None
 
     def limit_hits(self) -> list[LimitHit]:
         """The session log's thinking-cap records of this completion: a

@@ -19,31 +19,30 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
-from ...events import ClientEvent, Content, Reasoning, ToolCallDelta
-from ._think_tags import ThinkTags
+from ...events import ToolCallDelta
+from ._think_tags import Emit, ThinkTags, new_event
 
-__all__ = ["FastChunks", "new_event"]
+__all__ = ["FastChunks", "tool_call_delta"]
 
-_E = TypeVar("_E")
-
-# The hot events built as object.__new__ + their slots' descriptors: the same frozen objects as
-# their __init__ makes (which goes through object.__setattr__ once per field), at about half
-# the cost per chunk.
-if TYPE_CHECKING:
-
-    def new_event(cls: type[_E]) -> _E:
-        """A bare instance of the event class ``cls``; set every field before use."""
-
-else:
-    new_event = object.__new__
-set_content = vars(Content)["text"].__set__
-set_reasoning = vars(Reasoning)["text"].__set__
-set_index, set_id, set_name, set_arguments = (
+_set_index, _set_id, _set_name, _set_arguments = (
     vars(ToolCallDelta)[field].__set__ for field in ("index", "id", "name", "arguments")
 )
+
+
+def tool_call_delta(
+    index: int, call_id: str | None, name: str | None, arguments: str
+) -> ToolCallDelta:
+    """A :class:`~boxmaker.events.ToolCallDelta`, built as the hot events are
+    (:func:`new_event`)."""
+    event = new_event(ToolCallDelta)
+    _set_index(event, index)
+    _set_id(event, call_id)
+    _set_name(event, name)
+    _set_arguments(event, arguments)
+    return event
+
 
 # A JSON string's inside (RFC 8259: no '"', no '\\' but in an escape, no control character).
 _STRING = r'[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)*'
@@ -76,10 +75,10 @@ class FastChunks(ThinkTags):
     __slots__ = (
         "_after",
         "_call_head",
-        "_call_index",
         "_call_start",
         "_call_tail",
         "_call_tail_len",
+        "_fragment_call",
         "_head",
         "_head_len",
         "_last",
@@ -106,9 +105,11 @@ class FastChunks(ThinkTags):
         self._learnt_at = -2  # the chunk count when the text was last learnt
         self._call_head = "\x00"  # the member's text before the arguments of the last call read
         self._call_start = 0  # where the arguments start: _head_len + len(_call_head)
-        self._call_index = -1  # and that call's index
+        self._fragment_call = (
+            -1
+        )  # and that call's number (forget_call() when its index gets another)
 
-    def feed_usual(self, text: str, on_event: Callable[[ClientEvent], None]) -> bool:
+    def feed_usual(self, text: str, on_event: Emit) -> bool:
         """Read the chunk whose JSON text is ``text`` if it is a usual one, passing its
         events to ``on_event``; whether it was.
 
@@ -131,16 +132,17 @@ class FastChunks(ThinkTags):
             call = _CALL_HEAD.match(text, start)  # a fragment of another call than the last
             if call is None:
                 return False
-            self._call_head, self._call_index = call[0], int(call[1])
+            number = self._at_index.get(int(call[1]))
+            if number is None:  # a call not seen yet: the full path numbers it
+                return False
+            self._call_head, self._fragment_call = call[0], number
             self._call_start = call.end()
-        # the next arguments of the call at index _call_index
+        # the next arguments of the call _fragment_call (at the index _call_head names)
         start = self._call_start
         end = len(text) - self._call_tail_len
         if end < start or not text.endswith(self._call_tail):
             return False
-        number = self._at_index.get(self._call_index)
-        if number is None:  # a call not seen yet: the full path numbers it
-            return False
+        number = self._fragment_call
         arguments = text[start:end]
         if '"' in arguments or "\\" in arguments or not arguments.isprintable():
             exact = _inside(arguments)
@@ -148,19 +150,29 @@ class FastChunks(ThinkTags):
                 return False
             arguments = exact
         self.chunks += 1
+        self._add_fragment(number, arguments, on_event)
+        return True
+
+    def forget_call(self) -> None:
+        """Forget the call the usual fragments were read for (a new head, or a server index
+        that now names another call: the next fragment looks its number up again)."""
+        self._call_head, self._fragment_call = "\x00", -1
+
+    def _add_fragment(self, number: int, arguments: str, emit: Emit) -> None:
+        """More ``arguments`` text for the known call ``number`` (the usual tool-call
+        delta): kept, and emitted as a ``ToolCallDelta`` without id or name."""
         self._last = number
         if arguments:
             self._calls[number].arguments.append(arguments)
         if self.tool_call_deltas:
             event = new_event(ToolCallDelta)
-            set_index(event, number)
-            set_id(event, None)
-            set_name(event, None)
-            set_arguments(event, arguments)
-            on_event(event)
-        return True
+            _set_index(event, number)
+            _set_id(event, None)
+            _set_name(event, None)
+            _set_arguments(event, arguments)
+            emit(event)
 
-    def _text_member(self, text: str, start: int, on_event: Callable[[ClientEvent], None]) -> bool:
+    def _text_member(self, text: str, start: int, on_event: Emit) -> bool:
         """:meth:`feed_usual` of a text field (``text`` starts with the learnt head, which
         ends at ``start``)."""
         if text.startswith(_REASONING_CONTENT, start):
@@ -184,29 +196,11 @@ class FastChunks(ThinkTags):
                 return False
             value = exact
         self.chunks += 1
-        if not value:
-            return True
-        if reasoning:
-            if self._undecided:
-                events: list[ClientEvent] = []
-                self._decide(events)
-                for event in events:
-                    on_event(event)
-            self._reasoning.append(value)
-            self.reasoning_tokens += 1
-            event = new_event(Reasoning)
-            set_reasoning(event, value)
-            on_event(event)
-        elif self._undecided:
-            events = []
-            self._split_content(value, events)
-            for event in events:
-                on_event(event)
-        else:
-            self._content.append(value)
-            event = new_event(Content)
-            set_content(event, value)
-            on_event(event)
+        if value:
+            if reasoning:
+                self._add_reasoning(value, on_event)
+            else:
+                self._add_content(value, on_event)
         return True
 
     def learn(self, text: str) -> None:
@@ -218,8 +212,9 @@ class FastChunks(ThinkTags):
         text with that member replaced by ``"content":"probe é"`` (the probe) gives a chunk
         whose delta is exactly that member, and which :meth:`ChunkDecoder.feed`
         reads as nothing but its delta: no ``error``, ``prompt_progress``, ``timings``,
-        ``usage`` or ``finish_reason``, and an ``id`` already taken. JSON's grammar makes
-        the member one element between the two fixed texts, so any other member there
+        ``usage`` or ``finish_reason`` (``""`` counts as none), once the stream's ``id`` is
+        taken (a chunk of one member, with no role or progress, never changes it). JSON's
+        grammar makes the member one element between the two fixed texts, so any other member there
         yields the same chunk with that delta: the probe rules out a cut in the wrong place
         (a duplicate key after it, a look-alike inside a string). A probe costs a parse, so
         learning stops for this stream after a few texts that fail it or that are followed
@@ -251,7 +246,7 @@ class FastChunks(ThinkTags):
         self._head, self._after, self._head_len = head, tail, len(head)
         self._text_tail, self._call_tail = '"' + tail, _CALL_END + tail
         self._text_tail_len, self._call_tail_len = len(self._text_tail), len(self._call_tail)
-        self._call_head, self._call_index = "\x00", -1  # a new head: no call read yet
+        self.forget_call()  # a new head: no call read yet
 
     def _learn_failed(self) -> None:
         """Count a text that was not worth learning; after a few, stop learning and reading
@@ -268,8 +263,7 @@ class FastChunks(ThinkTags):
             return False
         if obj.__class__ is not dict or "error" in obj:
             return False
-        cid = obj.get("id")
-        if not self.id and isinstance(cid, str) and cid:  # feed would take this id
+        if not self.id:  # feed would take the chunk's id, or tell a proxy's note by its absence
             return False
         if any(obj.get(key) is not None for key in ("prompt_progress", "timings", "usage")):
             return False
@@ -277,7 +271,8 @@ class FastChunks(ThinkTags):
         if choices.__class__ is not list or not choices or choices[0].__class__ is not dict:
             return False
         choice = choices[0]
-        return choice.get("finish_reason") is None and choice.get("delta") == {"content": _PROBE}
+        # "" is no finish (SGLang, Ollama): feed ignores it as it ignores null
+        return not choice.get("finish_reason") and choice.get("delta") == {"content": _PROBE}
 
 
 @functools.lru_cache(maxsize=4096)
