@@ -29,6 +29,7 @@ parsed ``error`` object kept); :func:`~boxmaker.client.is_context_full` tells ll
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -41,9 +42,10 @@ import httpx
 from .. import _json
 from ..config import ClientConfig
 from ..errors import InferError, RequestCancelled, StreamCut
-from ..events import ClientEvent, Queued, Retrying
+from ..events import ClientEvent, Queued, Retrying, SlotWait
 from ._cancel import CancelWatch
 from ._errors import http_error
+from ._slots import LEASES, SlotLeases
 from ._stream._decoder import Completion, StreamDecoder
 from ._thinking_cap import IGNORED_BUDGET_MARGIN, ThinkingCap
 
@@ -93,6 +95,8 @@ class Client:
             in tests, a recording transport for cassettes).
         sleep: called with the retry delay in seconds; ``None`` uses :func:`time.sleep`, or
             waits on the ``cancel`` event when one is given (so cancelling cuts the wait).
+        leases: the slot leases to take (``None``: the process's own, shared by every
+            client; see below).
 
     Attributes:
         url: the server's base URL, without trailing ``/`` (``config.url``).
@@ -112,6 +116,14 @@ class Client:
     the socket of the request it stops. Use as a context manager, or call :meth:`close`.
     A client may be shared by threads (httpx's pool is thread-safe); each :meth:`chat` call
     keeps its state local.
+
+    Slots: llama.cpp runs a request pinned to a busy slot next to the running one and the
+    answers cross, so each attempt holds a lease on its (URL, slot) while in flight, in this
+    process and, through a lock file, across processes (:mod:`boxmaker.client._slots`). A
+    body without ``id_slot`` (or ``None``) gets the free slot that holds its prompt cache
+    (slot 0 while nothing contends); an ``id_slot`` of 0 or more is a pin that waits for its
+    slot (:class:`~boxmaker.events.SlotWait` says so); ``-1`` (llama.cpp picks an idle slot)
+    is sent as it is, without a lease.
     """
 
     def __init__(
@@ -120,8 +132,10 @@ class Client:
         *,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] | None = None,
+        leases: SlotLeases | None = None,
     ) -> None:
         self.config = config if config is not None else ClientConfig()
+        self._leases = leases if leases is not None else LEASES
         self.url = self.config.url.rstrip("/")
         self._chat_url = f"{self.url}/v1/chat/completions"
         self._control_url = f"{self.url}/v1/chat/completions/control"
@@ -315,7 +329,10 @@ class Client:
             if cancel is not None and cancel.is_set():
                 raise RequestCancelled("request cancelled before it was sent")
             try:
-                return self._attempt(payload, on_event, reasoning_budget, cancel, tool_call_deltas)
+                with self._slot(payload, on_event, cancel):
+                    return self._attempt(
+                        payload, on_event, reasoning_budget, cancel, tool_call_deltas
+                    )
             except _Retryable as failure:
                 error = failure.error
                 if attempt >= retries:
@@ -333,6 +350,38 @@ class Client:
                 delay = min(cfg.retry_base_delay_s * 2 ** (attempt - 1), cfg.retry_max_delay_s)
                 on_event(Retrying(attempt=attempt, delay_s=delay, reason=failure.reason))
                 self._wait(delay, cancel)
+
+    @contextlib.contextmanager
+    def _slot(
+        self,
+        payload: dict[str, Any],
+        on_event: Callable[[ClientEvent], None],
+        cancel: threading.Event | None,
+    ) -> Iterator[None]:
+        """Hold the attempt's slot lease; sets ``payload["id_slot"]`` to the slot held."""
+        pin = payload.get("id_slot")
+        if pin == -1 and not isinstance(pin, bool):
+            yield
+            return
+        with self._leases.lease(
+            self.url,
+            pin if isinstance(pin, int) and not isinstance(pin, bool) else None,
+            payload.get("messages"),
+            count=self._slot_count,
+            on_wait=lambda slot: on_event(SlotWait(url=self.url, slot=slot)),
+            cancel=cancel,
+        ) as slot:
+            payload["id_slot"] = slot
+            yield
+
+    def _slot_count(self) -> int | None:
+        """``GET /props`` ``total_slots`` (llama.cpp's slot count), ``None`` if unknown."""
+        try:
+            answer = self._http.get(f"{self.url}/props")
+            total = answer.json().get("total_slots") if answer.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+        return total if isinstance(total, int) and not isinstance(total, bool) else None
 
     def _wait(self, delay: float, cancel: threading.Event | None) -> None:
         if self._sleep is None and cancel is not None:

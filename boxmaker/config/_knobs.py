@@ -142,12 +142,17 @@ class ClientConfig:
 class SlotsConfig:
     """llama.cpp slots (``id_slot``) the loop uses."""
 
-    main: int = 0
-    """Slot of the main conversation; keeping one slot per session keeps its prompt cache
-    (``-1``: llama.cpp picks any idle slot)."""
+    main: int | None = None
+    """Slot (``id_slot``) of the main conversation. ``None`` (the default; leave the key out
+    of a TOML file): the client takes a free slot, the one holding this session's prompt cache
+    when it is free, and never one another request is using (safe for any number of
+    sessions, threads and processes on one machine). ``0`` or more: a pin; a request waits
+    while another boxmaker request holds that slot. ``-1``: sent as it is (llama.cpp picks an
+    idle slot), without a lease: do not mix with pins on the same server."""
 
     def __post_init__(self) -> None:
-        _check("slots", main=(self.main, self.main >= -1))
+        m = self.main
+        _check("slots", main=(m, m is None or (not isinstance(m, bool) and m >= -1)))
 
 
 @dataclass(frozen=True, kw_only=True)
