@@ -57,8 +57,9 @@ def lock_folder() -> Path:
         base = Path(runtime) / "boxmaker"
     else:
         base = Path(tempfile.gettempdir()) / f"boxmaker-{os.getuid()}"
+    base.mkdir(mode=0o700, exist_ok=True)
     folder = base / "slots"
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    folder.mkdir(mode=0o700, exist_ok=True)
     return folder
 
 
