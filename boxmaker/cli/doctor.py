@@ -22,12 +22,18 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
+import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import httpx
 
+from ..client import LEASES, send_once_more
+from ..config import server_base_url
 from ..demo import DEMO_PROMPTS, demo_registry
 
 __all__ = ["Check", "DoctorReport", "Probe", "diagnose"]
@@ -136,6 +142,31 @@ def _body(max_tokens: int, **extra: Any) -> dict[str, Any]:
     }
 
 
+def _request(
+    http: httpx.Client, method: str, url: str, body: dict[str, Any] | None = None
+) -> httpx.Response:
+    """One request, sent once more when it failed before any byte of an answer on a reused
+    connection (llama.cpp closes a connection after a stream; see
+    :func:`~boxmaker.client.send_once_more`)."""
+    return send_once_more(
+        lambda trace: http.request(method, url, json=body, extensions={"trace": trace})
+    )
+
+
+@contextlib.contextmanager
+def _open(http: httpx.Client, url: str, body: dict[str, Any]) -> Iterator[httpx.Response]:
+    """A streamed ``POST``, open for the block, sent once more as :func:`_request`."""
+    response = send_once_more(
+        lambda trace: http.send(
+            http.build_request("POST", url, json=body, extensions={"trace": trace}), stream=True
+        )
+    )
+    try:
+        yield response
+    finally:
+        response.close()
+
+
 def _stream(http: httpx.Client, url: str, body: dict[str, Any], control_after: int | None) -> Probe:
     """One streamed completion, read raw; with ``control_after``, ``reasoning_end`` is sent
     after that many reasoning deltas."""
@@ -144,7 +175,7 @@ def _stream(http: httpx.Client, url: str, body: dict[str, Any], control_after: i
     control: bool | None = None
     in_think = False
     cid = ""
-    with http.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+    with _open(http, f"{url}/v1/chat/completions", body) as response:
         if response.status_code != 200:
             response.read()
             return Probe(status=response.status_code)
@@ -177,9 +208,11 @@ def _stream(http: httpx.Client, url: str, body: dict[str, Any], control_after: i
                     if control:
                         after += 1
                 if control_after is not None and control is None and deltas >= control_after:
-                    answer = http.post(
+                    answer = _request(
+                        http,
+                        "POST",
                         f"{url}/v1/chat/completions/control",
-                        json={"id": cid, "action": "reasoning_end"},
+                        {"id": cid, "action": "reasoning_end"},
                     )
                     control = answer.status_code == 200 and answer.json().get("success") is True
     return Probe(
@@ -208,7 +241,7 @@ def diagnose(
     reasoning is ended after 3 reasoning deltas.
 
     Args:
-        url: the server's base URL (no ``/v1``).
+        url: the server's base URL (a trailing ``/v1`` is dropped).
         api_key: sent as ``Authorization: Bearer`` after the key check; ``None``: none.
         timeout_s: seconds per request (read timeout per chunk).
         transport: an httpx transport instead of the network (tests).
@@ -219,16 +252,18 @@ def diagnose(
         stream) ends the report with a failed check ``"answers"``; nothing is raised for
         what the server answers.
     """
-    base = url.rstrip("/")
+    base = server_base_url(url)  # a URL ending in /v1 is accepted: the endpoints are above it
     checks: list[Check] = []
     with httpx.Client(timeout=timeout_s, transport=transport) as bare:
         try:
-            health = bare.get(f"{base}/health")
+            health = _request(bare, "GET", f"{base}/health")
         except httpx.HTTPError as exc:
             fix = "start llama-server, or pass the right --url (host and port)"
             return DoctorReport(base, (Check("reachable", False, f"{exc!r}", fix),))
-        checks.append(Check("reachable", health.status_code == 200, f"/health: {health.text[:80]}"))
-        props = bare.get(f"{base}/props")
+        dropped = " (the URL's /v1 dropped: boxmaker adds it)" if base != url.rstrip("/") else ""
+        seen = f"/health: {health.text[:80]}{dropped}"
+        checks.append(Check("reachable", health.status_code == 200, seen))
+        props = _request(bare, "GET", f"{base}/props")
     needs_key = props.status_code == 401
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     if needs_key and not api_key:
@@ -236,10 +271,13 @@ def diagnose(
         checks.append(Check("api key", False, "HTTP 401 without a key", fix))
         return DoctorReport(base, tuple(checks))
     checks.append(Check("api key", None, "needed (HTTP 401 without)" if needs_key else "none"))
-    with httpx.Client(timeout=timeout_s, transport=transport, headers=headers) as http:
+    with (
+        httpx.Client(timeout=timeout_s, transport=transport, headers=headers) as http,
+        LEASES.lease(base, 0, [], count=lambda: None, on_wait=lambda slot: None),
+    ):  # the probes pin slot 0: no other boxmaker request of this machine runs there meanwhile
         try:
             if needs_key:
-                props = http.get(f"{base}/props")
+                props = _request(http, "GET", f"{base}/props")
             checks += _props_checks(props)
             checks += _slot_checks(http, base, props)
             first = _stream(http, base, _body(160), None)
@@ -250,11 +288,13 @@ def diagnose(
             again = _stream(http, base, _body(160), None)
             budget = _stream(http, base, _body(160, thinking_budget_tokens=_BUDGET), None)
             control = _stream(http, base, _body(160, reasoning_control=True), _CONTROL_AFTER)
+            pinned = _pinned_twice(http, base)
         except (httpx.HTTPError, ValueError, AttributeError, TypeError) as exc:
             fix = "is this a llama-server (llama.cpp tools/server)? see its log"
             checks.append(Check("answers", False, f"unexpected answer: {exc!r}"[:300], fix))
             return DoctorReport(base, tuple(checks))
     checks += _stream_checks(first, again, budget, control)
+    checks.append(pinned)
     return DoctorReport(base, tuple(checks))
 
 
@@ -278,7 +318,7 @@ def _slot_checks(http: httpx.Client, base: str, props: httpx.Response) -> list[C
     data = props.json() if props.status_code == 200 else {}
     n_slots = data.get("total_slots")
     per_slot = (data.get("default_generation_settings") or {}).get("n_ctx")
-    slots = http.get(f"{base}/slots")
+    slots = _request(http, "GET", f"{base}/slots")
     if slots.status_code == 200 and isinstance(slots.json(), list):
         listed = slots.json()
         n_slots = len(listed)
@@ -327,10 +367,14 @@ def _stream_checks(first: Probe, again: Probe, budget: Probe, control: Probe) ->
     if control.control is None:
         checks.append(Check("reasoning_control", None, "no reasoning to end"))
     else:
-        ok = control.control and control.reasoning_deltas < first.reasoning_deltas
+        # accepted is what counts: a fast model may have ended its reasoning by itself before
+        # the request arrived (the server still accepts it while the completion runs)
+        ok = control.control
+        late = "" if control.reasoning_deltas < first.reasoning_deltas else ", arrived late"
         seen = (
             f"reasoning_end after {_CONTROL_AFTER} deltas accepted={control.control}: "
             f"{control.reasoning_deltas} reasoning deltas (uncapped: {first.reasoning_deltas})"
+            f"{late}"
         )
         fix = "" if ok else "use a llama-server build with reasoning control (reasoning_control)"
         checks.append(Check("reasoning_control", ok, seen, fix))
@@ -350,3 +394,57 @@ def _stream_checks(first: Probe, again: Probe, budget: Probe, control: Probe) ->
     fix = "" if t1 else "a llama-server build that sends timings (stream_options.include_usage)"
     checks.append(Check("timings", bool(t1), ", ".join(sorted(t1)[:4]) or "none", fix))
     return checks
+
+
+def _timed(http: httpx.Client, url: str, body: dict[str, Any]) -> tuple[str, float, float]:
+    """One streamed completion: (its text: reasoning, content and tool-call arguments, in
+    order), the ``time.monotonic()`` of its first data event and of its end."""
+    parts: list[str] = []
+    first = 0.0
+    with _open(http, f"{url}/v1/chat/completions", body) as response:
+        for line in response.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            obj = json.loads(line[6:])
+            if obj.get("prompt_progress") is None and not obj.get("choices"):
+                continue
+            first = first or time.monotonic()
+            for choice in obj.get("choices") or []:
+                delta = choice.get("delta") or {}
+                parts.append(str(delta.get("reasoning_content") or delta.get("content") or ""))
+                for call in delta.get("tool_calls") or []:
+                    parts.append(str((call.get("function") or {}).get("arguments") or ""))
+    return "".join(parts), first, time.monotonic()
+
+
+def _pinned_twice(http: httpx.Client, base: str) -> Check:
+    """Two requests pinned to slot 0 at once (two demo prompts, each also sent alone): does
+    the server queue the second, or run both in the slot together (their answers cross)?"""
+    bodies = [_body(160) | {"messages": [{"role": "user", "content": p}]} for p in DEMO_PROMPTS[:2]]
+    alone = [_timed(http, base, b)[0] for b in bodies]
+    together: list[tuple[str, float, float]] = [("", 0.0, 0.0)] * 2
+    start = threading.Barrier(2)
+
+    def send(i: int) -> None:
+        start.wait()
+        together[i] = _timed(http, base, bodies[i])
+
+    threads = [threading.Thread(target=send, args=(i,), daemon=True) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    (_, a0, a1), (_, b0, b1) = together
+    if not all((a0, b0)):
+        return Check("slot shared", None, "no answer to two requests pinned to one slot")
+    changed = sum(t[0] != a for t, a in zip(together, alone, strict=True))
+    does = "boxmaker never sends two requests to one slot (a lease per slot; a lock file"
+    does += " across processes)"
+    if a0 < b1 and b0 < a1:  # both were being answered at the same time
+        seen = (
+            "two requests pinned to one slot ran in it at once (llama.cpp does not queue "
+            f"them; {changed} of 2 answers differ from the answer alone): {does}"
+        )
+        return Check("slot shared", None, seen)
+    seen = f"a second request pinned to a busy slot waits for it (queued): {does}"
+    return Check("slot shared", True, seen)

@@ -1,5 +1,6 @@
 """The httpx client for llama-server: one streamed chat completion, retries, events,
-cancel, the thinking cap of a completion.
+cancel, the thinking cap of a completion, slot leases (never two requests in flight on one
+llama.cpp slot), and a request sent once more when a reused connection was closed under it.
 
 Under it, ``_stream`` is sans-I/O (bytes in, events out, as h11 does it): SSE lines ->
 chunks -> client events and a ``Completion``, shared by the client and the cassette
@@ -10,17 +11,22 @@ OpenAI's chat completions API.
 from .._public import publish
 from ._client import ChatClient, Client
 from ._errors import is_context_full
+from ._reuse import send_once_more
+from ._slots import LEASES, SlotLeases
 from ._stream._completion import Completion
 from ._stream._decoder import StreamDecoder
 from ._thinking_cap import IGNORED_BUDGET_MARGIN
 
 __all__ = [
     "IGNORED_BUDGET_MARGIN",
+    "LEASES",
     "ChatClient",
     "Client",
     "Completion",
+    "SlotLeases",
     "StreamDecoder",
     "is_context_full",
+    "send_once_more",
 ]
 
 publish(globals(), __all__)

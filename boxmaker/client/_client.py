@@ -30,6 +30,7 @@ parsed ``error`` object kept); :func:`~boxmaker.client.is_context_full` tells ll
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import threading
 import time
@@ -45,6 +46,7 @@ from ..errors import InferError, RequestCancelled, StreamCut
 from ..events import ClientEvent, Queued, Retrying, SlotWait
 from ._cancel import CancelWatch
 from ._errors import http_error
+from ._reuse import ConnectionTrace
 from ._slots import LEASES, SlotLeases
 from ._stream._decoder import Completion, StreamDecoder
 from ._thinking_cap import IGNORED_BUDGET_MARGIN, ThinkingCap
@@ -68,6 +70,11 @@ class _Retryable(Exception):
         super().__init__(reason)
         self.error = error
         self.reason = reason
+
+
+class _StaleConnection(Exception):
+    """Internal: the request went out on a reused connection the server had closed, and no
+    byte of an answer came (:mod:`boxmaker.client._reuse`); it is sent once more."""
 
 
 class ChatClient(Protocol):
@@ -418,8 +425,6 @@ class Client:
         watch: CancelWatch | None,
         tool_call_deltas: bool,
     ) -> Completion:
-        started = False
-        extensions = {} if watch is None else {"trace": watch.trace}
         # the body as httpx's json= writes it (compact, UTF-8), by orjson when it can
         content = _json.dumps(payload)
         body: dict[str, Any] = (
@@ -427,9 +432,30 @@ class Client:
             if content is None
             else {"content": content, "headers": _JSON_SSE_HEADERS}
         )
+        send = functools.partial(
+            self._send, body, on_event, reasoning_budget, cancel, watch, tool_call_deltas
+        )
+        try:
+            return send()
+        except _StaleConnection:  # sent on a reused connection the server had closed: once more
+            return send(again=True)
+
+    def _send(
+        self,
+        body: dict[str, Any],
+        on_event: Callable[[ClientEvent], None],
+        reasoning_budget: int | None,
+        cancel: threading.Event | None,
+        watch: CancelWatch | None,
+        tool_call_deltas: bool,
+        *,
+        again: bool = False,
+    ) -> Completion:
+        started = False
+        trace = ConnectionTrace(None if watch is None else watch.trace)
         try:
             with self._http.stream(
-                "POST", self._chat_url, extensions=extensions, **body
+                "POST", self._chat_url, extensions={"trace": trace}, **body
             ) as response:
                 started = True
                 if watch is not None:
@@ -452,6 +478,8 @@ class Client:
         except httpx.TransportError as exc:
             if cancel is not None and cancel.is_set():  # the watch shut the connection
                 raise RequestCancelled("request cancelled; connection closed") from exc
+            if not again and trace.stale(exc):
+                raise _StaleConnection from exc
             raise self._transport_error(exc, started) from exc
 
     def _transport_error(self, exc: httpx.TransportError, started: bool) -> Exception:
@@ -574,9 +602,11 @@ def _cancelled(response: httpx.Response, chunks: int) -> RequestCancelled:
 
 
 def _loads_or_text(text: str) -> Any:
+    """``text`` parsed, or ``text`` itself when it is not JSON or nests too deeply for
+    :func:`json.loads` (a ``RecursionError``: the answer of a hostile or broken server)."""
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text
 
 

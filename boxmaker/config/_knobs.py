@@ -73,7 +73,16 @@ __all__ = [
     "SlotsConfig",
     "ThinkingConfig",
     "load_config",
+    "server_base_url",
 ]
+
+
+def server_base_url(url: str) -> str:
+    """llama-server's base URL from ``url``: without trailing ``/`` and without a trailing
+    ``/v1`` (``http://h:8080/v1/`` -> ``http://h:8080``), so ``{base}/v1/chat/completions``
+    and ``{base}/health`` are both right whichever form a user copied."""
+    base = url.rstrip("/")
+    return base[: -len("/v1")].rstrip("/") if base.endswith("/v1") else base
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,7 +90,9 @@ class ClientConfig:
     """How to reach llama-server and how hard to try."""
 
     url: str = "http://127.0.0.1:8080"
-    """Base URL of llama-server (no trailing ``/v1``)."""
+    """Base URL of llama-server. A trailing ``/v1`` (the OpenAI base URL other clients
+    want) is dropped, as is a trailing ``/``: llama-server's own endpoints (``/health``,
+    ``/props``, ``/slots``) are not under ``/v1`` (see :func:`server_base_url`)."""
     api_key: str | None = None
     """Sent as ``Authorization: Bearer ...``; ``None`` sends no header. Never in cassettes."""
     connect_timeout_s: float = 10.0
@@ -110,6 +121,8 @@ class ClientConfig:
     the client counted the budget (late by the tokens in flight; for servers that reject it)."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.url, str):
+            object.__setattr__(self, "url", server_base_url(self.url))
         if self.silence_timeout_s == -1:
             object.__setattr__(self, "silence_timeout_s", None)
         silence = self.silence_timeout_s

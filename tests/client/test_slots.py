@@ -144,9 +144,11 @@ def test_cancel_ends_the_wait_for_a_slot(tmp_path: Path) -> None:
     waits: list[int | None] = []
     with leases.lease(URL, 0, [], count=lambda: 1, on_wait=waits.append):
         threading.Timer(0.2, cancel.set).start()
-        with pytest.raises(RequestCancelled, match="waiting for a slot of http://llama.test"):
-            with leases.lease(URL, 0, [], count=lambda: 1, on_wait=waits.append, cancel=cancel):
-                raise AssertionError("the slot was given twice")
+        with (
+            pytest.raises(RequestCancelled, match=r"waiting for a slot of http://llama\.test"),
+            leases.lease(URL, 0, [], count=lambda: 1, on_wait=waits.append, cancel=cancel),
+        ):
+            raise AssertionError("the slot was given twice")
     assert waits == [0]
     with leases.lease(URL, 0, [], count=lambda: 1, on_wait=waits.append) as slot:
         assert slot == 0  # released by the first holder, and not taken by the cancelled one
