@@ -26,7 +26,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -288,7 +288,9 @@ def diagnose(
             again = _stream(http, base, _body(160), None)
             budget = _stream(http, base, _body(160, thinking_budget_tokens=_BUDGET), None)
             control = _stream(http, base, _body(160, reasoning_control=True), _CONTROL_AFTER)
-            pinned = _pinned_twice(http, base)
+            pinned = _pinned_twice(
+                lambda: httpx.Client(timeout=timeout_s, transport=transport, headers=headers), base
+            )
         except (httpx.HTTPError, ValueError, AttributeError, TypeError) as exc:
             fix = "is this a llama-server (llama.cpp tools/server)? see its log"
             checks.append(Check("answers", False, f"unexpected answer: {exc!r}"[:300], fix))
@@ -417,23 +419,34 @@ def _timed(http: httpx.Client, url: str, body: dict[str, Any]) -> tuple[str, flo
     return "".join(parts), first, time.monotonic()
 
 
-def _pinned_twice(http: httpx.Client, base: str) -> Check:
+def _pinned_twice(make: Callable[[], httpx.Client], base: str) -> Check:
     """Two requests pinned to slot 0 at once (two demo prompts, each also sent alone): does
-    the server queue the second, or run both in the slot together (their answers cross)?"""
+    the server queue the second, or run both in the slot together (their answers cross)?
+    Each request has a client (``make()``) of its own: a fresh connection each."""
     bodies = [_body(160) | {"messages": [{"role": "user", "content": p}]} for p in DEMO_PROMPTS[:2]]
-    alone = [_timed(http, base, b)[0] for b in bodies]
+    alone = []
+    for body in bodies:
+        with make() as http:
+            alone.append(_timed(http, base, body)[0])
     together: list[tuple[str, float, float]] = [("", 0.0, 0.0)] * 2
+    failed: list[Exception] = []
     start = threading.Barrier(2)
 
     def send(i: int) -> None:
-        start.wait()
-        together[i] = _timed(http, base, bodies[i])
+        with make() as http:
+            start.wait()
+            try:
+                together[i] = _timed(http, base, bodies[i])
+            except Exception as exc:  # raised on the doctor's thread below
+                failed.append(exc)
 
     threads = [threading.Thread(target=send, args=(i,), daemon=True) for i in range(2)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    if failed:
+        raise failed[0]
     (_, a0, a1), (_, b0, b1) = together
     if not all((a0, b0)):
         return Check("slot shared", None, "no answer to two requests pinned to one slot")

@@ -96,7 +96,8 @@ def test_a_second_request_pinned_to_a_busy_slot_waits_for_it(tmp_path: Path) -> 
     assert not server.started.acquire(timeout=0.3)  # the second is not sent while 0 is held
     assert second == [SlotWait(url=URL, slot=0)]
     server.release.set()
-    a.join(5), b.join(5)
+    a.join(5)
+    b.join(5)
     assert server.seen == [(0, 1), (0, 1)]  # one request at a time on slot 0
     assert server.props == 0  # a pin needs no slot count
 
@@ -111,7 +112,8 @@ def test_the_default_takes_another_free_slot_and_keeps_each_session_on_its_own(
     b = _run(client, {"messages": _messages("Lima")}, [])
     assert server.started.acquire(timeout=5)  # not waiting: slot 1 was free
     server.release.set()
-    a.join(5), b.join(5)
+    a.join(5)
+    b.join(5)
     assert sorted(server.seen) == [(0, 1), (1, 1)] and server.props == 1
     # each session's next request goes back to the slot holding its prompt (cache warm)
     for text, slot in (("Lima", 1), ("Paris", 0), ("Lima", 1)):
@@ -134,7 +136,8 @@ def test_an_unknown_slot_count_means_one_slot_and_requests_wait(tmp_path: Path) 
     assert not server.started.acquire(timeout=0.3)
     assert second == [SlotWait(url=URL, slot=None)] and server.props == 1
     server.release.set()
-    a.join(5), b.join(5)
+    a.join(5)
+    b.join(5)
     assert server.seen == [(0, 1), (0, 1)]
 
 
