@@ -14,6 +14,7 @@ Client events (from one streamed ``/v1/chat/completions`` request, llama.cpp ter
                           in the server's sampler, or ``reasoning_end`` sent as fallback)
 ``CapNotEnforced``        a thinking cap is set but could not be enforced (``detail`` why)
 ``Retrying``              the request failed in a retryable way; next attempt after a delay
+``SlotWait``              the slot is held by another request in flight; waiting for it
 ========================  ==========================================================
 
 Turn events add ``ToolCallStarted`` and the records the turn appends to the session log
@@ -41,6 +42,7 @@ __all__ = [
     "Queued",
     "Reasoning",
     "Retrying",
+    "SlotWait",
     "ThinkingCapped",
     "ToolCallDelta",
     "ToolCallStarted",
@@ -133,6 +135,19 @@ class Retrying:
 
 
 @dataclass(frozen=True, slots=True)
+class SlotWait:
+    """The request waits: its llama.cpp slot is held by another request in flight (of this
+    process or another one on this machine); sent once, before the wait.
+
+    ``url`` is the server's base URL, ``slot`` the ``id_slot`` waited for (``None``: the first
+    of the server's slots to be free).
+    """
+
+    url: str
+    slot: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCallStarted:
     """A complete tool call is about to be handled; ``call`` is its session number."""
 
@@ -151,6 +166,7 @@ ClientEvent: TypeAlias = (
     | ThinkingCapped
     | CapNotEnforced
     | Retrying
+    | SlotWait
 )
 """Any event of one streamed request."""
 
@@ -163,6 +179,7 @@ TurnEvent: TypeAlias = (
     | ThinkingCapped
     | CapNotEnforced
     | Retrying
+    | SlotWait
     | ToolCallStarted
     | Record
 )

@@ -22,13 +22,18 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import httpx
 
+from ..client import LEASES, send_once_more
+from ..config import server_base_url
 from ..demo import DEMO_PROMPTS, demo_registry
 from ..tools import TextToolCall, find_text_tool_call
 
@@ -38,6 +43,7 @@ _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 _BUDGET = 5  # thinking_budget_tokens of the budget probe
 _CONTROL_AFTER = 3  # reasoning deltas before the reasoning-control probe sends reasoning_end
 _MIN_SLOT_CTX = 4096  # tokens per slot below which an agent loop soon runs out of context
+_PAIRS = 6  # pairs of requests pinned to one slot sent at once by the slot-sharing probe
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,7 @@ class Probe:
         timings: the last ``timings`` object (``{}`` if none).
         completion_id: the stream's ``id``.
         control: the reasoning-control answer's ``success`` (``None`` if none was sent).
+        control_status: the reasoning-control answer's HTTP status (0 if none was sent).
         reasoning_after_control: reasoning deltas after ``reasoning_end`` was accepted.
     """
 
@@ -90,6 +97,7 @@ class Probe:
     timings: dict[str, Any] = field(default_factory=dict)
     completion_id: str = ""
     control: bool | None = None
+    control_status: int = 0
     reasoning_after_control: int = 0
 
 
@@ -150,6 +158,31 @@ class ProbeOverrun(Exception):
     """A probe's stream went past its bound (events or deadline) and was closed."""
 
 
+def _request(
+    http: httpx.Client, method: str, url: str, body: dict[str, Any] | None = None
+) -> httpx.Response:
+    """One request, sent once more when it failed before any byte of an answer on a reused
+    connection (llama.cpp closes a connection after a stream; see
+    :func:`~boxmaker.client.send_once_more`)."""
+    return send_once_more(
+        lambda trace: http.request(method, url, json=body, extensions={"trace": trace})
+    )
+
+
+@contextlib.contextmanager
+def _open(http: httpx.Client, url: str, body: dict[str, Any]) -> Iterator[httpx.Response]:
+    """A streamed ``POST``, open for the block, sent once more as :func:`_request`."""
+    response = send_once_more(
+        lambda trace: http.send(
+            http.build_request("POST", url, json=body, extensions={"trace": trace}), stream=True
+        )
+    )
+    try:
+        yield response
+    finally:
+        response.close()
+
+
 def _stream(
     http: httpx.Client,
     url: str,
@@ -168,10 +201,11 @@ def _stream(
     seen: dict[str, Any] = {"timings": {}}
     deltas = after = 0
     control: bool | None = None
+    status = 0
     in_think = False
     cid = ""
     content: list[str] = []  # every content delta: a call written as text may span several
-    with http.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+    with _open(http, f"{url}/v1/chat/completions", body) as response:
         if response.status_code != 200:
             response.read()
             return Probe(status=response.status_code)
@@ -211,17 +245,21 @@ def _stream(
                     if control:
                         after += 1
                 if control_after is not None and control is None and deltas >= control_after:
-                    answer = http.post(
+                    answer = _request(
+                        http,
+                        "POST",
                         f"{url}/v1/chat/completions/control",
-                        json={"id": cid, "action": "reasoning_end"},
+                        {"id": cid, "action": "reasoning_end"},
                     )
-                    control = answer.status_code == 200 and answer.json().get("success") is True
+                    status = answer.status_code
+                    control = status == 200 and answer.json().get("success") is True
     return Probe(
         status=200,
         tool_call_text=find_text_tool_call("".join(content)),
         reasoning_deltas=deltas,
         completion_id=cid,
         control=control,
+        control_status=status,
         reasoning_after_control=after,
         **seen,
     )
@@ -244,7 +282,7 @@ def diagnose(
     reasoning is ended after 3 reasoning deltas.
 
     Args:
-        url: the server's base URL (no ``/v1``).
+        url: the server's base URL (a trailing ``/v1`` is dropped).
         api_key: sent as ``Authorization: Bearer`` after the key check; ``None``: none.
         timeout_s: seconds per request (read timeout per chunk).
         probe_deadline_s: seconds one streamed probe may take in all; a server that streams
@@ -258,16 +296,18 @@ def diagnose(
         stream) ends the report with a failed check ``"answers"``; nothing is raised for
         what the server answers; so a server that never stops streaming cannot hang it.
     """
-    base = url.rstrip("/")
+    base = server_base_url(url)  # a URL ending in /v1 is accepted: the endpoints are above it
     checks: list[Check] = []
     with httpx.Client(timeout=timeout_s, transport=transport) as bare:
         try:
-            health = bare.get(f"{base}/health")
+            health = _request(bare, "GET", f"{base}/health")
         except httpx.HTTPError as exc:
             fix = "start llama-server, or pass the right --url (host and port)"
             return DoctorReport(base, (Check("reachable", False, f"{exc!r}", fix),))
-        checks.append(Check("reachable", health.status_code == 200, f"/health: {health.text[:80]}"))
-        props = bare.get(f"{base}/props")
+        dropped = " (the URL's /v1 dropped: boxmaker adds it)" if base != url.rstrip("/") else ""
+        seen = f"/health: {health.text[:80]}{dropped}"
+        checks.append(Check("reachable", health.status_code == 200, seen))
+        props = _request(bare, "GET", f"{base}/props")
     needs_key = props.status_code == 401
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     if needs_key and not api_key:
@@ -275,10 +315,13 @@ def diagnose(
         checks.append(Check("api key", False, "HTTP 401 without a key", fix))
         return DoctorReport(base, tuple(checks))
     checks.append(Check("api key", None, "needed (HTTP 401 without)" if needs_key else "none"))
-    with httpx.Client(timeout=timeout_s, transport=transport, headers=headers) as http:
+    with (
+        httpx.Client(timeout=timeout_s, transport=transport, headers=headers) as http,
+        LEASES.lease(base, 0, [], count=lambda: None, on_wait=lambda slot: None),
+    ):  # the probes pin slot 0: no other boxmaker request of this machine runs there meanwhile
         try:
             if needs_key:
-                props = http.get(f"{base}/props")
+                props = _request(http, "GET", f"{base}/props")
             checks += _props_checks(props)
             checks += _slot_checks(http, base, props)
             d = probe_deadline_s
@@ -290,6 +333,9 @@ def diagnose(
             again = _stream(http, base, _body(160), None, d)
             budget = _stream(http, base, _body(160, thinking_budget_tokens=_BUDGET), None, d)
             control = _stream(http, base, _body(160, reasoning_control=True), _CONTROL_AFTER, d)
+            pinned = _pinned_twice(
+                lambda: httpx.Client(timeout=timeout_s, transport=transport, headers=headers), base
+            )
         except ProbeOverrun as exc:
             fix = "the server ignores max_tokens or never ends its stream: see its log"
             checks.append(Check("bounded", False, f"{exc}; stream closed", fix))
@@ -299,6 +345,7 @@ def diagnose(
             checks.append(Check("answers", False, f"unexpected answer: {exc!r}"[:300], fix))
             return DoctorReport(base, tuple(checks))
     checks += _stream_checks(first, again, budget, control)
+    checks.append(pinned)
     return DoctorReport(base, tuple(checks))
 
 
@@ -322,7 +369,7 @@ def _slot_checks(http: httpx.Client, base: str, props: httpx.Response) -> list[C
     data = props.json() if props.status_code == 200 else {}
     n_slots = data.get("total_slots")
     per_slot = (data.get("default_generation_settings") or {}).get("n_ctx")
-    slots = http.get(f"{base}/slots")
+    slots = _request(http, "GET", f"{base}/slots")
     if slots.status_code == 200 and isinstance(slots.json(), list):
         listed = slots.json()
         n_slots = len(listed)
@@ -371,13 +418,23 @@ def _stream_checks(first: Probe, again: Probe, budget: Probe, control: Probe) ->
     if control.control is None:
         checks.append(Check("reasoning_control", None, "no reasoning to end"))
     else:
-        ok = control.control and control.reasoning_deltas < first.reasoning_deltas
+        # accepted is what counts: a fast model may have ended its reasoning by itself before
+        # the request arrived (the server still accepts it while the completion runs)
+        late = "" if control.reasoning_deltas < first.reasoning_deltas else ", arrived late"
+        # refused as too late (HTTP 200, success false): the completion had ended, unknown
+        too_late = not control.control and late and control.control_status == 200
+        verdict = None if too_late else control.control
         seen = (
             f"reasoning_end after {_CONTROL_AFTER} deltas accepted={control.control}: "
             f"{control.reasoning_deltas} reasoning deltas (uncapped: {first.reasoning_deltas})"
+            f"{late}"
         )
-        fix = "" if ok else "use a llama-server build with reasoning control (reasoning_control)"
-        checks.append(Check("reasoning_control", ok, seen, fix))
+        fix = (
+            ""
+            if verdict is not False
+            else "use a llama-server build with reasoning control (reasoning_control)"
+        )
+        checks.append(Check("reasoning_control", verdict, seen, fix))
     t1, t2 = first.timings, again.timings
     if t1 and t2:
         reused = int(t2.get("cache_n", 0))
@@ -394,3 +451,77 @@ def _stream_checks(first: Probe, again: Probe, budget: Probe, control: Probe) ->
     fix = "" if t1 else "a llama-server build that sends timings (stream_options.include_usage)"
     checks.append(Check("timings", bool(t1), ", ".join(sorted(t1)[:4]) or "none", fix))
     return checks
+
+
+def _timed(http: httpx.Client, url: str, body: dict[str, Any]) -> tuple[str, float, float]:
+    """One streamed completion: its text (reasoning, content and tool-call arguments, in
+    order), the ``time.monotonic()`` of its first generated text and of its end."""
+    parts: list[str] = []
+    first = 0.0
+    with _open(http, f"{url}/v1/chat/completions", body) as response:
+        for line in response.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            for choice in json.loads(line[6:]).get("choices") or []:
+                delta = choice.get("delta") or {}
+                text = str(delta.get("reasoning_content") or delta.get("content") or "")
+                for call in delta.get("tool_calls") or []:
+                    text += str((call.get("function") or {}).get("arguments") or "")
+                if text and not first:
+                    first = time.monotonic()
+                parts.append(text)
+    return "".join(parts), first, time.monotonic()
+
+
+def _pinned_twice(make: Callable[[], httpx.Client], base: str) -> Check:
+    """Two requests pinned to slot 0 at once, :data:`_PAIRS` times (the two demo prompts,
+    each also sent alone): does the server queue the second, or run both in the slot
+    together (their answers cross)? A pair ran together when each generated before the other
+    ended, or an answer differs from the answer alone (temperature 0). Seen on llama.cpp:
+    a request that arrives while the slot is generating is queued, but two that arrive
+    together may both run in it. Each request has a client (``make()``) of its own."""
+    bodies = [_body(160) | {"messages": [{"role": "user", "content": p}]} for p in DEMO_PROMPTS[:2]]
+    alone = []
+    for body in bodies:
+        with make() as http:
+            alone.append(_timed(http, base, body)[0])
+    together = 0
+    for _ in range(_PAIRS):
+        (a, a0, a1), (b, b0, b1) = _pair(make, base, bodies)
+        together += (a0 < b1 and b0 < a1) or a != alone[0] or b != alone[1]
+    does = "boxmaker never sends two requests to one slot (a lease per slot; a lock file"
+    does += " across processes)"
+    if together:
+        seen = (
+            f"two requests pinned to one slot ran in it together ({together} of {_PAIRS} "
+            f"pairs; llama.cpp does not always queue them, and their answers cross): {does}"
+        )
+        return Check("slot shared", None, seen)
+    seen = f"two requests pinned to one slot were queued ({_PAIRS} of {_PAIRS} pairs): {does}"
+    return Check("slot shared", None, seen)  # information: llama.cpp queues them only at times
+
+
+def _pair(
+    make: Callable[[], httpx.Client], base: str, bodies: list[dict[str, Any]]
+) -> list[tuple[str, float, float]]:
+    """``bodies[0]`` and ``bodies[1]`` sent at once, each on a client of its own."""
+    out: list[tuple[str, float, float]] = [("", 0.0, 0.0)] * 2
+    failed: list[Exception] = []
+    start = threading.Barrier(2)
+
+    def send(i: int) -> None:
+        with make() as http:
+            start.wait()
+            try:
+                out[i] = _timed(http, base, bodies[i])
+            except Exception as exc:  # raised on the doctor's thread below
+                failed.append(exc)
+
+    threads = [threading.Thread(target=send, args=(i,), daemon=True) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failed:
+        raise failed[0]
+    return out

@@ -29,6 +29,8 @@ parsed ``error`` object kept); :func:`~boxmaker.client.is_context_full` tells ll
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import threading
 import time
@@ -41,11 +43,13 @@ import httpx
 from .. import _json
 from ..config import ClientConfig
 from ..errors import InferError, RequestCancelled, StreamCut
-from ..events import ClientEvent, Queued, Retrying
+from ..events import ClientEvent, Queued, Retrying, SlotWait
 from ._cancel import CancelWatch
 from ._errors import http_error
 from ._retry import RETRIED_STATUSES, retry_after_s, retry_delay_s
+from ._reuse import ConnectionTrace
 from ._side import side_json
+from ._slots import LEASES, SlotLeases
 from ._stream._decoder import Completion, StreamDecoder
 from ._thinking_cap import IGNORED_BUDGET_MARGIN, ThinkingCap
 
@@ -69,6 +73,11 @@ class _Retryable(Exception):
         self.error = error
         self.reason = reason
         self.retry_after = retry_after  # seconds the server's Retry-After asked for
+
+
+class _StaleConnection(Exception):
+    """Internal: the request went out on a reused connection the server had closed, and no
+    byte of an answer came (:mod:`boxmaker.client._reuse`); it is sent once more."""
 
 
 class ChatClient(Protocol):
@@ -96,6 +105,8 @@ class Client:
             in tests, a recording transport for cassettes).
         sleep: called with the retry delay in seconds; ``None`` uses :func:`time.sleep`, or
             waits on the ``cancel`` event when one is given (so cancelling cuts the wait).
+        leases: the slot leases to take (``None``: the process's own, shared by every
+            client; see below).
 
     Attributes:
         url: the server's base URL, without trailing ``/`` (``config.url``).
@@ -114,6 +125,14 @@ class Client:
     the socket of the request it stops. Use as a context manager, or call :meth:`close`.
     A client may be shared by threads (httpx's pool is thread-safe); each :meth:`chat` call
     keeps its state local.
+
+    Slots: llama.cpp runs a request pinned to a busy slot next to the running one and the
+    answers cross, so each attempt holds a lease on its (URL, slot) while in flight, in this
+    process and, through a lock file, across processes (:mod:`boxmaker.client._slots`). A
+    body without ``id_slot`` (or ``None``) gets the free slot that holds its prompt cache
+    (slot 0 while nothing contends); an ``id_slot`` of 0 or more is a pin that waits for its
+    slot (:class:`~boxmaker.events.SlotWait` says so); ``-1`` (llama.cpp picks an idle slot)
+    is sent as it is, without a lease.
     """
 
     def __init__(
@@ -122,8 +141,10 @@ class Client:
         *,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] | None = None,
+        leases: SlotLeases | None = None,
     ) -> None:
         self.config = config if config is not None else ClientConfig()
+        self._leases = leases if leases is not None else LEASES
         self.url = self.config.url.rstrip("/")
         self._chat_url = f"{self.url}/v1/chat/completions"
         self._control_url = f"{self.url}/v1/chat/completions/control"
@@ -342,7 +363,10 @@ class Client:
             if cancel is not None and cancel.is_set():
                 raise RequestCancelled("request cancelled before it was sent")
             try:
-                return self._attempt(payload, on_event, reasoning_budget, cancel, tool_call_deltas)
+                with self._slot(payload, on_event, cancel):
+                    return self._attempt(
+                        payload, on_event, reasoning_budget, cancel, tool_call_deltas
+                    )
             except _Retryable as failure:
                 error = failure.error
                 if attempt >= retries:
@@ -359,6 +383,38 @@ class Client:
                 delay = retry_delay_s(attempt, self.config, failure.retry_after)
                 on_event(Retrying(attempt=attempt, delay_s=delay, reason=failure.reason))
                 self._wait(delay, cancel)
+
+    @contextlib.contextmanager
+    def _slot(
+        self,
+        payload: dict[str, Any],
+        on_event: Callable[[ClientEvent], None],
+        cancel: threading.Event | None,
+    ) -> Iterator[None]:
+        """Hold the attempt's slot lease; sets ``payload["id_slot"]`` to the slot held."""
+        pin = payload.get("id_slot")
+        if pin == -1 and not isinstance(pin, bool):
+            yield
+            return
+        with self._leases.lease(
+            self.url,
+            pin if isinstance(pin, int) and not isinstance(pin, bool) else None,
+            payload.get("messages"),
+            count=self._slot_count,
+            on_wait=lambda slot: on_event(SlotWait(url=self.url, slot=slot)),
+            cancel=cancel,
+        ) as slot:
+            payload["id_slot"] = slot
+            yield
+
+    def _slot_count(self) -> int | None:
+        """``GET /props`` ``total_slots`` (llama.cpp's slot count), ``None`` if unknown."""
+        try:
+            answer = self._http.get(f"{self.url}/props")
+            total = answer.json().get("total_slots") if answer.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+        return total if isinstance(total, int) and not isinstance(total, bool) else None
 
     def _wait(self, delay: float, cancel: threading.Event | None) -> None:
         if self._sleep is None and cancel is not None:
@@ -395,8 +451,6 @@ class Client:
         watch: CancelWatch | None,
         tool_call_deltas: bool,
     ) -> Completion:
-        started = False
-        extensions = {} if watch is None else {"trace": watch.trace}
         # the body as httpx's json= writes it (compact, UTF-8), by orjson when it can
         content = _json.dumps(payload)
         body: dict[str, Any] = (
@@ -404,9 +458,30 @@ class Client:
             if content is None
             else {"content": content, "headers": _JSON_SSE_HEADERS}
         )
+        send = functools.partial(
+            self._send, body, on_event, reasoning_budget, cancel, watch, tool_call_deltas
+        )
+        try:
+            return send()
+        except _StaleConnection:  # sent on a reused connection the server had closed: once more
+            return send(again=True)
+
+    def _send(
+        self,
+        body: dict[str, Any],
+        on_event: Callable[[ClientEvent], None],
+        reasoning_budget: int | None,
+        cancel: threading.Event | None,
+        watch: CancelWatch | None,
+        tool_call_deltas: bool,
+        *,
+        again: bool = False,
+    ) -> Completion:
+        started = False
+        trace = ConnectionTrace(None if watch is None else watch.trace)
         try:
             with self._http.stream(
-                "POST", self._chat_url, extensions=extensions, **body
+                "POST", self._chat_url, extensions={"trace": trace}, **body
             ) as response:
                 started = True
                 if watch is not None:
@@ -431,6 +506,8 @@ class Client:
         except httpx.TransportError as exc:
             if cancel is not None and cancel.is_set():  # the watch shut the connection
                 raise RequestCancelled("request cancelled; connection closed") from exc
+            if not again and trace.stale(exc):
+                raise _StaleConnection from exc
             raise self._transport_error(exc, started) from exc
 
     def _transport_error(self, exc: httpx.TransportError, started: bool) -> Exception:
@@ -569,9 +646,11 @@ def _cancelled(response: httpx.Response, chunks: int) -> RequestCancelled:
 
 
 def _loads_or_text(text: str) -> Any:
+    """``text`` parsed, or ``text`` itself when it is not JSON or nests too deeply for
+    :func:`json.loads` (a ``RecursionError``: the answer of a hostile or broken server)."""
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text
 
 

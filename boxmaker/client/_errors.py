@@ -100,7 +100,7 @@ def http_error(status: int, text: str, what: str, reason: str = "") -> InferErro
     message = text[:500] or reason
     try:
         parsed = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deep to read: the text
         parsed = None
     if isinstance(parsed, dict):
         found = parsed.get("error")

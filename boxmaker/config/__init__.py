@@ -18,6 +18,7 @@ from ._knobs import (
     SlotsConfig,
     ThinkingConfig,
     load_config,
+    server_base_url,
 )
 from ._ports import ApprovalPolicy, McpConfig, McpServerConfig
 
@@ -35,6 +36,7 @@ __all__ = [
     "SlotsConfig",
     "ThinkingConfig",
     "load_config",
+    "server_base_url",
 ]
 
 publish(globals(), __all__)

@@ -74,7 +74,16 @@ __all__ = [
     "SlotsConfig",
     "ThinkingConfig",
     "load_config",
+    "server_base_url",
 ]
+
+
+def server_base_url(url: str) -> str:
+    """llama-server's base URL from ``url``: without trailing ``/`` and without a trailing
+    ``/v1`` (``http://h:8080/v1/`` -> ``http://h:8080``), so ``{base}/v1/chat/completions``
+    and ``{base}/health`` are both right whichever form a user copied."""
+    base = url.rstrip("/")
+    return base[: -len("/v1")].rstrip("/") if base.endswith("/v1") else base
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,7 +91,9 @@ class ClientConfig:
     """How to reach llama-server and how hard to try."""
 
     url: str = "http://127.0.0.1:8080"
-    """Base URL of llama-server (no trailing ``/v1``)."""
+    """Base URL of llama-server. A trailing ``/v1`` (the OpenAI base URL other clients
+    want) is dropped, as is a trailing ``/``: llama-server's own endpoints (``/health``,
+    ``/props``, ``/slots``) are not under ``/v1`` (see :func:`server_base_url`)."""
     api_key: str | None = None
     """Sent as ``Authorization: Bearer ...``; ``None`` sends no header. Never in cassettes."""
     connect_timeout_s: float = 10.0
@@ -117,6 +128,8 @@ class ClientConfig:
     TOML file): no cap."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.url, str):
+            object.__setattr__(self, "url", server_base_url(self.url))
         for name in ("silence_timeout_s", "max_event_bytes"):
             if getattr(self, name) == -1:
                 object.__setattr__(self, name, None)
@@ -152,12 +165,17 @@ class ClientConfig:
 class SlotsConfig:
     """llama.cpp slots (``id_slot``) the loop uses."""
 
-    main: int = 0
-    """Slot of the main conversation; keeping one slot per session keeps its prompt cache
-    (``-1``: llama.cpp picks any idle slot)."""
+    main: int | None = None
+    """Slot (``id_slot``) of the main conversation. ``None`` (the default; leave the key out
+    of a TOML file): the client takes a free slot, the one holding this session's prompt cache
+    when it is free, and never one another request is using (safe for any number of
+    sessions, threads and processes on one machine). ``0`` or more: a pin; a request waits
+    while another boxmaker request holds that slot. ``-1``: sent as it is (llama.cpp picks an
+    idle slot), without a lease: do not mix with pins on the same server."""
 
     def __post_init__(self) -> None:
-        _check("slots", main=(self.main, self.main >= -1))
+        m = self.main
+        _check("slots", main=(m, m is None or (not isinstance(m, bool) and m >= -1)))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -149,7 +149,8 @@ def _complete(
     a limit, ``tool_choice: "none"`` with the tools kept so the prompt cache holds)."""
     cfg = runtime.config
     state.earlier = session.last_usage()
-    state.body = body = {"messages": session.messages(), "id_slot": cfg.slots.main}
+    body: dict[str, Any] = {"messages": session.messages(), "id_slot": cfg.slots.main}
+    state.body = body  # id_slot None: the client leases a free slot (boxmaker.client)
     if session.baseline.tools:
         body["tools"] = [dict(t) for t in session.baseline.tools]
         body.update({"tool_choice": "none"} if last else {})

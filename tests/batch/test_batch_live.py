@@ -143,7 +143,7 @@ def test_resume_after_sigkill_loses_and_repeats_nothing(
         assert time.monotonic() < deadline
         time.sleep(0.01)
     runner.send_signal(signal.SIGKILL)
-    runner.wait()
+    runner.communicate()  # waits, and closes the pipes
     killed = read_manifest(directory)
     done_before = {run for run, e in killed.items() if e["state"] == "done"}
     assert 2 <= len(done_before) < len(tasks), "the kill came after the batch ended"

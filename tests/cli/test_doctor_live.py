@@ -35,6 +35,10 @@ def test_doctor_on_a_well_set_up_server_live() -> None:
     assert seen["cache reused"][0] is True
     assert seen["return_progress"][0] is True and seen["timings"][0] is True
     assert seen["model"] == (None, "tiny-agent")
+    # llama.cpp runs two requests pinned to one busy slot at once: said, and what boxmaker does
+    shared = seen["slot shared"]
+    assert shared[0] is None and "ran in it together" in shared[1], shared
+    assert "boxmaker never sends two requests to one slot" in shared[1]
     assert report.ok
 
 

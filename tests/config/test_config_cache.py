@@ -15,7 +15,7 @@ def test_defaults_work() -> None:
     assert c.loop.tool_iterations == 8 and c.loop.repeat_detection is True
     assert c.thinking.turn_tokens is None and c.loop.thinking_tokens is None
     assert (c.loop.repeat_answered_at, c.loop.repeat_ends_turn_at) == (2, 3)
-    assert c.slots.main == 0
+    assert c.slots.main is None  # the client takes a free slot (a lease), not a fixed pin
 
 
 def test_toml_round(tmp_path: Path) -> None:
