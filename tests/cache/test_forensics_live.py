@@ -44,7 +44,7 @@ EXTRA_TOOL = {
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[EmbeddedServer | GivenServer]:
-    with live_server(n_ctx=4096, n_parallel=1) as running:  # one slot: sessions share it
+    with live_server(n_ctx=4096, n_parallel=1, reasoning_preserve=False) as running:  # one slot
         yield running
 
 
