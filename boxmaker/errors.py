@@ -15,7 +15,8 @@ Tree::
         ├── SessionFull           the server said the context is full
         ├── TurnLimit             a loop limit fired (kind, value, limit)
         ├── TurnCancelled         the runtime's cancel event was set
-        └── TurnInferError        the completion failed for another reason (wraps InferError)
+        ├── TurnInferError        the completion failed for another reason (wraps InferError)
+        └── ToolsNotSupported     tools offered to a chat template that cannot take them
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ __all__ = [
     "SessionFull",
     "StreamCut",
     "ToolPortError",
+    "ToolsNotSupported",
     "TurnCancelled",
     "TurnError",
     "TurnInferError",
@@ -171,3 +173,11 @@ class TurnInferError(TurnError):
     def __init__(self, message: str, *, cause: InferError) -> None:
         super().__init__(message)
         self.cause = cause
+
+
+class ToolsNotSupported(TurnError):
+    """The session offers tools and the server's chat template cannot take them (``GET
+    /props`` ``chat_template_caps.supports_tools: false``): llama.cpp would drop the tools from
+    the prompt without a word and the model would answer as if it had none. Raised before the
+    turn's first record, so nothing is sent; ``client.unsupported_tools = "warn"`` records a
+    warning instead and runs the turn."""

@@ -36,6 +36,7 @@ __all__ = [
     "Assistant",
     "Baseline",
     "CacheLoss",
+    "Capabilities",
     "LimitHit",
     "LimitKind",
     "NotRunReason",
@@ -66,7 +67,10 @@ reader meets them: ``ToolResult.server`` (an optional field, ignored by a reader
 know it, absent in older logs and read as ``None``) and :class:`Approval` records (kept as
 ``Unknown`` by a reader that does not know the type; never messages), and the loop guard's
 values (:mod:`boxmaker.turn`): the limit kind, ``not_run`` reason and turn outcome
-``loop``, and the outcome ``answered_after_limit`` (strings an older reader keeps as they are).
+``loop``, and the outcome ``answered_after_limit`` (strings an older reader keeps as they are);
+:class:`Capabilities` records (kept as ``Unknown`` by an older reader; never messages) and the
+optional ``CacheLoss`` fields ``held``, ``reprocessed`` and ``reprocessed_ms`` (read as
+``None`` in older logs), and the cause ``checkpoint``.
 """
 
 LimitKind: TypeAlias = Literal[
@@ -240,6 +244,44 @@ class CacheLoss:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Capabilities:
+    """What the server's chat template and slots can do, read from llama.cpp's ``GET /props``
+    once, before a session's first request (:meth:`boxmaker.client.Client.capabilities`).
+
+    Each field is ``None`` when the server does not say. From ``chat_template_caps``, as
+    named there: ``supports_tools`` (the template renders a tool list; llama.cpp silently
+    drops ``tools`` from the prompt when it cannot), ``supports_tool_calls``,
+    ``supports_parallel_tool_calls``, ``supports_system_role``,
+    ``supports_preserve_reasoning``; ``reasoning``:
+    ``supports_thinking`` where a build gives it, else whether the template text renders
+    reasoning at all (``reasoning_content``, ``<think>``, ``thinking``). From the rest:
+    ``slots`` (``total_slots``), ``n_ctx`` (tokens one slot may hold,
+    ``default_generation_settings.n_ctx``), ``kv_unified`` (one KV pool all slots share: then
+    ``n_ctx`` is the whole pool, not one slot's own), ``n_swa`` (the sliding-window size in
+    tokens), ``cache_ram_mib`` (the cross-request prompt cache, MiB), ``model`` (alias or
+    path). ``warning``: tools were offered to a template that cannot take them and the
+    researcher chose to go on (``client.unsupported_tools = "warn"``); ``detail``: what could
+    not be read, in words.
+    """
+
+    supports_tools: bool | None = None
+    supports_tool_calls: bool | None = None
+    supports_parallel_tool_calls: bool | None = None
+    supports_system_role: bool | None = None
+    supports_preserve_reasoning: bool | None = None
+    reasoning: bool | None = None
+    slots: int | None = None
+    n_ctx: int | None = None
+    kv_unified: bool | None = None
+    n_swa: int | None = None
+    cache_ram_mib: int | None = None
+    model: str | None = None
+    warning: str | None = None
+    detail: str = ""
+    time: datetime = field(default_factory=utc_now)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ToolResult:
     """The result of one tool call, sent back as a ``tool`` message.
 
@@ -321,7 +363,16 @@ class Unknown:
 
 
 Record: TypeAlias = (
-    User | Assistant | Usage | CacheLoss | ToolResult | Approval | LimitHit | TurnEnd | Unknown
+    User
+    | Assistant
+    | Usage
+    | CacheLoss
+    | ToolResult
+    | Approval
+    | LimitHit
+    | TurnEnd
+    | Capabilities
+    | Unknown
 )
 """Any record that can follow the baseline in a session log."""
 
@@ -334,6 +385,7 @@ _TYPES: dict[str, type[Any]] = {
     "approval": Approval,
     "limit_hit": LimitHit,
     "turn_end": TurnEnd,
+    "capabilities": Capabilities,
 }
 _NAMES: dict[type[Any], str] = {cls: name for name, cls in _TYPES.items()}
 
@@ -449,6 +501,7 @@ _SIMPLE: dict[str, tuple[type, ...]] = {
     "int | None": (int, type(None)),
     "float": (int, float),
     "bool": (bool,),
+    "bool | None": (bool, type(None)),
     "Mapping[str, float]": (dict,),
     "tuple[ToolCall, ...]": (list,),
     "tuple[Mapping[str, Any], ...]": (list,),

@@ -168,7 +168,12 @@ class EmbeddedServer:
         self.reasoning_format = reasoning_format
         self.api_key = api_key
         slots = AUTO_SLOTS if n_parallel is None else n_parallel
-        checked = {"n_ctx": n_ctx, "n_parallel": slots, "port": port, "cache_ram_mib": cache_ram_mib}
+        checked = {
+            "n_ctx": n_ctx,
+            "n_parallel": slots,
+            "port": port,
+            "cache_ram_mib": cache_ram_mib,
+        }
         optional = {"n_threads": n_threads, "ctx_checkpoints": ctx_checkpoints}
         checked.update({k: v for k, v in optional.items() if v is not None})
         for name, value in checked.items():

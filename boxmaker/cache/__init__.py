@@ -4,7 +4,7 @@ server's ``/apply-template`` and ``/tokenize``).
 """
 
 from .._public import publish
-from ._forensics import CacheForensics, explain_log, paused_while
+from ._forensics import CacheForensics, explain_log, extra_requests_paused, paused_while
 from ._outcome import (
     CAUSES,
     WINDOW_TOKENS,
@@ -28,6 +28,7 @@ __all__ = [
     "cache_outcome",
     "classify_loss",
     "explain_log",
+    "extra_requests_paused",
     "first_divergence",
     "history_change",
     "paused_while",

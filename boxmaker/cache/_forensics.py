@@ -54,6 +54,7 @@ __all__ = [
     "TemplateServer",
     "explain_log",
     "explain_loss",
+    "extra_requests_paused",
     "paused_while",
 ]
 
@@ -78,6 +79,12 @@ def paused_while(paused: Callable[[], bool]) -> Iterator[None]:
     finally:
         with _PAUSES_LOCK:
             _PAUSES.remove(paused)
+
+
+def extra_requests_paused() -> bool:
+    """Whether requests beyond the chat traffic are paused (:func:`paused_while`: a cassette
+    is open): forensics and the loop's ``GET /props`` send nothing then."""
+    return _paused()
 
 
 def _paused() -> bool:

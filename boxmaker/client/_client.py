@@ -30,6 +30,7 @@ parsed ``error`` object kept); :func:`~boxmaker.client.is_context_full` tells ll
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -42,10 +43,14 @@ from .. import _json
 from ..config import ClientConfig
 from ..errors import InferError, RequestCancelled, StreamCut
 from ..events import ClientEvent, Queued, Retrying
+from ..records import Capabilities
 from ._cancel import CancelWatch
+from ._caps import capabilities_of
 from ._errors import http_error
 from ._stream._decoder import Completion, StreamDecoder
 from ._thinking_cap import IGNORED_BUDGET_MARGIN, ThinkingCap
+
+log = logging.getLogger("boxmaker.client")
 
 __all__ = ["IGNORED_BUDGET_MARGIN", "ChatClient", "Client"]
 
@@ -129,6 +134,8 @@ class Client:
         self._sleep = sleep
         self._unseen_warned = False  # CapNotEnforced for "no reasoning seen" was emitted
         self._reasoning_seen = False  # a completion of this client had reasoning
+        self._caps: Capabilities | None = None  # GET /props, read once (capabilities())
+        self._caps_read = False
         headers = {}
         if self.config.api_key:
             headers["Authorization"] = f"Bearer {self.config.api_key}"
@@ -266,6 +273,25 @@ class Client:
                 not a JSON object.
         """
         return self._control(completion_id)[0]
+
+    def capabilities(self) -> Capabilities | None:
+        """What the server's chat template and slots can do (``GET {url}/props``), read once
+        per client and kept.
+
+        Returns:
+            The :class:`~boxmaker.records.Capabilities` the answer states, or ``None`` when
+            the server does not say (``/props`` off or missing, not JSON, a connection failure:
+            nothing is assumed then, and nothing raised).
+        """
+        if not self._caps_read:
+            try:
+                response = self._http.get(f"{self.url}/props")
+                answer = response.json() if response.status_code == 200 else None
+            except (httpx.HTTPError, ValueError) as exc:
+                log.info("GET /props at %s failed: %r", self.url, exc)
+                answer = None
+            self._caps, self._caps_read = capabilities_of(answer), True
+        return self._caps
 
     def close(self) -> None:
         """Close the connection pool. The client cannot be used afterwards."""
@@ -437,7 +463,11 @@ class Client:
             None
             if budget is None
             else ThinkingCap(
-                budget, self.config.send_thinking_budget, self._control, self._first_unseen
+                budget,
+                self.config.send_thinking_budget,
+                self._control,
+                self._first_unseen,
+                reasons=self._caps.reasoning if self._caps else None,
             )
         )
 

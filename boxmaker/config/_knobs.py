@@ -76,6 +76,10 @@ __all__ = [
 ]
 
 
+UNSUPPORTED_TOOLS = ("error", "warn")
+"""The values of :attr:`ClientConfig.unsupported_tools`."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class ClientConfig:
     """How to reach llama-server and how hard to try."""
@@ -108,8 +112,18 @@ class ClientConfig:
     """Send a thinking cap's budget as llama.cpp's ``thinking_budget_tokens`` (the sampler ends
     reasoning exactly); ``False``: only ``reasoning_end`` through reasoning control, sent once
     the client counted the budget (late by the tokens in flight; for servers that reject it)."""
+    unsupported_tools: str = "error"
+    """The session offers tools and the server's chat template cannot take them (``GET
+    /props``): ``"error"`` refuses the turn (:class:`~boxmaker.errors.ToolsNotSupported`);
+    ``"warn"`` records the warning in the session's ``Capabilities`` record and runs it (the
+    server drops the tools: the model answers without them)."""
 
     def __post_init__(self) -> None:
+        if self.unsupported_tools not in UNSUPPORTED_TOOLS:
+            raise ConfigError(
+                f"client.unsupported_tools = {self.unsupported_tools!r} is not one of "
+                f"{', '.join(repr(v) for v in UNSUPPORTED_TOOLS)}"
+            )
         if self.silence_timeout_s == -1:
             object.__setattr__(self, "silence_timeout_s", None)
         silence = self.silence_timeout_s

@@ -32,6 +32,7 @@ from ..events import ClientEvent, Hook, ToolCallDelta, ToolCallStarted, guarded
 from ..records import Assistant, LimitHit, Record, ToolCall, ToolResult, TurnEnd, Usage, User
 from ..session import Session
 from ..tools import Dispatched, Registry, ToolPort, cap_result, dispatch
+from ._caps import read_capabilities, refuse_unsupported_tools
 from ._guard import ALREADY_MADE, AnswerAfterLimit, LoopGuard, after_limit, not_run_results
 
 __all__ = ["ALREADY_MADE", "Runtime", "TurnOutcome", "run_turn"]
@@ -103,6 +104,8 @@ def run_turn(
         TurnCancelled: ``runtime.cancel`` was set.
         TurnInferError: the completion failed otherwise (``cause`` keeps status and body).
         SessionError: the log could not be written.
+        ToolsNotSupported: the session has tools and the server's template cannot take them
+            (``GET /props``; before anything is sent; ``client.unsupported_tools``).
     """
     emit = guarded(on_event, log)
     with session.turn():
@@ -111,6 +114,8 @@ def run_turn(
         dead = not_run_results(session.unanswered_calls(), session.next_call(), why, "process_died")
         end = [TurnEnd(outcome="process_died", detail=why)] if session.turn_left_open() else []
         _append(session, emit, *dead, *end)  # the dead turn closed, so it counts as what it was
+        _append(session, emit, *read_capabilities(session, runtime.client))  # GET /props, once
+        refuse_unsupported_tools(session, runtime.config)  # never a silent answer without tools
         state = _TurnState(guard=LoopGuard(runtime.config.loop))
         _append(session, emit, User(content=content))
         last: TurnLimit | None = None  # on_limit="answer": the limit, before the last completion
