@@ -8,6 +8,7 @@ OpenAI's chat completions API.
 """
 
 from .._public import publish
+from ._caps import capabilities_of
 from ._client import ChatClient, Client
 from ._errors import is_context_full
 from ._stream._completion import Completion
@@ -20,6 +21,7 @@ __all__ = [
     "Client",
     "Completion",
     "StreamDecoder",
+    "capabilities_of",
     "is_context_full",
 ]
 
