@@ -69,8 +69,8 @@ know it, absent in older logs and read as ``None``) and :class:`Approval` record
 values (:mod:`boxmaker.turn`): the limit kind, ``not_run`` reason and turn outcome
 ``loop``, and the outcome ``answered_after_limit`` (strings an older reader keeps as they are);
 :class:`Capabilities` records (kept as ``Unknown`` by an older reader; never messages) and the
-optional ``CacheLoss`` fields ``held``, ``reprocessed`` and ``reprocessed_ms`` (read as
-``None`` in older logs), and the cause ``checkpoint``.
+optional ``CacheLoss`` fields ``reprocessed`` and ``reprocessed_ms`` (read as ``None`` in
+older logs), and the cause ``checkpoint``.
 """
 
 LimitKind: TypeAlias = Literal[
@@ -231,6 +231,10 @@ class CacheLoss:
     ``truncated``, ``unknown``); ``old_window`` / ``new_window``, a short text window of the
     old and the new prompt around ``position``. ``detail`` (added later in schema 2, optional:
     older logs read with ``None``) is what forensics saw, in words, or why it could not look.
+    ``reprocessed`` / ``reprocessed_ms`` (added later in schema 2, optional) are what the
+    server actually processed again of what its slot held (previous prompt and reply), in
+    tokens and ms (:func:`boxmaker.cache.reprocessed`): more than ``expected - reused`` when the
+    reply was lost too; ``None`` when the timings did not say.
     """
 
     expected: int
@@ -240,6 +244,8 @@ class CacheLoss:
     old_window: str | None = None
     new_window: str | None = None
     detail: str | None = None
+    reprocessed: int | None = None
+    reprocessed_ms: float | None = None
     time: datetime = field(default_factory=utc_now)
 
 
@@ -475,7 +481,7 @@ def record_from_json(data: Mapping[str, Any]) -> Record:
     return record
 
 
-COUNTS = frozenset({"expected", "reused", "position"})
+COUNTS = frozenset({"expected", "reused", "position", "reprocessed"})
 """Integer fields that count tokens (``CacheLoss``): never negative, for the session and the
 frames alike."""
 
@@ -502,6 +508,7 @@ _SIMPLE: dict[str, tuple[type, ...]] = {
     "float": (int, float),
     "bool": (bool,),
     "bool | None": (bool, type(None)),
+    "float | None": (int, float, type(None)),
     "Mapping[str, float]": (dict,),
     "tuple[ToolCall, ...]": (list,),
     "tuple[Mapping[str, Any], ...]": (list,),

@@ -15,6 +15,7 @@ from ._outcome import (
     classify_loss,
     first_divergence,
     history_change,
+    reprocessed,
     window,
 )
 
@@ -32,6 +33,7 @@ __all__ = [
     "first_divergence",
     "history_change",
     "paused_while",
+    "reprocessed",
     "window",
 ]
 
