@@ -15,8 +15,9 @@ lies, since it counts the previous prompt only) is still exact; a position past 
 prompt may then be early. When the rendered reply does not extend the previous prompt, the
 generated part is left out and ``detail`` says so.
 
-Bounds: at most :data:`MAX_REQUESTS` extra requests per loss (three ``/apply-template``, three
-``/tokenize``, one ``GET /props`` for ``n_ctx`` when the loss looks like an eviction), each
+Bounds: at most :data:`MAX_REQUESTS` extra requests per loss (three ``/apply-template``, a
+fourth when the server refuses to continue a reply with tool calls, three ``/tokenize``, one
+``GET /props`` for ``n_ctx`` and ``n_swa`` when the loss looks like an eviction), each
 with a :data:`TIMEOUT_S` timeout, all after the completion has ended (never on the streaming
 path). A failure of any of them never fails the turn: the loss is recorded without a cause and
 ``detail`` says why. ``config.cache.forensics = False`` turns it off. Inside a cassette
@@ -66,7 +67,7 @@ __all__ = [
     "paused_while",
 ]
 
-MAX_REQUESTS = 7
+MAX_REQUESTS = 8
 """Extra requests forensics sends for one loss, at most."""
 
 TIMEOUT_S = 30.0
@@ -379,14 +380,14 @@ class CacheForensics:
         or either usage lacks timings); called after every completion, before its records are
         appended; ``runtime`` gives the config and the client. Never raises (a failure goes
         into the record's ``detail``). ``reprocessed`` / ``reprocessed_ms`` say what the
-        server processed again of its slot (:func:`boxmaker.cache.reprocessed`, at the
-        divergence forensics found, else its upper bound)."""
+        server processed again of the history its slot held
+        (:func:`boxmaker.cache.reprocessed`)."""
         found = self._losses(session, runtime, body, earlier, usage)
         if earlier is None:
             return found
         out = []
         for loss in found:
-            again = reprocessed(earlier.timings, usage.timings, loss.position)
+            again = reprocessed(earlier.timings, usage.timings)
             tokens, ms = again if again is not None else (None, None)
             out.append(dataclasses.replace(loss, reprocessed=tokens, reprocessed_ms=ms))
         return out

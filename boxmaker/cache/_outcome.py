@@ -89,20 +89,20 @@ settings such as ``--ctx-checkpoints``)."""
 
 
 def reprocessed(
-    previous_timings: Mapping[str, float],
-    new_timings: Mapping[str, float],
-    position: int | None = None,
+    previous_timings: Mapping[str, float], new_timings: Mapping[str, float]
 ) -> tuple[int, float | None] | None:
-    """What the server re-processed of what its slot held: ``(tokens, ms)``, or ``None`` when
-    the timings lack a count.
+    """What the server processed again of the history its slot held: ``(tokens, ms)``, or
+    ``None`` when the timings lack a count.
 
-    The slot held the previous prompt and reply: ``cache_n + prompt_n + predicted_n`` of the
-    previous timings. The new prompt shares with it its first ``position`` tokens (forensics'
-    divergence; without one, at most ``min(held, new cache_n + prompt_n)``, which assumes the
-    reply renders back as generated: an upper bound). Of those, the server reused the new
-    ``cache_n``; the rest it processed again: ``tokens = max(0, shared - cache_n)``, never
-    more than the new ``prompt_n``. ``ms`` prices them at the new request's own prompt rate
-    (``prompt_ms / prompt_n``; ``None`` without ``prompt_ms`` or with ``prompt_n`` 0).
+    The slot held the previous prompt and reply: ``held = cache_n + prompt_n + predicted_n``
+    of the previous timings. The new prompt is ``cache_n + prompt_n`` of the new ones; its
+    first ``min(held, new length)`` tokens stand for that history (the same tokens, or the
+    same messages rendered anew), and of them the server reused ``cache_n``:
+    ``tokens = max(0, min(held, new length) - cache_n)``. It counts the reply too, which
+    ``expected - reused`` (the previous prompt only) leaves out; when the history renders
+    shorter than it was held, it may count a few tokens of the new message: an upper bound.
+    ``ms`` prices them at the new request's own prompt rate (``prompt_ms / prompt_n``;
+    ``None`` without ``prompt_ms`` or with ``prompt_n`` 0).
 
     Example (Gemma 3 270M, window 512, measured): previous prompt 30 tokens and a reply of
     270; the new request reused 25 and processed 297 in 3.2 s: 275 tokens re-processed, not
@@ -113,12 +113,12 @@ def reprocessed(
         reused, processed = int(new_timings["cache_n"]), int(new_timings["prompt_n"])
     except (KeyError, TypeError, ValueError):
         return None
-    shared = min(held, reused + processed) if position is None else position
-    tokens = min(processed, max(0, shared - reused))
+    tokens = max(0, min(held, reused + processed) - reused)
     ms = new_timings.get("prompt_ms")
     if not isinstance(ms, int | float) or processed <= 0:
         return tokens, None
     return tokens, float(ms) * tokens / processed
+
 
 WINDOW_TOKENS = 24
 """Tokens each side of the divergence in a loss's text windows."""
