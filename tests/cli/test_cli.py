@@ -64,7 +64,7 @@ def test_chat_live(
     assert f"chatting with {server.url}" in out
     log = next(tmp_path.glob("*.jsonl"))
     kinds = [type(r).__name__ for r in Session.open(log, read_only=True).records]
-    assert kinds[:3] == ["User", "Assistant", "Usage"]
+    assert kinds[:4] == ["Capabilities", "User", "Assistant", "Usage"]
     assert f"session log: {log}" in out
 
 
