@@ -47,7 +47,10 @@ def main() -> None:
     lost: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for reasoning in ("drop", "keep"):
-            with EmbeddedServer(n_ctx=4096, n_threads=args.threads) as server:
+            # --no-reasoning-preserve: the template drops earlier reasoning, which the client's
+            # history.reasoning = "keep" undoes (llama-server's default keeps it: nothing lost)
+            server = EmbeddedServer(n_ctx=4096, n_threads=args.threads, reasoning_preserve=False)
+            with server:
                 log = run_session(server.url, Path(tmp) / reasoning, reasoning)
             frame = cache_losses(log)
             lost[reasoning] = int(frame["lost_tokens"].sum())

@@ -18,7 +18,8 @@ Tree::
         ├── TurnLimit             a loop limit fired (kind, value, limit)
         ├── TurnCancelled         the runtime's cancel event was set
         ├── TurnInferError        the completion failed for another reason (wraps InferError)
-        └── TurnNotAnswered       the completion came, but is no answer (outcome, detail)
+        ├── TurnNotAnswered       the completion came, but is no answer (outcome, detail)
+        └── ToolsNotSupported     tools offered to a chat template that cannot take them
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ __all__ = [
     "StreamCut",
     "ToolError",
     "ToolPortError",
+    "ToolsNotSupported",
     "TurnCancelled",
     "TurnError",
     "TurnInferError",
@@ -216,3 +218,11 @@ class TurnNotAnswered(TurnError):
         super().__init__(f"{outcome}: {detail}")
         self.outcome = outcome
         self.detail = detail
+
+
+class ToolsNotSupported(TurnError):
+    """The session offers tools and the server's chat template cannot take them (``GET
+    /props`` ``chat_template_caps.supports_tools: false``): llama.cpp would drop the tools from
+    the prompt without a word and the model would answer as if it had none. Raised before the
+    turn's first record, so nothing is sent; ``client.unsupported_tools = "warn"`` records a
+    warning instead and runs the turn."""

@@ -49,6 +49,7 @@ __all__ = [
     "AtLeast",
     "Baseline",
     "CacheLoss",
+    "Capabilities",
     "FieldRule",
     "LimitHit",
     "LimitKind",
@@ -93,7 +94,9 @@ values (:mod:`boxmaker.turn`): the limit kind, ``not_run`` reason and turn outco
 ``loop``, and the outcome ``answered_after_limit``, the client-side bounds' limit kinds and
 outcomes (``completion_tokens``, ``completions``, ``turn_deadline``, ``tool_calls``,
 ``tool_arguments``), the outcomes ``server_stopped`` and ``tool_call_in_content`` and the
-``not_run`` reasons ``length`` and ``server_stopped``. Readers now check these values by their
+``not_run`` reasons ``length`` and ``server_stopped``, :class:`Capabilities` records (never
+messages) and the optional ``CacheLoss`` fields ``reprocessed`` and ``reprocessed_ms`` (read as
+``None`` in older logs), and the cause ``checkpoint``. Readers now check these values by their
 ``Literal`` types (:data:`RULES`), so a value added later is refused by an older reader, naming
 it (the log reads with the version that added it).
 """
@@ -303,6 +306,10 @@ class CacheLoss:
     ``truncated``, ``unknown``); ``old_window`` / ``new_window``, a short text window of the
     old and the new prompt around ``position``. ``detail`` (added later in schema 2, optional:
     older logs read with ``None``) is what forensics saw, in words, or why it could not look.
+    ``reprocessed`` / ``reprocessed_ms`` (added later in schema 2, optional) are what the
+    server actually processed again of what its slot held (previous prompt and reply), in
+    tokens and ms (:func:`boxmaker.cache.reprocessed`): more than ``expected - reused`` when the
+    reply was lost too; ``None`` when the timings did not say.
     """
 
     expected: Tokens
@@ -312,6 +319,46 @@ class CacheLoss:
     old_window: str | None = None
     new_window: str | None = None
     detail: str | None = None
+    reprocessed: Tokens | None = None
+    reprocessed_ms: Millis | None = None
+    time: datetime = field(default_factory=utc_now)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Capabilities:
+    """What the server's chat template and slots can do, read from llama.cpp's ``GET /props``
+    once, before a session's first request (:meth:`boxmaker.client.Client.capabilities`).
+
+    Each field is ``None`` when the server does not say. From ``chat_template_caps``, as
+    named there: ``supports_tools`` (the template renders a tool list; llama.cpp silently
+    drops ``tools`` from the prompt when it cannot), ``supports_tool_calls``,
+    ``supports_parallel_tool_calls``, ``supports_system_role``,
+    ``supports_preserve_reasoning``; ``reasoning``:
+    ``supports_thinking`` where a build gives it, else whether the template text renders
+    reasoning at all (``reasoning_content``, ``<think>``, ``thinking``). From the rest:
+    ``slots`` (``total_slots``), ``n_ctx`` (tokens one slot may hold,
+    ``default_generation_settings.n_ctx``), ``kv_unified`` (one KV pool all slots share: then
+    ``n_ctx`` is the whole pool, not one slot's own), ``n_swa`` (the sliding-window size in
+    tokens), ``cache_ram_mib`` (the cross-request prompt cache, MiB), ``model`` (alias or
+    path). ``warning``: tools were offered to a template that cannot take them and the
+    researcher chose to go on (``client.unsupported_tools = "warn"``); ``detail``: what could
+    not be read, in words.
+    """
+
+    supports_tools: bool | None = None
+    supports_tool_calls: bool | None = None
+    supports_parallel_tool_calls: bool | None = None
+    supports_system_role: bool | None = None
+    supports_preserve_reasoning: bool | None = None
+    reasoning: bool | None = None
+    slots: int | None = None
+    n_ctx: int | None = None
+    kv_unified: bool | None = None
+    n_swa: int | None = None
+    cache_ram_mib: int | None = None
+    model: str | None = None
+    warning: str | None = None
+    detail: str = ""
     time: datetime = field(default_factory=utc_now)
 
 
@@ -397,7 +444,16 @@ class Unknown:
 
 
 Record: TypeAlias = (
-    User | Assistant | Usage | CacheLoss | ToolResult | Approval | LimitHit | TurnEnd | Unknown
+    User
+    | Assistant
+    | Usage
+    | CacheLoss
+    | ToolResult
+    | Approval
+    | LimitHit
+    | TurnEnd
+    | Capabilities
+    | Unknown
 )
 """Any record that can follow the baseline in a session log."""
 
@@ -410,6 +466,7 @@ _TYPES: dict[str, type[Any]] = {
     "approval": Approval,
     "limit_hit": LimitHit,
     "turn_end": TurnEnd,
+    "capabilities": Capabilities,
 }
 _NAMES: dict[type[Any], str] = {cls: name for name, cls in _TYPES.items()}
 

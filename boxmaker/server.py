@@ -26,7 +26,7 @@ from typing import Any
 from .errors import ServerError
 from .model import default_model_path
 
-__all__ = ["LIMITS", "REASONING_FORMATS", "EmbeddedServer", "check_param"]
+__all__ = ["AUTO_SLOTS", "LIMITS", "REASONING_FORMATS", "EmbeddedServer", "check_param"]
 
 _HOST = "127.0.0.1"
 _QUIET_VERBOSITY = -1
@@ -37,12 +37,20 @@ LIMITS: dict[str, tuple[int, int]] = {
     "n_parallel": (1, 256),
     "n_threads": (1, 512),
     "port": (0, 65_535),
+    "cache_ram_mib": (-1, 1 << 30),
+    "ctx_checkpoints": (0, 1 << 16),
 }
 """Inclusive bounds of the server's numeric parameters, checked before llama.cpp sees them:
 llama.cpp aborts the whole process (an assert and a backtrace) on ``n_threads = 0`` or
 ``n_ctx = 1`` and hangs on ``n_parallel = 0``. 512 threads is ggml's ``GGML_MAX_N_THREADS``,
 256 slots llama.cpp's ``LLAMA_MAX_SEQ``; ``n_ctx`` is in tokens (16 M is far beyond any model's
-training context)."""
+training context); ``cache_ram_mib`` in MiB (-1: no limit, 0: off); ``ctx_checkpoints`` per
+slot."""
+
+AUTO_SLOTS = 4
+"""Slots llama-server makes when ``-np`` is not given (its ``-np -1``, "auto"), with a unified
+KV cache (``common/arg.cpp`` of llama.cpp; its log says "n_parallel is set to auto, using
+n_parallel = 4 and kv_unified = true")."""
 
 
 def check_param(name: str, value: int) -> None:
@@ -87,8 +95,26 @@ class EmbeddedServer:
     Args:
         model_path: GGUF file to serve; ``None`` serves the shipped tiny model
             (:func:`boxmaker.model.default_model_path`).
-        n_ctx: context size in tokens, shared by all slots.
-        n_parallel: number of slots (concurrent sequences); each gets ``n_ctx / n_parallel``.
+        n_ctx: context size in tokens (llama-server's ``-c``): the KV cache of all slots
+            together. With a unified KV cache every slot may use up to ``n_ctx`` tokens of
+            that shared pool; without, each slot gets ``n_ctx / n_parallel``.
+        n_parallel: number of slots (``-np``); ``None`` is llama-server's default ("auto"):
+            :data:`AUTO_SLOTS` slots with a unified KV cache.
+        kv_unified: one KV pool for all slots (``--kv-unified`` / ``--no-kv-unified``);
+            ``None`` is llama-server's rule: on when ``n_parallel`` is auto, off otherwise.
+        cache_ram_mib: the cross-request prompt cache in RAM, in MiB (``--cache-ram``;
+            llama-server's default 8192; ``0`` turns it off, ``-1`` no limit): a prompt seen
+            earlier on any slot can be restored from it, so reuse may exceed what the slot held.
+        swa_full: a full-size KV cache for sliding-window attention models (``--swa-full``,
+            default off). Off, a sliding-window model (Gemma 3) can reuse little of a slot's
+            cache and restores a context checkpoint instead (forensics cause ``checkpoint``).
+        ctx_checkpoints: context checkpoints kept per slot (``--ctx-checkpoints``); ``None``
+            keeps llama.cpp's default.
+        reasoning_preserve: keep the reasoning of every earlier assistant turn in the prompt
+            for templates that support it (``--reasoning-preserve`` /
+            ``--no-reasoning-preserve``; llama-server's default on). Off, such a template drops
+            earlier reasoning, which re-renders history (forensics cause
+            ``history_rewritten``).
         n_threads: CPU threads for generation and prompt processing; ``None`` lets llama.cpp
             choose (all cores).
         port: TCP port on 127.0.0.1; ``0`` picks a free one (read it from :attr:`url`).
@@ -109,6 +135,8 @@ class EmbeddedServer:
     Attributes:
         url: ``"http://127.0.0.1:PORT"``, set by :meth:`start` (``""`` before and after).
         model_path: the resolved model path.
+        n_parallel, kv_unified: the slots and KV layout as resolved (``4`` and ``True`` for
+            the defaults).
 
     The server stops when :meth:`stop` is called or the object leaves its ``with`` block.
     """
@@ -118,13 +146,18 @@ class EmbeddedServer:
         model_path: str | os.PathLike[str] | None = None,
         *,
         n_ctx: int = 4096,
-        n_parallel: int = 1,
+        n_parallel: int | None = None,
         n_threads: int | None = None,
         port: int = 0,
         startup_timeout_s: float = 60.0,
         verbose: bool = False,
         reasoning_format: str | None = None,
         api_key: str | None = None,
+        kv_unified: bool | None = None,
+        cache_ram_mib: int = 8192,
+        swa_full: bool = False,
+        ctx_checkpoints: int | None = None,
+        reasoning_preserve: bool = True,
     ) -> None:
         if reasoning_format is not None and reasoning_format not in REASONING_FORMATS:
             raise ServerError(
@@ -132,13 +165,25 @@ class EmbeddedServer:
             )
         self.reasoning_format = reasoning_format
         self.api_key = api_key
-        for name, value in (("n_ctx", n_ctx), ("n_parallel", n_parallel), ("port", port)):
+        slots = AUTO_SLOTS if n_parallel is None else n_parallel
+        checked = {
+            "n_ctx": n_ctx,
+            "n_parallel": slots,
+            "port": port,
+            "cache_ram_mib": cache_ram_mib,
+        }
+        optional = {"n_threads": n_threads, "ctx_checkpoints": ctx_checkpoints}
+        checked.update({k: v for k, v in optional.items() if v is not None})
+        for name, value in checked.items():
             check_param(name, value)
-        if n_threads is not None:
-            check_param("n_threads", n_threads)
         self.model_path: Path = _resolve_model(model_path)
         self.n_ctx = n_ctx
-        self.n_parallel = n_parallel
+        self.n_parallel: int = slots
+        self.kv_unified: bool = n_parallel is None if kv_unified is None else kv_unified
+        self.cache_ram_mib = cache_ram_mib
+        self.swa_full = swa_full
+        self.ctx_checkpoints = ctx_checkpoints
+        self.reasoning_preserve = reasoning_preserve
         self.n_threads = n_threads
         self.port = port
         self.startup_timeout_s = startup_timeout_s
@@ -159,6 +204,16 @@ class EmbeddedServer:
         params.model_alias = {self.model_path.stem}  # responses name the model, not its path
         params.n_ctx = self.n_ctx
         params.n_parallel = self.n_parallel
+        params.kv_unified = self.kv_unified
+        params.cache_ram_mib = self.cache_ram_mib
+        params.swa_full = self.swa_full
+        if self.ctx_checkpoints is not None:
+            params.n_ctx_checkpoints = self.ctx_checkpoints
+        # llama-server's --[no-]reasoning-preserve lands in the template's default kwargs
+        # (measured: only this kwarg, not preserve_reasoning_specified, keeps earlier reasoning)
+        preserve = "true" if self.reasoning_preserve else "false"
+        params.default_template_kwargs = {"preserve_reasoning": preserve}
+        params.preserve_reasoning_specified = True
         params.use_jinja = True
         params.hostnames = [_HOST]
         params.port = self.port

@@ -17,6 +17,7 @@ from ._outcome import (
     classify_loss,
     first_divergence,
     history_change,
+    reprocessed,
     window,
 )
 
@@ -33,6 +34,7 @@ __all__ = [
     "explain_log",
     "first_divergence",
     "history_change",
+    "reprocessed",
     "window",
 ]
 

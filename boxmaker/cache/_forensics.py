@@ -15,8 +15,9 @@ lies, since it counts the previous prompt only) is still exact; a position past 
 prompt may then be early. When the rendered reply does not extend the previous prompt, the
 generated part is left out and ``detail`` says so.
 
-Bounds: at most :data:`MAX_REQUESTS` extra requests per loss (three ``/apply-template``, three
-``/tokenize``, one ``GET /props`` for ``n_ctx`` when the loss looks like an eviction), each
+Bounds: at most :data:`MAX_REQUESTS` extra requests per loss (three ``/apply-template``, a
+fourth when the server refuses to continue a reply with tool calls, three ``/tokenize``, one
+``GET /props`` for ``n_ctx`` and ``n_swa`` when the loss looks like an eviction), each
 with a :data:`TIMEOUT_S` timeout, all after the completion has ended (never on the streaming
 path). A failure of any of them never fails the turn: the loss is recorded without a cause and
 ``detail`` says why. ``config.cache.forensics = False`` turns it off. The requests go through
@@ -30,6 +31,7 @@ with :func:`explain_log` (``boxmaker cache explain``).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,12 +40,12 @@ from typing import Any, Protocol
 
 import httpx
 
-from ..client import ChatClient, Client, ServerJson, refused
+from ..client import ChatClient, Client, ServerJson, capabilities_of, refused
 from ..config import ClientConfig, Config
 from ..errors import BoxmakerError, InferError
-from ..records import Assistant, Baseline, CacheLoss, Record, Usage
+from ..records import Assistant, Baseline, CacheLoss, Capabilities, Record, Usage
 from ..session import Session, message_of, messages
-from ._outcome import LossCause, Tokens, cache_loss, classify_loss, history_change
+from ._outcome import LossCause, Tokens, cache_loss, classify_loss, history_change, reprocessed
 
 __all__ = [
     "MAX_REQUESTS",
@@ -57,7 +59,7 @@ __all__ = [
     "explain_loss",
 ]
 
-MAX_REQUESTS = 7
+MAX_REQUESTS = 8
 """Extra requests forensics sends for one loss, at most."""
 
 TIMEOUT_S = 30.0
@@ -150,10 +152,37 @@ class TemplateServer:
     def n_ctx(self) -> int | None:
         """The context size of a slot (``GET /props``, ``default_generation_settings.n_ctx``),
         ``None`` when the server does not say."""
-        answer = self._json("GET", "/props")
-        settings = answer.get("default_generation_settings") if isinstance(answer, dict) else None
-        value = settings.get("n_ctx") if isinstance(settings, dict) else None
-        return value if isinstance(value, int) else None
+        caps = self.props()
+        return caps.n_ctx if caps else None
+
+    def props(self) -> Capabilities | None:
+        """What ``GET /props`` says (:func:`boxmaker.client.capabilities_of`: the slot's
+        ``n_ctx``, the sliding window ``n_swa`` where a build exposes it), ``None`` when it
+        states nothing boxmaker reads."""
+        return capabilities_of(self._json("GET", "/props"))
+
+    def render_reply(self, request: SentRequest, reply: Mapping[str, Any]) -> tuple[str, str]:
+        """The prompt of ``request`` followed by ``reply`` as the slot held it, kept reasoning
+        included: ``(text, note)``. llama.cpp answers HTTP 400 "Cannot continue an assistant
+        message that contains tool calls." to a last assistant message with tool calls (its
+        prefill), so such a reply is rendered with an empty user message after it and the
+        text cut where that message's content begins; ``note`` then says so (a position past
+        the reply may be late by that message's header), else ``""``."""
+        try:
+            return self.render(request, reply, keep=True), ""
+        except InferError as exc:
+            if exc.status != 400 or not reply.get("tool_calls"):
+                raise
+        marker = "\u2063boxmaker-reply-end\u2063"
+        text = self.render(request, reply, {"role": "user", "content": marker}, keep=True)
+        at = text.find(marker)
+        if at < 0:
+            raise BoxmakerError("/apply-template: the rendered reply lost its end marker")
+        note = (
+            "; the reply with tool calls rendered before an empty user message (the server "
+            "does not continue one): a position past it may be late by that message's header"
+        )
+        return text[:at], note
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,7 +229,7 @@ def explain_loss(
     """
     reply_message = message_of(reply) or {"role": "assistant", "content": ""}
     old_text = server.render(old)
-    held_text = server.render(old, reply_message, keep=True)
+    held_text, note = server.render_reply(old, reply_message)
     new_text = server.render(new)
     old_prompt = server.tokenize(old_text, add_special=True)
     rebuilt = held_text.startswith(old_text)
@@ -208,9 +237,7 @@ def explain_loss(
     generated = server.tokenize(generated_text, add_special=False)
     new_prompt = server.tokenize(new_text, add_special=True)
     edited = history_change(old.messages, old.tools, new.messages, new.tools)
-    n_ctx = None
-    if held_tokens is not None and reused < min(expected, len(new_prompt)):
-        n_ctx = server.n_ctx()
+    caps = server.props() if reused < min(expected, len(new_prompt)) else None
     found = classify_loss(
         expected=expected,
         reused=reused,
@@ -219,11 +246,13 @@ def explain_loss(
         new_prompt=new_prompt,
         edited=edited,
         held_tokens=held_tokens,
-        n_ctx=n_ctx,
+        n_ctx=caps.n_ctx if caps else None,
+        n_swa=caps.n_swa if caps else None,
     )
-    if rebuilt:
+    if not rebuilt:
+        note += "; the rendered reply does not extend the old prompt: generated part left out"
+    if not note:
         return found
-    note = "; the rendered reply does not extend the old prompt: generated part left out"
     return LossCause(
         position=found.position,
         cause=found.cause,
@@ -304,7 +333,27 @@ class CacheForensics:
         """The ``CacheLoss`` record for the completion of ``body`` (``[]`` when the cache held
         or either usage lacks timings); called after every completion, before its records are
         appended; ``runtime`` gives the config and the client. Never raises (a failure goes
-        into the record's ``detail``)."""
+        into the record's ``detail``). ``reprocessed`` / ``reprocessed_ms`` say what the
+        server processed again of the history its slot held
+        (:func:`boxmaker.cache.reprocessed`)."""
+        found = self._losses(session, runtime, body, earlier, usage)
+        if earlier is None:
+            return found
+        out = []
+        for loss in found:
+            again = reprocessed(earlier.timings, usage.timings)
+            tokens, ms = again if again is not None else (None, None)
+            out.append(dataclasses.replace(loss, reprocessed=tokens, reprocessed_ms=ms))
+        return out
+
+    def _losses(
+        self,
+        session: Session,
+        runtime: Runs,
+        body: Mapping[str, Any],
+        earlier: Usage | None,
+        usage: Usage,
+    ) -> list[CacheLoss]:
         config, client = runtime.config, runtime.client
         new = SentRequest.of(body)
         with self._lock:

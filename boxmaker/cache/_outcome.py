@@ -31,6 +31,7 @@ __all__ = [
     "classify_loss",
     "first_divergence",
     "history_change",
+    "reprocessed",
     "window",
 ]
 
@@ -86,8 +87,52 @@ def cache_loss(earlier: Usage | None, usage: Usage) -> CacheLoss | None:
 # forensics: where the slot's tokens and the new prompt part, and why (pure; the requests that
 # render and tokenize are in boxmaker.cache)
 
-CAUSES: tuple[str, ...] = ("history_rewritten", "history_edited", "evicted", "truncated", "unknown")
-"""Why a cache reuse fell short, as :func:`classify_loss` says it."""
+CAUSES: tuple[str, ...] = (
+    "history_rewritten",
+    "history_edited",
+    "evicted",
+    "checkpoint",
+    "truncated",
+    "unknown",
+)
+"""Why a cache reuse fell short, as :func:`classify_loss` says it. ``checkpoint``: a
+sliding-window (or hybrid) model cannot reuse part of a slot's cache, so llama.cpp restores a
+context checkpoint from before and re-processes the rest (remedy: llama-server's
+``--swa-full``, :class:`boxmaker.server.EmbeddedServer` ``swa_full=True``; or checkpoint
+settings such as ``--ctx-checkpoints``)."""
+
+
+def reprocessed(
+    previous_timings: Mapping[str, float], new_timings: Mapping[str, float]
+) -> tuple[int, float | None] | None:
+    """What the server processed again of the history its slot held: ``(tokens, ms)``, or
+    ``None`` when the timings lack a count.
+
+    The slot held the previous prompt and reply: ``held = cache_n + prompt_n + predicted_n``
+    of the previous timings. The new prompt is ``cache_n + prompt_n`` of the new ones; its
+    first ``min(held, new length)`` tokens stand for that history (the same tokens, or the
+    same messages rendered anew), and of them the server reused ``cache_n``:
+    ``tokens = max(0, min(held, new length) - cache_n)``. It counts the reply too, which
+    ``expected - reused`` (the previous prompt only) leaves out; when the history renders
+    shorter than it was held, it may count a few tokens of the new message: an upper bound.
+    ``ms`` prices them at the new request's own prompt rate (``prompt_ms / prompt_n``;
+    ``None`` without ``prompt_ms`` or with ``prompt_n`` 0).
+
+    Example (Gemma 3 270M, window 512, measured): previous prompt 30 tokens and a reply of
+    270; the new request reused 25 and processed 297 in 3.2 s: 275 tokens re-processed, not
+    the 5 that ``expected - reused`` says.
+    """
+    try:
+        held = sum(int(previous_timings[k]) for k in ("cache_n", "prompt_n", "predicted_n"))
+        reused, processed = int(new_timings["cache_n"]), int(new_timings["prompt_n"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    tokens = max(0, min(held, reused + processed) - reused)
+    ms = new_timings.get("prompt_ms")
+    if not isinstance(ms, int | float) or processed <= 0:
+        return tokens, None
+    return tokens, float(ms) * tokens / processed
+
 
 WINDOW_TOKENS = 24
 """Tokens each side of the divergence in a loss's text windows."""
@@ -176,6 +221,7 @@ def classify_loss(
     edited: str | None,
     held_tokens: int | None = None,
     n_ctx: int | None = None,
+    n_swa: int | None = None,
 ) -> LossCause:
     """Say where and why a cache reuse fell short, from the server's own tokens.
 
@@ -191,13 +237,17 @@ def classify_loss(
         held_tokens: tokens the slot held after the previous completion (``cache_n +
             prompt_n + predicted_n``), ``None`` if unknown.
         n_ctx: the slot's context size (tokens), ``None`` if unknown.
+        n_swa: the model's sliding-window size (tokens; ``0``: none), ``None`` if the server
+            does not say.
 
     The slot held ``old_prompt + generated``; ``position`` is the first token where that and
     the new prompt differ. The prompts agree up to ``agree = min(position, expected)``:
     - the re-rendered old prompt is not ``expected`` tokens long: ``unknown`` (another model
       or template than the one that served the session);
     - ``reused < agree``: the server reused less than the prompts share: ``truncated`` when
-      the slot was full (``held_tokens >= n_ctx``: context shift), else ``evicted``;
+      the slot was full (``held_tokens >= n_ctx``: context shift), ``checkpoint`` on a
+      sliding-window model (``n_swa > 0``: a context checkpoint restored), else ``evicted``
+      (``detail`` says when a checkpoint could not be told apart: ``n_swa`` unknown);
     - otherwise the new prompt differs inside the old one: ``history_edited`` when the client
       changed the history (``edited``), else ``history_rewritten`` (the template rendered the
       same messages differently, e.g. dropped an earlier reasoning).
@@ -218,6 +268,17 @@ def classify_loss(
             detail = f"the slot held {held_tokens} tokens of n_ctx {n_ctx}: context shift"
             return LossCause(position=position, cause="truncated", detail=detail, **windows)
         detail = f"the prompts agree on {agree} tokens, the server reused {reused}"
+        if n_swa:
+            detail += (
+                f": a sliding-window model (n_swa {n_swa}) restored a context checkpoint "
+                "instead of reusing the slot (llama-server --swa-full keeps the whole cache)"
+            )
+            return LossCause(position=position, cause="checkpoint", detail=detail, **windows)
+        if n_swa is None:
+            detail += (
+                " (or a context checkpoint was restored, on a sliding-window or hybrid model: "
+                "the server does not say n_swa)"
+            )
         return LossCause(position=position, cause="evicted", detail=detail, **windows)
     if edited is not None:
         return LossCause(position=position, cause="history_edited", detail=edited, **windows)

@@ -12,8 +12,10 @@
   context nothing more is sent to it; ``/new`` starts a new session. With ``[[mcp.servers]]``
   in ``--config``, the tools are those servers' (instead of the demo's), and calls the
   ``[approval]`` policy names wait for a y/n answer on the terminal.
-- ``boxmaker serve [MODEL.gguf] [--port N] [--ctx N] [--parallel N] [--threads N]``: serve a
-  model (default: the shipped one) on 127.0.0.1 until Ctrl-C. Numbers out of
+- ``boxmaker serve [MODEL.gguf] [--port N] [-c N] [-np N] [-t N] [--[no-]kv-unified]
+  [--cache-ram N] [--swa-full] [--ctx-checkpoints N] [--[no-]reasoning-preserve]``: serve a
+  model (default: the shipped one) on 127.0.0.1 until Ctrl-C, the flags named and defaulted
+  as llama-server's (:class:`boxmaker.server.EmbeddedServer`). Numbers out of
   :data:`boxmaker.server.LIMITS` are refused as bad usage, before llama.cpp could abort.
 - ``boxmaker report PATH... [--html FILE]``: usage, cache loss and limit hits of session logs.
 - ``boxmaker cassette show|check PATH...``: a cassette's transcript; check that every chat
@@ -71,9 +73,16 @@ def _serve(args: argparse.Namespace) -> int:
         n_parallel=args.parallel,
         n_threads=args.threads,
         port=args.port,
+        kv_unified=args.kv_unified,
+        cache_ram_mib=args.cache_ram,
+        swa_full=args.swa_full,
+        ctx_checkpoints=args.ctx_checkpoints,
+        reasoning_preserve=args.reasoning_preserve,
     )
     with server:
         print(f"serving {server.model_path} at {server.url} (Ctrl-C stops)", flush=True)
+        kv = "unified KV" if server.kv_unified else "KV split"
+        print(f"{server.n_parallel} slot(s), {kv}, n_ctx {server.n_ctx}", flush=True)
         try:
             while True:
                 time.sleep(3600)
@@ -265,13 +274,21 @@ def _chat(args: argparse.Namespace) -> int:
 
 
 def _number(
-    parser: argparse.ArgumentParser, flag: str, param: str, default: int | None, text: str
+    parser: argparse.ArgumentParser,
+    flag: str | tuple[str, ...],
+    param: str,
+    default: int | None,
+    text: str,
+    *,
+    unset: str = "llama.cpp's choice",
 ) -> None:
-    """Add an int flag for the server parameter ``param``, its bounds in its help."""
+    """Add an int flag (or its aliases) for the server parameter ``param``, its bounds in its
+    help; ``unset`` says what no value means."""
     low, high = LIMITS[param]
-    shown = "; default: llama.cpp's choice" if default is None else f"; default {default}"
+    shown = f"; default: {unset}" if default is None else f"; default {default}"
+    flags = (flag,) if isinstance(flag, str) else flag
     parser.add_argument(
-        flag,
+        *flags,
         type=_bounded(param),
         metavar="N",
         default=default,
@@ -319,9 +336,31 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve a GGUF model on 127.0.0.1 until Ctrl-C")
     serve.add_argument("model", nargs="?", default=None, help="GGUF (default: shipped model)")
     _number(serve, "--port", "port", 8080, "TCP port, 0 picks a free one")
-    _number(serve, "--ctx", "n_ctx", 4096, ctx_help)
-    _number(serve, "--parallel", "n_parallel", 1, "slots, sequences served at once")
-    _number(serve, "--threads", "n_threads", None, "CPU threads")
+    _number(serve, ("-c", "--ctx", "--ctx-size"), "n_ctx", 4096, ctx_help)
+    auto = "4 slots sharing one unified KV cache, as llama-server"
+    _number(serve, ("-np", "--parallel"), "n_parallel", None, "slots", unset=auto)
+    _number(serve, ("-t", "--threads"), "n_threads", None, "CPU threads")
+    serve.add_argument(
+        "--kv-unified",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="one KV pool for all slots (default: on when -np is not given, as llama-server)",
+    )
+    ram = "cross-request prompt cache in MiB, 0 off, -1 no limit"
+    _number(serve, ("-cram", "--cache-ram"), "cache_ram_mib", 8192, ram)
+    serve.add_argument(
+        "--swa-full",
+        action="store_true",
+        help="full-size cache for sliding-window models: the slot's cache is reused instead "
+        "of a context checkpoint (default off)",
+    )
+    _number(serve, "--ctx-checkpoints", "ctx_checkpoints", None, "context checkpoints per slot")
+    serve.add_argument(
+        "--reasoning-preserve",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep earlier turns' reasoning in templates that support it (default on)",
+    )
     serve.set_defaults(run=_serve)
 
     report = sub.add_parser("report", help="usage, cache loss and limit hits of session logs")

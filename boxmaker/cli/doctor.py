@@ -32,9 +32,10 @@ from typing import Any
 
 import httpx
 
-from ..client import LEASES, send_once_more
+from ..client import LEASES, capabilities_of, send_once_more
 from ..config import server_base_url
 from ..demo import DEMO_PROMPTS, demo_registry
+from ..records import Capabilities
 from ..tools import TextToolCall, find_text_tool_call
 
 __all__ = ["Check", "DoctorReport", "Probe", "diagnose"]
@@ -327,7 +328,7 @@ def diagnose(
             d = probe_deadline_s
             first = _stream(http, base, _body(160), None, d)
             if first.status != 200:
-                fix = "see the server's log; llama-server needs --jinja for tools"
+                fix = "see the server's log (a template that cannot render the demo's tools?)"
                 checks.append(Check("chat completion", False, f"HTTP {first.status}", fix))
                 return DoctorReport(base, tuple(checks))
             again = _stream(http, base, _body(160), None, d)
@@ -358,11 +359,43 @@ def _props_checks(props: httpx.Response) -> list[Check]:
     tools = caps.get("supports_tool_calls")
     has = [k.removeprefix("supports_") for k, v in sorted(caps.items()) if v is True]
     seen = "supports " + ", ".join(has) if has else "no chat_template_caps"
-    fix = "" if tools is not False else "use a model/chat template with tool calls (--jinja)"
-    return [
+    if tools is not False:
+        fix = ""
+    else:  # --jinja is on by default: the template itself takes no tools
+        fix = (
+            "this model's chat template takes no tools (llama.cpp drops them from the prompt "
+            "without a word): use a model whose template does, or --chat-template-file with one"
+        )
+    read = capabilities_of(data)
+    checks = [
         Check("model", None, model),
         Check("chat template", None if tools is None else bool(tools), seen, fix),
     ]
+    if read is not None:
+        checks.append(Check("capabilities", None, _capabilities_seen(read)))
+    return checks
+
+
+def _capabilities_seen(caps: Capabilities) -> str:
+    """One line of what a session's ``Capabilities`` record will hold."""
+
+    def said(value: object) -> str:
+        return (
+            "?"
+            if value is None
+            else ("yes" if value is True else "no" if value is False else str(value))
+        )
+
+    parts = [
+        f"tools {said(caps.supports_tools)}",
+        f"tool calls {said(caps.supports_tool_calls)}",
+        f"parallel calls {said(caps.supports_parallel_tool_calls)}",
+        f"system role {said(caps.supports_system_role)}",
+        f"reasoning {said(caps.reasoning)}",
+        f"kv_unified {said(caps.kv_unified)}",
+        f"n_swa {said(caps.n_swa)}",
+    ]
+    return ", ".join(parts) + " (? : /props does not say)"
 
 
 def _slot_checks(http: httpx.Client, base: str, props: httpx.Response) -> list[Check]:
@@ -377,15 +410,33 @@ def _slot_checks(http: httpx.Client, base: str, props: httpx.Response) -> list[C
     if not isinstance(n_slots, int) or not isinstance(per_slot, int):
         fix = "start llama-server with --slots (GET /slots) to see slots and context"
         return [Check("slots and context", None, f"GET /slots: HTTP {slots.status_code}", fix)]
-    seen = f"{n_slots} slot(s) x {per_slot} tokens (n_ctx {n_slots * per_slot} shared)"
+    read = capabilities_of(data)
+    unified = read.kv_unified if read is not None else None
+    seen, fix = _slots_seen(n_slots, per_slot, unified)
     ok = per_slot >= _MIN_SLOT_CTX
-    fix = (
-        ""
-        if ok
-        else f"each slot gets -c / -np tokens: raise -c to {_MIN_SLOT_CTX * n_slots} or more, "
-        "or lower -np"
+    return [Check("slots and context", ok, seen, "" if ok else fix)]
+
+
+def _slots_seen(n_slots: int, per_slot: int, unified: bool | None) -> tuple[str, str]:
+    """What the slots are and what to change when a slot is small. ``per_slot`` is the
+    ``n_ctx`` llama.cpp reports for one slot: with a unified KV cache (llama-server's default
+    when ``-np`` is not given) every slot may use all of ``-c`` and all share it; without,
+    each has ``-c / -np`` of its own. ``unified`` is ``None`` when ``/props`` does not say."""
+    split = f"each slot gets -c / -np tokens: raise -c to {_MIN_SLOT_CTX * n_slots} or more, "
+    split += "or lower -np"
+    shared = f"the slots share -c tokens: raise -c to {_MIN_SLOT_CTX} or more"
+    if n_slots == 1:
+        return f"1 slot(s) x {per_slot} tokens (n_ctx {per_slot})", shared
+    if unified is True:
+        return f"{n_slots} slot(s) sharing {per_slot} tokens (unified KV, n_ctx {per_slot})", shared
+    if unified is False:
+        return f"{n_slots} slot(s) x {per_slot} tokens (n_ctx {n_slots * per_slot} in all)", split
+    seen = (
+        f"{n_slots} slot(s), each up to {per_slot} tokens: n_ctx {per_slot} shared if the KV "
+        f"cache is unified (llama-server's default without -np), else {n_slots * per_slot} in "
+        "all (/props does not say which)"
     )
-    return [Check("slots and context", ok, seen, fix)]
+    return seen, f"{split} (with a unified KV: {shared})"
 
 
 def _stream_checks(first: Probe, again: Probe, budget: Probe, control: Probe) -> list[Check]:

@@ -10,6 +10,7 @@ OpenAI's chat completions API.
 """
 
 from .._public import publish
+from ._caps import capabilities_of
 from ._client import ChatClient, Client
 from ._errors import is_context_full
 from ._reuse import send_once_more
@@ -31,6 +32,7 @@ __all__ = [
     "ServerJson",
     "SlotLeases",
     "StreamDecoder",
+    "capabilities_of",
     "is_context_full",
     "refused",
     "send_once_more",

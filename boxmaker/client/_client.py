@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -42,9 +43,11 @@ import httpx
 
 from .. import _json
 from ..config import ClientConfig
-from ..errors import InferError, RequestCancelled, StreamCut
+from ..errors import BoxmakerError, InferError, RequestCancelled, StreamCut
 from ..events import ClientEvent, Queued, Retrying, SlotWait
+from ..records import Capabilities
 from ._cancel import CancelWatch
+from ._caps import capabilities_of
 from ._errors import http_error
 from ._retry import RETRIED_STATUSES, retry_after_s, retry_delay_s
 from ._reuse import ConnectionTrace
@@ -52,6 +55,8 @@ from ._side import side_json
 from ._slots import LEASES, SlotLeases
 from ._stream._decoder import Completion, StreamDecoder
 from ._thinking_cap import IGNORED_BUDGET_MARGIN, ThinkingCap
+
+log = logging.getLogger("boxmaker.client")
 
 __all__ = ["IGNORED_BUDGET_MARGIN", "ChatClient", "Client"]
 
@@ -151,6 +156,8 @@ class Client:
         self._sleep = sleep
         self._unseen_warned = False  # CapNotEnforced for "no reasoning seen" was emitted
         self._reasoning_seen = False  # a completion of this client had reasoning
+        self._caps: Capabilities | None = None  # GET /props, read once (capabilities())
+        self._caps_read = False
         headers = {}
         if self.config.api_key:
             headers["Authorization"] = f"Bearer {self.config.api_key}"
@@ -314,6 +321,24 @@ class Client:
             BoxmakerError: an answer that is not JSON.
         """
         return side_json(self._http, self.url, method, path, body, timeout_s)
+
+    def capabilities(self) -> Capabilities | None:
+        """What the server's chat template and slots can do (``GET {url}/props``), read once
+        per client and kept.
+
+        Returns:
+            The :class:`~boxmaker.records.Capabilities` the answer states, or ``None`` when
+            the server does not say (``/props`` off or missing, not JSON, a connection failure,
+            a cassette that refuses side requests: nothing is assumed then, and nothing raised).
+        """
+        if not self._caps_read:
+            try:
+                answer = self.server_json("GET", "/props", timeout_s=30.0)
+            except (BoxmakerError, httpx.HTTPError, ValueError) as exc:  # a status, no answer
+                log.info("GET /props at %s failed: %s", self.url, exc)
+                answer = None
+            self._caps, self._caps_read = capabilities_of(answer), True
+        return self._caps
 
     def close(self) -> None:
         """Close the connection pool. The client cannot be used afterwards."""
@@ -544,7 +569,11 @@ class Client:
             None
             if budget is None
             else ThinkingCap(
-                budget, self.config.send_thinking_budget, self._control, self._first_unseen
+                budget,
+                self.config.send_thinking_budget,
+                self._control,
+                self._first_unseen,
+                reasons=self._caps.reasoning if self._caps else None,
             )
         )
 

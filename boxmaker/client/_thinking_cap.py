@@ -16,7 +16,13 @@ from ..errors import InferError
 from ..events import ClientEvent
 from ._stream._chunks import ChunkDecoder
 
-__all__ = ["IGNORED_BUDGET_MARGIN", "ThinkingCap"]
+__all__ = ["IGNORED_BUDGET_MARGIN", "NO_REASONING", "ThinkingCap"]
+
+NO_REASONING = (
+    "the model does not reason: its chat template renders no reasoning (GET /props), so the "
+    "thinking cap has nothing to cap"
+)
+"""What the cap says on a model without reasoning (not a limit hit: the server is fine)."""
 
 IGNORED_BUDGET_MARGIN = 2
 """Reasoning deltas beyond the ``thinking_budget_tokens`` sent before the client decides the
@@ -38,6 +44,8 @@ class ThinkingCap:
         control: sends ``reasoning_end`` (:data:`Control`).
         warn_unseen: called when no reasoning was seen at all; returns whether to say so
             (the client says it once per client).
+        reasons: whether the model reasons at all, as the server's ``/props`` says
+            (:attr:`boxmaker.records.Capabilities.reasoning`); ``None``: not known.
 
     Call :meth:`check` after each chunk. Outcomes (at most one, events passed to
     ``on_event``): :class:`~boxmaker.events.ThinkingCapped` when the answer starts after
@@ -46,15 +54,31 @@ class ThinkingCap:
     deltas reach ``budget +`` :data:`IGNORED_BUDGET_MARGIN` while reasoning goes on);
     :class:`~boxmaker.events.CapNotEnforced` when ``reasoning_end`` failed or was refused,
     when more reasoning than the budget came with no chance to end it, or, for a budget of 2
-    or more, when no reasoning was seen at all.
+    or more, when no reasoning was seen at all; on a model that does not reason (``reasons``
+    is ``False``) that last one says so instead, and is not a limit hit (nothing to cap).
     """
 
-    __slots__ = ("_control", "_ignored_at", "_warn_unseen", "budget", "sent", "settled")
+    __slots__ = (
+        "_control",
+        "_ignored_at",
+        "_warn_unseen",
+        "budget",
+        "reasons",
+        "sent",
+        "settled",
+    )
 
     def __init__(
-        self, budget: int, sent: bool, control: Control, warn_unseen: Callable[[], bool]
+        self,
+        budget: int,
+        sent: bool,
+        control: Control,
+        warn_unseen: Callable[[], bool],
+        *,
+        reasons: bool | None = None,
     ) -> None:
         self.budget = budget
+        self.reasons = reasons
         self.sent = sent
         self.settled = False  # the cap's outcome is known (capped, warned, or fine)
         self._control = control
@@ -91,6 +115,8 @@ class ThinkingCap:
                     "thinking_budget_tokens, or start it with --reasoning-format deepseek)"
                 )
             )
+        elif n == 0 and budget >= 2 and self.reasons is False and self._warn_unseen():
+            on_event(chunks.mark_moot(NO_REASONING))
         elif n == 0 and budget >= 2 and self._warn_unseen():
             on_event(
                 chunks.mark_unenforced(

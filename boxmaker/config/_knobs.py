@@ -86,6 +86,10 @@ def server_base_url(url: str) -> str:
     return base[: -len("/v1")].rstrip("/") if base.endswith("/v1") else base
 
 
+UNSUPPORTED_TOOLS = ("error", "warn")
+"""The values of :attr:`ClientConfig.unsupported_tools`."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class ClientConfig:
     """How to reach llama-server and how hard to try."""
@@ -126,8 +130,18 @@ class ClientConfig:
     kilobyte): a longer one, or a line that never ends, fails the request with
     :class:`~boxmaker.errors.InferError` before it fills the memory. ``None`` (``-1`` in a
     TOML file): no cap."""
+    unsupported_tools: str = "error"
+    """The session offers tools and the server's chat template cannot take them (``GET
+    /props``): ``"error"`` refuses the turn (:class:`~boxmaker.errors.ToolsNotSupported`);
+    ``"warn"`` records the warning in the session's ``Capabilities`` record and runs it (the
+    server drops the tools: the model answers without them)."""
 
     def __post_init__(self) -> None:
+        if self.unsupported_tools not in UNSUPPORTED_TOOLS:
+            raise ConfigError(
+                f"client.unsupported_tools = {self.unsupported_tools!r} is not one of "
+                f"{', '.join(repr(v) for v in UNSUPPORTED_TOOLS)}"
+            )
         if isinstance(self.url, str):
             object.__setattr__(self, "url", server_base_url(self.url))
         for name in ("silence_timeout_s", "max_event_bytes"):

@@ -338,11 +338,26 @@ CACHE_LOSS_COLUMNS: tuple[Column, ...] = (
         field="reused",
     ),
     Column(
+        name="reprocessed_tokens",
+        dtype="Int64",
+        unit="tokens",
+        doc="what the server processed again of what its slot held (previous prompt and "
+        "reply; boxmaker.cache.reprocessed); <NA> in older logs",
+        field="reprocessed",
+    ),
+    Column(
+        name="reprocessed_ms",
+        dtype="Float64",
+        unit="ms",
+        doc="what processing reprocessed_tokens again cost, at the request's prompt rate",
+        field="reprocessed_ms",
+    ),
+    Column(
         name="lost_tokens",
         dtype="Int64",
         unit="tokens",
-        doc="expected - reused: tokens processed again",
-        derive=lambda f: f.expected_tokens - f.reused_tokens,
+        doc="tokens processed again: reprocessed_tokens, else (older logs) expected - reused",
+        derive=lambda f: f.reprocessed_tokens.fillna(f.expected_tokens - f.reused_tokens),
     ),
     Column(
         name="prompt_ms_per_token",
@@ -355,8 +370,11 @@ CACHE_LOSS_COLUMNS: tuple[Column, ...] = (
         name="lost_ms",
         dtype="Float64",
         unit="ms",
-        doc="what processing the lost tokens again cost: lost_tokens * prompt_ms_per_token",
-        derive=lambda f: f.lost_tokens.astype("Float64") * f.prompt_ms_per_token,
+        doc="what processing the lost tokens again cost: reprocessed_ms, else lost_tokens * "
+        "prompt_ms_per_token",
+        derive=lambda f: f.reprocessed_ms.fillna(
+            f.lost_tokens.astype("Float64") * f.prompt_ms_per_token
+        ),
     ),
     Column(
         name="position",
@@ -369,8 +387,8 @@ CACHE_LOSS_COLUMNS: tuple[Column, ...] = (
     Column(
         name="cause",
         dtype="category",
-        doc="why the reuse fell short (history_rewritten, history_edited, evicted, truncated, "
-        "unknown; <NA>: not looked into)",
+        doc="why the reuse fell short (history_rewritten, history_edited, evicted, checkpoint, "
+        "truncated, unknown; <NA>: not looked into)",
         field="cause",
     ),
     Column(

@@ -49,8 +49,10 @@ _KNOWN = (
     "cache_loss",
     "turn_end",
     "approval",
+    "capabilities",
 )
-"""The record types the frames read (a tuple: ``in`` compares, so any JSON value is safe)."""
+"""The record types the frames read (a tuple: ``in`` compares, so any JSON value is safe);
+``capabilities`` is known and has no frame of its own."""
 
 
 class Log(NamedTuple):

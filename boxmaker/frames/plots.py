@@ -48,6 +48,7 @@ CAUSE_COLORS = {
     "history_rewritten": "#c03030",
     "history_edited": "#e0a030",
     "evicted": "#4878b0",
+    "checkpoint": "#30a0a0",
     "truncated": "#8060b0",
     "unknown": "#808080",
     "not explained": "#c8c8c8",

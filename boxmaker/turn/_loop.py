@@ -32,6 +32,7 @@ from ..records import Assistant, LimitHit, Record, ToolCall, Usage, User
 from ..session import Session
 from ..tools import Dispatched, Registry, ToolPort, cap_result, dispatch
 from ._bounds import BoundHit, TurnBounds
+from ._caps import read_capabilities, refuse_unsupported_tools
 from ._finish import ending
 from ._guard import AnswerAfterLimit, LoopGuard, after_limit, dead_turn, ended, not_run_results
 from ._keys import api_keys
@@ -115,12 +116,16 @@ def run_turn(
         TurnNotAnswered: no answer: a ``finish_reason`` such as vLLM's ``abort``, or a tool
             call left in content by the server's parser (``outcome`` says which).
         SessionError: the log could not be written.
+        ToolsNotSupported: the session has tools and the server's template cannot take them
+            (``GET /props``; before anything is sent; ``client.unsupported_tools``).
     """
     emit = guarded(on_event, log)
     token = runtime.cancel if cancel is None else cancel
     with session.turn(), TurnBounds(runtime.config, token) as bounds:
         session.hide(*api_keys(runtime.config, runtime.client))  # an echoed key: <API_KEY>
         _append(session, emit, *dead_turn(session))  # a log reopened mid-turn: closed first
+        _append(session, emit, *read_capabilities(session, runtime.client))  # GET /props, once
+        refuse_unsupported_tools(session, runtime.config)  # never a silent answer without tools
         state = _TurnState(guard=LoopGuard(runtime.config.loop), bounds=bounds)
         _append(session, emit, User(content=content))
         last: TurnLimit | None = None  # on_limit="answer": the limit, before the last completion

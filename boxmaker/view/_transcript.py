@@ -317,12 +317,15 @@ class Transcript:
         block.truncated = record.truncated
 
     def _cache_loss(self, loss: CacheLoss) -> None:
-        turn, lost = self._turn(), loss.expected - loss.reused
+        turn = self._turn()
+        lost = loss.reprocessed if loss.reprocessed is not None else loss.expected - loss.reused
         why = ""
         if loss.cause is not None:
             at = f" at token {loss.position}" if loss.position is not None else ""
             why = f" ({loss.cause}{at})"
         text = f"cache loss{why}: {lost} tokens re-processed ({loss.reused} of {loss.expected})"
+        if loss.reprocessed_ms is not None:
+            text += f", {loss.reprocessed_ms:.0f} ms"
         if loss.old_window is not None and loss.new_window is not None:
             turn.windows[len(turn.badges)] = (loss.old_window, loss.new_window)
         turn.badges.append(("cache_loss", text))

@@ -24,15 +24,16 @@ from boxmaker.cache import (
     explain_log,
     first_divergence,
     history_change,
+    reprocessed,
     window,
 )
-from boxmaker.cache._forensics import SentRequest, TemplateServer
+from boxmaker.cache._forensics import SentRequest, TemplateServer, explain_loss
 from boxmaker.cassettes import use_cassette
 from boxmaker.client import SIDE_REQUEST, Client, refused
 from boxmaker.config import CacheConfig, ClientConfig, Config, HistoryConfig, load_config
 from boxmaker.errors import ConfigError, InferError
 from boxmaker.records import Assistant, Baseline, CacheLoss, ToolResult, TurnEnd, Usage, User
-from boxmaker.session import Session
+from boxmaker.session import Session, message_of
 from boxmaker.testing import ScriptedClient, answer, call, timings
 from boxmaker.tools import Registry
 from boxmaker.turn import Runtime, run_turn
@@ -190,9 +191,17 @@ class ToyServer:
     the last user message, or everywhere with ``preserve_thinking``), ``/tokenize`` one token
     per character (BOS ``<s>`` with ``add_special``), ``/props`` with ``n_ctx``."""
 
-    def __init__(self, n_ctx: int = 4096, fail: str | None = None) -> None:
+    def __init__(
+        self,
+        n_ctx: int = 4096,
+        fail: str | None = None,
+        n_swa: int | None = None,
+        refuse_continue: bool = False,
+    ) -> None:
         self.n_ctx = n_ctx
         self.fail = fail
+        self.n_swa = n_swa  # exposed in /props when given (newer builds)
+        self.refuse_continue = refuse_continue  # llama.cpp's 400 to a last call message
         self.paths: list[str] = []
 
     @staticmethod
@@ -224,8 +233,15 @@ class ToyServer:
         if path == self.fail:
             return httpx.Response(500, json={"error": {"message": "boom"}})
         if path == "/props":
-            return httpx.Response(200, json={"default_generation_settings": {"n_ctx": self.n_ctx}})
+            props: dict[str, Any] = {"default_generation_settings": {"n_ctx": self.n_ctx}}
+            props |= {"n_swa": self.n_swa} if self.n_swa is not None else {}
+            return httpx.Response(200, json=props)
         body = json.loads(request.content)
+        last = body.get("messages", [{}])[-1]
+        if self.refuse_continue and last.get("role") == "assistant" and last.get("tool_calls"):
+            message = "Cannot continue an assistant message that contains tool calls."
+            error = {"code": 400, "message": message, "type": "invalid_request_error"}
+            return httpx.Response(400, json={"error": error})
         if path == "/apply-template":
             return httpx.Response(200, json={"prompt": self.render(body)})
         assert path == "/tokenize" and body["with_pieces"] is True
@@ -315,7 +331,34 @@ def test_kept_reasoning_agrees_so_a_short_reuse_is_an_eviction(tmp_path: Path) -
     )
     held = expected + len("<think>read</think>sunny")
     assert (loss.cause, loss.position, loss.reused) == ("evicted", held, 5)
-    assert loss.detail == f"the prompts agree on {expected} tokens, the server reused 5"
+    assert loss.detail == (
+        f"the prompts agree on {expected} tokens, the server reused 5 (or a context "
+        "checkpoint was restored, on a sliding-window or hybrid model: the server does not "
+        "say n_swa)"
+    )  # what forensics could not know
+    # the slot held the prompt and the reply (10 tokens); the new prompt is 205 tokens long
+    assert loss.reprocessed == min(expected + 10, 5 + 200) - 5
+    assert loss.reprocessed_ms == pytest.approx(1.5 * loss.reprocessed)  # the prompt rate
+    windowed = ToyServer(n_swa=512)  # a sliding-window model: a context checkpoint restored
+    (checkpoint,) = CacheForensics().losses(
+        session,
+        toy_runtime(windowed, config),
+        body_of(session, config),
+        earlier,
+        Usage(timings=timings(5, 200)),
+    )
+    assert (checkpoint.cause, checkpoint.position) == ("checkpoint", held)
+    assert checkpoint.detail is not None and "n_swa 512" in checkpoint.detail
+    assert "--swa-full" in checkpoint.detail
+    unwindowed = ToyServer(n_swa=0)  # the server says there is no window: an eviction
+    (evicted,) = CacheForensics().losses(
+        session,
+        toy_runtime(unwindowed, config),
+        body_of(session, config),
+        earlier,
+        Usage(timings=timings(5, 200)),
+    )
+    assert evicted.detail == f"the prompts agree on {expected} tokens, the server reused 5"
     small = ToyServer(n_ctx=expected)  # the slot was full: a context shift
     (shifted,) = CacheForensics().losses(
         session,
@@ -458,7 +501,8 @@ def test_explain_log_stops_asking_a_server_that_does_not_answer(tmp_path: Path) 
     at = 1 + len(request_text(session, 2, config)) + 1
     loss = CacheLoss(expected=1 + len(old), reused=at)
     session.extend([Assistant(content="done"), Usage(timings=timings(at, 50)), loss])
-    session.extend([Assistant(content="more"), Usage(timings=timings(at, 60)), loss])
+    again = CacheLoss(expected=1 + len(old), reused=at)  # its own record (a time of its own)
+    session.extend([Assistant(content="more"), Usage(timings=timings(at, 60)), again])
     session.close()
     asked: list[str] = []
 
@@ -548,3 +592,37 @@ def test_any_loss_gets_a_known_cause_at_the_first_divergence(
         assert found.cause == ("truncated" if len(old) + len(gen) >= 8 else "evicted")
     else:
         assert found.cause == ("history_edited" if edited else "history_rewritten")
+
+
+def test_a_reply_with_tool_calls_is_rendered_in_a_form_the_server_accepts() -> None:
+    """Issue 22 section 3: after a cancelled turn llama.cpp answered the re-render of the
+    slot (the prompt, then the reply with its tool calls as the last message) with HTTP 400
+    "Cannot continue an assistant message that contains tool calls.": ``cache explain``
+    exited 1 and the report said "not explained"."""
+    toy = ToyServer(refuse_continue=True)
+    server = TemplateServer("http://llama.test", transport=httpx.MockTransport(toy.handler))
+    asked = ({"role": "system", "content": "sys"}, {"role": "user", "content": "weather?"})
+    old = SentRequest(messages=asked, tools=TOOLS)
+    result = {"role": "tool", "tool_call_id": "c1", "content": "{}"}
+    reply = {**(message_of(A1) or {}), "content": ""}
+    new = SentRequest(messages=(*asked, reply, result), tools=TOOLS)
+    expected = 1 + len(ToyServer.render({"messages": list(asked), "tools": list(TOOLS)}))
+    found = explain_loss(server, old=old, reply=A1, new=new, expected=expected, reused=3)
+    assert found.cause == "evicted" and found.position is not None
+    assert "rendered before an empty user message" in found.detail
+    assert found.old_window is not None and "boxmaker-reply-end" not in found.old_window
+    assert toy.paths.count("/apply-template") == 4 and len(toy.paths) <= 8  # MAX_REQUESTS
+
+
+def test_what_the_server_reprocessed_counts_the_reply_it_held() -> None:
+    """Issue 24, measured on Gemma 3 270M (window 512): a prompt of 30 tokens and a reply of
+    270, then 25 reused and 297 processed in 3.2 s. ``expected - reused`` said 5 tokens (53
+    ms); the server re-processed 275 of what its slot held."""
+    previous = {"cache_n": 0, "prompt_n": 30, "predicted_n": 270, "prompt_ms": 300.0}
+    new = {"cache_n": 25, "prompt_n": 297, "prompt_ms": 3200.0}
+    tokens, ms = reprocessed(previous, new) or (0, None)
+    assert tokens == 275 and ms == pytest.approx(3200 * 275 / 297)
+    assert reprocessed(previous, {**new, "prompt_n": 0}) == (0, None)
+    assert reprocessed({"cache_n": 0}, new) is None
+    # more reused than the slot held (the cross-request prompt cache): nothing re-processed
+    assert reprocessed(previous, {"cache_n": 400, "prompt_n": 5, "prompt_ms": 1.0}) == (0, 0.0)

@@ -44,7 +44,7 @@ EXTRA_TOOL = {
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[EmbeddedServer | GivenServer]:
-    with live_server(n_ctx=4096, n_parallel=1) as running:  # one slot: sessions share it
+    with live_server(n_ctx=4096, n_parallel=1, reasoning_preserve=False) as running:  # one slot
         yield running
 
 
@@ -159,9 +159,9 @@ def test_another_conversation_on_the_one_slot_is_evicted_live(
     assert loss.cause == "evicted"
     # the session's prompts agree past the old prompt (the slot held it and the reply)
     assert loss.position is not None and loss.position > loss.expected > loss.reused
-    assert (
-        loss.detail
-        == f"the prompts agree on {loss.expected} tokens, the server reused {loss.reused}"
+    assert loss.detail is not None and loss.detail.startswith(
+        f"the prompts agree on {loss.expected} tokens, the server reused {loss.reused} (or a "
+        "context checkpoint was restored"  # this build's /props does not say n_swa
     )
     assert not _losses(other)
 

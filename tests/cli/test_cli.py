@@ -134,7 +134,7 @@ def test_chat_live(
     assert f"chatting with {server.url}" in out
     log = next(tmp_path.glob("*.jsonl"))
     kinds = [type(r).__name__ for r in Session.open(log, read_only=True).records]
-    assert kinds[:3] == ["User", "Assistant", "Usage"]
+    assert kinds[:4] == ["Capabilities", "User", "Assistant", "Usage"]
     assert f"session log: {log}" in out
 
 
@@ -151,7 +151,9 @@ def test_serve_prints_url_answers_health_and_stops_on_ctrl_c() -> None:
         line = proc.stdout.readline()
         match = re.search(r"at (http://127\.0\.0\.1:\d+)", line)
         assert match, line
+        assert proc.stdout.readline() == "4 slot(s), unified KV, n_ctx 4096\n"  # llama-server's
         assert httpx.get(match.group(1) + "/health", timeout=10).json() == {"status": "ok"}
+        assert len(httpx.get(match.group(1) + "/slots", timeout=10).json()) == 4
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
     finally:
@@ -232,12 +234,13 @@ def test_an_os_error_in_a_turn_is_one_line_on_stderr(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["serve", "--threads", "0"], "argument --threads: 0 is out of range: it must be from 1"),
-        (["serve", "--threads", "-2"], "argument --threads: -2 is out of range"),
-        (["serve", "--threads", "99999"], "argument --threads: 99999 is out of range"),
-        (["serve", "--threads", "two"], "argument --threads: not an integer: 'two'"),
-        (["serve", "--ctx", "1"], "argument --ctx: 1 is out of range: it must be from 16"),
-        (["serve", "--parallel", "0"], "argument --parallel: 0 is out of range"),
+        (["serve", "--threads", "0"], "argument -t/--threads: 0 is out of range: it must be"),
+        (["serve", "--threads", "-2"], "argument -t/--threads: -2 is out of range"),
+        (["serve", "-t", "99999"], "argument -t/--threads: 99999 is out of range"),
+        (["serve", "--threads", "two"], "argument -t/--threads: not an integer: 'two'"),
+        (["serve", "--ctx", "1"], "argument -c/--ctx/--ctx-size: 1 is out of range: it must"),
+        (["serve", "-np", "0"], "argument -np/--parallel: 0 is out of range"),
+        (["serve", "--cache-ram", "-2"], "argument -cram/--cache-ram: -2 is out of range"),
         (["serve", "--port", "70000"], "argument --port: 70000 is out of range"),
         (["demo", "--threads", "0"], "argument --threads: 0 is out of range"),
         (["demo", "--ctx", "-5"], "argument --ctx: -5 is out of range"),

@@ -34,6 +34,8 @@ def test_help_of_each_command_shows_its_defaults(capsys: pytest.CaptureFixture[s
     serve = _help("serve", capsys)
     assert "--port N TCP port, 0 picks a free one (0 to 65535; default 8080)" in serve
     assert "default 4096" in serve
+    assert "-np N, --parallel N slots (1 to 256; default: 4 slots sharing one unified KV" in serve
+    assert "--swa-full" in serve and "--no-reasoning-preserve" in serve  # llama-server's names
     chat = _help("chat", capsys)
     assert "(default: the --config file's, else http://127.0.0.1:8080)" in chat
     assert "/quit" in chat and "/new" in chat

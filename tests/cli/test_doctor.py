@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from fake_llama import Reply, Script
 
 from boxmaker.cli import main
 from boxmaker.cli.doctor import diagnose
@@ -153,3 +154,77 @@ def test_tool_calls_parsed_names_the_format_left_in_content(label: str) -> None:
     assert check.ok is False
     assert check.seen == f"a {label} tool call to get_weather written in content"
     assert "--jinja" in check.fix and "template" in check.fix
+
+
+def _server(props: dict[str, object], slots: int) -> httpx.MockTransport:
+    """/health, /props, /slots as given; chat requests answered by the fake's script."""
+    script = Script([Reply(content="ok")])
+    settings = props["default_generation_settings"]
+    assert isinstance(settings, dict)
+    n_ctx = settings["n_ctx"]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/props":
+            return httpx.Response(200, json=props)
+        if request.url.path == "/slots":
+            return httpx.Response(200, json=[{"id": i, "n_ctx": n_ctx} for i in range(slots)])
+        return script.handler(request)
+
+    return httpx.MockTransport(handler)
+
+
+_CAPS = {"supports_tools": False, "supports_tool_calls": False, "supports_system_role": True}
+
+
+@pytest.mark.parametrize(
+    ("extra", "seen", "fix"),
+    [
+        (
+            {"kv_unified": True},
+            "4 slot(s) sharing 2048 tokens (unified KV, n_ctx 2048)",
+            "the slots share -c tokens: raise -c to 4096 or more",
+        ),
+        (
+            {"kv_unified": False},
+            "4 slot(s) x 2048 tokens (n_ctx 8192 in all)",
+            "each slot gets -c / -np tokens: raise -c to 16384 or more, or lower -np",
+        ),
+        (
+            {},
+            "4 slot(s), each up to 2048 tokens: n_ctx 2048 shared if the KV cache is unified "
+            "(llama-server's default without -np), else 8192 in all (/props does not say which)",
+            "raise -c to 16384 or more, or lower -np (with a unified KV: the slots share -c",
+        ),
+    ],
+)
+def test_slots_with_a_unified_kv_share_one_context(
+    extra: dict[str, object], seen: str, fix: str
+) -> None:
+    """Issue 24: ``-c 4096`` with llama-server's 4 unified slots was said to be 16384 shared."""
+    props = {
+        "total_slots": 4,
+        "default_generation_settings": {"n_ctx": 2048},
+        "chat_template_caps": _CAPS,
+        **extra,
+    }
+    report = diagnose("http://llama", transport=_server(props, 4))
+    slots = report.check("slots and context")
+    assert (slots.ok, slots.seen) == (False, seen)
+    assert fix in slots.fix
+
+
+def test_a_template_without_tools_is_not_told_to_add_jinja() -> None:
+    """--jinja is on by default; the template itself takes no tools (SmolLM2, Gemma 3)."""
+    props = {
+        "total_slots": 1,
+        "default_generation_settings": {"n_ctx": 8192},
+        "chat_template_caps": _CAPS,
+    }
+    report = diagnose("http://llama", transport=_server(props, 1))
+    template = report.check("chat template")
+    assert template.ok is False
+    assert "--jinja" not in template.fix and "takes no tools" in template.fix
+    caps = report.check("capabilities")
+    assert caps.seen.startswith("tools no, tool calls no, parallel calls ?, system role yes")
+    assert "kv_unified ?, n_swa ?" in caps.seen
+    assert report.check("slots and context").seen == "1 slot(s) x 8192 tokens (n_ctx 8192)"

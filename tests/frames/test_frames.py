@@ -230,6 +230,21 @@ def test_turns_exact(log: Path) -> None:
     assert_frame_equal(frames.turns(log), expected)
 
 
+def test_lost_tokens_are_what_the_server_reprocessed_where_recorded(tmp_path: Path) -> None:
+    """Issue 24: the loss counts the reply the slot held too (Gemma 3: 275 tokens in 2963 ms,
+    not "5 tokens lost, 53 ms")."""
+    records = [
+        *RECORDS[:6],
+        CacheLoss(expected=30, reused=25, reprocessed=275, reprocessed_ms=2963.0, time=at(3.5)),
+    ]
+    with Session.create(tmp_path, Baseline(time=at(-1)), session_id="s2") as session:
+        session.extend(records)
+    losses = frames.cache_losses(session.path)
+    assert plain(losses["lost_tokens"]) == [275]
+    assert plain(losses["lost_ms"]) == [2963.0]
+    assert plain(losses["reprocessed_tokens"]) == [275]
+
+
 def test_cache_losses_limit_hits_tool_calls_exact(log: Path) -> None:
     assert_frame_equal(
         frames.cache_losses(log),
@@ -241,6 +256,8 @@ def test_cache_losses_limit_hits_tool_calls_exact(log: Path) -> None:
                 "time": ts(3.5),
                 "expected_tokens": [120],
                 "reused_tokens": [80],
+                "reprocessed_tokens": [None],  # a loss recorded before it was counted
+                "reprocessed_ms": [None],
                 "lost_tokens": [40],
                 "prompt_ms_per_token": [0.5],
                 "lost_ms": [20.0],

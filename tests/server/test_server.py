@@ -120,9 +120,10 @@ def test_start_health_stream_and_stop() -> None:
         assert last["timings"]["cache_n"] >= timings["prompt_n"] - 1
 
         slots = httpx.get(f"{url}/slots", timeout=10).json()
-        assert slots[0]["n_ctx"] == 2048
-        assert slots[0]["params"]["chat_format"] == "peg-native"
-        assert slots[0]["params"]["reasoning_format"] == "deepseek"
+        assert [s["n_ctx"] for s in slots] == [2048] * 4  # llama-server's 4 slots, unified
+        used = [s for s in slots if "params" in s]  # the slot that served (no id_slot sent)
+        assert used[0]["params"]["chat_format"] == "peg-native"
+        assert used[0]["params"]["reasoning_format"] == "deepseek"
     finally:
         server.stop()
     assert server.url == ""
@@ -183,3 +184,56 @@ def test_numbers_llama_cpp_would_abort_on_are_refused_first(
     with pytest.raises(ServerError) as info:
         EmbeddedServer(**kwargs)
     assert message in str(info.value)
+
+
+def test_defaults_are_llama_servers() -> None:
+    """Issue 24: xllamacpp builds its parameters without llama-server's ``common/arg.cpp``
+    (1 slot, no unified KV, preservation off); the embedded server sets llama-server's."""
+    params = EmbeddedServer()._params()
+    assert (params.n_parallel, params.kv_unified) == (4, True)
+    assert params.cache_ram_mib == 8192
+    assert params.swa_full is False
+    assert params.default_template_kwargs == {"preserve_reasoning": "true"}
+
+
+def test_explicit_slots_are_not_unified_unless_asked() -> None:
+    """llama-server unifies the KV cache only for its automatic slot count."""
+    assert EmbeddedServer(n_parallel=2)._params().kv_unified is False
+    assert EmbeddedServer(n_parallel=2, kv_unified=True)._params().kv_unified is True
+    params = EmbeddedServer(
+        swa_full=True, cache_ram_mib=0, ctx_checkpoints=3, reasoning_preserve=False
+    )._params()
+    assert (params.swa_full, params.cache_ram_mib, params.n_ctx_checkpoints) == (True, 0, 3)
+    assert params.default_template_kwargs == {"preserve_reasoning": "false"}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"cache_ram_mib": -2}, "cache_ram_mib = -2 is out of range: it must be from -1"),
+        ({"ctx_checkpoints": -1}, "ctx_checkpoints = -1 is out of range: it must be from 0"),
+    ],
+)
+def test_cache_numbers_out_of_range_are_refused(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ServerError, match=message):
+        EmbeddedServer(**kwargs)
+
+
+_REASONED = [
+    {"role": "user", "content": "hi"},
+    {"role": "assistant", "content": "A1", "reasoning_content": "EARLIER-REASONING"},
+    {"role": "user", "content": "again"},
+]
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("preserve", [True, False])
+def test_default_slots_share_one_context_and_keep_reasoning(preserve: bool) -> None:
+    """4 slots each up to the whole ``n_ctx`` (unified), and the template keeps an earlier
+    turn's reasoning unless ``reasoning_preserve=False`` (the shipped template supports it)."""
+    with EmbeddedServer(n_ctx=2048, n_threads=1, reasoning_preserve=preserve) as server:
+        slots = httpx.get(f"{server.url}/slots", timeout=10).json()
+        assert [s["n_ctx"] for s in slots] == [2048] * 4
+        body = {"messages": _REASONED}
+        prompt = httpx.post(f"{server.url}/apply-template", json=body, timeout=10).json()
+        assert ("EARLIER-REASONING" in prompt["prompt"]) is preserve

@@ -77,6 +77,8 @@ def endless_server(data: bytes) -> tuple[Client, Endless, list[dict[str, Any]]]:
         if request.url.path.endswith("/control"):
             controls.append(json.loads(request.content))
             return httpx.Response(200, json={"success": True})
+        if request.url.path == "/props":  # the loop asks once per session: not a llama-server's
+            return httpx.Response(404)
         return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=stream)
 
     config = ClientConfig(retry_attempts=0)

@@ -152,7 +152,8 @@ def test_context_full_live_small_n_ctx(tmp_path: Path) -> None:
     assert info.value.n_ctx == 256
     assert info.value.n_prompt_tokens is not None and info.value.n_prompt_tokens > 256
     assert info.value.cause.status == 400
-    assert [type(r).__name__ for r in session.records] == ["User", "LimitHit", "TurnEnd"]
+    kinds = [type(r).__name__ for r in session.records]  # what /props said, then the turn
+    assert kinds == ["Capabilities", "User", "LimitHit", "TurnEnd"]
     assert session.records[-2].kind == "context_full"  # type: ignore[union-attr]
 
 
@@ -169,7 +170,8 @@ def test_cancel_live_stops_the_stream_and_the_server_serves_on(
     with client:
         with pytest.raises(TurnCancelled):
             run_turn(session, runtime, "What is the weather in Paris?", stop_at_first_token)
-        assert [type(r).__name__ for r in session.records] == ["User", "TurnEnd"]
+        kinds = [type(r).__name__ for r in session.records]
+        assert kinds == ["Capabilities", "User", "TurnEnd"]
         runtime.cancel.clear()  # the caller's switch: the loop never clears it
         with contextlib.suppress(TurnLimit):
             run_turn(session, runtime, "Hello!")

@@ -709,7 +709,8 @@ def test_stop_live_ends_the_request_at_the_server(tmp_path: Path) -> None:
             panel.on_event = stop_at_first_token  # type: ignore[method-assign]
             outcome = panel.ask("What is the weather in Paris?", timeout=60)
             assert isinstance(outcome, TurnCancelled)
-            assert [type(r).__name__ for r in panel.session.records] == ["User", "TurnEnd"]
+            kinds = [type(r).__name__ for r in panel.session.records]
+            assert kinds == ["Capabilities", "User", "TurnEnd"]  # /props, then the turn
             assert "Turn ended: TurnCancelled" in _text(panel)
             # the server stopped generating: its slot is idle again at once
             slots = httpx.get(f"{server.url}/slots", timeout=5)
@@ -723,7 +724,8 @@ def test_stop_live_ends_the_request_at_the_server(tmp_path: Path) -> None:
             panel.on_event = hook  # type: ignore[method-assign]
             panel.ask("Hello!", timeout=60)
             kinds = [type(r).__name__ for r in panel.session.records]
-            assert kinds[:3] == ["User", "TurnEnd", "User"] and "Assistant" in kinds
+            assert kinds[:4] == ["Capabilities", "User", "TurnEnd", "User"]
+            assert "Assistant" in kinds
             assert panel.transcript.turns[-1].completions >= 1
 
 

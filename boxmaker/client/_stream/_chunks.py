@@ -114,6 +114,7 @@ class ChunkDecoder(FastChunks):
         reasoning_in_content: the reasoning came inside ``<think>...</think>`` in content.
         cap_warning: why the thinking cap could not be enforced (:meth:`mark_unenforced`),
             else ``None``.
+        cap_moot: the cap had nothing to cap (:meth:`mark_moot`: the model does not reason).
         thinking_capped: :meth:`mark_capped` was called.
         timings: llama.cpp ``timings`` so far (``{}`` if none).
         tool_call_deltas: whether :class:`~boxmaker.events.ToolCallDelta` events are
@@ -131,6 +132,7 @@ class ChunkDecoder(FastChunks):
         "_proxy",
         "_text",
         "_waiting",
+        "cap_moot",
         "cap_warning",
         "done",
         "finish_reason",
@@ -155,6 +157,7 @@ class ChunkDecoder(FastChunks):
         self.reasoning_from_tag = False
         self.reasoning_in_content = False
         self.cap_warning: str | None = None
+        self.cap_moot = False  # the cap had nothing to cap (mark_moot)
         self._in_think = False  # inside a <think> that opened the content
         self._content: list[str] = []
         self._reasoning: list[str] = []
@@ -453,6 +456,13 @@ class ChunkDecoder(FastChunks):
         self.cap_warning = why
         return CapNotEnforced(reasoning_tokens=self.reasoning_tokens, detail=why)
 
+    def mark_moot(self, why: str) -> CapNotEnforced:
+        """Record that the thinking cap had nothing to cap on this completion (a model that
+        does not reason: ``why``); the event to emit says so, and no limit was hit."""
+        event = self.mark_unenforced(why)
+        self.cap_moot = True
+        return event
+
     def finish(self) -> Completion:
         """The accumulated completion.
 
@@ -492,6 +502,7 @@ class ChunkDecoder(FastChunks):
             thinking_capped=self.thinking_capped,
             cap_warning=self.cap_warning,
             proxy_text="".join(self._proxy) or None,
+            cap_moot=self.cap_moot,
         )
 
 

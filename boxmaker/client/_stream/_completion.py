@@ -50,6 +50,8 @@ class Completion:
         proxy_text: what a proxy in front of the server streamed as its own chunks before the
             model's (llama-swap's loading progress, sent as ``reasoning_content``), joined;
             not the model's reasoning, not counted in ``reasoning_tokens``. ``None`` if none.
+        cap_moot: the cap had nothing to cap (a model that does not reason; ``cap_warning``
+            says so): not a limit hit.
     """
 
     id: str
@@ -63,17 +65,19 @@ class Completion:
     thinking_capped: bool = False
     cap_warning: str | None = None
     proxy_text: str | None = None
+    cap_moot: bool = False
 
     def limit_hits(self) -> list[LimitHit]:
         """The session log's thinking-cap records of this completion: a
         ``LimitHit(kind="thinking_cap")`` when the cap ended reasoning (detail ``"reasoning
         ended after N tokens of this completion"``), or when it could not be enforced (detail
-        ``"not enforced: ..."`` with the reason); ``[]`` otherwise."""
+        ``"not enforced: ..."`` with the reason); ``[]`` otherwise (also when the model does
+        not reason: ``cap_moot``)."""
         n = self.reasoning_tokens
         if self.thinking_capped:
             detail = f"reasoning ended after {n} tokens of this completion"
             return [LimitHit(kind="thinking_cap", detail=detail)]
-        if self.cap_warning is not None:
+        if self.cap_warning is not None and not self.cap_moot:
             return [LimitHit(kind="thinking_cap", detail=f"not enforced: {self.cap_warning}")]
         return []
 
