@@ -240,3 +240,49 @@ def _num(value: Any, digits: int = 0) -> str:
     except (TypeError, ValueError):
         return "-"
     return "-" if number != number else f"{number:.{digits}f}"
+
+
+def success_vs_cost(table: pd.DataFrame, cost: str = "prefill_ms", ax: Any = None) -> Any:
+    """Each setting of ``table`` (from :func:`compare`) as a point: its success rate (y, with
+    the interval as an error bar) against one cost column (x, a mean per run), labelled; the
+    baseline drawn hollow. Returns the matplotlib Figure (a new one, not registered with
+    pyplot, unless ``ax`` is given).
+
+    Raises:
+        ConfigError: ``cost`` is not a column of ``table``.
+    """
+    from matplotlib.figure import Figure  # matplotlib only when a plot is made
+
+    if cost not in table.columns:
+        known = [c for c in table.columns if c in COST_COLUMNS or c.endswith("_hits")]
+        raise ConfigError(f"{cost!r} is not a cost column; the table has {known}")
+    if ax is None:
+        figure = Figure(figsize=(7.0, 4.0), layout="constrained")
+        ax = figure.add_subplot()
+    else:
+        figure = ax.get_figure()
+    x = table[cost].astype(float).to_numpy()
+    y = table["success"].astype(float).to_numpy()
+    low = y - table["success_low"].astype(float).to_numpy()
+    high = table["success_high"].astype(float).to_numpy() - y
+    base = table.attrs.get("baseline")
+    for i, label in enumerate(table["setting"]):
+        hollow = label == base
+        ax.errorbar(
+            x[i],
+            y[i],
+            yerr=[[low[i]], [high[i]]],
+            fmt="o",
+            mfc="white" if hollow else None,
+            capsize=4,
+            color=f"C{i % 10}",
+            label=str(label).replace("$", r"\$") + (" (baseline)" if hollow else ""),
+        )
+    name = f"{cost[:-5]} limit hits per run" if cost.endswith("_hits") else cost
+    ax.set_xlabel(COST_COLUMNS.get(cost, name).replace("$", r"\$"))
+    ax.set_ylabel("success rate")
+    ax.set_ylim(-0.02, 1.02)
+    confidence = float(table.attrs.get("confidence", 0.95))
+    ax.set_title(f"success ({confidence:.0%} paired bootstrap interval) vs cost", fontsize=10)
+    ax.legend(fontsize=8, loc="best")
+    return figure

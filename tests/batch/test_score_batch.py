@@ -217,3 +217,66 @@ def test_a_batch_with_targets_is_scored_on_the_embedded_server(tmp_path: Path) -
     score_batch(tmp_path / "b")
     assert (tmp_path / "b" / "scores.ndjson").read_bytes() == text
     assert scores(tmp_path / "b")["run"].nunique() == 4
+
+
+def test_the_success_versus_cost_plot_and_the_compare_view(tmp_path: Path) -> None:
+    from boxmaker.batch import CompareView, success_vs_cost
+
+    folder = _two_settings(tmp_path)
+    score_batch(folder)
+    table = compare(folder, "loop.cap", resamples=200)
+    figure = success_vs_cost(table, "prefill_ms")
+    ax = figure.axes[0]
+    assert len(ax.containers) == 2  # one error bar per setting
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "loop.cap=40 (baseline)",
+        "loop.cap=4000",
+    ]
+    with pytest.raises(ConfigError, match="'nope' is not a cost column"):
+        success_vs_cost(table, "nope")
+    view = CompareView(table)
+    assert view._plot.value.startswith("<img alt='success vs prefill_ms'")
+    first = view._plot.value
+    view._pick.value = "generated_tokens"
+    assert view._plot.value != first and "generated_tokens" in view._plot.value
+    assert "loop.cap=40" in view._text.value and type(view).__module__ == "boxmaker.batch"
+
+
+def _looping(calls: int, city: str = "Lisbon") -> list[Record]:
+    """One turn: the same call ``calls`` times, one completion each, then an answer."""
+    out: list[Record] = [User(content="Keep checking the weather.")]
+    for i in range(calls):
+        call = ToolCall(id=f"c{i}", name="get_weather", arguments=json.dumps({"city": city}))
+        out += [
+            Assistant(content=None, tool_calls=(call,)),
+            Usage(timings={}, reasoning_tokens=30),
+            ToolResult(call=i + 1, tool_call_id=call.id, name="get_weather", content="{}"),
+        ]
+    return [*out, Assistant(content="done"), Usage(timings={}), TurnEnd(outcome="answered")]
+
+
+def test_calibrating_limits_counts_runaways_stopped_and_good_runs_cut() -> None:
+    from boxmaker.batch import calibrate, rules_fired
+    from boxmaker.config import LoopLimits
+
+    runs = {"loop1": _looping(6), "loop2": _looping(4), "good": _looping(1), "two": _looping(2)}
+    runaway = {"loop1": True, "loop2": True, "good": False, "two": False}
+    off = LoopLimits(repeat_detection=False, tool_iterations=None)
+    assert rules_fired(runs["loop1"], LoopLimits(repeat_ends_turn_at=3)) >= {"repeated_call"}
+    assert rules_fired(runs["good"], off) == set()
+    table = calibrate(
+        runs, runaway, {"tool_iterations": [1, 3, 10], "thinking_tokens": [None]}, base=off
+    )
+    iterations = table[table["rule"] == "tool_iterations"].set_index("tool_iterations")
+    assert list(iterations["runaways_stopped"]) == [2, 2, 0]
+    assert list(iterations["good_cut"]) == [1, 0, 0]  # a cap of 1 cuts the run of 2 calls
+    assert set(iterations["runaways"]) == {2} and set(iterations["good"]) == {2}
+    capped = calibrate(runs, runaway, {"thinking_tokens": [100]}, base=off)
+    think = capped[capped["rule"] == "thinking_cap"].iloc[0]
+    assert (think["runaways_stopped"], think["good_cut"]) == (2, 0)  # 4 x 30 and 6 x 30 tokens
+    anyrule = capped[capped["rule"] == "any"].iloc[0]
+    assert anyrule["stop_rate"] == 1.0 and anyrule["cut_rate"] == 0.0
+    with pytest.raises(ConfigError, match="unknown LoopLimits knobs"):
+        calibrate(runs, runaway, {"nope": [1]})
+    with pytest.raises(ConfigError, match="no run has a label"):
+        calibrate(runs, {}, {"tool_iterations": [1]})
