@@ -100,6 +100,7 @@ from .turn import Runtime, TurnOutcome, run_turn
 
 if _typing.TYPE_CHECKING:
     from .tools.mcp import McpPort
+    from .batch import compare
     from .widgets import ChatPanel, SessionView
 
 __version__ = "0.1.0"
@@ -109,6 +110,8 @@ _relocated.install()  # old module paths (boxmaker.stream, ...) for one release
 _WIDGETS = ("ChatPanel", "SessionView")
 """Names loaded from :mod:`boxmaker.widgets` on first use, so that ``import boxmaker`` does not
 import ipywidgets (a kernel-side library a script or CI run need not load)."""
+_BATCH = ("compare",)
+"""Names loaded from :mod:`boxmaker.batch` on first use (pandas, numpy)."""
 _MCP = ("McpPort",)
 """Names loaded from :mod:`boxmaker.tools.mcp` on first use, so that ``import boxmaker`` does not
 import the ``mcp`` SDK (pydantic, anyio, starlette) when no MCP server is used."""
@@ -126,6 +129,10 @@ def __getattr__(name: str) -> object:
         from . import widgets  # ipywidgets on first use only (see _WIDGETS)
 
         value = getattr(widgets, name)
+    elif name in _BATCH:
+        from . import batch  # pandas and numpy on first use only (see _BATCH)
+
+        value = getattr(batch, name)
     elif name in _MCP:
         from .tools import mcp as mcp_port  # the mcp SDK on first use only (see _MCP)
 
@@ -138,7 +145,7 @@ def __getattr__(name: str) -> object:
 
 def __dir__() -> list[str]:
     """The package's names, the lazily loaded classes among them."""
-    return sorted(set(globals()) | set(_WIDGETS) | set(_MCP))
+    return sorted(set(globals()) | set(_WIDGETS) | set(_MCP) | set(_BATCH))
 
 
 __all__ = [
@@ -204,6 +211,7 @@ __all__ = [
     "User",
     "Waiting",
     "__version__",
+    "compare",
     "explain_log",
     "load_config",
     "run_turn",
