@@ -11,6 +11,7 @@ kept in ``frame.attrs``, so a table can be made again exactly.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -111,8 +112,8 @@ def compare_frame(
     keys = _keys(mine, by)
     mine = mine.assign(setting=_labels(mine, keys))
     per_task = mine.groupby(["setting", "task"], sort=True)["value"].mean().astype(float)
-    matrix = per_task.unstack("task")
-    settings = list(matrix.index)
+    settings = _ordered(mine, keys)  # by the settings' values (80 before 400), not as text
+    matrix = per_task.unstack("task").reindex(settings)
     base = _baseline(settings, baseline)
     boot = paired_bootstrap(
         matrix.to_numpy(dtype=float),
@@ -121,7 +122,7 @@ def compare_frame(
         confidence=confidence,
         seed=seed,
     )
-    first = mine.groupby("setting", sort=True).first()
+    first = mine.groupby("setting", sort=True).first().reindex(settings)
     out = pd.DataFrame({k: first[k] for k in keys}, index=settings) if keys else None
     table = pd.DataFrame(index=pd.Index(settings, name="setting"))
     if out is not None:
@@ -168,6 +169,19 @@ def _labels(frame: pd.DataFrame, keys: list[str]) -> list[str]:
     for key in keys[1:]:
         label = label + f", {key}=" + frame[key].astype(str)
     return list(label)
+
+
+def _ordered(frame: pd.DataFrame, keys: list[str]) -> list[str]:
+    """The settings' labels in the order of their values (numbers as numbers)."""
+    firsts = frame.drop_duplicates("setting")
+    if not keys:
+        return list(firsts["setting"])
+
+    def order(row: tuple[Any, ...]) -> tuple[tuple[int, Any], ...]:
+        return tuple((0, v) if isinstance(v, numbers.Real) else (1, str(v)) for v in row)
+
+    pairs = zip(firsts[keys].itertuples(index=False, name=None), firsts["setting"], strict=True)
+    return [label for _, label in sorted(pairs, key=lambda p: order(p[0]))]
 
 
 def _baseline(settings: list[str], baseline: Any) -> int:

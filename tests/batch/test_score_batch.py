@@ -130,6 +130,7 @@ def test_compare_gives_rates_intervals_differences_and_costs(tmp_path: Path) -> 
     score_batch(folder)
     table = compare(folder, "loop.cap", baseline="loop.cap=40", resamples=1000, seed=3)
     assert list(table["setting"]) == ["loop.cap=40", "loop.cap=4000"]
+    assert list(table["loop.cap"]) == [40, 4000]
     assert list(table["success"]) == pytest.approx([5 / 6, 2 / 6])
     assert list(table["runs"]) == [6, 6] and list(table["tasks"]) == [6, 6]
     assert table["success_low"].iloc[0] <= 5 / 6 <= table["success_high"].iloc[0]
