@@ -102,6 +102,7 @@ from .tools import (
 from .tools.approval import ApprovalPort, PendingCall
 
 if _typing.TYPE_CHECKING:
+    from .batch import compare
     from .cache import explain_log
     from .client import Client
     from .tools.mcp import McpPort
@@ -121,12 +122,14 @@ _LAZY = {
     "Runtime": "turn",
     "TurnOutcome": "turn",
     "run_turn": "turn",
+    "compare": "batch",
 }
 """Names loaded from their part on first use (name -> module under ``boxmaker``), so that
 ``import boxmaker`` (and so ``boxmaker --help``, whose console script imports the package
 first) stays light: the widgets import ipywidgets (a kernel-side library a script or CI run
 need not load), the MCP port the ``mcp`` SDK (pydantic, anyio, starlette), the client, the
-cache forensics and the loop httpx. ``tests/test_package.py`` keeps the import light."""
+cache forensics and the loop httpx, ``compare`` pandas and numpy. ``tests/test_package.py``
+keeps the import light."""
 
 
 def __getattr__(name: str) -> object:
@@ -216,6 +219,7 @@ __all__ = [
     "User",
     "Waiting",
     "__version__",
+    "compare",
     "explain_log",
     "load_config",
     "run_turn",

@@ -23,7 +23,7 @@ LAYERS: list[set[str]] = [
     {"records", "_json", "_public", "_relocated", "_secrets", "model"},
     {"errors", "events"},
     {"config", "server"},
-    {"session", "tools", "view"},
+    {"session", "tools", "view", "score"},
     {"client"},
     {"cache"},
     {"turn"},

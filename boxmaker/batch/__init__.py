@@ -1,24 +1,61 @@
 """``run_batch``: tasks x a config grid over every slot of every server (threads or Ray),
 resumable, with a fsynced manifest; ``frames(batch_dir, name)`` with the task and setting
-columns joined in.
+columns joined in; ``score_batch`` (scores in ``scores.ndjson``, apart from the logs) and
+``compare`` (success rates with paired bootstrap intervals beside the runs' costs).
 """
 
+from typing import TYPE_CHECKING
+
 from .._public import publish
+from ._calibrate import RULES, batch_records, calibrate, rules_fired
+from ._compare import COST_COLUMNS, compare, compare_frame, format_compare, success_vs_cost
 from ._plan import BatchProgress, Task, load_grid, load_tasks, manifest
 from ._runner import ProgressHook, frames, run_batch
+from ._score import read_scores, score_batch, scores
 from ._view import TerminalProgress, describe
 
 __all__ = [
+    "COST_COLUMNS",
+    "RULES",
     "BatchProgress",
+    "CompareView",
     "ProgressHook",
     "Task",
     "TerminalProgress",
+    "batch_records",
+    "calibrate",
+    "compare",
+    "compare_frame",
     "describe",
+    "format_compare",
     "frames",
     "load_grid",
     "load_tasks",
     "manifest",
+    "read_scores",
+    "rules_fired",
     "run_batch",
+    "score_batch",
+    "scores",
+    "success_vs_cost",
 ]
 
-publish(globals(), __all__)
+if TYPE_CHECKING:
+    from ._compare_view import CompareView
+
+
+def __getattr__(name: str) -> object:
+    """``CompareView`` is loaded on first use (it imports ipywidgets), PEP 562.
+
+    Raises:
+        AttributeError: ``name`` is not a name of the package.
+    """
+    if name == "CompareView":
+        from ._compare_view import CompareView
+
+        CompareView.__module__ = __name__
+        return CompareView
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+publish(globals(), [n for n in __all__ if n != "CompareView"])

@@ -38,6 +38,7 @@ from .._secrets import hide_in_json, searchable
 from ..config import Config
 from ..errors import ConfigError, LogBusy, SessionError
 from ..records import utc_now
+from ..score import Target, parse_target
 from ..session import LogWriter, check_folder, dumps_line, read_log
 
 if TYPE_CHECKING:
@@ -84,9 +85,14 @@ class Task:
         tools: names of the registry's tools offered to the model; ``None``: all of them.
         config: overrides of the batch's config for this task (dotted keys, see the module
             docstring); a grid setting of the same key wins.
+        target: what a right run looks like (:func:`boxmaker.score.parse_target`: the answer
+            and the tool calls), as its JSON object; ``None``: the task is not scored by a
+            target (other scorers still can). Kept in the manifest, so a batch folder can be
+            scored later without the tasks file.
 
     Raises:
-        ConfigError: an unsafe id, no messages, a message that is not a string.
+        ConfigError: an unsafe id, no messages, a message that is not a string, a malformed
+            target (the message names the task).
     """
 
     id: str
@@ -94,6 +100,7 @@ class Task:
     system: str = ""
     tools: tuple[str, ...] | None = None
     config: Mapping[str, Any] = field(default_factory=dict)
+    target: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not _TASK_ID.fullmatch(self.id):
@@ -106,6 +113,12 @@ class Task:
         if self.tools is not None:
             object.__setattr__(self, "tools", tuple(self.tools))
         object.__setattr__(self, "config", flatten_settings(self.config, f"task {self.id}"))
+        if self.target is not None:
+            parse_target(self.target, f"task {self.id}")
+
+    def scoring_target(self) -> Target | None:
+        """The parsed :attr:`target` (``None`` without one)."""
+        return None if self.target is None else parse_target(self.target, f"task {self.id}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -181,7 +194,7 @@ def load_tasks(source: Any) -> list[Task]:
     """Tasks from a JSON Lines file, a pandas DataFrame, or an iterable of tasks or mappings.
 
     A mapping (a JSON line, a DataFrame row) has ``id`` and ``messages`` (a list of strings)
-    or ``message`` (one string), and optionally ``system``, ``tools``, ``config``.
+    or ``message`` (one string), and optionally ``system``, ``tools``, ``config``, ``target``.
 
     Raises:
         ConfigError: the file cannot be read, a line is not a JSON object, a task is
@@ -221,7 +234,7 @@ def load_tasks(source: Any) -> list[Task]:
 def _task_of(row: Any, where: str) -> Task:
     if not isinstance(row, Mapping):
         raise ConfigError(f"{where}: a task must be an object, not {type(row).__name__}")
-    known = {"id", "messages", "message", "system", "tools", "config"}
+    known = {"id", "messages", "message", "system", "tools", "config", "target"}
     unknown = set(row) - known
     if unknown:
         raise ConfigError(f"{where}: unknown task fields {sorted(unknown)}")
@@ -236,6 +249,7 @@ def _task_of(row: Any, where: str) -> Task:
             system=str(row.get("system") or ""),
             tools=None if tools is None else tuple(tools),
             config=row.get("config") or {},
+            target=row.get("target"),
         )
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from exc
@@ -349,9 +363,10 @@ class Manifest:
 
     ``<batch_dir>/manifest.ndjson`` holds one JSON object per line, each a run's state change:
     ``{"time", "run", "state", ...}``. States: ``planned`` (with ``task``, ``settings``,
-    ``messages``), ``running`` (``server``, ``slot``, ``attempt``), ``retry`` (``reason``),
-    ``done`` (``turns``, ``outcome``), ``failed`` (``reason``: also a run whose log cannot be
-    read, which the others do not wait for), ``interrupted``; a
+    ``messages``, and ``target`` when the task has one), ``running`` (``server``, ``slot``,
+    ``attempt``), ``retry`` (``reason``), ``done`` (``turns``, ``outcome``), ``failed``
+    (``reason``: also a run whose log cannot be read, which the others do not wait for),
+    ``interrupted``; a
     ``server_down`` line names a server (``server``, ``reason``) instead of a run. Lines are
     only appended, each one fsynced (:class:`~boxmaker.session.LogWriter`); a torn last line
     left by a kill is cut off when the manifest is opened again.

@@ -126,7 +126,10 @@ class _Batch:
             if spec.id not in known:
                 settings = dict(spec.settings)
                 n = len(spec.task.messages)
-                book.write(spec.id, "planned", task=spec.task.id, settings=settings, messages=n)
+                target = {} if spec.task.target is None else {"target": dict(spec.task.target)}
+                book.write(
+                    spec.id, "planned", task=spec.task.id, settings=settings, messages=n, **target
+                )
             try:
                 state = log_state(logs_dir / f"{spec.id}.jsonl")
             except SessionError as exc:  # a corrupt log fails its run only; the rest go on

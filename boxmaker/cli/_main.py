@@ -55,8 +55,9 @@ from pathlib import Path
 
 from ..config import ClientConfig, Config, HistoryConfig, load_config
 from ..demo import demo_registry
-from ..errors import BoxmakerError, ServerError
+from ..errors import BoxmakerError, ConfigError, ServerError
 from ..records import SCHEMA_VERSION
+from ..score import Scorer
 from ..server import LIMITS, EmbeddedServer, check_param
 from ..session import upgrade_log
 from ..view import terminal_safe
@@ -449,6 +450,28 @@ def _parser() -> argparse.ArgumentParser:
         help="run each run as a Ray task (auto: the running cluster; local: start one)",
     )
     batch.set_defaults(run=_batch)
+
+    score = sub.add_parser("score", help="score a batch's runs (targets, scorers), offline")
+    score.add_argument("batch_dir", metavar="BATCH", help="the batch directory")
+    score.add_argument(
+        "--scorer",
+        action="append",
+        default=[],
+        metavar="MODULE:NAME",
+        help="a Scorer, or a function of a run's records, to run too (repeatable)",
+    )
+    score.set_defaults(run=_score)
+
+    compare = sub.add_parser("compare", help="success rates per setting, with intervals")
+    compare.add_argument("batch_dir", metavar="BATCH", help="a scored batch directory")
+    compare.add_argument("--by", action="append", default=None, help="a setting key (repeatable)")
+    compare.add_argument("--scorer", default="target", help="whose scores to compare")
+    compare.add_argument("--baseline", default=None, help="the baseline setting's label")
+    compare.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples")
+    compare.add_argument("--seed", type=int, default=0, help="the bootstrap's seed")
+    compare.add_argument("--confidence", type=float, default=0.95, help="interval coverage")
+    compare.add_argument("--json", action="store_true", help="print the table as JSON")
+    compare.set_defaults(run=_compare)
     for command in [*sub.choices.values(), *actions.choices.values()]:
         command.formatter_class = _DefaultsHelp
     return parser
@@ -468,7 +491,7 @@ class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def _batch(args: argparse.Namespace) -> int:
-    from ..batch import TerminalProgress, describe, load_grid, run_batch
+    from ..batch import TerminalProgress, describe, load_grid, load_tasks, run_batch, score_batch
 
     config = load_config(args.config) if args.config else Config()
     grid = load_grid(args.grid) if args.grid else None
@@ -509,7 +532,66 @@ def _batch(args: argparse.Namespace) -> int:
     for run, reason in result.failures:
         print(terminal_safe(f"failed {run}: {reason}"))  # a server's error body among them
     print(f"batch {args.dir}: logs in {Path(args.dir) / 'logs'}, manifest.ndjson beside them")
+    if any(task.target is not None for task in load_tasks(args.tasks)):
+        scored = score_batch(args.dir)
+        print(f"scored {len(scored)} run(s) by their targets: {Path(args.dir) / 'scores.ndjson'}")
     return 1 if result.failed else 0
+
+
+def _score(args: argparse.Namespace) -> int:
+    from ..batch import score_batch
+
+    scorers = [_load_scorer(spec) for spec in args.scorer]
+    frame = score_batch(args.batch_dir, scorers)
+    if frame.empty:
+        print(f"boxmaker score: no run of {args.batch_dir} has a target or a scorer to run")
+        return 1
+    summary = frame.groupby("scorer")["value"].agg(["count", "mean"])
+    for name, row in summary.iterrows():
+        print(f"{terminal_safe(str(name))}: {int(row['count'])} run(s), mean {row['mean']:.3f}")
+    failed = int(frame["error"].notna().sum())
+    if failed:
+        print(f"{failed} score(s) failed: see the 'error' column of boxmaker.batch.scores")
+    print(f"scores in {Path(args.batch_dir) / 'scores.ndjson'}")
+    return 0
+
+
+def _load_scorer(spec: str) -> Scorer:
+    """``MODULE:NAME`` -> a :class:`~boxmaker.score.Scorer` (a bare function is named by its
+    ``MODULE:NAME``)."""
+    import importlib
+
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise ConfigError(f"--scorer {spec!r}: write MODULE:NAME")
+    try:
+        found = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"--scorer {spec!r}: {exc}") from exc
+    if isinstance(found, Scorer):
+        return found
+    if callable(found):
+        return Scorer(name=spec, fn=found)
+    raise ConfigError(f"--scorer {spec!r} is neither a Scorer nor a function")
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from ..batch import compare, format_compare
+
+    table = compare(
+        args.batch_dir,
+        args.by,
+        scorer=args.scorer,
+        baseline=args.baseline,
+        confidence=args.confidence,
+        resamples=args.resamples,
+        seed=args.seed,
+    )
+    if args.json:
+        print(table.to_json(orient="records"))
+    else:
+        print(terminal_safe(format_compare(table)))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
