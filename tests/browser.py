@@ -122,6 +122,7 @@ def chromium(tmp_path: Path) -> Iterator[DevTools]:
     when the block ends."""
     profile = tmp_path / "chromium-profile"
     profile.mkdir()
+    log = (tmp_path / "chromium.log").open("wb")  # closed when the browser stops
     proc = subprocess.Popen(
         [
             str(CHROMIUM),
@@ -141,7 +142,7 @@ def chromium(tmp_path: Path) -> Iterator[DevTools]:
             "about:blank",
         ],
         stdout=subprocess.DEVNULL,
-        stderr=(tmp_path / "chromium.log").open("wb"),
+        stderr=log,
     )
     try:
         port_file = profile / "DevToolsActivePort"
@@ -166,4 +167,5 @@ def chromium(tmp_path: Path) -> Iterator[DevTools]:
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
+        log.close()
         shutil.rmtree(profile, ignore_errors=True)

@@ -141,7 +141,8 @@ def test_request_body_is_the_same_json_with_its_content_type() -> None:
     assert request.headers["content-type"] == "application/json"
     assert request.headers["accept"] == "text/event-stream"
     sent = json.loads(request.content)
-    assert list(sent) == [*body, "stream", "return_progress", "cache_prompt", "stream_options"]
+    keys = [k for k in sent if k != "id_slot"]  # the slot the client's lease picked, added
+    assert keys == [*body, "stream", "return_progress", "cache_prompt", "stream_options"]
     assert sent["seed"] == BIG and sent["messages"] == body["messages"]
     assert int(request.headers["content-length"]) == len(request.content)
 

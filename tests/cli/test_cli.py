@@ -159,6 +159,7 @@ def test_serve_prints_url_answers_health_and_stops_on_ctrl_c() -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+        proc.communicate()  # the pipes closed (warnings are errors)
 
 
 def _kinds(log: Path) -> list[str]:

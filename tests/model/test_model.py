@@ -225,7 +225,7 @@ def test_samples_weight_only_assistant_tokens(family: str) -> None:
 
 @pytest.mark.live
 def test_rendering_and_tokens_match_llama_cpp() -> None:
-    with EmbeddedServer(n_ctx=2048, n_threads=1) as server:
+    with EmbeddedServer(n_ctx=2048, n_threads=1, reasoning_preserve=False) as server:
         body = {"messages": CONVERSATION, "tools": TOOLS}
         served = httpx.post(f"{server.url}/apply-template", json=body, timeout=30).json()
         ours = render(CONVERSATION, TOOLS, add_generation_prompt=True)
@@ -246,7 +246,7 @@ def test_rendering_and_tokens_match_llama_cpp() -> None:
 
 @pytest.mark.live
 def test_llama_cpp_renders_preserve_thinking_from_chat_template_kwargs() -> None:
-    with EmbeddedServer(n_ctx=2048, n_threads=1) as server:
+    with EmbeddedServer(n_ctx=2048, n_threads=1, reasoning_preserve=False) as server:
         body = {
             "messages": CONVERSATION,
             "tools": TOOLS,
@@ -276,7 +276,7 @@ def test_training_samples_match_llama_cpp_rendering() -> None:
     """Every prompt a training sample trains on is the prompt llama.cpp renders and tokenises."""
     rng = random.Random(11)
     checked = 0
-    with EmbeddedServer(n_ctx=4096, n_threads=1) as server:
+    with EmbeddedServer(n_ctx=4096, n_threads=1, reasoning_preserve=False) as server:
         for family in FAMILIES:
             for _ in range(2):
                 sample = make_sample(rng, family)
