@@ -58,7 +58,8 @@ def run_city(url: str, folder: Path, city: str) -> tuple[list[str], int]:
     config = Config(
         client=ClientConfig(url=url, retry_attempts=0),
         loop=LoopLimits(tool_iterations=1),
-        sampling=SamplingConfig(max_tokens=120),
+        # room for the reasoning and the whole call: a call cut by max_tokens is not run
+        sampling=SamplingConfig(max_tokens=240),
     )
     waits: list[SlotWait] = []
     session = Session.create(folder, Baseline(tools=demo_registry().definitions()))
@@ -86,11 +87,6 @@ _OTHER_PROCESS = textwrap.dedent(
 )
 
 
-@pytest.mark.xfail(
-    reason="after the 2026-12-01 merges one answer of the nine names no city (passed on the "
-    "slots branch alone): not yet investigated, see the session note",
-    strict=False,
-)
 def test_threads_and_a_second_process_never_cross_answers_on_one_slot_live(
     server: EmbeddedServer, tmp_path: Path
 ) -> None:
