@@ -18,11 +18,13 @@ HAND_MADE = Path(__file__).resolve().parents[1] / "data" / "cassettes"
 
 
 def _plugin_args() -> list[str]:
-    """``-p boxmaker.cassettes.pytest_plugin`` unless the installed entry point loads it already."""
+    """``-p boxmaker.cassettes.pytest_plugin`` unless the installed entry point loads it already;
+    hypothesis's terminal summary off in the inner run (it costs seconds and says nothing here)."""
+    quiet = ["-p", "no:hypothesispytest"]
     for ep in importlib.metadata.entry_points(group="pytest11"):
         if ep.value in ("boxmaker._pytest_entry", "boxmaker.cassettes.pytest_plugin"):
-            return []
-    return ["-p", "boxmaker.cassettes.pytest_plugin"]
+            return quiet
+    return [*quiet, "-p", "boxmaker.cassettes.pytest_plugin"]
 
 
 HEADER = """
