@@ -52,6 +52,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from ..config import ClientConfig, Config, HistoryConfig, load_config
 from ..demo import demo_registry
@@ -130,10 +131,12 @@ def _report(args: argparse.Namespace) -> int:
         return 1
     print(f"{len(found.loaded.summary)} session logs, {len(found.loaded.requests)} requests\n")
     print(terminal_safe(format_text(found.loaded)))
-    for batch_dir in _batch_dirs(args.paths):
+    batch_dirs = _batch_dirs(args.paths)
+    for batch_dir in batch_dirs:
         print(terminal_safe(_batch_runs(batch_dir)))
     if args.html is not None:
-        page = format_html(found.loaded, left_out=list(found.left_out))
+        sections = [part for where in batch_dirs for part in _batch_sections(where)]
+        page = format_html(found.loaded, left_out=list(found.left_out), sections=sections)
         try:
             Path(args.html).write_text(page, encoding="utf-8")
         except OSError as exc:
@@ -164,6 +167,30 @@ def _batch_runs(batch_dir: Path) -> str:
     runs = manifest(batch_dir).drop(columns=["server", "slot", "reason"], errors="ignore")
     title = f"Batch runs in {batch_dir}"
     return f"{title}\n{'-' * len(title)}\n{fit_text(runs) if len(runs) else '(none)'}\n"
+
+
+def _batch_sections(batch_dir: Path) -> list[Any]:
+    """The HTML report's parts of a batch: its runs with their tasks and settings, and, when
+    the batch is scored, :func:`boxmaker.batch.compare` of its settings with the
+    success-versus-prefill plot (or why there is no comparison)."""
+    from ..batch import compare, format_compare, manifest, success_vs_cost
+    from ..frames.report import Section
+
+    runs = manifest(batch_dir).drop(columns=["server", "slot", "reason"], errors="ignore")
+    parts = [Section(f"Batch runs in {batch_dir}", runs, "" if len(runs) else "(none)")]
+    title = f"Settings compared in {batch_dir}"
+    if not (batch_dir / "scores.ndjson").is_file():
+        parts.append(Section(title, text="not scored: run boxmaker score on the batch"))
+        return parts
+    try:
+        table = compare(batch_dir)
+    except BoxmakerError as exc:
+        parts.append(Section(title, text=f"no comparison: {exc}"))
+        return parts
+    header = format_compare(table).splitlines()[0]
+    figure = success_vs_cost(table)
+    parts.append(Section(title, table.reset_index(drop=True), header, (figure,)))
+    return parts
 
 
 def _cassette(args: argparse.Namespace) -> int:

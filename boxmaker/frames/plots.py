@@ -192,7 +192,7 @@ def cache_reuse(
     ax.set_xlabel("request in the session")
     ax.set_ylabel("cached / prompt tokens")
     ax.set_title("Cache reuse along the session")
-    if sessions:
+    if ax.get_legend_handles_labels()[0]:  # more than 8 sessions are drawn unlabelled
         ax.legend(loc="lower right", fontsize="small")
     return figure
 

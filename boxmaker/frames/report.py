@@ -24,7 +24,7 @@ import pandas as pd
 
 from . import _build as frames
 
-__all__ = ["Gathered", "fit_text", "format_html", "format_text", "gather", "tables"]
+__all__ = ["Gathered", "Section", "fit_text", "format_html", "format_text", "gather", "tables"]
 
 _T = TypeVar("_T")
 
@@ -172,15 +172,39 @@ img { max-width: 100%; display: block; margin: 0.5em 0 1.5em; }
 """
 
 
+@dataclass(frozen=True)
+class Section:
+    """A section the caller adds to the HTML report, after the tables and plots of the logs
+    (the command adds a batch's runs and its comparison of settings: parts this module does
+    not import).
+
+    Attributes:
+        title: the section's heading (escaped).
+        table: a frame shown as an HTML table (cells escaped), or ``None``.
+        text: a paragraph above the table (escaped; for a header line or why a part is absent).
+        figures: matplotlib figures embedded as PNG images, each titled by its first axes.
+    """
+
+    title: str
+    table: pd.DataFrame | None = None
+    text: str = ""
+    figures: tuple[Any, ...] = ()
+
+
 def format_html(
-    loaded: frames.Frames, *, title: str = "boxmaker report", left_out: Sequence[str] = ()
+    loaded: frames.Frames,
+    *,
+    title: str = "boxmaker report",
+    left_out: Sequence[str] = (),
+    sections: Sequence[Section] = (),
 ) -> str:
     """A self-contained HTML report: :func:`tables`, then the plots as embedded PNG images
     (``data:image/png;base64,...``): limit hits per kind, cache reuse along the sessions, lost
     tokens by cause (when there are losses), and
     tokens and time per request for the sessions with the most requests (at most
     :data:`PER_REQUEST_PLOTS`). ``left_out`` lists the logs (or lines) that could not be read,
-    shown first so a reader knows what the numbers do not cover."""
+    shown first so a reader knows what the numbers do not cover; ``sections`` follow the plots
+    (see :class:`Section`)."""
     from . import plots  # matplotlib only when a report with plots is made
 
     body = [f"<h1>{html_lib.escape(title)}</h1>"]
@@ -206,15 +230,27 @@ def format_html(
             title = f"{figure.axes[0].get_title()}: {session}"
             figure.axes[0].set_title(title, parse_math=False)  # a "$" in an id is no mathtext
             figures.append(figure)
-    for figure in figures:
-        alt = html_lib.escape(figure.axes[0].get_title(), quote=True)
-        body.append(f'<img alt="{alt}" src="{_png(figure)}">')
+    body.extend(_image(figure) for figure in figures)
+    for section in sections:
+        body.append(f"<h2>{html_lib.escape(section.title)}</h2>")
+        if section.text:
+            body.append(f"<p>{html_lib.escape(section.text)}</p>")
+        if section.table is not None:
+            table = section.table
+            body.append(table.to_html(index=False, na_rep="", border=0) if len(table) else "")
+        body.extend(_image(figure) for figure in section.figures)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{html_lib.escape(title)}</title><style>{_STYLE}</style></head>\n<body>\n"
         + "\n".join(body)
         + "\n</body></html>\n"
     )
+
+
+def _image(figure: Any) -> str:
+    """``figure`` as an ``<img>`` with its first axes' title as the alternative text."""
+    alt = html_lib.escape(figure.axes[0].get_title(), quote=True)
+    return f'<img alt="{alt}" src="{_png(figure)}">'
 
 
 def _collect(call: Callable[[], _T], messages: list[str]) -> _T:

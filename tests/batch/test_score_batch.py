@@ -17,6 +17,7 @@ from boxmaker.batch import (
     compare,
     format_compare,
     load_tasks,
+    manifest,
     read_scores,
     run_batch,
     score_batch,
@@ -281,3 +282,28 @@ def test_calibrating_limits_counts_runaways_stopped_and_good_runs_cut() -> None:
         calibrate(runs, runaway, {"nope": [1]})
     with pytest.raises(ConfigError, match="no run has a label"):
         calibrate(runs, {}, {"tool_iterations": [1]})
+
+
+def test_the_html_report_of_a_batch_shows_its_runs_and_the_comparison(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issues 21 and 26: the HTML report named a batch's runs by hash only and left the
+    comparison of settings out."""
+    folder = _two_settings(tmp_path)
+    page = tmp_path / "report.html"
+    assert main(["report", str(folder), "--html", str(page)]) == 0
+    unscored = page.read_text()
+    assert f"Batch runs in {folder}" in unscored
+    assert "not scored: run boxmaker score on the batch" in unscored
+    for run in manifest(folder).run:
+        assert f"<td>{run}</td>" in unscored
+    assert main(["score", str(folder)]) == 0
+    assert main(["report", str(folder), "--html", str(page)]) == 0
+    capsys.readouterr()
+    scored = page.read_text()
+    table = compare(folder)
+    assert f"Settings compared in {folder}" in scored and "seed 0" in scored
+    for setting, success in zip(table.setting, table.success, strict=True):
+        assert f"<td>{setting}</td>" in scored
+        assert f"<td>{success:.6f}</td>" in scored
+    assert scored.count('src="data:image/png;base64,') == unscored.count("data:image/png") + 1

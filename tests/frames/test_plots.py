@@ -63,6 +63,19 @@ def test_cache_reuse_one_line_per_session_and_losses_marked(loaded: frames.Frame
     assert len(plots.cache_reuse(loaded.requests).axes[0].get_lines()) == 2
 
 
+def test_cache_reuse_of_many_sessions_without_losses_draws_no_empty_legend(
+    tmp_path: Path,
+) -> None:
+    """More than 8 sessions are drawn unlabelled; with no loss marked there is nothing for a
+    legend (matplotlib warned, an error in the HTML report of a 12-run batch)."""
+    for n in range(9):
+        with Session.create(tmp_path, Baseline(time=at(-1)), session_id=f"s{n}") as one:
+            one.extend([User(content="x", time=at(0)), usage(0, 10, 2, 1)])
+    many = frames.load(tmp_path)
+    ax = plots.cache_reuse(many.requests).axes[0]
+    assert len(ax.get_lines()) == 9 and ax.get_legend() is None
+
+
 def test_limit_hits_one_bar_per_kind(loaded: frames.Frames) -> None:
     figure = plots.limit_hits_per_kind(loaded.limit_hits)
     (container,) = bars(figure)
