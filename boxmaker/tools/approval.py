@@ -31,7 +31,7 @@ from typing import TextIO
 
 from ..config import ApprovalPolicy
 from ..records import Approval, ApprovalDecision
-from ._tools import (
+from ._ports import (
     HintedPort,
     ToolAnswer,
     ToolDenied,

@@ -52,7 +52,8 @@ from mcp.types import (
 
 from ..config import Config, McpConfig, McpServerConfig
 from ..errors import ConfigError, ToolPortError
-from ._tools import Registry, ToolAnswer, ToolFailed, ToolHints, ToolOk, ToolRequest
+from ._ports import ToolAnswer, ToolFailed, ToolHints, ToolOk, ToolRequest
+from ._registry import Registry
 
 __all__ = ["McpPort", "McpTool", "answer_of", "hints_of"]
 
