@@ -4,6 +4,9 @@
 ``LoopLimits``), ``sampling``, ``history``, ``cache``, ``mcp``, ``approval``);
 ``Config.from_toml(path)`` / ``load_config(path)`` read the file with :mod:`tomllib` and
 refuse unknown keys and values of the wrong type or range with ``ConfigError``.
+
+Private modules by role: ``_knobs`` (the sections and their defaults), ``_ports`` (MCP
+servers and approval), ``_checks`` (ranges), ``_read`` (a TOML file into typed values).
 """
 
 from .._public import publish

@@ -43,9 +43,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import reprlib
-import tomllib
-import types
 import typing
 import urllib.parse
 import warnings
@@ -59,6 +56,7 @@ from ._checks import check as _check
 from ._checks import check_loop_types
 from ._checks import nonneg as _nonneg
 from ._ports import ApprovalPolicy, McpConfig, McpServerConfig
+from ._read import build, fits, read_toml
 
 __all__ = [
     "HISTORY_REASONING",
@@ -477,7 +475,7 @@ class Config:
                 raise ConfigError(f"{source}: unknown section [{name}]")
             if not isinstance(value, dict):
                 raise ConfigError(f"{source}: [{name}] must be a table")
-            sections[name] = _build(hints[name], value, f"{source}: [{name}]")
+            sections[name] = build(hints[name], value, f"{source}: [{name}]", globals())
         return cls(**sections)
 
 
@@ -490,17 +488,7 @@ def load_config(path: str | os.PathLike[str]) -> Config:
             finite, at most :data:`boxmaker.config._checks.MAX_SECONDS`). The message names the
             file.
     """
-    p = Path(path)
-    try:
-        with p.open("rb") as fh:
-            data = tomllib.load(fh)
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read config: {exc}") from exc
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{p}: invalid TOML: {exc}") from exc
-    except RecursionError:  # tomllib parses nested arrays and tables recursively
-        raise ConfigError(f"{p}: invalid TOML: arrays or tables nested too deeply") from None
-    return Config.from_dict(data, source=str(p))
+    return Config.from_dict(read_toml(path), source=str(Path(path)))
 
 
 def _moved_turn_tokens(data: dict[str, Any], source: str) -> dict[str, Any]:
@@ -510,7 +498,7 @@ def _moved_turn_tokens(data: dict[str, Any], source: str) -> dict[str, Any]:
         return data
     value = thinking["turn_tokens"]
     where = f"{source}: [thinking]"
-    if not _fits(int, value):
+    if not fits(int, value):
         raise ConfigError(f"{where}: turn_tokens = {value!r} is not of type int")
     if value < 0:
         raise ConfigError(f"{where}: thinking.turn_tokens = {value!r} is out of range")
@@ -526,66 +514,3 @@ def _moved_turn_tokens(data: dict[str, Any], source: str) -> dict[str, Any]:
     )
     rest = {k: v for k, v in thinking.items() if k != "turn_tokens"}
     return {**data, "thinking": rest, "loop": {**loop, "thinking_tokens": value}}
-
-
-def _build(cls: Any, values: dict[str, Any], where: str) -> Any:
-    hints = typing.get_type_hints(cls, globalns=globals())
-    known = {f.name for f in dataclasses.fields(cls)}
-    kwargs: dict[str, Any] = {}
-    for key, value in values.items():
-        if key not in known:
-            raise ConfigError(f"{where}: unknown key {key!r}")
-        kwargs[key] = _value(hints[key], value, where, key)
-    try:
-        return cls(**kwargs)
-    except ConfigError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
-    except TypeError as exc:  # a required key is missing (e.g. an mcp server's name)
-        raise ConfigError(f"{where}: {exc}") from None
-
-
-def _value(hint: Any, value: Any, where: str, key: str) -> Any:
-    """``value`` read from TOML as the type ``hint``: a list becomes a ``tuple[X, ...]`` and a
-    table a config dataclass, item by item; a whole number becomes a float where one is due."""
-    if typing.get_origin(hint) is tuple:
-        if not isinstance(value, list):
-            raise ConfigError(f"{where}: {key} = {_short(value)} is not a list")
-        item = typing.get_args(hint)[0]
-        return tuple(_value(item, v, where, f"{key}[{i}]") for i, v in enumerate(value))
-    if typing.get_origin(hint) is Mapping:  # a TOML table of name = value
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where}: {key} must be a table")
-        item = typing.get_args(hint)[1]
-        return {str(k): _value(item, v, where, f"{key}.{k}") for k, v in value.items()}
-    if dataclasses.is_dataclass(hint):
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where}: {key} must be a table")
-        return _build(hint, value, f"{where} {key}")
-    if not _fits(hint, value):
-        raise ConfigError(f"{where}: {key} = {_short(value)} is not of type {_type_name(hint)}")
-    return float(value) if hint is float and isinstance(value, int) else value
-
-
-_REPR = reprlib.Repr()
-_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 3, 60, 60
-
-
-def _short(value: Any) -> str:
-    """``repr`` cut to a line: a value in an error message may be a huge or deep TOML value."""
-    return _REPR.repr(value)
-
-
-def _type_name(hint: Any) -> str:
-    return getattr(hint, "__name__", None) or str(hint).replace("NoneType", "None")
-
-
-def _fits(hint: Any, value: Any) -> bool:
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        return any(_fits(arg, value) for arg in typing.get_args(hint))
-    if hint is type(None):
-        return value is None
-    if hint is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, hint)
