@@ -2,8 +2,9 @@
 
 Run as ``python mcp_raw_server.py FAULT``: it answers ``initialize`` and ``tools/list`` (a tool
 ``echo`` and one whose name no registry takes, ``bad name!``), then on a call writes, by
-``FAULT``: ``not_json`` a line that is not JSON (anything else: nothing); then it says nothing
-for a minute.
+``FAULT``: ``not_json`` a line that is not JSON, ``wrong_id`` a well-formed answer to a request
+never sent, ``half_line`` the first half of an answer's line (anything else: nothing); then it
+says nothing for a minute.
 """
 
 from __future__ import annotations
@@ -37,8 +38,14 @@ for line in sys.stdin:
         ]
         result = {"tools": tools}
     elif method == "tools/call":
+        answer = {"jsonrpc": "2.0", "id": mid, "result": {"content": []}}
         if FAULT == "not_json":
             sys.stdout.write("this is not json\n")
+        elif FAULT == "wrong_id":
+            send({**answer, "id": mid + 1000})
+        elif FAULT == "half_line":
+            line = json.dumps(answer)
+            sys.stdout.write(line[: len(line) // 2])
         sys.stdout.flush()
         time.sleep(60)
         continue

@@ -40,9 +40,13 @@ from typing import Any, TextIO
 
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.shared.message import SessionMessage
 from mcp.types import (
     CallToolResult,
     EmbeddedResource,
+    JSONRPCError,
+    JSONRPCRequest,
+    JSONRPCResponse,
     ResourceLink,
     TextContent,
     TextResourceContents,
@@ -145,6 +149,82 @@ class _Link:
             lines = [line.strip() for line in self.stderr.read().splitlines() if line.strip()]
             return lines[-1][:200] if lines else ""
         return ""
+
+
+class _SentIds:
+    """The write side of a transport, keeping the id of every request sent (see
+    :class:`_AnswersChecked`)."""
+
+    def __init__(self, inner: Any, sent: set[str]) -> None:
+        self._inner, self._sent = inner, sent
+
+    async def send(self, item: SessionMessage, /) -> None:
+        if isinstance(item.message, JSONRPCRequest):
+            self._sent.add(str(item.message.id))
+        await self._inner.send(item)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _SentIds:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> bool | None:
+        return bool(await self._inner.__aexit__(*exc))
+
+
+class _CheckedAnswers:
+    """The read side of a transport: an answer whose id no request sent carries becomes an
+    error the port sees (the SDK drops such an answer at debug level, and the call it was
+    meant for waited out its whole timeout; issue 23)."""
+
+    def __init__(self, inner: Any, sent: set[str]) -> None:
+        self._inner, self._sent = inner, sent
+
+    def _checked(self, item: SessionMessage | Exception) -> SessionMessage | Exception:
+        message = item.message if isinstance(item, SessionMessage) else None
+        if not isinstance(message, JSONRPCResponse | JSONRPCError) or message.id is None:
+            return item  # not an answer, or an error about a line (id null)
+        if str(message.id) not in self._sent:
+            return ValueError(f"an answer to a request never sent (id {message.id!r})")
+        return item
+
+    async def receive(self) -> SessionMessage | Exception:
+        return self._checked(await self._inner.receive())
+
+    def __aiter__(self) -> _CheckedAnswers:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        return self._checked(await self._inner.__anext__())
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _CheckedAnswers:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> bool | None:
+        return bool(await self._inner.__aexit__(*exc))
+
+
+class _AnswersChecked:
+    """An MCP transport (the SDK's ``Transport`` protocol: an async context manager giving
+    the read and write streams) around another, whose answers to requests never sent are
+    errors (:class:`_CheckedAnswers`)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._sent: set[str] = set()
+
+    async def __aenter__(self) -> tuple[_CheckedAnswers, _SentIds]:
+        read, write = await self._inner.__aenter__()
+        return _CheckedAnswers(read, self._sent), _SentIds(write, self._sent)
+
+    async def __aexit__(self, *exc: Any) -> bool | None:
+        return bool(await self._inner.__aexit__(*exc))
 
 
 def _reason(exc: BaseException) -> str:
@@ -433,7 +513,7 @@ class McpPort:
             params = StdioServerParameters(
                 command=server.command[0], args=list(server.command[1:]), cwd=server.cwd
             )
-            target = stdio_client(params, errlog=link.stderr)
+            target = _AnswersChecked(stdio_client(params, errlog=link.stderr))
         try:
 
             async def on_message(message: Any) -> None:  # the SDK's message_handler

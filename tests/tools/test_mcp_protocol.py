@@ -46,3 +46,19 @@ def test_one_invalid_tool_name_leaves_the_rest_of_the_server(not_json: McpPort) 
     assert list(not_json.skipped) == ["bad name!"] and "'raw'" in not_json.skipped["bad name!"]
     with pytest.raises(ConfigError, match="MCP server 'raw'"):
         not_json.register(Registry(), only=["bad name!"])  # asked for by name: an error
+
+
+@pytest.fixture
+def wrong_id() -> Iterator[McpPort]:
+    yield from port("wrong_id")
+
+
+def test_an_answer_to_a_request_never_sent_fails_the_call_at_once(wrong_id: McpPort) -> None:
+    """The SDK dropped it (at debug level) and the call waited out its timeout (60 s here)."""
+    answer = wrong_id.request(CALL)
+    assert isinstance(answer, ToolFailed) and answer.server == "raw"
+    assert "an answer to a request never sent (id " in answer.message
+    assert answer.message.startswith("raw broke the protocol (")
+    again = wrong_id.request(CALL)  # the server was restarted: the listing still worked
+    assert isinstance(again, ToolFailed) and "never sent" in again.message
+    assert wrong_id.restarts["raw"] == 1
