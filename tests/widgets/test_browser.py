@@ -23,6 +23,9 @@ from nbformat.v4 import new_code_cell, new_notebook
 ANSWER = "The weather in Oslo is sunny and mild."
 SECOND = "Rome is warm today, with a light breeze from the sea and clear skies until the evening."
 THIRD = " ".join(["A very long story that goes on."] * 200)
+LONE = "Odd bytes \ud800 here, then the end."
+"""An answer with a lone surrogate (``"\\ud800"`` in a server's JSON): it killed the panel's
+worker thread (issue 23); the browser must show it replaced, and the panel stay usable."""
 
 pytestmark = [
     pytest.mark.live,
@@ -79,7 +82,7 @@ class SlowScript:
 
 
 registry = demo_registry()
-client = SlowScript(ANSWERS, [0.005, 0.12, 0.05])
+client = SlowScript(ANSWERS, [0.005, 0.12, 0.05, 0.005])
 runtime = Runtime(config=Config(), client=client, registry=registry)
 session = Session.create(tempfile.mkdtemp(), Baseline(tools=registry.definitions()))
 panel = ChatPanel(runtime, session)
@@ -87,7 +90,7 @@ panel = ChatPanel(runtime, session)
 
 
 def _write_notebook(path: Path) -> None:
-    setup = NOTEBOOK.replace("ANSWERS", json.dumps([ANSWER, SECOND, THIRD]))
+    setup = NOTEBOOK.replace("ANSWERS", json.dumps([ANSWER, SECOND, THIRD, LONE]))
     nb = new_notebook(
         cells=[
             new_code_cell(setup),
@@ -181,6 +184,15 @@ def test_chat_panel_in_voila_in_chromium(voila_url: str, browser: DevTools, tmp_
     (tmp_path / "chat-panel-after-stop.png").write_bytes(
         base64.b64decode(browser.call("Page.captureScreenshot")["data"])
     )
+
+    # a lone surrogate in an answer: shown replaced (U+FFFD), and the panel takes the next turn
+    browser.js(f"{area}.focus()")
+    browser.call("Input.insertText", text="Say something odd")
+    browser.key("Enter", 13, text="\r")
+    shown = LONE.replace("\ud800", "\ufffd")
+    browser.wait_for(f"({last_answer}).includes({json.dumps(shown)})", timeout=60)
+    browser.wait_for("!document.querySelector('.bxm-send').disabled")
+    assert browser.js("document.querySelector('.bxm-stop').disabled") is True
 
 
 APPROVAL_NOTEBOOK = '''
