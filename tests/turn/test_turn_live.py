@@ -191,8 +191,11 @@ def test_demo_command_live(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     args = ["demo", "--dir", str(tmp_path / "sessions")]
     if MODEL:
         args += ["--model", MODEL]
-    assert main(args) == 0
+    code = main(args)
     out = capsys.readouterr().out
+    if MODEL and "[turn ended: ToolsNotSupported: " in out:  # the demo offers its tools
+        pytest.skip("the server lacks tools (the demo's turns ended ToolsNotSupported)")
+    assert code == 0
     assert "request  prompt_n  cache_n  predicted_n  reasoning  prompt_ms  predicted_ms" in out
     logs = list((tmp_path / "sessions").glob("*.jsonl"))
     assert len(logs) == 1 and f"session log: {logs[0]}" in out
