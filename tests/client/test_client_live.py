@@ -43,7 +43,7 @@ def user(text: str) -> dict[str, str]:
     return {"role": "user", "content": text}
 
 
-@pytest.mark.needs("shipped_model")  # one token per character
+@pytest.mark.needs("shipped_model", "cold_cache")  # one token per character, not cached
 def test_progress_rises_to_total_then_waiting(client: Client) -> None:
     # a char-level model: ~1 token per character; more than one 2048-token batch
     prompt = "Repeat: " + "abcdefgh " * 330
