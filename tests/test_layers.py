@@ -7,7 +7,8 @@ face is imported (``from ..client import Client``), never a private module
 (``from ..client._client import ...``): a part's private modules are its own. Imports sit at
 the top of each module (none hidden in a function, where they would hide a dependency), except
 imports of the parts named in ``LAZY`` (they pull heavy libraries, so ``import boxmaker``
-stays light). ``server`` and ``model`` stand apart: they need only ``errors``.
+stays light). ``server`` and ``model`` stand apart: ``model`` needs only ``errors`` (its
+``real`` module raises ``ModelFetchError``), ``server`` only ``model`` and ``errors``.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "boxmaker"
 
 LAYERS: list[set[str]] = [
-    {"records", "_json", "_public", "_relocated", "_secrets", "model"},
+    {"records", "_json", "_public", "_relocated", "_secrets"},
     {"errors", "events"},
-    {"config", "server"},
-    {"session", "tools", "view", "score"},
+    {"config", "model"},
+    {"session", "tools", "view", "score", "server"},
     {"client"},
     {"cache"},
     {"turn"},
@@ -31,8 +32,8 @@ LAYERS: list[set[str]] = [
     {"cli"},
     {"__init__", "_pytest_entry"},
 ]
-"""The parts, lowest first (LAYOUT.md's eight layers, with the leaf modules of layer 1 and
-``server`` placed where their imports put them)."""
+"""The parts, lowest first (LAYOUT.md's eight layers, with the leaf modules of layer 1,
+``model`` and ``server`` placed where their imports put them)."""
 
 SAME_LAYER = {
     ("errors", "records"),  # the tree's TurnLimit names a LimitKind (under TYPE_CHECKING)

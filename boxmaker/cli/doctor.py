@@ -272,11 +272,12 @@ def diagnose(
     api_key: str | None = None,
     timeout_s: float = 120.0,
     probe_deadline_s: float = 60.0,
+    probe_tokens: int = 160,
     transport: httpx.BaseTransport | None = None,
 ) -> DoctorReport:
     """Probe the llama-server at ``url`` and say what is set up right for agent loops.
 
-    Requests (all small: the demo prompt, at most 160 generated tokens each): ``GET
+    Requests (all small: the demo prompt, at most ``probe_tokens`` generated tokens each): ``GET
     /health``, ``GET /props`` (without a key first: HTTP 401 means a key is needed),
     ``GET /slots``, three streamed chat completions on slot 0 (plain, then again to see the
     cache reused, with ``thinking_budget_tokens`` 5) and one with ``reasoning_control`` whose
@@ -289,6 +290,9 @@ def diagnose(
         probe_deadline_s: seconds one streamed probe may take in all; a server that streams
             past it, or past the probe's ``max_tokens`` (plus :data:`PROBE_EVENTS_GRACE`
             events), ends the report with a failed check ``"bounded"`` (the stream closed).
+        probe_tokens: ``max_tokens`` of each probe (160: room for the shipped model's
+            reasoning and tool call; fewer for a model that rambles, whose reply then ends by
+            length: its tool-call and reasoning verdicts need a reply that gets there).
         transport: an httpx transport instead of the network (tests).
 
     Returns:
@@ -326,16 +330,19 @@ def diagnose(
             checks += _props_checks(props)
             checks += _slot_checks(http, base, props)
             d = probe_deadline_s
-            first = _stream(http, base, _body(160), None, d)
+            n = probe_tokens
+            first = _stream(http, base, _body(n), None, d)
             if first.status != 200:
                 fix = "see the server's log (a template that cannot render the demo's tools?)"
                 checks.append(Check("chat completion", False, f"HTTP {first.status}", fix))
                 return DoctorReport(base, tuple(checks))
-            again = _stream(http, base, _body(160), None, d)
-            budget = _stream(http, base, _body(160, thinking_budget_tokens=_BUDGET), None, d)
-            control = _stream(http, base, _body(160, reasoning_control=True), _CONTROL_AFTER, d)
+            again = _stream(http, base, _body(n), None, d)
+            budget = _stream(http, base, _body(n, thinking_budget_tokens=_BUDGET), None, d)
+            control = _stream(http, base, _body(n, reasoning_control=True), _CONTROL_AFTER, d)
             pinned = _pinned_twice(
-                lambda: httpx.Client(timeout=timeout_s, transport=transport, headers=headers), base
+                lambda: httpx.Client(timeout=timeout_s, transport=transport, headers=headers),
+                base,
+                n,
             )
         except ProbeOverrun as exc:
             fix = "the server ignores max_tokens or never ends its stream: see its log"
@@ -524,14 +531,16 @@ def _timed(http: httpx.Client, url: str, body: dict[str, Any]) -> tuple[str, flo
     return "".join(parts), first, time.monotonic()
 
 
-def _pinned_twice(make: Callable[[], httpx.Client], base: str) -> Check:
+def _pinned_twice(make: Callable[[], httpx.Client], base: str, max_tokens: int) -> Check:
     """Two requests pinned to slot 0 at once, :data:`_PAIRS` times (the two demo prompts,
     each also sent alone): does the server queue the second, or run both in the slot
     together (their answers cross)? A pair ran together when each generated before the other
     ended, or an answer differs from the answer alone (temperature 0). Seen on llama.cpp:
     a request that arrives while the slot is generating is queued, but two that arrive
     together may both run in it. Each request has a client (``make()``) of its own."""
-    bodies = [_body(160) | {"messages": [{"role": "user", "content": p}]} for p in DEMO_PROMPTS[:2]]
+    bodies = [
+        _body(max_tokens) | {"messages": [{"role": "user", "content": p}]} for p in DEMO_PROMPTS[:2]
+    ]
     alone = []
     for body in bodies:
         with make() as http:

@@ -7,7 +7,10 @@ llama.cpp's server README documents ``/props``: ``chat_template_caps`` (the chat
 template text), ``model_alias`` / ``model_path``. Builds differ in what else they expose
 (``kv_unified``, ``n_swa``, ``cache_ram_mib`` at the top level or under
 ``default_generation_settings``); what a build does not send stays ``None`` and ``detail``
-says so, so that nothing is assumed (the build of 2026-10 sends none of the three).
+says so, so that nothing is assumed (the build of 2026-10 sends none of the three). Where
+``/props`` does not give ``n_swa`` and ``model_path`` names a GGUF file on this machine (the
+embedded server, a local llama-server), the window is read from that file's header
+(:func:`boxmaker.model.sliding_window`: Gemma 3's 512); only a window found there is taken.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..model import sliding_window
 from ..records import Capabilities
 
 __all__ = ["REASONING_MARKS", "capabilities_of"]
@@ -79,7 +83,15 @@ def capabilities_of(props: object) -> Capabilities | None:
     if all(value is None for value in found.values()):
         return None
     unknown = [name for name in ("kv_unified", "n_swa", "cache_ram_mib") if found[name] is None]
+    from_file = ""
+    path = props.get("model_path")
+    if found["n_swa"] is None and isinstance(path, str) and path:
+        found["n_swa"] = sliding_window(path)
+        if found["n_swa"] is not None:
+            unknown.remove("n_swa")
+            from_file = f"n_swa {found['n_swa']} read from the model file {path}"
     if not caps:
         unknown.insert(0, "chat_template_caps")
-    detail = f"/props does not say: {', '.join(unknown)}" if unknown else ""
+    said = [f"/props does not say: {', '.join(unknown)}"] if unknown else []
+    detail = "; ".join([*said, *([from_file] if from_file else [])])
     return Capabilities(**found, detail=detail)

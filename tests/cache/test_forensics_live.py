@@ -80,6 +80,7 @@ def _tokens(url: str, text: str) -> int:
     return len(answer["tokens"])
 
 
+@pytest.mark.needs("tools", "reasoning", "shipped_model")
 def test_dropped_reasoning_is_history_rewritten_where_the_first_reply_began_live(
     server: EmbeddedServer | GivenServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -118,6 +119,7 @@ def test_dropped_reasoning_is_history_rewritten_where_the_first_reply_began_live
     assert (row["cause"], row["position"], row["lost"]) == ("history_rewritten", first_prompt, lost)
 
 
+@pytest.mark.needs("tools")
 def test_tools_changed_between_turns_is_history_edited_live(
     server: EmbeddedServer | GivenServer, tmp_path: Path
 ) -> None:
@@ -142,6 +144,7 @@ def test_tools_changed_between_turns_is_history_edited_live(
     assert loss.position == _tokens(server.url, old_text[:shared]) == loss.reused
 
 
+@pytest.mark.needs("tools", "one_slot")
 def test_another_conversation_on_the_one_slot_is_evicted_live(
     server: EmbeddedServer | GivenServer, tmp_path: Path
 ) -> None:
@@ -166,6 +169,7 @@ def test_another_conversation_on_the_one_slot_is_evicted_live(
     assert not _losses(other)
 
 
+@pytest.mark.needs("tools", "reasoning", "shipped_model")
 def test_keep_loses_no_cache_at_the_next_user_turn_live(
     server: EmbeddedServer | GivenServer, tmp_path: Path
 ) -> None:

@@ -6,13 +6,13 @@ server."""
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from live_server import MODEL
 
 from boxmaker.cassettes import load_interactions, use_cassette
 from boxmaker.errors import CassetteError
@@ -122,7 +122,6 @@ def test_async_httpx_unrecorded_request_fails_in_replay(tmp_path: Path) -> None:
         asyncio.run(other())
 
 
-MODEL = os.environ.get("BOXMAKER_TEST_MODEL") or None
 QUESTION = [{"role": "user", "content": "Say hi."}]
 
 

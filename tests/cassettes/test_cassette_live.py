@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from live_server import SERVER_API_KEY, live_server
+from live_server import SERVER_API_KEY, live_server, require
 
 from boxmaker.cassettes import CHAT_PATH, load_interactions, use_cassette
 from boxmaker.client import Client
@@ -51,6 +51,7 @@ def test_thinking_cap_fires_while_recording_and_the_recording_replays(tmp_path: 
     pending_at_first_token: list[int] = []
     session = Session.create(tmp_path / "live", Baseline(tools=demo_registry().definitions()))
     with live_server(n_ctx=4096) as server:
+        require(server, "tools")
         config = _config(server.url)
         with use_cassette(path, "all") as cassette:
 

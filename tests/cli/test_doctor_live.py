@@ -5,11 +5,10 @@ of 4096 tokens with reasoning separated, and two slots sharing 4096 (2048 each) 
 from __future__ import annotations
 
 import json
-import os
 import re
 
 import pytest
-from live_server import SERVER_API_KEY, SERVER_URL, embedded_only, live_server
+from live_server import MODEL, SERVER_API_KEY, SERVER_URL, embedded_only, live_server, require
 
 from boxmaker.cli import main
 from boxmaker.cli.doctor import diagnose
@@ -17,11 +16,11 @@ from boxmaker.server import EmbeddedServer
 
 pytestmark = pytest.mark.live
 
-MODEL = os.environ.get("BOXMAKER_TEST_MODEL") or None
-
 
 def test_doctor_on_a_well_set_up_server_live() -> None:
     with live_server(n_ctx=4096, n_parallel=1) as server:
+        if SERVER_URL is None:  # the verdicts below are the shipped model's
+            require(server, "tools", "reasoning", "shipped_model")
         report = diagnose(server.url, api_key=SERVER_API_KEY)
     if SERVER_URL is not None:  # the user's server: the doctor must answer, nothing more
         assert report.check("reachable").ok is True
@@ -52,6 +51,7 @@ def test_doctor_names_what_to_change_on_a_second_setup_live(
     with EmbeddedServer(
         MODEL, n_ctx=4096, n_parallel=2, n_threads=1, reasoning_format="none", api_key="sesame"
     ) as server:
+        require(server, "tools", "reasoning", "shipped_model", api_key="sesame")
         report = diagnose(server.url, api_key="sesame")
         code = main(["doctor", "--url", server.url, "--api-key", "sesame", "--json"])
         table = main(["doctor", "--url", server.url])  # no key: stops at the key check

@@ -43,6 +43,7 @@ def user(text: str) -> dict[str, str]:
     return {"role": "user", "content": text}
 
 
+@pytest.mark.needs("shipped_model", "cold_cache")  # one token per character, not cached
 def test_progress_rises_to_total_then_waiting(client: Client) -> None:
     # a char-level model: ~1 token per character; more than one 2048-token batch
     prompt = "Repeat: " + "abcdefgh " * 330
@@ -77,6 +78,7 @@ def test_extending_request_reuses_the_cache(client: Client) -> None:
     assert second.usage["prompt_tokens_details"]["cached_tokens"] == second.timings["cache_n"]
 
 
+@pytest.mark.needs("shipped_model")  # one token per character
 def test_prompt_longer_than_context_is_context_full(client: Client) -> None:
     embedded_only(f"n_ctx={N_CTX}")
     with pytest.raises(InferError) as info:

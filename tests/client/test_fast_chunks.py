@@ -19,7 +19,7 @@ import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from live_server import SERVER_API_KEY, live_server
+from live_server import SERVER_API_KEY, live_server, unmet
 
 from boxmaker.client import Completion, StreamDecoder
 from boxmaker.client._stream._chunks import ChunkDecoder
@@ -319,6 +319,7 @@ def test_a_real_llama_cpp_stream_is_read_the_usual_way_as_parsing_reads_it() -> 
         response = httpx.post(
             f"{server.url}/v1/chat/completions", json=body, headers=headers, timeout=120
         )
+        shipped = not unmet(server, "shipped_model")
     assert response.status_code == 200
     raw = response.content
     cuts = cut(raw, list(range(0, len(raw), 97)))
@@ -329,4 +330,5 @@ def test_a_real_llama_cpp_stream_is_read_the_usual_way_as_parsing_reads_it() -> 
         assert usual[1].finish_reason is not None
     chunks = [p[6:] for p in raw.decode().split("\n\n") if p.startswith("data: {")]
     read, _ = usual_count(chunks)
-    assert read >= len(chunks) - 10  # all but the first, progress, new calls and the end
+    if shipped:  # the usual path's share: the shipped model's chunk layouts
+        assert read >= len(chunks) - 10  # all but the first, progress, new calls and the end

@@ -5,14 +5,13 @@ there, and the warning when a cap cannot be enforced."""
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from live_server import SERVER_API_KEY, embedded_only, live_server
+from live_server import MODEL, SERVER_API_KEY, embedded_only, live_server, require
 
 from boxmaker.client import Client
 from boxmaker.config import ClientConfig, Config, LoopLimits, SamplingConfig, ThinkingConfig
@@ -26,13 +25,12 @@ from boxmaker.turn import Runtime, run_turn
 
 pytestmark = pytest.mark.live
 
-MODEL = os.environ.get("BOXMAKER_TEST_MODEL") or None
-
 
 @pytest.fixture(scope="module")
 def none_server() -> Iterator[EmbeddedServer]:
     embedded_only("--reasoning-format none")
     with EmbeddedServer(MODEL, n_ctx=4096, n_threads=1, reasoning_format="none") as running:
+        require(running, "tools", "reasoning")
         yield running
 
 
@@ -86,6 +84,7 @@ def test_thinking_cap_is_exact_with_tags_in_content_live(
 def test_cap_without_visible_reasoning_warns_once_live(tmp_path: Path) -> None:
     # thinking disabled on a server that separates reasoning: no reasoning field, no tag
     with live_server(n_ctx=4096) as server:
+        require(server, "tools")
         session, events = _turn(server.url, tmp_path, 10, thinking=False)
     warnings = [e for e in events if isinstance(e, CapNotEnforced)]
     assert len(warnings) == 1 and "no reasoning seen" in warnings[0].detail

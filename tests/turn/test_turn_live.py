@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,11 +12,13 @@ from typing import Any
 import httpx
 import pytest
 from live_server import (
+    MODEL,
     SERVER_API_KEY,
     GivenServer,
     embedded_only,
     live_server,
     not_on_the_shipped_model,
+    require,
 )
 
 from boxmaker.client import Client
@@ -31,8 +32,6 @@ from boxmaker.session import Session
 from boxmaker.turn import Runtime, run_turn
 
 pytestmark = pytest.mark.live
-
-MODEL = os.environ.get("BOXMAKER_TEST_MODEL") or None
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +54,7 @@ def _session(tmp_path: Path) -> Session:
     return Session.create(tmp_path, Baseline(tools=demo_registry().definitions()))
 
 
+@pytest.mark.needs("tools", "shipped_model", "cold_cache")  # one token per character
 def test_prompt_progress_and_cache_reuse_live(
     server: EmbeddedServer | GivenServer, tmp_path: Path
 ) -> None:
@@ -76,6 +76,7 @@ def test_prompt_progress_and_cache_reuse_live(
     assert usages[1].timings["cache_n"] >= first["prompt_n"] // 2
 
 
+@pytest.mark.needs("tools")
 def test_follow_up_inside_a_turn_keeps_the_cache_live(
     server: EmbeddedServer | GivenServer, tmp_path: Path
 ) -> None:
@@ -96,6 +97,7 @@ def test_follow_up_inside_a_turn_keeps_the_cache_live(
     assert usages[1].timings["cache_n"] >= expected
 
 
+@pytest.mark.needs("tools", "reasoning")
 def test_thinking_cap_live_through_reasoning_control(
     server: EmbeddedServer | GivenServer, tmp_path: Path
 ) -> None:
@@ -125,6 +127,7 @@ def test_thinking_cap_live_through_reasoning_control(
 
 
 @pytest.mark.parametrize("cap", [1, 3, 10, 40])
+@pytest.mark.needs("tools", "reasoning")
 def test_thinking_cap_is_exact_counted_by_the_server_tokenizer_live(
     server: EmbeddedServer | GivenServer, tmp_path: Path, cap: int
 ) -> None:
@@ -145,6 +148,7 @@ def test_thinking_cap_is_exact_counted_by_the_server_tokenizer_live(
 def test_context_full_live_small_n_ctx(tmp_path: Path) -> None:
     embedded_only("n_ctx=256")
     with EmbeddedServer(MODEL, n_ctx=256, n_threads=1) as small:
+        require(small, "tools", "shipped_model")  # its tools prefix: ~700 tokens
         runtime, client = _runtime(small.url)
         session = _session(tmp_path)  # the tools prefix alone is ~700 tokens
         with client, pytest.raises(SessionFull) as info:
@@ -157,6 +161,7 @@ def test_context_full_live_small_n_ctx(tmp_path: Path) -> None:
     assert session.records[-2].kind == "context_full"  # type: ignore[union-attr]
 
 
+@pytest.mark.needs("tools")
 def test_cancel_live_stops_the_stream_and_the_server_serves_on(
     server: EmbeddedServer | GivenServer, tmp_path: Path
 ) -> None:
@@ -186,8 +191,11 @@ def test_demo_command_live(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     args = ["demo", "--dir", str(tmp_path / "sessions")]
     if MODEL:
         args += ["--model", MODEL]
-    assert main(args) == 0
+    code = main(args)
     out = capsys.readouterr().out
+    if MODEL and "[turn ended: ToolsNotSupported: " in out:  # the demo offers its tools
+        pytest.skip("the server lacks tools (the demo's turns ended ToolsNotSupported)")
+    assert code == 0
     assert "request  prompt_n  cache_n  predicted_n  reasoning  prompt_ms  predicted_ms" in out
     logs = list((tmp_path / "sessions").glob("*.jsonl"))
     assert len(logs) == 1 and f"session log: {logs[0]}" in out
@@ -196,6 +204,7 @@ def test_demo_command_live(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert len(users) >= 2
 
 
+@pytest.mark.needs("tools")
 def test_on_limit_answer_live_after_a_tool_iteration_stop(
     server: EmbeddedServer, tmp_path: Path
 ) -> None:
@@ -223,6 +232,7 @@ def test_on_limit_answer_live_after_a_tool_iteration_stop(
     assert usages[-1].timings["cache_n"] >= previous["cache_n"] + previous["prompt_n"]
 
 
+@pytest.mark.needs("tools")
 def test_loop_guard_live_stale_results_nudge_then_stop(
     server: EmbeddedServer, tmp_path: Path
 ) -> None:
@@ -244,6 +254,7 @@ def test_loop_guard_live_stale_results_nudge_then_stop(
     assert info.value.detail.startswith("rule stale_result: get_weather returned")
 
 
+@pytest.mark.needs("tools", "shipped_model")
 def test_loop_guard_live_stops_a_cycle_of_two_tools(server: EmbeddedServer, tmp_path: Path) -> None:
     """The model card's cycling prompt (two things to keep checking) with the identical-repeat
     rule off: the model alternates get_weather(Paris) and get_time(London); the cycle rule
