@@ -8,10 +8,11 @@ saw.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,7 @@ import httpx
 
 from ..client import StreamDecoder
 from ..config import Config, SamplingConfig, SlotsConfig, ThinkingConfig
-from ..errors import CassetteError, InferError
+from ..errors import BoxmakerError, CassetteError, InferError
 from ..tools import canonical_arguments
 from ._matching import describe_difference, first_difference, parse_body
 from ._serializer import compact, load_interactions
@@ -333,13 +334,35 @@ class RecordedSession:
     chat_requests: int
 
 
+@contextlib.contextmanager
+def unreadable_as_cassette_error(path: str | os.PathLike[str], what: str) -> Iterator[None]:
+    """Around code that reads a recording's requests: a recorded value of the wrong shape (a
+    string where messages belong, a tool with an invalid name or schema, a sampling value out
+    of range) becomes one :class:`CassetteError` naming the file and ``what`` was read, not a
+    bare ``TypeError`` or another part's error (issue 23: 33 of 1,500 mutated cassettes)."""
+    try:
+        yield
+    except CassetteError:
+        raise
+    except (BoxmakerError, TypeError, ValueError, AttributeError, KeyError) as exc:
+        raise CassetteError(f"{path}: {what}: {type(exc).__name__}: {exc}") from exc
+
+
 def recorded_session(path: str | os.PathLike[str]) -> RecordedSession:
     """Read a :class:`RecordedSession` from a cassette.
 
     Raises:
-        CassetteError: not a readable cassette, or no chat request in it.
+        CassetteError: not a readable cassette, no chat request in it, or a recorded request
+            whose body is not shaped as a chat-completions request (OpenAI API).
     """
     chats = chat_interactions(load_interactions(path))
+    with unreadable_as_cassette_error(path, "a recorded request cannot be replayed"):
+        return _recorded_session(path, chats)
+
+
+def _recorded_session(
+    path: str | os.PathLike[str], chats: list[tuple[int, Any]]
+) -> RecordedSession:
     if not chats:
         raise CassetteError(f"{path}: no {CHAT_PATH} request to replay")
     first = chats[0][1]

@@ -262,6 +262,17 @@ def _shape_problem(data: Any) -> str | None:
         for part, name in ((request, "headers"), (response, "headers"), (response, "body")):
             if not isinstance(part.get(name) or {}, dict):
                 return f"interaction {number}: {name} is not a mapping"
+        for part in (request, response):
+            for name, value in (part.get("headers") or {}).items():
+                values = value if isinstance(value, list) else [value]
+                if not values or not all(isinstance(v, str | int | float) for v in values):
+                    return f"interaction {number}: header {str(name)[:40]!r} has no text value"
+        status = response.get("status") or {}
+        code = status.get("code", 200) if isinstance(status, dict) else None
+        if type(code) is not int or not 100 <= code <= 599:
+            return f"interaction {number}: the response status has no HTTP code (100-599)"
+        if not isinstance(status.get("message", ""), str | None):
+            return f"interaction {number}: the response status message is not text"
     return None
 
 

@@ -24,7 +24,7 @@ from ..records import Baseline, LimitHit, ToolResult, TurnEnd
 from ..session import Session
 from ..tools import Registry, ToolAnswer, ToolFailed, ToolOk, ToolRequest, canonical_arguments
 from ..turn import Runtime, run_turn
-from ._inspection import recorded_session
+from ._inspection import recorded_session, unreadable_as_cassette_error
 from ._matching import short
 from ._transport import UnrecordedRequest, use_cassette
 
@@ -144,7 +144,8 @@ def what_if(
         client=ClientConfig(url="http://127.0.0.1:9", retry_attempts=4),
         loop=limits,
     )
-    names = [str((t.get("function") or {}).get("name")) for t in recorded.tools]
+    with unreadable_as_cassette_error(path, "a recorded tool cannot be offered"):
+        names = [str((t.get("function") or {}).get("name")) for t in recorded.tools]
     port: _RecordedPort | None = None
     if registry is not None:
         if missing := sorted(set(names) - set(registry.names)):
@@ -152,11 +153,14 @@ def what_if(
         tools_text = f"the registry given ({', '.join(names)})"
     else:
         registry = Registry()
-        for t in recorded.tools:
-            fn = t.get("function") or {}
-            registry.add_port_tool(
-                str(fn.get("name")), str(fn.get("description") or ""), fn.get("parameters") or {}
-            )
+        with unreadable_as_cassette_error(path, "a recorded tool cannot be offered"):
+            for t in recorded.tools:
+                fn = t.get("function") or {}
+                registry.add_port_tool(
+                    str(fn.get("name")),
+                    str(fn.get("description") or ""),
+                    fn.get("parameters") or {},
+                )
         port = _RecordedPort(recorded.results)
         tools_text = f"results recorded in the cassette ({', '.join(names) or 'none'})"
     report = WhatIf()
