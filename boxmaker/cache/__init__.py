@@ -5,7 +5,7 @@ asked through the client's side requests).
 """
 
 from .._public import publish
-from ._forensics import CacheForensics, explain_log
+from ._forensics import CacheForensics, SentRequest, TemplateServer, explain_log, explain_loss
 from ._outcome import (
     CAUSES,
     WINDOW_TOKENS,
@@ -26,12 +26,15 @@ __all__ = [
     "WINDOW_TOKENS",
     "CacheForensics",
     "CacheOutcome",
+    "SentRequest",
+    "TemplateServer",
     "LossCause",
     "Tokens",
     "cache_loss",
     "cache_outcome",
     "classify_loss",
     "explain_log",
+    "explain_loss",
     "first_divergence",
     "history_change",
     "reprocessed",
