@@ -149,14 +149,30 @@ class TapLog:
 
     # -- the request path's side: one put -------------------------------------------------
 
-    def submit(self, exchange: Exchange) -> None:
-        """Queue one exchange for the writer thread (never blocks, never raises)."""
+    def begin(self) -> None:
+        """Count one exchange on its way (the proxy calls it when a chat request comes, so
+        that :meth:`wait` also waits for answers still streaming); :meth:`submit` or
+        :meth:`drop` ends it."""
         with self._idle:
             self._pending += 1
+
+    def submit(self, exchange: Exchange) -> None:
+        """Queue one exchange begun with :meth:`begin` for the writer thread (never blocks,
+        never raises)."""
         self._queue.put(exchange)
 
+    def drop(self) -> None:
+        """End an exchange begun with :meth:`begin` that will not be submitted."""
+        self._done()
+
+    def _done(self) -> None:
+        with self._idle:
+            self._pending -= 1
+            self._idle.notify_all()
+
     def wait(self, timeout_s: float = 30.0) -> bool:
-        """Wait until every exchange submitted so far is written; ``False`` on timeout."""
+        """Wait until every exchange begun so far is answered and written; ``False`` on
+        timeout."""
         with self._idle:
             return self._idle.wait_for(lambda: self._pending == 0, timeout_s)
 
@@ -186,9 +202,7 @@ class TapLog:
             except Exception as exc:  # the writer never dies: the agent's traffic goes on
                 self._problem(f"{exchange.path}: not logged: {type(exc).__name__}: {exc}")
             finally:
-                with self._idle:
-                    self._pending -= 1
-                    self._idle.notify_all()
+                self._done()
 
     def _problem(self, text: str) -> None:
         self.problems.append(text)

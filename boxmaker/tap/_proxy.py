@@ -118,94 +118,94 @@ def make_app(
         ]
         logged = log is not None and path in _LOGGED and scope["method"] == "POST"
         request = client.build_request(scope["method"], url, headers=headers, content=body)
-        try:
-            response = await client.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            why = f"the tap could not reach the upstream {base}: {type(exc).__name__}: {exc}"
-            error = json.dumps(
-                {"error": {"message": why, "type": "tap_upstream_unreachable", "code": 502}}
-            ).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 502,
-                    "headers": [(b"content-type", b"application/json")],
-                }
-            )
-            await send({"type": "http.response.body", "body": error})
-            if logged and log is not None:
-                log.submit(
-                    Exchange(
-                        path=path,
-                        body=body,
-                        status=None,
-                        streamed=False,
-                        answer=b"",
-                        error=why,
-                        api_key=_bearer(headers),
-                        started=started,
-                    )
-                )
+        if log is None or not logged:
+            await _forward(client, request, receive, send, keep=False)
             return
-        kept: list[bytes] = []
-        disconnected = asyncio.Event()
-        problem: str | None = None
-        streamed = response.headers.get("content-type", "").startswith("text/event-stream")
-
-        async def forward() -> None:
-            out = [(k, v) for k, v in response.headers.raw if k.lower() not in _HOP]
-            await send(
-                {"type": "http.response.start", "status": response.status_code, "headers": out}
-            )
-            async for chunk in response.aiter_raw():
-                if logged:
-                    kept.append(chunk)
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b""})
-
-        async def watch() -> None:
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    disconnected.set()
-                    return
-
-        forwarding = asyncio.ensure_future(forward())
-        watching = asyncio.ensure_future(watch())
+        log.begin()  # counted now: TapLog.wait also waits for an answer still streaming
         try:
-            await asyncio.wait({forwarding, watching}, return_when=asyncio.FIRST_COMPLETED)
-            if not forwarding.done():  # the agent went away: stop reading the upstream
-                forwarding.cancel()
-            try:
-                await forwarding
-            except asyncio.CancelledError:
-                pass
-            except httpx.HTTPError as exc:
-                problem = f"the upstream's answer broke off: {type(exc).__name__}: {exc}"
-            except OSError:  # the agent's socket failed under a write: it is gone
-                disconnected.set()
-        finally:
-            watching.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watching
-            await response.aclose()  # closes the upstream connection when cut short
-        if logged and log is not None:
-            gone = disconnected.is_set() and not forwarding_done_cleanly(forwarding)
-            log.submit(
-                Exchange(
-                    path=path,
-                    body=body,
-                    status=response.status_code,
-                    streamed=streamed,
-                    answer=b"".join(kept),
-                    error=problem or ("the agent disconnected mid-answer" if gone else None),
-                    disconnected=gone,
-                    api_key=_bearer(headers),
-                    started=started,
-                )
+            status, streamed, answer, error, gone = await _forward(
+                client, request, receive, send, keep=True
             )
+        except BaseException:
+            log.drop()
+            raise
+        log.submit(
+            Exchange(
+                path=path,
+                body=body,
+                status=status,
+                streamed=streamed,
+                answer=answer,
+                error=error,
+                disconnected=gone,
+                api_key=_bearer(headers),
+                started=started,
+            )
+        )
 
     return app
+
+
+async def _forward(
+    client: httpx.AsyncClient, request: httpx.Request, receive: Receive, send: Send, *, keep: bool
+) -> tuple[int | None, bool, bytes, str | None, bool]:
+    """Send ``request`` upstream and its answer to the agent, each read as it arrives.
+
+    Returns ``(status, streamed, answer, error, disconnected)``: the upstream's status
+    (``None``: not reached, the agent got a 502), whether it streamed SSE, the bytes
+    forwarded (``b""`` unless ``keep``), what went wrong, and whether the agent went away
+    before the answer ended (the upstream connection is then closed)."""
+    try:
+        response = await client.send(request, stream=True)
+    except httpx.HTTPError as exc:
+        base = f"{request.url.scheme}://{request.url.netloc.decode('latin-1')}"
+        why = f"the tap could not reach the upstream {base}: {type(exc).__name__}: {exc}"
+        answer = {"error": {"message": why, "type": "tap_upstream_unreachable", "code": 502}}
+        head = [(b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": 502, "headers": head})
+        await send({"type": "http.response.body", "body": json.dumps(answer).encode()})
+        return None, False, b"", why, False
+    kept: list[bytes] = []
+    disconnected = asyncio.Event()
+    problem: str | None = None
+    streamed = response.headers.get("content-type", "").startswith("text/event-stream")
+
+    async def forward() -> None:
+        out = [(k, v) for k, v in response.headers.raw if k.lower() not in _HOP]
+        await send({"type": "http.response.start", "status": response.status_code, "headers": out})
+        async for chunk in response.aiter_raw():
+            if keep:
+                kept.append(chunk)
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        disconnected.set()
+
+    forwarding = asyncio.ensure_future(forward())
+    watching = asyncio.ensure_future(watch())
+    try:
+        await asyncio.wait({forwarding, watching}, return_when=asyncio.FIRST_COMPLETED)
+        if not forwarding.done():  # the agent went away: stop reading the upstream
+            forwarding.cancel()
+        try:
+            await forwarding
+        except asyncio.CancelledError:
+            pass
+        except httpx.HTTPError as exc:
+            problem = f"the upstream's answer broke off: {type(exc).__name__}: {exc}"
+        except OSError:  # the agent's socket failed under a write: it is gone
+            disconnected.set()
+    finally:
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
+        await response.aclose()  # closes the upstream connection when cut short
+    gone = disconnected.is_set() and not forwarding_done_cleanly(forwarding)
+    error = problem or ("the agent disconnected mid-answer" if gone else None)
+    return response.status_code, streamed, b"".join(kept), error, gone
 
 
 def forwarding_done_cleanly(task: asyncio.Future[None]) -> bool:
@@ -267,6 +267,13 @@ class Tap:
         )
         return uvicorn.Server(config)
 
+    def bind(self) -> None:
+        """Bind the port now (sets :attr:`url` and :attr:`port`), before :meth:`start` or
+        :meth:`serve_forever`; a no-op when bound. Raises :class:`BoxmakerError` as
+        :meth:`start`."""
+        if self._socket is None:
+            self._socket = self._bind()
+
     def _bind(self) -> socket.socket:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -282,7 +289,8 @@ class Tap:
 
     def start(self) -> Tap:
         """Listen and serve on a background thread; returns ``self``."""
-        self._socket = self._bind()
+        self.bind()
+        assert self._socket is not None
         self._server = self._config()
         self._thread = threading.Thread(
             target=self._server.run,
@@ -303,12 +311,14 @@ class Tap:
     def serve_forever(self) -> None:
         """Listen and serve on this thread until Ctrl-C (the command line's way), then close
         the logs."""
-        self._socket = self._bind()
+        self.bind()
+        assert self._socket is not None
         self._server = self._config()
         try:
             self._server.run(sockets=[self._socket])
         finally:
             self._socket.close()
+            self._socket = None
             if self.log is not None:
                 self.log.close()
 
