@@ -13,7 +13,7 @@ LOG.jsonl``) says which loop limit would have stopped the agent.
 """
 
 from .._public import publish
-from ._log import Exchange, TapLog
+from ._log import REPLY_SLACK, Exchange, TapLog
 from ._proxy import HOP_BY_HOP, Tap, make_app
 from ._whatif import LogWhatIf, what_if_log
 from ._wire import ANTHROPIC_PATHS, CHAT_PATHS, Reply, anthropic_body, message_key, read_reply
@@ -22,6 +22,7 @@ __all__ = [
     "ANTHROPIC_PATHS",
     "CHAT_PATHS",
     "HOP_BY_HOP",
+    "REPLY_SLACK",
     "Exchange",
     "LogWhatIf",
     "Reply",
