@@ -22,7 +22,8 @@ short, a ``CacheLoss`` with forensics' cause and position (also when the prompt 
 the server processed the previous reply again, :data:`REPLY_SLACK`). An answer without tool
 calls ends the turn (``TurnEnd`` ``answered``; ``length`` when cut by ``max_tokens``); an
 upstream error ends it as ``infer_error`` (its HTTP status kept), a disconnect as
-``cancelled``; calls left unanswered when a turn ends are answered ``not_run`` so that every log stays well formed.
+``cancelled``; calls left unanswered when a turn ends are answered ``not_run`` so that
+every log stays well formed.
 """
 
 from __future__ import annotations
