@@ -345,3 +345,18 @@ def test_a_full_disk_forwards_anyway_and_says_so_once(tmp_path: Path) -> None:
         assert len(problems) == 1 and "cannot write the logs" in problems[0]
     finally:
         subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_request_that_rewrote_earlier_history_continues_its_session(tmp_path: Path) -> None:
+    with tapped([CALL, ANSWER], tmp_path, forensics=False) as (_, tap):
+        _post(tap.url, [ASK])
+        history = [ASK, *_echo()]
+        _post(tap.url, history)
+        edited = [dict(m) for m in history]
+        edited[2]["content"] = "(result cleared)"  # the harness compacted an old tool result
+        more = [{"role": "assistant", "content": "Sunny."}, {"role": "user", "content": "Rome?"}]
+        _post(tap.url, [*edited, *more])
+    (session,) = _sessions(tap)
+    assert_log_well_formed(session)
+    assert [r.content for r in session.records if isinstance(r, User)] == [ASK["content"], "Rome?"]
+    assert [r.content for r in session.records if isinstance(r, ToolResult)] == ['{"sky": "sunny"}']
