@@ -360,3 +360,20 @@ def test_a_request_that_rewrote_earlier_history_continues_its_session(tmp_path: 
     assert_log_well_formed(session)
     assert [r.content for r in session.records if isinstance(r, User)] == [ASK["content"], "Rome?"]
     assert [r.content for r in session.records if isinstance(r, ToolResult)] == ['{"sky": "sunny"}']
+
+
+def test_a_session_view_follows_a_tapped_session_as_it_grows(tmp_path: Path) -> None:
+    from boxmaker.widgets import SessionView
+
+    with tapped([CALL, ANSWER], tmp_path, forensics=False) as (_, tap):
+        assert tap.log is not None
+        _post(tap.url, [ASK])
+        assert tap.log.wait()
+        view = SessionView(tap.log.sessions[0])  # the turn still open: the agent runs the tool
+        assert len(view.transcript.turns) == 1 and "Sunny." not in view.html()
+        assert view.refresh() == 0
+        _post(tap.url, [ASK, *_echo()])
+        assert tap.log.wait()
+        assert view.refresh() == 5  # the result, the answer, its usage and loss, the end
+    assert len(view.transcript.turns) == 1 and "Sunny." in view.html()
+    assert "(8 records)" in view.widget.children[0].value
