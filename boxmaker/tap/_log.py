@@ -285,7 +285,8 @@ class TapLog:
         if kind == 0:  # history rewritten: the agent's new input follows its last assistant
             last = max((i for i, m in enumerate(msgs) if m.get("role") == "assistant"), default=-1)
             return conv, last + 1
-        return conv, n + (1 if kind == 2 else 0)
+        echoed = n < len(keys) and keys[n][0] == "assistant" and conv.reply_key is not None
+        return conv, n + (1 if kind == 2 or echoed else 0)  # the reply, altered: not logged twice
 
     def _create(
         self,

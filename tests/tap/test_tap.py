@@ -377,3 +377,12 @@ def test_a_session_view_follows_a_tapped_session_as_it_grows(tmp_path: Path) -> 
         assert view.refresh() == 5  # the result, the answer, its usage and loss, the end
     assert len(view.transcript.turns) == 1 and "Sunny." in view.html()
     assert "(8 records)" in view.widget.children[0].value
+
+
+def test_a_reply_sent_back_altered_is_not_logged_twice(tmp_path: Path) -> None:
+    with tapped([ANSWER], tmp_path, forensics=False) as (_, tap):
+        _post(tap.url, [ASK])
+        altered = {"role": "assistant", "content": "It is sunny."}  # the harness rewrote it
+        _post(tap.url, [ASK, altered, {"role": "user", "content": "Rome?"}])
+    (session,) = _sessions(tap)
+    assert [r.content for r in session.records if isinstance(r, Assistant)] == ["Sunny."] * 2
