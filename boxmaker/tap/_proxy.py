@@ -173,10 +173,40 @@ async def _forward(
     async def forward() -> None:
         out = [(k, v) for k, v in response.headers.raw if k.lower() not in _HOP]
         await send({"type": "http.response.start", "status": response.status_code, "headers": out})
-        async for chunk in response.aiter_raw():
-            if keep:
-                kept.append(chunk)
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        # a reader task pulls the upstream's chunks as they come; this loop sends each at once,
+        # joined with the others already pulled (events that came in one socket read leave in
+        # one write: nothing waits, but a busy tap makes one write, not one per event)
+        pulled: asyncio.Queue[bytes | Exception | None] = asyncio.Queue()
+
+        async def pull() -> None:
+            try:
+                async for chunk in response.aiter_raw():
+                    pulled.put_nowait(chunk)
+            except Exception as exc:  # handed to the sending loop, which raises it
+                pulled.put_nowait(exc)
+                return
+            pulled.put_nowait(None)
+
+        puller = asyncio.ensure_future(pull())
+        try:
+            ended = False
+            while not ended:
+                parts = [await pulled.get()]
+                while not pulled.empty():
+                    parts.append(pulled.get_nowait())
+                data = b"".join(p for p in parts if isinstance(p, bytes))
+                if data:
+                    if keep:
+                        kept.append(data)
+                    await send({"type": "http.response.body", "body": data, "more_body": True})
+                for part in parts:
+                    if isinstance(part, Exception):
+                        raise part
+                ended = parts[-1] is None
+        finally:
+            puller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await puller
         await send({"type": "http.response.body", "body": b""})
 
     async def watch() -> None:
