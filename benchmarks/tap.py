@@ -3,8 +3,8 @@
 The stream is the shared recording ``benchmarks/data/stream-1009.sse`` (a copy of the
 team's ``perf/stream-1009.sse``; ``--stream PATH`` for another): 1,009 SSE events of a real
 llama.cpp answer. A stand-in upstream (a socket server on 127.0.0.1, a thread per
-connection) answers each ``POST /v1/chat/completions`` with it as llama-server does: a
-chunked ``text/event-stream``, one event per chunk and write, ``--pace-us`` between events
+connection, kept alive as llama-server keeps it) answers each ``POST /v1/chat/completions``
+with it as llama-server does: a chunked ``text/event-stream``, one event per chunk and write, ``--pace-us`` between events
 (0: as fast as the socket takes them) after ``--first-ms`` before the first (the prompt's
 processing). The agent is an ``httpx.Client`` reading raw bytes; an event counts as arrived
 when its closing blank line has.
@@ -52,10 +52,7 @@ from pathlib import Path
 import httpx
 
 DEFAULT_STREAM = Path(__file__).resolve().parent / "data" / "stream-1009.sse"
-HEAD = (
-    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
-    b"Connection: close\r\n\r\n"
-)
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 BODY = (
     b'{"messages": [{"role": "user", "content": "What is the weather in Paris?"}], "stream": true}'
 )
@@ -79,39 +76,42 @@ class Upstream:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
+        """Answer requests on one connection, kept alive as llama-server keeps it."""
         with conn:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            # ack the request's head at once, as llama-server's reads do: else the client's
-            # Nagle holds its body back for a delayed ACK (40 ms) and that is all one measures
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
             data = b""
-            while b"\r\n\r\n" not in data:
-                piece = conn.recv(65536)
-                if not piece:
-                    return
-                data += piece
-            head, _, body = data.partition(b"\r\n\r\n")
-            length = next(
-                (
-                    int(line.split(b":")[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                ),
-                0,
-            )
-            while len(body) < length:
-                body += conn.recv(65536)
-            if head.startswith(b"GET"):
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
-                return
-            conn.sendall(HEAD)
-            if self.first_s:
-                time.sleep(self.first_s)
-            for event in self.events:
-                conn.sendall(b"%x\r\n%s\r\n" % (len(event), event))
-                if self.pace_s:
-                    time.sleep(self.pace_s)
-            conn.sendall(b"0\r\n\r\n")
+            while True:
+                # ack each request's head at once, as llama-server's reads do: else the
+                # client's Nagle holds its body back for a delayed ACK (40 ms)
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
+                while b"\r\n\r\n" not in data:
+                    piece = conn.recv(65536)
+                    if not piece:
+                        return
+                    data += piece
+                head, _, data = data.partition(b"\r\n\r\n")
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
+                while len(data) < length:
+                    data += conn.recv(65536)
+                data = data[length:]
+                if head.startswith(b"GET"):
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+                    continue
+                conn.sendall(HEAD)
+                if self.first_s:
+                    time.sleep(self.first_s)
+                for event in self.events:
+                    conn.sendall(b"%x\r\n%s\r\n" % (len(event), event))
+                    if self.pace_s:
+                        time.sleep(self.pace_s)
+                conn.sendall(b"0\r\n\r\n")
 
     def close(self) -> None:
         self.listener.close()
