@@ -5,9 +5,9 @@ The stream is the shared recording ``benchmarks/data/stream-1009.sse`` (a copy o
 llama.cpp answer. A stand-in upstream (a socket server on 127.0.0.1, a thread per
 connection, kept alive as llama-server keeps it) answers each ``POST /v1/chat/completions``
 with it as llama-server does: a chunked ``text/event-stream``, one event per chunk and
-write, ``--pace-us`` between events (0: as fast as the socket takes them) after ``--first-
-ms`` before the first (the prompt's processing). The agent is an ``httpx.Client`` reading
-raw bytes; an event counts as arrived when its closing blank line has.
+write, ``--pace-us`` between events (0: as fast as the socket takes them) after
+``--first-ms`` before the first (the prompt's processing). The agent is an ``httpx.Client``
+reading raw bytes; an event counts as arrived when its closing blank line has.
 
 Both paths run alternately ``--repeat`` times (the machine is shared: load changes hit both
 alike), the stand-in and the tap (``boxmaker tap``) each in a process of its own, as in
