@@ -386,3 +386,39 @@ def test_a_reply_sent_back_altered_is_not_logged_twice(tmp_path: Path) -> None:
         _post(tap.url, [ASK, altered, {"role": "user", "content": "Rome?"}])
     (session,) = _sessions(tap)
     assert [r.content for r in session.records if isinstance(r, Assistant)] == ["Sunny."] * 2
+
+
+def test_the_command_serves_until_interrupted_and_names_its_logs(tmp_path: Path) -> None:
+    import signal
+    import socket
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with running([ANSWER]) as up:
+        logs = str(tmp_path / "logs")
+        command = [sys.executable, "-m", "boxmaker.cli", "tap", "--upstream", up.url,
+                   "--port", str(port), "--dir", logs, "--no-forensics"]  # fmt: skip
+        tap = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        try:
+            assert tap.stdout is not None
+            head = tap.stdout.readline()
+            assert head.startswith(
+                f"boxmaker tap: listening on http://127.0.0.1:{port} -> {up.url}"
+            )
+            for _ in range(100):
+                with contextlib.suppress(httpx.TransportError):
+                    r = _post(f"http://127.0.0.1:{port}", [ASK])
+                    break
+                time.sleep(0.05)
+            assert r.status_code == 200 and b"data: [DONE]" in r.content
+        finally:
+            tap.send_signal(signal.SIGINT)
+            out, _ = tap.communicate(timeout=30)
+    assert tap.returncode == 0
+    (log,) = (tmp_path / "logs").glob("*.jsonl")
+    assert str(log) in out
+    with Session.open(log, read_only=True) as session:
+        assert_log_well_formed(session)
