@@ -29,6 +29,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -365,8 +366,10 @@ class LlamaScript:
     def next_item(self, body: bytes) -> object:
         """Record a chat request's ``body`` and take the next item of the script."""
         with self._lock:
-            if body:
-                self.bodies.append(json.loads(body))
+            # not JSON: played as any other request, not kept in bodies
+            with contextlib.suppress(ValueError):
+                if body:
+                    self.bodies.append(json.loads(body))
             return self.script.pop(0) if len(self.script) > 1 else self.script[0]
 
     def handler(self, request: httpx.Request) -> httpx.Response:

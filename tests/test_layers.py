@@ -28,7 +28,7 @@ LAYERS: list[set[str]] = [
     {"client"},
     {"cache"},
     {"turn"},
-    {"frames", "widgets", "cassettes", "batch", "demo", "testing"},
+    {"frames", "widgets", "cassettes", "batch", "demo", "testing", "tap"},
     {"cli"},
     {"__init__", "_pytest_entry"},
 ]
@@ -43,7 +43,7 @@ SAME_LAYER = {
 
 LAZY = {
     *("widgets", "server", "frames", "cassettes", "batch", "tools.mcp", "frames.plots"),
-    *("cache", "client"),
+    *("cache", "client", "tap"),
 }
 """Parts (or public submodules) that pull a heavy library (ipywidgets, xllamacpp, pandas,
 matplotlib, vcrpy, mcp; httpx for the client and the cache forensics, so that ``boxmaker

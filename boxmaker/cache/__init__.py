@@ -5,7 +5,7 @@ asked through the client's side requests).
 """
 
 from .._public import publish
-from ._forensics import CacheForensics, explain_log
+from ._forensics import CacheForensics, SentRequest, TemplateServer, explain_log, explain_loss
 from ._outcome import (
     CAUSES,
     WINDOW_TOKENS,
@@ -27,11 +27,14 @@ __all__ = [
     "CacheForensics",
     "CacheOutcome",
     "LossCause",
+    "SentRequest",
+    "TemplateServer",
     "Tokens",
     "cache_loss",
     "cache_outcome",
     "classify_loss",
     "explain_log",
+    "explain_loss",
     "first_divergence",
     "history_change",
     "reprocessed",

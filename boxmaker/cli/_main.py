@@ -23,6 +23,12 @@
 - ``boxmaker replay CASSETTE [--tool-iterations N] [--loop-cycle K] [--demo-tools] ...``: re-run
   the loop on a recording with other limits and loop-guard knobs (tools: the recorded results,
   or the demo tools run again).
+- ``boxmaker replay LOG.jsonl [--tool-iterations N] ...``: the same limits over a session
+  log's own calls (a tapped agent's too; :func:`boxmaker.tap.what_if_log`): which would have
+  fired, and where.
+- ``boxmaker tap --upstream URL [--port P] [--dir DIR] [--no-forensics]``: a pass-through
+  proxy on 127.0.0.1 in front of a llama-server, writing boxmaker session logs of the agents
+  pointed at it, until Ctrl-C (:mod:`boxmaker.tap`).
 - ``boxmaker doctor --url URL [--api-key KEY] [--json]``: probe a llama-server with small
   requests and say what is set up right for agent loops, and what to change (exit 1 if a
   check failed).
@@ -232,8 +238,31 @@ def _replay(args: argparse.Namespace) -> int:
         "on_limit": args.on_limit,
     }  # a flag not given keeps LoopLimits' default; -1 turns a limit off
     limits = dataclasses.replace(Config().loop, **{k: v for k, v in given.items() if v is not None})
+    if str(args.cassette).endswith(".jsonl"):  # a session log (a tapped agent's): its own calls
+        from ..tap import what_if_log  # uvicorn, httpx: imported only when this command runs
+
+        print(terminal_safe("\n".join(what_if_log(args.cassette, limits).lines)))
+        return 0
     report = what_if(args.cassette, limits, registry=demo_registry() if args.demo_tools else None)
     print(terminal_safe("\n".join(report.lines)))
+    return 0
+
+
+def _tap(args: argparse.Namespace) -> int:
+    """``tap``: serve until Ctrl-C; what could not be logged goes to stderr (once)."""
+    import logging
+
+    from ..tap import Tap  # uvicorn, httpx: imported only when the tap runs
+
+    logging.basicConfig(format="boxmaker tap: %(message)s")
+    tap = Tap(args.upstream, directory=args.dir, port=args.port, forensics=not args.no_forensics)
+    tap.bind()
+    print(f"boxmaker tap: listening on {tap.url} -> {tap.upstream}", flush=True)
+    print(f"  point the agent at {tap.url}/v1; logs in {args.dir}", flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        tap.serve_forever()
+    for path in tap.log.sessions if tap.log else ():
+        print(path)
     return 0
 
 
@@ -407,7 +436,9 @@ def _parser() -> argparse.ArgumentParser:
         one.set_defaults(run=_cassette)
 
     replay = sub.add_parser("replay", help="re-run the loop on a cassette with other limits")
-    replay.add_argument("cassette", help="cassette YAML file")
+    replay.add_argument(
+        "cassette", help="cassette YAML file, or a session log (.jsonl: its own calls)"
+    )
     replay.add_argument(
         "--tool-iterations", type=int, default=None, help="loop.tool_iterations (-1: off)"
     )
@@ -433,6 +464,17 @@ def _parser() -> argparse.ArgumentParser:
         help="run the demo tools (default: the results recorded in the cassette answer)",
     )
     replay.set_defaults(run=_replay)
+
+    tap = sub.add_parser(
+        "tap", help="a logging pass-through proxy in front of a llama-server, for any agent"
+    )
+    tap.add_argument("--upstream", required=True, help="the llama-server's base URL")
+    tap.add_argument("--port", type=int, default=8089, help="port on 127.0.0.1 (8089; 0: free)")
+    tap.add_argument("--dir", default="sessions", help="where session logs go (./sessions)")
+    tap.add_argument(
+        "--no-forensics", action="store_true", help="log cache losses without asking why"
+    )
+    tap.set_defaults(run=_tap)
 
     log = sub.add_parser("log", help="session log maintenance")
     log.add_argument(

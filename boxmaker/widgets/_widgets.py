@@ -58,7 +58,7 @@ from ..records import Record
 from ..session import Session
 from ..tools.approval import PendingCall
 from ..turn import Runtime, TurnRunner
-from ..view import TRANSCRIPT_CSS, Transcript
+from ..view import TRANSCRIPT_CSS, Transcript, render_turn
 from ._draw import WIDGET_CSS, TranscriptBox, set_if_changed
 
 __all__ = ["MAX_FLUSHES_PER_S", "SUBMIT", "ChatPanel", "SessionView"]
@@ -97,21 +97,54 @@ class SessionView:
     """
 
     def __init__(self, path_or_session: str | os.PathLike[str] | Session) -> None:
-        if isinstance(path_or_session, Session):
-            records = list(path_or_session.records)
-            title = str(path_or_session.path)
-        else:
-            records = list(Session.open(path_or_session, read_only=True).records)
-            title = str(path_or_session)
+        self._source = path_or_session
+        records = self._records()
+        self._title = str(
+            path_or_session.path if isinstance(path_or_session, Session) else path_or_session
+        )
         self.transcript = Transcript().extend(records)
+        self._seen = len(records)
         self._box = TranscriptBox()
         self._box.add_finished(self.transcript.turns)
         self._key = uuid.uuid4().hex
-        header = ipw.HTML(
+        self._header = ipw.HTML(self._head())
+        self.widget = ipw.VBox([self._header, self._box.box])
+
+    def _records(self) -> list[Record]:
+        source = self._source
+        if isinstance(source, Session):
+            return list(source.records)
+        with Session.open(source, read_only=True) as session:
+            return list(session.records)
+
+    def _head(self) -> str:
+        return (
             f"{WIDGET_CSS}{_hide_static(self._key)}"
-            f"<b>Session log</b> {html.escape(title)} ({len(records)} records)"
+            f"<b>Session log</b> {html.escape(self._title)} ({self._seen} records)"
         )
-        self.widget = ipw.VBox([header, self._box.box])
+
+    def refresh(self) -> int:
+        """Read the log again and show what was appended since (a log another process is
+        writing: a ``boxmaker tap`` session, a batch run); returns the number of new records.
+        The last turn shown is drawn again (it may have been still running), the new ones
+        after it.
+
+        Raises:
+            SessionError: as the constructor.
+        """
+        records = self._records()
+        new = len(records) - self._seen
+        if new <= 0:
+            return 0
+        shown = len(self._box.views)
+        self.transcript = Transcript().extend(records)
+        turns = self.transcript.turns
+        if shown and shown <= len(turns):
+            set_if_changed(self._box.views[shown - 1], "value", render_turn(turns[shown - 1]))
+        self._box.add_finished(turns[shown:])
+        self._seen = len(records)
+        set_if_changed(self._header, "value", self._head())
+        return new
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)

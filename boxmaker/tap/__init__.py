@@ -1,0 +1,38 @@
+"""``boxmaker tap``: a pass-through proxy in front of llama-server that writes boxmaker session
+logs for agents boxmaker does not run (coding agents, agent frameworks, MCP hosts).
+
+Point the agent at :attr:`Tap.url` instead of the server: every request and answer passes
+unchanged (streams event by event, disconnects passed on, every route forwarded), and each
+conversation through ``/v1/chat/completions`` or ``/v1/messages`` becomes one session log
+(:class:`TapLog`): its messages, tool calls and results as the agent sent them, each
+completion's ``Usage`` with llama.cpp's ``timings``, and each ``CacheLoss`` with the cause and
+token position boxmaker's cache forensics find (:mod:`boxmaker.cache`), all written off the
+request path. The logs read as boxmaker's own: :class:`boxmaker.session.Session`, the frames,
+``boxmaker report``, ``boxmaker cache explain``; :func:`what_if_log` (``boxmaker replay
+LOG.jsonl``) says which loop limit would have stopped the agent.
+"""
+
+from .._public import publish
+from ._log import REPLY_SLACK, Exchange, TapLog
+from ._proxy import HOP_BY_HOP, Tap, make_app
+from ._whatif import LogWhatIf, what_if_log
+from ._wire import ANTHROPIC_PATHS, CHAT_PATHS, Reply, anthropic_body, message_key, read_reply
+
+__all__ = [
+    "ANTHROPIC_PATHS",
+    "CHAT_PATHS",
+    "HOP_BY_HOP",
+    "REPLY_SLACK",
+    "Exchange",
+    "LogWhatIf",
+    "Reply",
+    "Tap",
+    "TapLog",
+    "anthropic_body",
+    "make_app",
+    "message_key",
+    "read_reply",
+    "what_if_log",
+]
+
+publish(globals(), __all__)

@@ -1,0 +1,537 @@
+"""The tap's logger: exchanges in, session logs out, on a writer thread of its own.
+
+The proxy hands each finished exchange (the request's bytes, the answer's bytes as the agent
+got them, what went wrong) to :meth:`TapLog.submit`, which only puts it on a queue: parsing,
+grouping, cache forensics (extra requests to the upstream) and the fsynced appends all run on
+the writer thread, never on the agent's request path.
+
+Grouping (one session per conversation): each request's messages are compared with every
+conversation's last request, message by message as the model sees them
+(:func:`message_key`, reasoning left out). A request continues the conversation whose last
+request it extends, best when the next message is that request's reply as the tap saw it;
+failing that, the conversation with the longest shared prefix reaching past its first
+assistant message (the agent rewrote earlier history); else it starts a new session. A
+request equal to a conversation's last one (a retry, or a second agent with the same task)
+starts a new session, so two agents at once never share one.
+
+Records (boxmaker's own, :mod:`boxmaker.records`): the first request's system message is the
+session's ``Baseline`` (with its tools); after it each new ``user`` message is a ``User``
+(a turn begins), each ``tool`` message a ``ToolResult`` as the agent sent it, each answer an
+``Assistant`` with its ``Usage`` (llama.cpp's ``timings``) and, when the prompt cache fell
+short, a ``CacheLoss`` with forensics' cause and position (also when the prompt held but
+the server processed the previous reply again, :data:`REPLY_SLACK`). An answer without tool
+calls ends the turn (``TurnEnd`` ``answered``; ``length`` when cut by ``max_tokens``); an
+upstream error ends it as ``infer_error`` (its HTTP status kept), a disconnect as
+``cancelled``; calls left unanswered when a turn ends are answered ``not_run`` so that
+every log stays well formed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import queue
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ..cache import SentRequest, TemplateServer, cache_loss, explain_loss, reprocessed
+from ..errors import BoxmakerError, SessionError
+from ..records import (
+    Assistant,
+    Baseline,
+    CacheLoss,
+    NotRunReason,
+    Record,
+    ToolCall,
+    ToolResult,
+    TurnEnd,
+    TurnEndOutcome,
+    Usage,
+    User,
+    utc_now,
+)
+from ..session import Session, message_of
+from ._wire import (
+    ANTHROPIC_PATHS,
+    CHAT_PATHS,
+    Reply,
+    anthropic_body,
+    message_key,
+    read_reply,
+    text_of,
+    tool_names,
+)
+
+__all__ = ["REPLY_SLACK", "Exchange", "TapLog"]
+
+LOGGER = logging.getLogger("boxmaker.tap")
+
+REPLY_SLACK = 2
+"""Tokens of the previous reply a server may process again without a loss (llama.cpp
+re-evaluates the last one or two of what its slot held). More re-processed
+(:func:`boxmaker.cache.reprocessed`) while the prompt itself held is logged as a
+``CacheLoss`` too (``reused >= expected``, ``reprocessed`` the tokens): the agent sent the
+reply back other than the server made it (most often: without its reasoning)."""
+
+_Key = tuple[Any, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Exchange:
+    """One request through the tap and its answer, as the agent sent and got them.
+
+    ``path``: the URL path (``/v1/chat/completions``); ``body``: the request's bytes;
+    ``status``: the upstream's HTTP status (``None``: not reached); ``streamed``: the answer
+    was ``text/event-stream``; ``answer``: its bytes as forwarded (cut short by a disconnect);
+    ``error``: what went wrong (the upstream unreachable, the agent gone), ``None`` when
+    nothing did; ``disconnected``: the agent went away before the answer ended;
+    ``api_key``: the agent's bearer token (for forensics' requests to the same server; hidden
+    in the log); ``started`` / ``ended``: when the request came and the answer ended (UTC,
+    the records' times).
+    """
+
+    path: str
+    body: bytes
+    status: int | None
+    streamed: bool
+    answer: bytes
+    error: str | None = None
+    disconnected: bool = False
+    api_key: str | None = None
+    started: datetime = field(default_factory=utc_now)
+    ended: datetime = field(default_factory=utc_now)
+
+
+def _at(record: Record, time: datetime) -> Record:
+    return dataclasses.replace(record, time=time)
+
+
+@dataclass
+class _Conversation:
+    session: Session | None
+    keys: list[_Key]
+    body: dict[str, Any]
+    reply: Assistant | None = None
+    reply_key: _Key | None = None
+    usage: Usage | None = None
+    pending: dict[str, ToolCall] = field(default_factory=dict)
+    answered: set[str] = field(default_factory=set)
+    open: bool = False
+    failed: bool = False
+    next_call: int = 1
+    created: bool = False
+
+
+class TapLog:
+    """Write boxmaker session logs of the exchanges the tap forwards (a writer thread).
+
+    Args:
+        directory: where the logs go (``<session_id>.jsonl``; created when missing).
+        upstream: the llama-server's base URL, asked for cache forensics
+            (``/apply-template``, ``/tokenize``, ``/props``) after a loss.
+        forensics: explain each cache loss (``False``: the ``CacheLoss`` without a cause).
+
+    Attributes:
+        sessions: the log of each conversation, in the order they began.
+        problems: what could not be logged, in words (a full disk is said once).
+        skipped: requests forwarded but not logged (not JSON, no ``messages``).
+    """
+
+    def __init__(self, directory: str | Path, upstream: str, *, forensics: bool = True) -> None:
+        self.directory = Path(directory)
+        self.upstream = upstream.rstrip("/")
+        self.forensics = forensics
+        self.sessions: list[Path] = []
+        self.problems: list[str] = []
+        self.skipped = 0
+        self._conversations: list[_Conversation] = []
+        self._queue: queue.SimpleQueue[Exchange | None] = queue.SimpleQueue()
+        self._idle = threading.Condition()
+        self._pending = 0
+        self._disk_said = False
+        self._thread = threading.Thread(target=self._run, name="boxmaker-tap-log", daemon=True)
+        self._thread.start()
+
+    # -- the request path's side: one put -------------------------------------------------
+
+    def begin(self) -> None:
+        """Count one exchange on its way (the proxy calls it when a chat request comes, so
+        that :meth:`wait` also waits for answers still streaming); :meth:`submit` or
+        :meth:`drop` ends it."""
+        with self._idle:
+            self._pending += 1
+
+    def submit(self, exchange: Exchange) -> None:
+        """Queue one exchange begun with :meth:`begin` for the writer thread (never blocks,
+        never raises)."""
+        self._queue.put(exchange)
+
+    def drop(self) -> None:
+        """End an exchange begun with :meth:`begin` that will not be submitted."""
+        self._done()
+
+    def _done(self) -> None:
+        with self._idle:
+            self._pending -= 1
+            self._idle.notify_all()
+
+    def wait(self, timeout_s: float = 30.0) -> bool:
+        """Wait until every exchange begun so far is answered and written; ``False`` on
+        timeout."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._pending == 0, timeout_s)
+
+    def close(self) -> None:
+        """Write what is queued, end the turns left open (``TurnEnd`` ``cancelled``, their
+        calls ``not_run``) and close every log. Idempotent."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+        for conv in self._conversations:
+            if conv.open:
+                why = "the tap stopped with the agent's turn open"
+                self._append(conv, self._end(conv, "cancelled", why, "cancelled"))
+            if conv.session is not None:
+                conv.session.close()
+                conv.session = None
+
+    # -- the writer thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            exchange = self._queue.get()
+            if exchange is None:
+                return
+            try:
+                self._write(exchange)
+            except Exception as exc:  # the writer never dies: the agent's traffic goes on
+                self._problem(f"{exchange.path}: not logged: {type(exc).__name__}: {exc}")
+            finally:
+                self._done()
+
+    def _problem(self, text: str) -> None:
+        self.problems.append(text)
+        LOGGER.warning("%s", text)
+
+    def _write(self, exchange: Exchange) -> None:
+        anthropic = exchange.path in ANTHROPIC_PATHS
+        if not (anthropic or exchange.path in CHAT_PATHS):
+            return
+        try:
+            parsed = json.loads(exchange.body)
+        except (ValueError, RecursionError):
+            parsed = None
+        if not isinstance(parsed, dict) or not isinstance(parsed.get("messages"), list):
+            self.skipped += 1
+            return
+        body = anthropic_body(parsed) if anthropic else parsed
+        msgs = [m for m in body["messages"] if isinstance(m, dict)]
+        reply = read_reply(
+            exchange.answer,
+            status=exchange.status,
+            anthropic=anthropic,
+            streamed=exchange.streamed,
+            error=exchange.error,
+        )
+        keys = [message_key(m) for m in msgs]
+        conv, start = self._conversation(keys, msgs, body)
+        records = [_at(r, exchange.started) for r in self._inputs(conv, msgs[start:])]
+        answer = self._answer(conv, exchange, body, msgs, reply)
+        records += [_at(r, exchange.ended) for r in answer]
+        if not conv.created:
+            conv.created = True  # once: a log that could not be made is not tried again
+            self._create(conv, msgs, body, exchange.api_key)
+        self._append(conv, records)
+        conv.keys, conv.body, conv.failed = keys, body, reply.assistant is None
+        if reply.assistant is not None:
+            conv.reply, conv.usage = reply.assistant, reply.usage or conv.usage
+            message = message_of(reply.assistant)
+            conv.reply_key = message_key(message) if message else None
+        else:
+            conv.reply_key = None
+
+    def _conversation(
+        self, keys: list[_Key], msgs: Sequence[Mapping[str, Any]], body: dict[str, Any]
+    ) -> tuple[_Conversation, int]:
+        """The conversation ``keys`` continue (or a new one) and the index of the first
+        message not logged yet."""
+        best: tuple[tuple[int, int], _Conversation] | None = None
+        for conv in self._conversations:
+            n = len(conv.keys)
+            if keys[:n] == conv.keys and (len(keys) > n or (conv.failed and len(keys) == n)):
+                replied = conv.reply_key is not None and len(keys) > n
+                score = (2 if replied and _same(keys[n], conv.reply_key) else 1, n)
+            else:
+                shared = _shared(keys, conv.keys)
+                first_reply = next(
+                    (i for i, k in enumerate(conv.keys) if k[0] == "assistant"), None
+                )
+                if first_reply is None or shared <= first_reply:
+                    continue
+                score = (0, shared)
+            if best is None or score > best[0]:
+                best = (score, conv)
+        if best is None:
+            conv = _Conversation(session=None, keys=[], body=body)
+            self._conversations.append(conv)
+            first = 1 if msgs and msgs[0].get("role") in ("system", "developer") else 0
+            return conv, first
+        (kind, n), conv = best
+        if kind == 0:  # history rewritten: the agent's new input follows its last assistant
+            last = max((i for i, m in enumerate(msgs) if m.get("role") == "assistant"), default=-1)
+            return conv, last + 1
+        echoed = n < len(keys) and keys[n][0] == "assistant" and conv.reply_key is not None
+        return conv, n + (1 if kind == 2 or echoed else 0)  # the reply, altered: not logged twice
+
+    def _create(
+        self,
+        conv: _Conversation,
+        msgs: Sequence[Mapping[str, Any]],
+        body: Mapping[str, Any],
+        api_key: str | None,
+    ) -> bool:
+        system = ""
+        if msgs and msgs[0].get("role") in ("system", "developer"):
+            system = text_of(msgs[0].get("content"))
+        tools = tuple(t for t in body.get("tools") or () if isinstance(t, dict))
+        try:
+            conv.session = Session.create(self.directory, Baseline(system=system, tools=tools))
+        except SessionError as exc:
+            self._disk(exc)
+            return False
+        conv.session.hide(api_key)
+        self.sessions.append(conv.session.path)
+        return True
+
+    def _disk(self, exc: BoxmakerError) -> None:
+        if not self._disk_said:
+            self._disk_said = True
+            self._problem(f"cannot write the logs (forwarding goes on, not logged): {exc}")
+
+    def _append(self, conv: _Conversation, records: Sequence[Record]) -> None:
+        if conv.session is None or not records:
+            return
+        try:
+            conv.session.extend(records)
+        except SessionError as exc:
+            self._disk(exc)
+
+    # -- records ------------------------------------------------------------------------------
+
+    def _inputs(self, conv: _Conversation, msgs: Sequence[Mapping[str, Any]]) -> list[Record]:
+        """Records of the agent's new messages (user messages, tool results, assistant
+        messages it wrote itself)."""
+        out: list[Record] = []
+        names = tool_names(msgs)
+        for m in msgs:
+            role = m.get("role")
+            if role == "tool":
+                cid = str(m.get("tool_call_id", ""))
+                if cid in conv.answered:
+                    continue
+                call = conv.pending.pop(cid, None)
+                name = call.name if call else names.get(cid, "")
+                out.append(
+                    ToolResult(
+                        call=conv.next_call,
+                        tool_call_id=cid,
+                        name=name,
+                        content=text_of(m.get("content")),
+                    )
+                )
+                conv.next_call += 1
+                conv.answered.add(cid)
+            elif role == "user":
+                if conv.open:
+                    why = "the agent sent a user message before the results of its calls"
+                    out += self._end(
+                        conv, "cancelled" if conv.pending else "answered", why, "cancelled"
+                    )
+                out.append(User(content=text_of(m.get("content"))))
+                conv.open = True
+            elif role == "assistant":
+                calls = _calls(m)
+                reasoning = m.get("reasoning_content")
+                out.append(
+                    Assistant(
+                        content=text_of(m.get("content")) or None,
+                        reasoning=reasoning if isinstance(reasoning, str) and reasoning else None,
+                        tool_calls=calls,
+                    )
+                )
+                conv.pending.update((c.id, c) for c in calls)
+        return out
+
+    def _end(
+        self,
+        conv: _Conversation,
+        outcome: TurnEndOutcome,
+        detail: str,
+        reason: NotRunReason,
+        status: int | None = None,
+    ) -> list[Record]:
+        """``not_run`` results for the calls left unanswered, then the turn's ``TurnEnd``."""
+        out: list[Record] = []
+        for cid, call in conv.pending.items():
+            text = f"(not run: {detail})"
+            out.append(
+                ToolResult(
+                    call=conv.next_call,
+                    tool_call_id=cid,
+                    name=call.name,
+                    content=text,
+                    not_run=reason,
+                )
+            )
+            conv.next_call += 1
+            conv.answered.add(cid)
+        conv.pending.clear()
+        conv.open = False
+        out.append(TurnEnd(outcome=outcome, detail=detail, status=status))
+        return out
+
+    def _answer(
+        self,
+        conv: _Conversation,
+        exchange: Exchange,
+        body: dict[str, Any],
+        msgs: Sequence[Mapping[str, Any]],
+        reply: Reply,
+    ) -> list[Record]:
+        if reply.assistant is None:
+            why = reply.error or "no answer"
+            return self._end(conv, "infer_error", why, "infer_error", reply.status)
+        out: list[Record] = [reply.assistant]
+        usage = reply.usage
+        if usage is not None:
+            out.append(usage)
+            out += self._losses(conv, exchange, body, msgs, usage)
+        calls = reply.assistant.tool_calls
+        conv.pending.update((c.id, c) for c in calls)
+        finish = usage.finish_reason if usage else None
+        if exchange.disconnected:
+            why = "the agent disconnected before the answer ended"
+            return out + self._end(conv, "cancelled", why, "cancelled")
+        if reply.error is not None:
+            return out + self._end(conv, "infer_error", reply.error, "infer_error", reply.status)
+        if finish == "length":
+            why = "cut by max_tokens (finish_reason length)"
+            return out + self._end(conv, "length", why, "length")
+        if calls:
+            return out
+        if finish not in (None, "stop", "tool_calls"):
+            why = f"finish_reason {finish}"
+            return out + self._end(conv, "server_stopped", why, "server_stopped")
+        return out + self._end(conv, "answered", "", "cancelled")
+
+    def _losses(
+        self,
+        conv: _Conversation,
+        exchange: Exchange,
+        body: dict[str, Any],
+        msgs: Sequence[Mapping[str, Any]],
+        usage: Usage,
+    ) -> list[Record]:
+        """The ``CacheLoss`` of this answer (forensics' cause and position), or nothing."""
+        if conv.usage is None:
+            return []
+        loss = cache_loss(conv.usage, usage)
+        again = reprocessed(conv.usage.timings, usage.timings)
+        tokens, ms = again if again is not None else (None, None)
+        if loss is None and tokens is not None and tokens > REPLY_SLACK:
+            # the prompt held, the reply the slot held did not: an agent that sends the
+            # reply back otherwise (its reasoning dropped) makes the server process it again
+            t, new = conv.usage.timings, usage.timings
+            loss = CacheLoss(
+                expected=int(t["cache_n"]) + int(t["prompt_n"]), reused=int(new["cache_n"])
+            )
+        if loss is None:
+            return []
+        loss = dataclasses.replace(loss, reprocessed=tokens, reprocessed_ms=ms)
+        if not self.forensics or conv.reply is None:
+            return [loss]
+        server = TemplateServer(self.upstream, api_key=exchange.api_key)
+        try:
+            found = explain_loss(
+                server,
+                old=SentRequest.of(conv.body),
+                reply=conv.reply,
+                new=SentRequest.of(body),
+                expected=loss.expected,
+                reused=loss.reused,
+                held_tokens=_held(conv.usage),
+            )
+        except Exception as exc:  # forensics never stops the logging
+            return [dataclasses.replace(loss, detail=f"forensics failed: {exc}")]
+        finally:
+            server.close()
+        detail = found.detail + _echo_note(conv, msgs)
+        return [
+            dataclasses.replace(
+                loss,
+                position=found.position,
+                cause=found.cause,
+                old_window=found.old_window,
+                new_window=found.new_window,
+                detail=detail,
+            )
+        ]
+
+
+def _echo_note(conv: _Conversation, msgs: Sequence[Mapping[str, Any]]) -> str:
+    """Which message of the new request differs from the reply as the server gave it (the
+    message a harness rewrites most: its reasoning dropped), in words, or ``""``."""
+    n, reply = len(conv.keys), conv.reply
+    if reply is None or n >= len(msgs) or msgs[n].get("role") != "assistant":
+        return ""
+    sent = msgs[n].get("reasoning_content")
+    if reply.reasoning and not sent:
+        return f"; messages[{n}] (assistant): the agent sent the reply back without its reasoning"
+    if reply.reasoning and sent != reply.reasoning:
+        return f"; messages[{n}] (assistant): the agent sent the reply back with other reasoning"
+    if text_of(msgs[n].get("content")) != (reply.content or ""):
+        return f"; messages[{n}] (assistant): the agent sent the reply back with other content"
+    return ""
+
+
+def _calls(message: Mapping[str, Any]) -> tuple[ToolCall, ...]:
+    out = []
+    for c in message.get("tool_calls") or ():
+        if not isinstance(c, dict):
+            continue
+        fn = c.get("function") or {}
+        arguments = fn.get("arguments", "")
+        out.append(
+            ToolCall(
+                id=str(c.get("id", "")),
+                name=str(fn.get("name", "")),
+                arguments=arguments if isinstance(arguments, str) else json.dumps(arguments),
+            )
+        )
+    return tuple(out)
+
+
+def _same(key: _Key, reply: _Key | None) -> bool:
+    """The agent's message is the reply (same text and calls; an empty text on either side is
+    a match when the calls are the same: agents send ``null`` or ``""``)."""
+    if reply is None or key[0] != "assistant":
+        return False
+    return key[2] == reply[2] and (key[1] == reply[1] or not key[1] or not reply[1])
+
+
+def _shared(a: Sequence[_Key], b: Sequence[_Key]) -> int:
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+def _held(usage: Usage) -> int | None:
+    t = usage.timings
+    try:
+        return int(t["cache_n"]) + int(t["prompt_n"]) + int(t["predicted_n"])
+    except (KeyError, TypeError, ValueError):
+        return None

@@ -1,0 +1,372 @@
+"""The tap's pass-through proxy: an ASGI app served by uvicorn, httpx to the upstream.
+
+Why these: uvicorn is a well-kept HTTP/1.1 server that hands the app each body write as it
+comes and reports a client's disconnect (``http.disconnect``); httpx's async client streams
+the upstream's answer as raw bytes (``aiter_raw``: not decoded, not re-chunked). The app is
+plain ASGI (no framework): it only moves bytes, so it is short, and nothing between the two
+sockets parses or buffers.
+
+What passes: the method, path, query, body and headers of every request (less the hop-by-hop
+ones of RFC 9110 7.6.1 and ``Host``, which httpx sets to the upstream's); the status, headers
+(less hop-by-hop) and body of every answer, each read forwarded as it arrives (an SSE event
+reaches the agent when it reaches the tap). A client that disconnects closes the upstream
+connection (llama-server then stops generating); an upstream that is not reached gets the
+agent an HTTP 502 whose JSON body says so, in OpenAI's error shape. Chat requests
+(:data:`CHAT_PATHS`, :data:`ANTHROPIC_PATHS`) are also handed to the :class:`TapLog` after
+the answer ended (a queue put: logging never delays the agent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+
+from ..errors import BoxmakerError
+from ..records import utc_now
+from ._log import Exchange, TapLog
+from ._wire import ANTHROPIC_PATHS, CHAT_PATHS
+
+__all__ = ["HOP_BY_HOP", "Tap", "make_app"]
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+"""Headers that belong to one connection, not forwarded (RFC 9110 section 7.6.1)."""
+
+_HOP = frozenset(h.encode() for h in HOP_BY_HOP)
+_LOGGED = CHAT_PATHS | ANTHROPIC_PATHS
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+def _bearer(headers: list[tuple[bytes, bytes]]) -> str | None:
+    for name, value in headers:
+        if name.lower() == b"authorization" and value[:7].lower() == b"bearer ":
+            return value[7:].decode("latin-1").strip() or None
+    return None
+
+
+def make_app(
+    upstream: str, log: TapLog | None
+) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+    """The ASGI app forwarding every request to ``upstream`` (``http://host:port``) and
+    handing chat exchanges to ``log`` (``None``: forward only)."""
+    base = upstream.rstrip("/")
+    state: dict[str, httpx.AsyncClient] = {}
+
+    async def lifespan(receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                timeout = httpx.Timeout(connect=10.0, read=None, write=60.0, pool=None)
+                limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+                state["client"] = httpx.AsyncClient(timeout=timeout, limits=limits)
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                client = state.pop("client", None)
+                if client is not None:
+                    await client.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        client = state["client"]
+        parts = []
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            parts.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(parts)
+        started = utc_now()
+        path: str = scope["path"]
+        raw_path = scope.get("raw_path") or path.encode()
+        query = scope.get("query_string") or b""
+        url = base + raw_path.decode("latin-1") + (("?" + query.decode("latin-1")) if query else "")
+        headers = [
+            (k, v)
+            for k, v in scope["headers"]
+            if k.lower() not in _HOP and k.lower() not in (b"host", b"content-length")
+        ]
+        logged = log is not None and path in _LOGGED and scope["method"] == "POST"
+        request = client.build_request(scope["method"], url, headers=headers, content=body)
+        if log is None or not logged:
+            await _forward(client, request, receive, send, keep=False)
+            return
+        log.begin()  # counted now: TapLog.wait also waits for an answer still streaming
+        try:
+            status, streamed, answer, error, gone = await _forward(
+                client, request, receive, send, keep=True
+            )
+        except BaseException:
+            log.drop()
+            raise
+        log.submit(
+            Exchange(
+                path=path,
+                body=body,
+                status=status,
+                streamed=streamed,
+                answer=answer,
+                error=error,
+                disconnected=gone,
+                api_key=_bearer(headers),
+                started=started,
+            )
+        )
+
+    return app
+
+
+async def _forward(
+    client: httpx.AsyncClient, request: httpx.Request, receive: Receive, send: Send, *, keep: bool
+) -> tuple[int | None, bool, bytes, str | None, bool]:
+    """Send ``request`` upstream and its answer to the agent, each read as it arrives.
+
+    Returns ``(status, streamed, answer, error, disconnected)``: the upstream's status
+    (``None``: not reached, the agent got a 502), whether it streamed SSE, the bytes
+    forwarded (``b""`` unless ``keep``), what went wrong, and whether the agent went away
+    before the answer ended (the upstream connection is then closed)."""
+    try:
+        response = await client.send(request, stream=True)
+    except httpx.HTTPError as exc:
+        base = f"{request.url.scheme}://{request.url.netloc.decode('latin-1')}"
+        why = f"the tap could not reach the upstream {base}: {type(exc).__name__}: {exc}"
+        answer = {"error": {"message": why, "type": "tap_upstream_unreachable", "code": 502}}
+        head = [(b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": 502, "headers": head})
+        await send({"type": "http.response.body", "body": json.dumps(answer).encode()})
+        return None, False, b"", why, False
+    kept: list[bytes] = []
+    disconnected = asyncio.Event()
+    problem: str | None = None
+    streamed = response.headers.get("content-type", "").startswith("text/event-stream")
+
+    async def forward() -> None:
+        out = [(k, v) for k, v in response.headers.raw if k.lower() not in _HOP]
+        await send({"type": "http.response.start", "status": response.status_code, "headers": out})
+        # a reader task pulls the upstream's chunks as they come; this loop sends each at once,
+        # joined with the others already pulled (events that came in one socket read leave in
+        # one write: nothing waits, but a busy tap makes one write, not one per event)
+        pulled: asyncio.Queue[bytes | Exception | None] = asyncio.Queue()
+
+        async def pull() -> None:
+            try:
+                async for chunk in response.aiter_raw():
+                    pulled.put_nowait(chunk)
+            except Exception as exc:  # handed to the sending loop, which raises it
+                pulled.put_nowait(exc)
+                return
+            pulled.put_nowait(None)
+
+        puller = asyncio.ensure_future(pull())
+        try:
+            ended = False
+            while not ended:
+                parts = [await pulled.get()]
+                while not pulled.empty():
+                    parts.append(pulled.get_nowait())
+                data = b"".join(p for p in parts if isinstance(p, bytes))
+                if data:
+                    if keep:
+                        kept.append(data)
+                    await send({"type": "http.response.body", "body": data, "more_body": True})
+                for part in parts:
+                    if isinstance(part, Exception):
+                        raise part
+                ended = parts[-1] is None
+        finally:
+            puller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await puller
+        await send({"type": "http.response.body", "body": b""})
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        disconnected.set()
+
+    forwarding = asyncio.ensure_future(forward())
+    watching = asyncio.ensure_future(watch())
+    try:
+        await asyncio.wait({forwarding, watching}, return_when=asyncio.FIRST_COMPLETED)
+        if not forwarding.done():  # the agent went away: stop reading the upstream
+            forwarding.cancel()
+        try:
+            await forwarding
+        except asyncio.CancelledError:
+            pass
+        except httpx.HTTPError as exc:
+            problem = f"the upstream's answer broke off: {type(exc).__name__}: {exc}"
+        except OSError:  # the agent's socket failed under a write: it is gone
+            disconnected.set()
+    finally:
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
+        await response.aclose()  # closes the upstream connection when cut short
+    gone = disconnected.is_set() and not forwarding_done_cleanly(forwarding)
+    error = problem or ("the agent disconnected mid-answer" if gone else None)
+    return response.status_code, streamed, b"".join(kept), error, gone
+
+
+def forwarding_done_cleanly(task: asyncio.Future[None]) -> bool:
+    """The forwarding task ran to its end (not cancelled, no error)."""
+    return task.done() and not task.cancelled() and task.exception() is None
+
+
+class Tap:
+    """The tap: a pass-through proxy on 127.0.0.1 in front of a llama-server that writes
+    boxmaker session logs of the chat traffic (a context manager; a thread of its own).
+
+    Args:
+        upstream: the llama-server's base URL (``http://host:port``).
+        directory: where the session logs go (``None``: forward only, log nothing).
+        port: the port on 127.0.0.1 to listen on; ``0`` picks a free one (read :attr:`url`).
+        forensics: explain each cache loss through the upstream (``/apply-template``,
+            ``/tokenize``), on the log's writer thread.
+
+    Attributes:
+        url: ``"http://127.0.0.1:PORT"``, the address to point the agent at (its OpenAI base
+            URL is ``url + "/v1"``); set by :meth:`start`.
+        log: the :class:`TapLog` (``None`` without a directory).
+
+    Example::
+
+        with Tap("http://127.0.0.1:8080", directory="logs") as tap:
+            run_my_agent(base_url=tap.url + "/v1")
+        print(tap.log.sessions)
+
+    Raises (:meth:`start`):
+        BoxmakerError: the port cannot be bound, or the server did not start in 10 s.
+    """
+
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        directory: str | Path | None = None,
+        port: int = 0,
+        forensics: bool = True,
+    ) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.port = port
+        self.url = ""
+        self.log = (
+            TapLog(directory, self.upstream, forensics=forensics) if directory is not None else None
+        )
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._socket: socket.socket | None = None
+
+    def _config(self) -> uvicorn.Server:
+        config = uvicorn.Config(
+            make_app(self.upstream, self.log),
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            timeout_keep_alive=30,
+        )
+        return uvicorn.Server(config)
+
+    def bind(self) -> None:
+        """Bind the port now (sets :attr:`url` and :attr:`port`), before :meth:`start` or
+        :meth:`serve_forever`; a no-op when bound. Raises :class:`BoxmakerError` as
+        :meth:`start`."""
+        if self._socket is None:
+            self._socket = self._bind()
+
+    def _bind(self) -> socket.socket:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", self.port))
+        except OSError as exc:
+            sock.close()
+            raise BoxmakerError(f"the tap cannot listen on 127.0.0.1:{self.port}: {exc}") from exc
+        sock.listen(128)
+        self.port = int(sock.getsockname()[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        return sock
+
+    def start(self) -> Tap:
+        """Listen and serve on a background thread; returns ``self``."""
+        self.bind()
+        assert self._socket is not None
+        self._server = self._config()
+        self._thread = threading.Thread(
+            target=self._server.run,
+            kwargs={"sockets": [self._socket]},
+            daemon=True,
+            name="boxmaker-tap",
+        )
+        self._thread.start()
+        for _ in range(1000):
+            if self._server.started or not self._thread.is_alive():
+                break
+            threading.Event().wait(0.01)
+        if not self._server.started:
+            self.stop()
+            raise BoxmakerError("the tap's server did not start in 10 s")
+        return self
+
+    def serve_forever(self) -> None:
+        """Listen and serve on this thread until Ctrl-C (the command line's way), then close
+        the logs."""
+        self.bind()
+        assert self._socket is not None
+        self._server = self._config()
+        try:
+            self._server.run(sockets=[self._socket])
+        finally:
+            self._socket.close()
+            self._socket = None
+            if self.log is not None:
+                self.log.close()
+
+    def stop(self) -> None:
+        """Stop serving, write what is queued, end open turns and close the logs."""
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
+        if self.log is not None:
+            self.log.close()
+
+    def __enter__(self) -> Tap:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

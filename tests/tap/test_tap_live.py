@@ -1,0 +1,251 @@
+"""The tap in front of the embedded server (shipped model), with agents nobody here wrote:
+pydantic-ai and the OpenAI Agents SDK from PyPI (extra ``tap-agents``), and a small harness
+that drops the reasoning of each reply it sends back. Every request captured, the logs well
+formed, one session per conversation, the frames and the what-if read them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from live_server import MODEL, GivenServer, embedded_only, live_server
+
+from boxmaker import frames
+from boxmaker.config import LoopLimits
+from boxmaker.demo import get_time, get_weather
+from boxmaker.records import Assistant, CacheLoss, ToolResult, TurnEnd, Usage, User
+from boxmaker.server import EmbeddedServer
+from boxmaker.session import Session
+from boxmaker.tap import Tap, what_if_log
+from boxmaker.testing import assert_log_well_formed
+
+pytestmark = pytest.mark.live
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[EmbeddedServer | GivenServer]:
+    with live_server(n_ctx=8192, n_parallel=1) as running:  # one slot, reasoning preserved
+        yield running
+
+
+def _shipped(why: str) -> None:
+    """Skip unless the embedded server serves the shipped model (its answers are asserted)."""
+    embedded_only(why)
+    if MODEL is not None:
+        pytest.skip(f"needs the shipped model ({why}); BOXMAKER_TEST_MODEL is set")
+
+
+def _counted(sent: list[str]) -> Any:
+    """An ``httpx2`` client (what the openai SDK and pydantic-ai take now) that notes the
+    path of every request the agent sends."""
+    import httpx2
+
+    async def note(request: Any) -> None:
+        sent.append(request.url.path)
+
+    return httpx2.AsyncClient(event_hooks={"request": [note]})
+
+
+def _only_session(tap: Tap) -> Session:
+    assert tap.log is not None
+    assert tap.log.problems == []
+    (path,) = tap.log.sessions
+    with Session.open(path, read_only=True) as session:
+        assert_log_well_formed(session)
+        return session
+
+
+def _kinds(session: Session, kind: type[Any]) -> list[Any]:
+    return [r for r in session.records if isinstance(r, kind)]
+
+
+def test_pydantic_ai_two_turns_with_tools_are_one_session_live(
+    server: EmbeddedServer | GivenServer, tmp_path: Path
+) -> None:
+    _shipped("the shipped model's answers")
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    sent: list[str] = []
+
+    async def run(url: str) -> tuple[Any, Any]:
+        async with _counted(sent) as http:
+            provider = OpenAIProvider(base_url=url + "/v1", api_key="none", http_client=http)
+            agent = Agent(
+                OpenAIChatModel("tiny", provider=provider),
+                tools=[get_weather, get_time],
+                model_settings={"temperature": 0.0},
+            )
+            first = await agent.run("What is the weather in Lisbon?")
+            history = first.all_messages()
+            return first, await agent.run("What time is it in Tokyo?", message_history=history)
+
+    with Tap(server.url, directory=tmp_path) as tap:
+        first, second = asyncio.run(run(tap.url))
+    session = _only_session(tap)
+    assert "Lisbon" in str(first.output) and "Tokyo" in str(second.output)
+    # every request captured: one completion logged per chat request the agent sent
+    assert sent.count("/v1/chat/completions") == len(_kinds(session, Usage)) == 4
+    assert [u.content for u in _kinds(session, User)] == [
+        "What is the weather in Lisbon?",
+        "What time is it in Tokyo?",
+    ]
+    results = _kinds(session, ToolResult)
+    assert [(r.name, r.content) for r in results] == [
+        ("get_weather", get_weather("Lisbon")),
+        ("get_time", get_time("Tokyo")),
+    ]
+    assert [e.outcome for e in _kinds(session, TurnEnd)] == ["answered", "answered"]
+    assert _kinds(session, CacheLoss) == []  # pydantic-ai sends every reply back as it came
+    # the frames read the tapped log as boxmaker's own
+    requests, turns = frames.requests(tmp_path), frames.turns(tmp_path)
+    assert list(requests["cached_tokens"]) == [u.timings["cache_n"] for u in _kinds(session, Usage)]
+    assert list(turns["outcome"]) == ["answered", "answered"]
+    # which of boxmaker's limits would have stopped it: none by default, one tool round each
+    assert what_if_log(session.path).hits == []
+    hits = what_if_log(session.path, LoopLimits(tool_iterations=0)).hits
+    assert [(t, c, kind) for t, c, kind, _ in hits] == [
+        (1, 1, "tool_iterations"),
+        (2, 1, "tool_iterations"),
+    ]
+
+
+def test_openai_agents_streamed_loop_and_its_dropped_reasoning_are_in_the_log_live(
+    server: EmbeddedServer | GivenServer, tmp_path: Path
+) -> None:
+    _shipped("the shipped model's answers")
+    pytest.importorskip("agents")
+    from agents import (
+        Agent,
+        ModelSettings,
+        OpenAIChatCompletionsModel,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
+    from agents.exceptions import MaxTurnsExceeded
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)  # no traces sent anywhere
+    sent: list[str] = []
+
+    async def run(url: str) -> None:
+        client = AsyncOpenAI(base_url=url + "/v1", api_key="none", http_client=_counted(sent))
+        agent = Agent(
+            name="weather",
+            model=OpenAIChatCompletionsModel(model="tiny", openai_client=client),
+            tools=[function_tool(get_weather)],
+            model_settings=ModelSettings(temperature=0.0),
+        )
+        result = Runner.run_streamed(agent, "What is the weather in Lisbon?", max_turns=3)
+        with pytest.raises(MaxTurnsExceeded):
+            async for _ in result.stream_events():
+                pass
+        await client.close()
+
+    with Tap(server.url, directory=tmp_path) as tap:
+        asyncio.run(run(tap.url))
+    session = _only_session(tap)
+    # the SDK sends each reply back without its reasoning; the tiny model, not seeing it,
+    # calls the same tool again: three completions, one call each, the same call
+    assert sent.count("/v1/chat/completions") == len(_kinds(session, Usage)) == 3
+    calls = [c for a in _kinds(session, Assistant) for c in a.tool_calls]
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [
+        ("get_weather", {"city": "Lisbon"})
+    ] * 3
+    assert [u.finish_reason for u in _kinds(session, Usage)] == ["tool_calls"] * 3
+    losses = _kinds(session, CacheLoss)
+    usages = _kinds(session, Usage)
+    assert len(losses) == 2
+    for loss, before in zip(losses, usages, strict=False):
+        prompt = int(before.timings["cache_n"] + before.timings["prompt_n"])
+        assert (loss.cause, loss.position) == ("history_rewritten", prompt)
+        assert "without its reasoning" in (loss.detail or "") and loss.reprocessed
+    end = session.records[-1]
+    assert isinstance(end, TurnEnd) and end.outcome == "cancelled"  # the SDK gave up
+    # boxmaker's loop guard would have answered the first repeat without running it
+    hits = what_if_log(session.path).hits
+    assert [(t, c, kind) for t, c, kind, _ in hits] == [(1, 2, "repeat")]
+
+
+def _harness(url: str, *, keep_reasoning: bool) -> list[dict[str, Any]]:
+    """A minimal agent loop (plain httpx, streamed): ask, run the demo tool, answer; sends
+    each reply back with or without its ``reasoning_content``."""
+    from boxmaker.client import StreamDecoder
+
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Get the current weather in a city.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string", "description": "The city name."}},
+                    "required": ["city"],
+                },
+            },
+        }
+    ]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "What is the weather in Oslo?"}]
+    with httpx.Client(base_url=url, timeout=120) as client:
+        for _ in range(3):
+            body = {"messages": messages, "tools": tools, "stream": True, "temperature": 0}
+            decoder = StreamDecoder()
+            with client.stream("POST", "/v1/chat/completions", json=body) as r:
+                for raw in r.iter_raw():
+                    decoder.feed(raw)
+            got = decoder.chunks.finish()
+            reply: dict[str, Any] = {"role": "assistant", "content": got.content or ""}
+            if keep_reasoning and got.reasoning:
+                reply["reasoning_content"] = got.reasoning
+            if not got.tool_calls:
+                return [*messages, reply]
+            reply["tool_calls"] = [
+                {"id": c.id, "type": "function",
+                 "function": {"name": c.name, "arguments": c.arguments}}
+                for c in got.tool_calls
+            ]  # fmt: skip
+            messages = [*messages, reply]
+            for c in got.tool_calls:
+                content = get_weather(json.loads(c.arguments)["city"])
+                messages.append({"role": "tool", "tool_call_id": c.id, "content": content})
+    return messages
+
+
+def test_a_harness_that_drops_reasoning_is_named_history_rewritten_at_the_reply_live(
+    server: EmbeddedServer | GivenServer, tmp_path: Path
+) -> None:
+    _shipped("the shipped model and template")
+    with Tap(server.url, directory=tmp_path / "drop") as tap:
+        _harness(tap.url, keep_reasoning=False)
+    session = _only_session(tap)
+    first = _kinds(session, Usage)[0]
+    first_prompt = int(first.timings["cache_n"] + first.timings["prompt_n"])
+    losses = _kinds(session, CacheLoss)
+    assert len(losses) == len(_kinds(session, Usage)) - 1  # at every reply sent back
+    loss = losses[0]
+    # the slot held the first prompt, then <think>...; the reply came back without it
+    assert (loss.cause, loss.position, loss.reused) == (
+        "history_rewritten",
+        first_prompt,
+        first_prompt,
+    )
+    assert loss.old_window is not None and "<think>" in loss.old_window
+    assert loss.new_window is not None and "<tool_call>" in loss.new_window
+    assert loss.detail is not None
+    assert "messages[1] (assistant): the agent sent the reply back without its reasoning" in (
+        loss.detail
+    )
+    assert loss.reprocessed is not None and loss.reprocessed > 2
+    # the same harness sending the reasoning back loses nothing
+    with Tap(server.url, directory=tmp_path / "keep") as tap:
+        _harness(tap.url, keep_reasoning=True)
+    assert _kinds(_only_session(tap), CacheLoss) == []
