@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -115,14 +116,23 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 
 @pytest.mark.live
-def test_readme_api_snippet_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_readme_api_snippets_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The first two python blocks of the README, one after the other, as a reader pastes
+    them: a turn, then a turn a limit ends, then the frames of both logs."""
     readme = (ROOT / "README.md").read_text()
-    snippet = re.search(r"```python\n(.*?)```", readme, re.S)
-    assert snippet, "the README has no python snippet"
+    snippets = re.findall(r"```python\n(.*?)```", readme, re.S)[:2]
+    assert len(snippets) == 2, "the README's API section has two python blocks"
     monkeypatch.chdir(tmp_path)
-    exec(compile(snippet.group(1), "README.md", "exec"), {"__name__": "readme"})
-    logs = list((tmp_path / "sessions").glob("*.jsonl"))
-    assert len(logs) == 1
+    namespace: dict[str, Any] = {"__name__": "readme"}
+    for snippet in snippets:
+        exec(compile(snippet, "README.md", "exec"), namespace)
+    out = capsys.readouterr().out
+    assert "cached tokens:" in out
+    assert "tool_iterations 1 0" in out  # the limit the comment promises
+    assert len(list((tmp_path / "sessions").glob("*.jsonl"))) == 2
+    assert namespace["loaded"].limit_hits.kind.tolist() == ["tool_iterations"]
 
 
 def test_the_readme_parts_table_names_every_module() -> None:

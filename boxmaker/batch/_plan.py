@@ -421,12 +421,15 @@ def read_manifest(batch_dir: str | os.PathLike[str]) -> dict[str, dict[str, Any]
     state), plus ``attempts`` (its ``running`` lines). A torn last line is skipped.
 
     Raises:
-        SessionError: the manifest is missing or unreadable, or a line before the last is
-            not a JSON object.
+        SessionError: the manifest is missing (the folder is not a batch's) or unreadable, or a
+            line before the last is not a JSON object.
     """
     path = Path(batch_dir) / MANIFEST
     try:
         lines = path.read_bytes().split(b"\n")
+    except FileNotFoundError:
+        why = f"no {MANIFEST}; boxmaker batch --dir {batch_dir} makes one"
+        raise SessionError(f"{batch_dir}: not a batch folder ({why})") from None
     except OSError as exc:
         raise SessionError(f"{path}: cannot read the batch manifest: {exc}") from exc
     runs: dict[str, dict[str, Any]] = {}

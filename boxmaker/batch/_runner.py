@@ -499,8 +499,8 @@ def frames(batch_dir: str | Path, name: str = "turns") -> pd.DataFrame:
     names = ("requests", "turns", "cache_losses", "limit_hits", "tool_calls", "summary")
     if name not in names:
         raise ConfigError(f"frame {name!r} is none of {', '.join(names)}")
+    runs = manifest(batch_dir)  # first: a folder that is no batch's is said as such
     frame = getattr(log_frames, name)(Path(batch_dir) / "logs")
-    runs = manifest(batch_dir)
     keep = [
         c
         for c in runs.columns

@@ -90,11 +90,12 @@ def score_batch(
     keys = [(s.name, s.version) for s in extra]
     if len(set(keys)) != len(keys):
         raise ConfigError("two scorers share a name and version")
+    entries = read_manifest(folder)  # first: a folder that is no batch's gets no scores file
     done = {(s.get("run"), s.get("scorer"), s.get("version")) for s in read_scores(folder)}
     path = folder / SCORES
     writer = LogWriter(path, create=not path.exists())
     try:
-        for run, entry in read_manifest(folder).items():
+        for run, entry in entries.items():
             log = folder / "logs" / f"{run}.jsonl"
             mine = list(extra)
             if targets and isinstance(entry.get("target"), dict):

@@ -121,6 +121,17 @@ def _bounded(param: str) -> Callable[[str], int]:
     return parse
 
 
+def _at_least_one(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is out of range: it must be at least 1")
+    return value
+
+
 def _report(args: argparse.Namespace) -> int:
     """``report``: the text tables on stdout, what was left out on stderr; exit 1 when there is
     nothing to report or the HTML file cannot be written."""
@@ -133,7 +144,8 @@ def _report(args: argparse.Namespace) -> int:
     for message in found.left_out:  # log text (a tool name, a cause...) is printed inert
         print(terminal_safe(f"boxmaker report: {message}"), file=sys.stderr)
     if found.loaded is None:
-        print(terminal_safe(f"boxmaker report: {found.error}"), file=sys.stderr)
+        if found.logs or not found.left_out:  # else the paths' own problems said it all
+            print(terminal_safe(f"boxmaker report: {found.error}"), file=sys.stderr)
         return 1
     print(f"{len(found.loaded.summary)} session logs, {len(found.loaded.requests)} requests\n")
     print(terminal_safe(format_text(found.loaded)))
@@ -301,7 +313,13 @@ def _doctor(args: argparse.Namespace) -> int:
     """``doctor``: one line per check (or JSON); exit 1 when a check failed."""
     from .doctor import diagnose  # httpx: imported only when a command talks to a server
 
-    report = diagnose(args.url, api_key=args.api_key)
+    print(
+        f"probing {args.url}: GET /health, /props, /slots and four small streamed completions "
+        f"(at most {args.probe_tokens} tokens each; a minute or more on a slow model) ...",
+        file=sys.stderr,
+        flush=True,
+    )
+    report = diagnose(args.url, api_key=args.api_key, probe_tokens=args.probe_tokens)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
         return 0 if report.ok else 1
@@ -353,9 +371,30 @@ def _number(
     )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser without abbreviations (``--thread`` is no ``--threads``, ``--htm``
+    no ``--html``: a typo is an error), whose subcommands report a flag they do not know with
+    their own usage, not the top command's."""
+
+    def __init__(self, *args: Any, top: bool = False, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+        self.top = top
+
+    def parse_known_args(  # type: ignore[override]  # argparse's overloads
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extra = super().parse_known_args(args, namespace)
+        if extra and not self.top:
+            self.error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed, extra
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="boxmaker", description="Agent turn loops on llama.cpp's server, for research."
+    parser = _Parser(
+        prog="boxmaker",
+        description="Agent turn loops on llama.cpp's server, for research.",
+        top=True,
     )
     sub = parser.add_subparsers(dest="command", required=True)
     ctx_help = "context size in tokens, all slots together"
@@ -476,15 +515,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     tap.set_defaults(run=_tap)
 
-    log = sub.add_parser("log", help="session log maintenance")
-    log.add_argument(
-        "action", choices=("upgrade",), help="upgrade: rewrite older logs in the current schema"
-    )
+    log_actions = sub.add_parser("log", help="session log maintenance").add_subparsers(
+        dest="action", required=True
+    )  # a subcommand, so that `log upgrade --help` is its own help
+    text = "rewrite older logs in the current schema, in place and atomically"
+    log = log_actions.add_parser("upgrade", help=text, description=text)
     log.add_argument("paths", nargs="+", help="session logs (.jsonl)")
     log.set_defaults(run=_log)
 
-    cache = sub.add_parser("cache", help="why did the prompt cache miss? (cache forensics)")
-    cache.add_argument("action", choices=("explain",), help="explain: each loss of a log")
+    cache_help = "why did the prompt cache miss? (cache forensics)"
+    cache_actions = sub.add_parser("cache", help=cache_help).add_subparsers(
+        dest="action", required=True
+    )
+    text = "explain each cache loss of a log: where the prompt first differed, and why"
+    cache = cache_actions.add_parser("explain", help=text, description=text)
     cache.add_argument("log", help="a session log (.jsonl)")
     cache.add_argument("--url", required=True, help="a llama-server with the session's model")
     cache.add_argument("--api-key", default=None, help="its API key (--api-key), if any")
@@ -498,6 +542,14 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--url", required=True, help="the llama-server's base URL")
     doctor.add_argument("--api-key", default=None, help="its API key (--api-key), if any")
     doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
+    doctor.add_argument(
+        "--probe-tokens",
+        type=_at_least_one,
+        default=160,
+        metavar="N",
+        help="max_tokens of each probe (160: room for reasoning and a tool call; fewer is "
+        "faster on a model that rambles, whose tool-call and reasoning verdicts then may fail)",
+    )
     doctor.set_defaults(run=_doctor)
 
     batch = sub.add_parser("batch", help="run tasks x a config grid on every slot, resumable")
@@ -508,10 +560,11 @@ def _parser() -> argparse.ArgumentParser:
     batch.add_argument("--config", default=None, help="base config, TOML")
     batch.add_argument("--tries", type=int, default=3, help="attempts before a run fails (3)")
     batch.add_argument("--embedded", action="store_true", help="also run the embedded server")
-    batch.add_argument("--parallel", type=int, default=4, help="embedded server's slots (4)")
+    _number(batch, "--parallel", "n_parallel", 4, "embedded: the server's slots")
     batch.add_argument("--model", default=None, help="embedded: GGUF (default: shipped model)")
-    batch.add_argument("--ctx", type=int, default=4096, help="embedded: context per slot")
-    batch.add_argument("--threads", type=int, default=None, help="embedded: CPU threads")
+    per_slot = "embedded: context per slot (tokens; the server gets it times --parallel)"
+    _number(batch, "--ctx", "n_ctx", 4096, per_slot)
+    _number(batch, "--threads", "n_threads", None, "embedded: CPU threads")
     batch.add_argument(
         "--ray",
         default=None,
@@ -568,6 +621,7 @@ def _batch(args: argparse.Namespace) -> int:
     if not servers and not args.embedded:
         print("boxmaker batch: give --url URL (one or more) or --embedded", file=sys.stderr)
         return 2
+    tasks = load_tasks(args.tasks)  # a bad file is said before a server starts or tools load
     progress = TerminalProgress()
     with contextlib.ExitStack() as stack:
         if args.embedded:
@@ -580,7 +634,7 @@ def _batch(args: argparse.Namespace) -> int:
             servers.append(stack.enter_context(embedded))
         try:
             result = run_batch(
-                args.tasks,
+                tasks,
                 args.dir,
                 servers=servers,  # type: ignore[arg-type]  # URLs and an EmbeddedServer
                 registry=demo_registry(),  # the CLI's tools: the demo's, said here
@@ -601,7 +655,7 @@ def _batch(args: argparse.Namespace) -> int:
     for run, reason in result.failures:
         print(terminal_safe(f"failed {run}: {reason}"))  # a server's error body among them
     print(f"batch {args.dir}: logs in {Path(args.dir) / 'logs'}, manifest.ndjson beside them")
-    if any(task.target is not None for task in load_tasks(args.tasks)):
+    if any(task.target is not None for task in tasks):
         scored = score_batch(args.dir)
         print(f"scored {len(scored)} run(s) by their targets: {Path(args.dir) / 'scores.ndjson'}")
     return 1 if result.failed else 0

@@ -279,6 +279,7 @@ def run_demo(args: argparse.Namespace) -> int:
     config = Config(client=ClientConfig(url=args.url or "http://127.0.0.1:8080"))
     if args.url:
         print(f"running the demo against {args.url}", flush=True)
+        check_server(config.client)  # one line and exit 1, not three turns of retries
         return _demo_with(config, Path(args.dir))
     if args.model is not None and not Path(args.model).is_file():
         raise ServerError(f"{args.model}: no such model file (a GGUF)")

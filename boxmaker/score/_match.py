@@ -150,6 +150,11 @@ def _matching(expected: Sequence[CallTarget], calls: Sequence[Call], arguments: 
     return sum(augment(i, set()) for i in range(len(expected)))
 
 
+def _n(count: int, word: str) -> str:
+    """``count`` and ``word``, plural unless one: ``1 call``, ``2 calls``, ``0 calls``."""
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
 def match_trajectory(target: TrajectoryTarget, steps: Sequence[Sequence[Call]]) -> tuple[bool, str]:
     """Whether the run's calls (``steps``: one list per completion, see :func:`calls_of`)
     match, by the target's mode, and why."""
@@ -158,17 +163,19 @@ def match_trajectory(target: TrajectoryTarget, steps: Sequence[Sequence[Call]]) 
     mode, args = target.mode, target.arguments
     if mode == "strict":
         if len(steps) != len(target.calls):
-            return False, f"{len(steps)} completions with calls, {len(target.calls)} expected"
+            seen, wanted = _n(len(steps), "completion"), len(target.calls)
+            return False, f"{seen} with calls, {wanted} expected"
         for number, (group, made) in enumerate(zip(target.calls, steps, strict=True), 1):
             if len(group) != len(made) or _matching(group, made, args) != len(group):
                 return False, f"completion {number}: the calls differ from the expected"
-        return True, f"the same {len(calls)} calls in the same {len(steps)} completions"
+        same = f"{_n(len(calls), 'call')} in {_n(len(steps), 'completion')}"
+        return True, f"as expected: {same}"
     paired = _matching(expected, calls, args)
     if mode == "unordered":
         ok = paired == len(expected) == len(calls)
-        return ok, f"{paired} of {len(expected)} expected calls paired, {len(calls)} made"
+        return ok, f"{paired} of {_n(len(expected), 'expected call')} paired, {len(calls)} made"
     if mode == "subset":
         ok = paired == len(calls)
-        return ok, f"{len(calls) - paired} of {len(calls)} calls made were not expected"
+        return ok, f"unexpected: {len(calls) - paired} of {_n(len(calls), 'call')} made"
     ok = paired == len(expected)
-    return ok, f"{len(expected) - paired} of {len(expected)} expected calls were not made"
+    return ok, f"not made: {len(expected) - paired} of {_n(len(expected), 'expected call')}"

@@ -40,8 +40,47 @@ def test_help_of_each_command_shows_its_defaults(capsys: pytest.CaptureFixture[s
     assert "(default: the --config file's, else http://127.0.0.1:8080)" in chat
     assert "/quit" in chat and "/new" in chat
     batch = _help("batch", capsys)
-    assert "--ctx CTX embedded: context per slot (default: 4096)" in batch
+    assert "--ctx N embedded: context per slot (tokens; the server gets it times --parallel)" in (
+        batch
+    )
+    assert "default 4096" in batch.split("--ctx N", 1)[1]
     assert "(default: sessions)" not in _help("demo", capsys)  # said once, as ./sessions
+
+
+@pytest.mark.parametrize(
+    ("command", "usage"),
+    [
+        (["log", "upgrade"], "usage: boxmaker log upgrade [-h] paths [paths ...]\n"),
+        (["cache", "explain"], "usage: boxmaker cache explain [-h] --url URL"),
+    ],
+)
+def test_log_upgrade_and_cache_explain_have_their_own_help(
+    command: list[str], usage: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The newcomer retrial (issue 21): both printed their parent's help."""
+    with pytest.raises(SystemExit):
+        main([*command, "--help"])
+    assert capsys.readouterr().out.startswith(usage)
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["demo", "--foo"], "boxmaker demo: error: unrecognized arguments: --foo"),
+        (["demo", "--thread", "1"], "boxmaker demo: error: unrecognized arguments: --thread 1"),
+        (["report", "--htm", "x", "logs"], "boxmaker report: error: unrecognized arguments: --htm"),
+        (["batch", "t.jsonl", "--dir", "d", "--embedded", "--parallel", "0"], "--parallel: 0 is"),
+    ],
+)
+def test_a_wrong_or_abbreviated_flag_is_refused_by_its_own_command(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The newcomer retrial: ``demo --thread 1`` ran as ``--threads``, ``report --htm x`` wrote
+    a file named ``x``, and an unknown flag was reported with the top command's usage."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert said in capsys.readouterr().err
 
 
 def test_cassette_subcommands_have_their_own_help_and_every_option_says_what_it_does(
@@ -121,12 +160,16 @@ def test_demo_with_a_missing_model_fails_before_starting(
     assert err == f"boxmaker: {missing}: no such model file (a GGUF)\n"
 
 
-def test_replay_of_a_session_log_says_it_is_one(capsys: pytest.CaptureFixture[str]) -> None:
+def test_replay_of_a_session_log_runs_the_limits_over_its_own_calls(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A session log is no cassette: it was refused; since ``boxmaker tap`` (issue 28) the
+    limits are run over the log's own calls (``what_if_log``)."""
     log = DATA / "schema-1.jsonl"
-    assert main(["replay", str(log)]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith(f"boxmaker: {log}: not a cassette: this is a session log (JSON Lines)")
-    assert "document start" not in err and "\n" not in err.rstrip("\n")
+    assert main(["replay", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"what-if on the log {log}: 2 turn(s)\n")
+    assert "turn 1, completion 1: repeat fires" in out
 
 
 def test_replay_of_other_text_names_the_place(
