@@ -43,11 +43,11 @@ SAME_LAYER = {
 
 LAZY = {
     *("widgets", "server", "frames", "cassettes", "batch", "tools.mcp", "frames.plots"),
-    *("cache", "client", "tap"),
+    *("cache", "client", "tap", "score"),
 }
 """Parts (or public submodules) that pull a heavy library (ipywidgets, xllamacpp, pandas,
-matplotlib, vcrpy, mcp; httpx for the client and the cache forensics, so that ``boxmaker
---help`` need not load it, issue 21): a higher layer may import them inside a function."""
+matplotlib, vcrpy, mcp; httpx for the client and the cache forensics, numpy for the
+scores' bootstrap, so that ``boxmaker --help`` need not load it, issue 21): a higher layer may import them inside a function."""
 
 
 def _part(module: str) -> str:

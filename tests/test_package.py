@@ -57,7 +57,7 @@ def test_exports_come_from_their_modules() -> None:
     assert boxmaker.InferError.__module__ == "boxmaker.errors"
 
 
-HEAVY = ("torch", "xllamacpp", "vcr", "pandas", "matplotlib", "ipywidgets", "mcp")
+HEAVY = ("torch", "xllamacpp", "vcr", "pandas", "matplotlib", "ipywidgets", "mcp", "numpy")
 STARTUP_HEAVY = ("jsonschema", "httpx", "markdown", "nh3", "yaml")
 """Imported only where used (issue 21): jsonschema (its format checker takes ~1.2 s) when a
 tool registers, httpx when a client or a server check is made, markdown/nh3 when HTML is
@@ -88,6 +88,7 @@ def test_the_heavy_libraries_come_when_used() -> None:
     assert _imported(code, ("jsonschema",)) == ["jsonschema"]
     code = "from boxmaker.view._render import render_markdown; render_markdown('*a*')"
     assert _imported(code, ("markdown", "nh3")) == ["markdown", "nh3"]
+    assert _imported("import boxmaker.score", ("numpy",)) == ["numpy"]
 
 
 def _names(requirements: list[str]) -> set[str]:

@@ -58,17 +58,19 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import ClientConfig, Config, HistoryConfig, load_config
 from ..demo import demo_registry
 from ..errors import BoxmakerError, ConfigError, ServerError
 from ..records import SCHEMA_VERSION
-from ..score import Scorer
 from ..server import LIMITS, EmbeddedServer, check_param
 from ..session import upgrade_log
 from ..view import terminal_safe
 from ._chat import CHAT_COMMANDS
+
+if TYPE_CHECKING:
+    from ..score import Scorer
 
 __all__ = ["main"]
 
@@ -683,6 +685,8 @@ def _load_scorer(spec: str) -> Scorer:
     """``MODULE:NAME`` -> a :class:`~boxmaker.score.Scorer` (a bare function is named by its
     ``MODULE:NAME``)."""
     import importlib
+
+    from ..score import Scorer  # numpy: only when a command scores
 
     module, _, name = spec.partition(":")
     if not module or not name:
