@@ -47,7 +47,8 @@ LAZY = {
 }
 """Parts (or public submodules) that pull a heavy library (ipywidgets, xllamacpp, pandas,
 matplotlib, vcrpy, mcp; httpx for the client and the cache forensics, numpy for the
-scores' bootstrap, so that ``boxmaker --help`` need not load it, issue 21): a higher layer may import them inside a function."""
+scores' bootstrap, so that ``boxmaker --help`` need not load it, issue 21): a higher layer
+may import them inside a function."""
 
 
 def _part(module: str) -> str:
