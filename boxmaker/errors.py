@@ -19,6 +19,7 @@ Tree::
         ├── TurnCancelled         the runtime's cancel event was set
         ├── TurnInferError        the completion failed for another reason (wraps InferError)
         ├── TurnNotAnswered       the completion came, but is no answer (outcome, detail)
+        ├── ForkDiverged          a fork's call differed from its parent's; asked to stop there
         └── ToolsNotSupported     tools offered to a chat template that cannot take them
 """
 
@@ -33,6 +34,7 @@ __all__ = [
     "BoxmakerError",
     "CassetteError",
     "ConfigError",
+    "ForkDiverged",
     "InferError",
     "LogBusy",
     "RequestCancelled",
@@ -218,6 +220,21 @@ class TurnNotAnswered(TurnError):
         super().__init__(f"{outcome}: {detail}")
         self.outcome = outcome
         self.detail = detail
+
+
+class ForkDiverged(TurnError):
+    """A fork replaying its parent's tool results made a call that differs from the parent's
+    at the same position (another name or other canonical arguments, or a call the parent
+    did not make), and was asked to stop there (:class:`boxmaker.turn.Replay` ``stop=True``).
+    The turn ends with outcome ``diverged``; the call is answered ``not_run="diverged"``.
+
+    Attributes:
+        position: the call's position among the calls run since the fork point (0-based).
+    """
+
+    def __init__(self, message: str, *, position: int) -> None:
+        super().__init__(message)
+        self.position = position
 
 
 class ToolsNotSupported(TurnError):
