@@ -10,6 +10,8 @@ Tree::
     ├── SessionError              a session log that cannot be created, read or appended
     │   └── LogBusy               another writer holds the log's lock (its pid kept)
     ├── ServerError               the embedded llama.cpp server could not start or answer
+    ├── SlotError                 a slot that cannot be saved or restored (no --slot-save-path,
+    │                             a missing or corrupt saved file)
     ├── CassetteError             a cassette that cannot be recorded or replayed
     ├── ToolError                 a tool that cannot be registered (also a ValueError)
     ├── ToolPortError             a tool port that cannot start (an MCP server not reachable)
@@ -41,6 +43,7 @@ __all__ = [
     "ServerError",
     "SessionError",
     "SessionFull",
+    "SlotError",
     "StreamCut",
     "ToolError",
     "ToolPortError",
@@ -125,6 +128,12 @@ class LogBusy(SessionError):
 
 class ServerError(BoxmakerError):
     """The embedded llama.cpp server could not start, or did not become healthy in time."""
+
+
+class SlotError(BoxmakerError):
+    """A llama.cpp slot that cannot be saved to or restored from a file: the server has no
+    ``--slot-save-path`` (HTTP 501), the saved file is missing, corrupt or too large for the
+    KV cache, or no slot is known yet (the message names slot and file)."""
 
 
 class CassetteError(BoxmakerError):

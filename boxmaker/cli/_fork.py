@@ -14,7 +14,6 @@ import argparse
 import contextlib
 import dataclasses
 import tomllib
-from pathlib import Path
 from typing import Any
 
 from ..client import Client

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from fake_llama import Reply, running
 
 from boxmaker.cli import main
 from boxmaker.cli._fork import parse_settings
@@ -17,7 +18,6 @@ from boxmaker.records import Baseline, ToolResult
 from boxmaker.session import Session
 from boxmaker.testing import ScriptedClient, answer, call, calls
 from boxmaker.turn import Runtime, run_turn
-from tests.fake_llama import Reply, running
 
 
 @pytest.fixture
