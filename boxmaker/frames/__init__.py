@@ -24,7 +24,7 @@ from ._build import (
     turns,
 )
 from ._columns import COLUMNS, ENDING_LIMITS, TURN_OUTCOMES, Column
-from ._forks import FORK_COLUMNS, first_difference, forks
+from ._forks import FORK_COLUMNS, forks
 
 __all__ = [
     "COLUMNS",
@@ -38,7 +38,6 @@ __all__ = [
     "cache_losses",
     "describe",
     "find_logs",
-    "first_difference",
     "forks",
     "limit_hits",
     "load",

@@ -10,10 +10,10 @@ from typing import Any
 import pandas as pd
 
 from ..errors import SessionError
-from ..session import Session, read_log
+from ..session import Session, first_difference, read_log
 from ._build import Source, find_logs
 
-__all__ = ["FORK_COLUMNS", "first_difference", "forks"]
+__all__ = ["FORK_COLUMNS", "forks"]
 
 FORK_COLUMNS: dict[str, str] = {
     "session": "the fork's session id",
@@ -38,21 +38,6 @@ FORK_COLUMNS: dict[str, str] = {
     "same_answer": "answer == parent_answer",
 }
 """The columns of :func:`forks`, with what each holds."""
-
-
-def _plain(record: dict[str, Any]) -> dict[str, Any]:
-    """A record's JSON without ``time`` and ``group`` (what makes two runs' records differ
-    though they say the same)."""
-    return {k: v for k, v in record.items() if k not in ("time", "group")}
-
-
-def first_difference(mine: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> int | None:
-    """The position (0-based) of the first record of ``mine`` that differs from ``theirs`` at
-    the same position (times aside), or where one ends first; ``None`` when they are equal."""
-    for k, (a, b) in enumerate(zip(mine, theirs, strict=False)):
-        if _plain(a) != _plain(b):
-            return k
-    return None if len(mine) == len(theirs) else min(len(mine), len(theirs))
 
 
 def _answer(records: list[dict[str, Any]]) -> str | None:

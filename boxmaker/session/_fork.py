@@ -46,7 +46,7 @@ from ..records import (
 )
 from ._file import read_log
 
-__all__ = ["fork_cut", "fork_records", "parent_of", "turn_starts"]
+__all__ = ["first_difference", "fork_cut", "fork_records", "parent_of", "turn_starts"]
 
 
 def turn_starts(records: list[Record]) -> list[int]:
@@ -156,3 +156,20 @@ def parent_of(fork_path: Path, forked: Forked) -> Path:
     folder when it is relative."""
     given = Path(forked.parent_path)
     return given if given.is_absolute() else fork_path.parent / given
+
+
+def _plain(record: dict[str, Any]) -> dict[str, Any]:
+    """A record's JSON without ``time`` and ``group`` (what makes two runs' records differ
+    though they say the same)."""
+    return {k: v for k, v in record.items() if k not in ("time", "group")}
+
+
+def first_difference(mine: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> int | None:
+    """The position (0-based) of the first record of ``mine`` that differs from ``theirs`` at
+    the same position (their JSON objects, times aside), or where one of them ends first;
+    ``None`` when they are equal. A fork's own records against its parent's from the fork
+    point on (the frames' ``forks``, the ``BranchView``)."""
+    for k, (a, b) in enumerate(zip(mine, theirs, strict=False)):
+        if _plain(a) != _plain(b):
+            return k
+    return None if len(mine) == len(theirs) else min(len(mine), len(theirs))

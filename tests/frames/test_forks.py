@@ -47,7 +47,7 @@ def test_forks_frame_and_summary_columns(tmp_path: Path) -> None:
     assert (e["answer"], e["parent_answer"], e["same_answer"]) == ("Freezing.", "Mild.", False)
     assert (e["requests"], e["parent_requests"]) == (1, 1)  # after the fork point
     r = table.loc["rerun"]
-    assert json.loads(r["settings"]) == {"loop.tool_iterations": 1}
+    assert json.loads(str(r["settings"])) == {"loop.tool_iterations": 1}
     assert r["replayed"] == 1 and r["same_answer"]
     # the replayed result carries source=replayed, the parent's did not: it differs there
     assert r["first_difference"] == 5
