@@ -175,8 +175,9 @@ def warm_fork(
 ) -> WarmStart:
     """Make a fork's first request find its parent's prefix in a slot.
 
-    1. A slot that, as far as this process knows, holds a prompt the fork's messages extend:
-       ``"slot"``, nothing to do.
+    1. A slot that, as far as this process knows, holds the fork's messages as a prefix (its
+       last prompt starts with them, or they start with it): ``"slot"``; the fork's requests
+       are sent there.
     2. Else, with a ``store``, the parent's slot saved at the turn the fork's copy ends with
        (``after_turn``: turn ``k``; before an answer or at an edited result: turn ``k - 1``)
        is restored into ``slot`` (default: the slot the client's leases would pick):
@@ -192,7 +193,8 @@ def warm_fork(
         raise SlotError(f"{fork.path}: not a fork (no 'forked' record)")
     messages = fork.messages()
     held = client.holder(messages)
-    if held is not None:
+    if held is not None:  # the fork's next request, which extends its messages, goes there
+        client.note_slot(held, messages)
         return WarmStart(how="slot", slot=held)
     turn = forked.turn if forked.point == "after_turn" else forked.turn - 1
     why = "no slot store (the server's --slot-save-path) was given"

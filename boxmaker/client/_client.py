@@ -435,9 +435,16 @@ class Client:
             yield
 
     def holder(self, messages: Any) -> int | None:
-        """The slot whose last request (of this process, on this client's server)
-        ``messages`` extends: where its prompt cache is; ``None`` when none is known."""
+        """The slot whose prompt cache (its last request, of this process, on this client's
+        server) holds ``messages`` as a prefix, or ``messages`` holds its; ``None`` when none
+        is known."""
         return self._leases.holder(self.url, messages)
+
+    def note_slot(self, slot: int, messages: Any) -> None:
+        """Take ``slot`` as holding ``messages`` from now on (a slot restored from a file, or
+        one whose longer prompt starts with them), so an unpinned request that extends them
+        is sent there."""
+        self._leases.note(self.url, slot, messages)
 
     def pick_slot(self, messages: Any) -> int:
         """The slot an unpinned request of ``messages`` would be sent to now."""

@@ -146,16 +146,21 @@ class SlotLeases:
                 self._cond.notify_all()
 
     def holder(self, url: str, messages: Any) -> int | None:
-        """The slot of the server at ``url`` whose last prompt (as far as this process knows)
-        ``messages`` extends, the longest such; ``None`` when no slot's does."""
+        """The slot of the server at ``url`` whose prompt cache (as far as this process knows:
+        its last request) holds ``messages`` as a prefix: its last prompt is a prefix of
+        ``messages``, or ``messages`` a prefix of it (llama.cpp reuses the common prefix);
+        the longest common prefix wins; ``None`` when no slot's does."""
         prompt = _fingerprint(messages)
         with self._cond:
             server = self._servers.get(url)
             if server is None:
                 return None
-            best = _ranked(server, prompt)[0] if server.last else None
-            last = server.last.get(best, ()) if best is not None else ()
-            return best if last and prompt[: len(last)] == last else None
+            best, size = None, 0
+            for slot, last in sorted(server.last.items()):
+                n = min(len(last), len(prompt))
+                if n and last[:n] == prompt[:n] and n > size:
+                    best, size = slot, n
+            return best
 
     def note(self, url: str, slot: int, messages: Any) -> None:
         """Remember that ``slot`` of the server at ``url`` now holds ``messages`` (a slot

@@ -48,6 +48,10 @@ def test_a_fork_right_away_finds_the_slot_that_holds_its_prefix(
         parent = parent_of(tmp_path, client, None)
         fork = parent.fork(at=2)
         assert warm_fork(fork, client).how == "slot"
+        # before turn 2's answer: the slot's longer prompt starts with the fork's messages
+        earlier = parent.fork(at=2, rerun=True)
+        assert warm_fork(earlier, client).how == "slot"
+        assert client.holder([{"role": "user", "content": "Something else"}]) is None
 
 
 def test_saved_at_each_turn_end_and_restored_after_the_slot_was_reused(

@@ -84,6 +84,10 @@ def test_restore_after_the_slot_was_reused_and_a_corrupt_file_forks_cold(
         continue_fork(fork, runtime, "Again")  # runs, cold: nothing lost
         assert first_reuse(fork, n) < 0.5
         assert store.remove(parent.id) and not store.files(parent.id)
+        # the cold fork filled the slot with the parent's prefix again: a fork finds it there
+        assert warm_fork(parent.fork(at=1), client, store).how == "slot"
+        with Session.create(tmp_path / "other", Baseline(system="Last. " * 60)) as other:
+            run_turn(other, runtime, "Hi")
         with pytest.warns(ColdFork, match="is missing"):
             assert warm_fork(parent.fork(at=1), client, store).how == "cold"
         assert parent.path.read_bytes() == before
