@@ -10,6 +10,8 @@ Tree::
     ├── SessionError              a session log that cannot be created, read or appended
     │   └── LogBusy               another writer holds the log's lock (its pid kept)
     ├── ServerError               the embedded llama.cpp server could not start or answer
+    ├── SlotError                 a slot that cannot be saved or restored (no --slot-save-path,
+    │                             a missing or corrupt saved file)
     ├── CassetteError             a cassette that cannot be recorded or replayed
     ├── ToolError                 a tool that cannot be registered (also a ValueError)
     ├── ToolPortError             a tool port that cannot start (an MCP server not reachable)
@@ -19,6 +21,7 @@ Tree::
         ├── TurnCancelled         the runtime's cancel event was set
         ├── TurnInferError        the completion failed for another reason (wraps InferError)
         ├── TurnNotAnswered       the completion came, but is no answer (outcome, detail)
+        ├── ForkDiverged          a fork's call differed from its parent's; asked to stop there
         └── ToolsNotSupported     tools offered to a chat template that cannot take them
 """
 
@@ -33,12 +36,14 @@ __all__ = [
     "BoxmakerError",
     "CassetteError",
     "ConfigError",
+    "ForkDiverged",
     "InferError",
     "LogBusy",
     "RequestCancelled",
     "ServerError",
     "SessionError",
     "SessionFull",
+    "SlotError",
     "StreamCut",
     "ToolError",
     "ToolPortError",
@@ -123,6 +128,12 @@ class LogBusy(SessionError):
 
 class ServerError(BoxmakerError):
     """The embedded llama.cpp server could not start, or did not become healthy in time."""
+
+
+class SlotError(BoxmakerError):
+    """A llama.cpp slot that cannot be saved to or restored from a file: the server has no
+    ``--slot-save-path`` (HTTP 501), the saved file is missing, corrupt or too large for the
+    KV cache, or no slot is known yet (the message names slot and file)."""
 
 
 class CassetteError(BoxmakerError):
@@ -218,6 +229,21 @@ class TurnNotAnswered(TurnError):
         super().__init__(f"{outcome}: {detail}")
         self.outcome = outcome
         self.detail = detail
+
+
+class ForkDiverged(TurnError):
+    """A fork replaying its parent's tool results made a call that differs from the parent's
+    at the same position (another name or other canonical arguments, or a call the parent
+    did not make), and was asked to stop there (:class:`boxmaker.turn.Replay` ``stop=True``).
+    The turn ends with outcome ``diverged``; the call is answered ``not_run="diverged"``.
+
+    Attributes:
+        position: the call's position among the calls run since the fork point (0-based).
+    """
+
+    def __init__(self, message: str, *, position: int) -> None:
+        super().__init__(message)
+        self.position = position
 
 
 class ToolsNotSupported(TurnError):

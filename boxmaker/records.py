@@ -36,8 +36,10 @@ from typing import Annotated, Any, Literal, TypeAlias
 __all__ = [
     "APPROVAL_DECISIONS",
     "COUNTS",
+    "FORK_POINTS",
     "LIMIT_KINDS",
     "NOT_RUN_REASONS",
+    "RESULT_SOURCES",
     "RULES",
     "SCHEMA_VERSION",
     "SESSION_ID",
@@ -51,12 +53,15 @@ __all__ = [
     "CacheLoss",
     "Capabilities",
     "FieldRule",
+    "ForkPoint",
+    "Forked",
     "LimitHit",
     "LimitKind",
     "Millis",
     "NotRunReason",
     "Record",
     "RecordError",
+    "ResultSource",
     "Tokens",
     "ToolCall",
     "ToolResult",
@@ -78,12 +83,14 @@ __all__ = [
     "utc_now",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Version of the log format, written in each log's first line (the baseline).
 
 1: the first format. 2: ``TurnEnd`` records, ``ToolResult.not_run``, the forensic fields of
 ``CacheLoss``. 3: records written together are framed as a group (``"group": n`` on the
-first line, read all or nothing; :mod:`boxmaker.session`). Older logs are upgraded on read
+first line, read all or nothing; :mod:`boxmaker.session`). 4: forks: a :class:`Forked`
+record first in a fork's log, ``ToolResult.source`` (``replayed``, ``edited``), the turn
+outcome and ``not_run`` reason ``diverged``. Older logs are upgraded on read
 by the steps of :mod:`boxmaker.session`.
 
 Added within schema 2, without a new version because nothing is lost when an older schema-2
@@ -140,6 +147,7 @@ TurnEndOutcome: TypeAlias = Literal[
     "tool_arguments",
     "server_stopped",
     "tool_call_in_content",
+    "diverged",
 ]
 TURN_END_OUTCOMES: tuple[TurnEndOutcome, ...] = typing.get_args(TurnEndOutcome)
 """How a turn can end (:attr:`TurnEnd.outcome`): an answer, an answer cut at ``max_tokens``
@@ -150,7 +158,9 @@ written when a log is reopened: the process stopped inside that turn (killed, cr
 ``server_stopped``, the server ended the completion with a ``finish_reason`` other than
 ``stop``, ``length`` or ``tool_calls`` (vLLM's ``abort``, ``error``; the detail names it), not
 an answer; ``tool_call_in_content``, the answer's content holds a tool call the server did not
-parse (the detail names the format and the fix), not taken as the answer. A ``length`` turn
+parse (the detail names the format and the fix), not taken as the answer; ``diverged``
+(schema 4), a fork's call differed from its parent's and the fork was asked to stop there
+(:mod:`boxmaker.turn`'s replay). A ``length`` turn
 whose completion had tool calls ran none of them (cut by ``max_tokens``; the detail says so).
 Then the turn's client-side bounds, each named as its limit kind (:data:`LIMIT_KINDS`)."""
 
@@ -168,6 +178,7 @@ NotRunReason: TypeAlias = Literal[
     "turn_deadline",
     "length",
     "server_stopped",
+    "diverged",
 ]
 NOT_RUN_REASONS: tuple[NotRunReason, ...] = typing.get_args(NotRunReason)
 """Why a tool call was answered without running (:attr:`ToolResult.not_run`): ``repeat``, the
@@ -181,7 +192,21 @@ loop guard's nudge (a cycle, stale results or a tool's call cap), or the turn en
 a JSON object or do not fit the tool's schema): the result says why, for the model to read;
 ``turn_deadline``, the turn ran out of time before the call ran; ``length``, the completion
 was cut by ``max_tokens`` (``finish_reason: "length"``), so its calls may be cut too and none is
-run; ``server_stopped``, the server ended the completion otherwise (``abort``...)."""
+run; ``server_stopped``, the server ended the completion otherwise (``abort``...);
+``diverged`` (schema 4), a fork stopped at its first call that differs from its parent's."""
+
+ForkPoint: TypeAlias = Literal["after_turn", "before_answer", "edited_result"]
+FORK_POINTS: tuple[ForkPoint, ...] = typing.get_args(ForkPoint)
+"""Where a fork branches from its parent (:attr:`Forked.point`): ``after_turn``, after the
+parent's turn ended (the fork's next turn is a new one); ``before_answer``, after the turn's
+user message, before its first completion (the turn is re-run); ``edited_result``, at one
+tool result of the turn, replaced by the researcher's text (the turn goes on from there)."""
+
+ResultSource: TypeAlias = Literal["replayed", "edited"]
+RESULT_SOURCES: tuple[ResultSource, ...] = typing.get_args(ResultSource)
+"""Where a tool result came from when no tool ran for it (:attr:`ToolResult.source`):
+``replayed``, the parent's result for the same call (a fork replaying its parent's tools);
+``edited``, text a researcher wrote in place of the tool's output at a fork point."""
 
 ApprovalDecision: TypeAlias = Literal["approved", "denied"]
 APPROVAL_DECISIONS: tuple[ApprovalDecision, ...] = typing.get_args(ApprovalDecision)
@@ -373,7 +398,10 @@ class ToolResult:
     was cut by ``cap_result``; ``not_run`` is ``None`` for a call that ran, else why it was
     answered without running (one of :data:`NOT_RUN_REASONS`; schema 2); ``server`` names the
     tool server that answered (the name an MCP server has in the config), ``None`` for a local
-    tool, a port without servers, or a call not sent to any.
+    tool, a port without servers, or a call not sent to any; ``source`` (schema 4) is ``None``
+    for a result the tool (or the loop) gave in this log, ``"replayed"`` for one copied from a
+    fork's parent (the call matched the parent's), ``"edited"`` for a researcher's text at a
+    fork point (:data:`RESULT_SOURCES`): never passed off as a tool's output.
     """
 
     call: int
@@ -385,6 +413,7 @@ class ToolResult:
     truncated: bool = False
     not_run: NotRunReason | None = None
     server: str | None = None
+    source: ResultSource | None = None
     time: datetime = field(default_factory=utc_now)
 
 
@@ -435,6 +464,37 @@ class TurnEnd:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Forked:
+    """Where a fork's log came from: the first record after its baseline (schema 4).
+
+    The records that follow it, up to the parent's record ``record`` (exclusive), are the
+    parent's records 1..``record - 1`` (1-based, after the baseline), copied as the parent's
+    file holds them (times included); the fork's own records come after them.
+    ``parent_session`` and ``parent_path`` name the parent's log (the path relative to the
+    fork's folder when the parent lies under it, else as given); ``parent_schema`` is its
+    format version; ``turn`` the parent's turn (1-based: its ``turn``-th user message) the
+    fork branches at and ``point`` where in it (:data:`FORK_POINTS`); ``record`` the first
+    record of the parent the fork does not copy (with ``edited_result``, the tool result
+    replaced by the edited one that follows the copies); ``edited_call`` the tool-call number
+    whose result was edited (``None`` otherwise); ``rerun`` the user message of the turn to
+    run again (``before_answer``; ``None`` otherwise); ``settings`` what the fork changed, as
+    given (``{"loop.tool_iterations": 2}``: ``--set`` pairs, or anything a researcher
+    names; empty when nothing was said).
+    """
+
+    parent_session: str
+    parent_path: str
+    parent_schema: int
+    turn: Tokens
+    point: ForkPoint
+    record: Tokens
+    edited_call: int | None = None
+    rerun: str | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    time: datetime = field(default_factory=utc_now)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Unknown:
     """A record of a type this version does not know, kept as read so nothing is lost."""
 
@@ -453,6 +513,7 @@ Record: TypeAlias = (
     | LimitHit
     | TurnEnd
     | Capabilities
+    | Forked
     | Unknown
 )
 """Any record that can follow the baseline in a session log."""
@@ -467,6 +528,7 @@ _TYPES: dict[str, type[Any]] = {
     "limit_hit": LimitHit,
     "turn_end": TurnEnd,
     "capabilities": Capabilities,
+    "forked": Forked,
 }
 _NAMES: dict[type[Any], str] = {cls: name for name, cls in _TYPES.items()}
 
@@ -490,7 +552,7 @@ def record_to_json(record: Record | Baseline) -> dict[str, Any]:
             out["tool_calls"] = [
                 {"id": c.id, "name": c.name, "arguments": c.arguments} for c in value
             ]
-        elif f.name in ("tools", "timings"):
+        elif f.name in ("tools", "timings", "settings"):
             out[f.name] = [dict(t) for t in value] if f.name == "tools" else dict(value)
         else:
             out[f.name] = value

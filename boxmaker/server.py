@@ -126,6 +126,10 @@ class EmbeddedServer:
             ``content``), ``"auto"``, ``"deepseek-legacy"``; ``None`` keeps the default.
         api_key: llama-server's ``--api-key`` (requests without it get HTTP 401); ``None``:
             none needed.
+        slot_save_path: a folder for saved slots (llama-server's ``--slot-save-path``): with
+            it, ``POST /slots/{id}?action=save|restore`` saves a slot's prompt cache to a file
+            there and brings it back (:class:`boxmaker.cache.SlotStore`); ``None``: the server
+            answers those actions HTTP 501. Created when missing.
 
     Raises:
         ServerError: ``n_ctx``, ``n_parallel``, ``n_threads`` or ``port`` is outside
@@ -158,6 +162,7 @@ class EmbeddedServer:
         swa_full: bool = False,
         ctx_checkpoints: int | None = None,
         reasoning_preserve: bool = True,
+        slot_save_path: str | os.PathLike[str] | None = None,
     ) -> None:
         if reasoning_format is not None and reasoning_format not in REASONING_FORMATS:
             raise ServerError(
@@ -184,6 +189,7 @@ class EmbeddedServer:
         self.swa_full = swa_full
         self.ctx_checkpoints = ctx_checkpoints
         self.reasoning_preserve = reasoning_preserve
+        self.slot_save_path = None if slot_save_path is None else Path(slot_save_path)
         self.n_threads = n_threads
         self.port = port
         self.startup_timeout_s = startup_timeout_s
@@ -223,6 +229,10 @@ class EmbeddedServer:
             params.reasoning_format = getattr(xllamacpp.common_reasoning_format, member)
         if self.api_key is not None:
             params.api_keys = [self.api_key]
+        if self.slot_save_path is not None:
+            self.slot_save_path.mkdir(parents=True, exist_ok=True)
+            # llama-server adds the separator when it parses --slot-save-path; xllamacpp does not
+            params.slot_save_path = str(self.slot_save_path) + os.sep
         if self.n_threads is not None:
             params.cpuparams.n_threads = self.n_threads
             params.cpuparams_batch.n_threads = self.n_threads

@@ -21,7 +21,10 @@ last one repeats:
 
 A ``GET`` (``/health``) is answered ``{"status": "ok"}`` and takes no item of the script; a
 ``POST`` to :data:`NOT_SERVED` (the endpoints cache forensics asks) is answered 404 and takes
-none either.
+none either; nor does a ``POST /slots/{id}?action=...``: answered as llama-server without
+``--slot-save-path`` does (HTTP 501 ``not_supported_error``), or, with
+:attr:`FakeLlama.slot_files` set (a dict), as one with it (save keeps the name, restore of a
+name not saved is HTTP 400, an invalid name HTTP 400 ``Invalid filename``).
 
 Example::
 
@@ -124,6 +127,7 @@ class FakeLlama(Script):
     def __init__(self, script: Sequence[Item]) -> None:
         super().__init__(script)
         self.requests: list[bytes] = []
+        self.slot_files: dict[str, int] | None = None  # name -> slot; None: no slot saving
         self.connections = 0
         self.disconnected = threading.Event()
         self._closing = threading.Event()
@@ -178,8 +182,12 @@ class FakeLlama(Script):
             if head.startswith(b"GET "):
                 self._send(conn, _ok_json())
                 return
-            if head.split(b" ", 2)[1].decode("latin-1") in NOT_SERVED:
+            target = head.split(b" ", 2)[1].decode("latin-1")
+            if target in NOT_SERVED:
                 self._send(conn, _not_found_json())
+                return
+            if target.startswith("/slots/"):
+                self._send(conn, self._slot_answer(target, body))
                 return
             item = self.next_item(body)
             if not isinstance(item, Raw | Reply):
@@ -257,6 +265,41 @@ class FakeLlama(Script):
             self.disconnected.set()
             return False
         return True
+
+    def _slot_answer(self, target: str, body: bytes) -> bytes:
+        """llama-server's answer to ``POST /slots/{id}?action=...`` (see the module)."""
+        if self.slot_files is None:
+            message = "This server does not support slots action. Start it with `--slot-save-path`"
+            return _json_answer(
+                501, {"code": 501, "message": message, "type": "not_supported_error"}
+            )
+        path, _, query = target.partition("?")
+        slot, action = int(path.rsplit("/", 1)[1]), query.partition("=")[2]
+        name = str(json.loads(body or b"{}").get("filename", ""))
+        if "/" in name or name.startswith("."):
+            return _json_answer(400, {"code": 400, "message": "Invalid filename",
+                                      "type": "invalid_request_error"})  # fmt: skip
+        if action == "save":
+            self.slot_files[name] = slot
+            return _json_answer(200, {"id_slot": slot, "filename": name, "n_saved": 40,
+                                      "n_written": 4000, "timings": {"save_ms": 0.5}})  # fmt: skip
+        if name not in self.slot_files:
+            message = (
+                "Unable to restore slot: No available space in KV cache or invalid slot save file"
+            )
+            return _json_answer(400, {"code": 400, "message": message,
+                                      "type": "invalid_request_error"})  # fmt: skip
+        return _json_answer(200, {"id_slot": slot, "filename": name, "n_restored": 40,
+                                  "n_read": 4000, "timings": {"restore_ms": 0.5}})  # fmt: skip
+
+
+def _json_answer(status: int, obj: dict[str, object]) -> bytes:
+    """A JSON answer (``{"error": obj}`` for a status other than 200), connection closed."""
+    body = json.dumps(obj if status == 200 else {"error": obj}).encode()
+    reason = {200: b"OK", 400: b"Bad Request", 501: b"Not Implemented"}[status]
+    head = b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nConnection: close\r\n" % (
+        status, reason)  # fmt: skip
+    return head + b"Content-Length: %d\r\n\r\n" % len(body) + body
 
 
 def _not_found_json() -> bytes:

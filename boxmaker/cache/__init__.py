@@ -1,7 +1,10 @@
 """The prompt cache: ``cache_outcome(previous_timings, new_timings)`` (hit or loss, pure;
 ``cache_loss`` gives the loop's ``CacheLoss`` record) and cache-loss forensics (why a loss
 happened, in the model's tokens, through the server's ``/apply-template`` and ``/tokenize``,
-asked through the client's side requests).
+asked through the client's side requests); saved slots (``SlotStore``: a session's slot
+saved at a turn's end, by session and turn) and ``warm_fork``: a fork's first request served
+from its parent's prompt cache (a slot that holds it, else the saved slot restored, else cold
+with a ``ColdFork`` warning).
 """
 
 from .._public import publish
@@ -20,16 +23,21 @@ from ._outcome import (
     reprocessed,
     window,
 )
+from ._slot_store import ColdFork, SlotFile, SlotStore, WarmStart, warm_fork
 
 __all__ = [
     "CAUSES",
     "WINDOW_TOKENS",
     "CacheForensics",
     "CacheOutcome",
+    "ColdFork",
     "LossCause",
     "SentRequest",
+    "SlotFile",
+    "SlotStore",
     "TemplateServer",
     "Tokens",
+    "WarmStart",
     "cache_loss",
     "cache_outcome",
     "classify_loss",
@@ -38,6 +46,7 @@ __all__ = [
     "first_divergence",
     "history_change",
     "reprocessed",
+    "warm_fork",
     "window",
 ]
 

@@ -350,6 +350,13 @@ def _chat(args: argparse.Namespace) -> int:
     return run_chat(args)
 
 
+def _fork(args: argparse.Namespace) -> int:
+    """``fork``: see :func:`boxmaker.cli._fork.run_fork`."""
+    from ._fork import run_fork  # the client, the loop and httpx: only for a fork
+
+    return run_fork(args)
+
+
 def _number(
     parser: argparse.ArgumentParser,
     flag: str | tuple[str, ...],
@@ -430,6 +437,41 @@ def _parser() -> argparse.ArgumentParser:
         help="go on with this session log (.jsonl; its system prompt and tools are kept)",
     )
     chat.set_defaults(run=_chat)
+
+    fork = sub.add_parser(
+        "fork", help="branch a session log at a turn into a new log; run on under other settings"
+    )
+    fork.add_argument("log", help="the parent's session log (.jsonl); only read")
+    fork.add_argument("--at", type=int, default=None, metavar="TURN", help="the turn (1-based)")
+    point = fork.add_mutually_exclusive_group()
+    point.add_argument(
+        "--rerun", action="store_true", help="branch before turn TURN's answer and run it again"
+    )
+    point.add_argument(
+        "--edit",
+        nargs=2,
+        metavar=("CALL", "TEXT"),
+        help="replace tool call CALL's result by TEXT (recorded as an edit) and go on",
+    )
+    fork.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config setting of the fork (loop.tool_iterations=2), recorded in the fork",
+    )
+    fork.add_argument("--say", default=None, help="a new user message to run in the fork")
+    fork.add_argument(
+        "--replay",
+        choices=("on", "off", "stop"),
+        default="on",
+        help="the parent's tool results while the calls match (on), never (off), or stop at "
+        "the first call that differs (stop)",
+    )
+    fork.add_argument("--config", default=None, help="TOML config file")
+    fork.add_argument("--url", default=None, help="llama-server base URL for the fork's turn")
+    fork.add_argument("--dir", default=None, help="where the fork goes (the parent's folder)")
+    fork.set_defaults(run=_fork)
 
     serve = sub.add_parser("serve", help="serve a GGUF model on 127.0.0.1 until Ctrl-C")
     serve.add_argument("model", nargs="?", default=None, help="GGUF (default: shipped model)")

@@ -329,6 +329,7 @@ def diagnose(
                 props = _request(http, "GET", f"{base}/props")
             checks += _props_checks(props)
             checks += _slot_checks(http, base, props)
+            checks.append(_slot_saving(http, base))
             d = probe_deadline_s
             n = probe_tokens
             first = _stream(http, base, _body(n), None, d)
@@ -422,6 +423,26 @@ def _slot_checks(http: httpx.Client, base: str, props: httpx.Response) -> list[C
     seen, fix = _slots_seen(n_slots, per_slot, unified)
     ok = per_slot >= _MIN_SLOT_CTX
     return [Check("slots and context", ok, seen, "" if ok else fix)]
+
+
+def _slot_saving(http: httpx.Client, base: str) -> Check:
+    """Whether the server saves slots to files (``--slot-save-path``), which keeps forks of a
+    session warm once its slot was reused (:func:`boxmaker.cache.warm_fork`). Asked without
+    side effects: a save to an invalid file name is refused HTTP 400 ``Invalid filename`` by a
+    server that saves, HTTP 501 by one that cannot."""
+    with _open(http, f"{base}/slots/0?action=save", {"filename": "../boxmaker-doctor"}) as answer:
+        text = b""  # at most 4 KiB: a server that streams for ever cannot hold the doctor
+        for piece in answer.iter_bytes():
+            text += piece
+            if len(text) >= 4096:
+                break
+    if answer.status_code == 501:
+        seen = "off (no --slot-save-path): a fork runs cold once its parent's slot was reused"
+        return Check("slot saving", None, seen + "; start llama-server with --slot-save-path DIR")
+    words = text[:200].decode("utf-8", "replace")
+    if answer.status_code == 400 and "filename" in words.lower():
+        return Check("slot saving", True, "on (--slot-save-path): forks can restore saved slots")
+    return Check("slot saving", None, f"unknown: HTTP {answer.status_code} {words[:80]}")
 
 
 def _slots_seen(n_slots: int, per_slot: int, unified: bool | None) -> tuple[str, str]:

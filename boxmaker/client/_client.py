@@ -158,6 +158,7 @@ class Client:
         self._reasoning_seen = False  # a completion of this client had reasoning
         self._caps: Capabilities | None = None  # GET /props, read once (capabilities())
         self._caps_read = False
+        self.last_slot: int | None = None  # the slot of this client's latest request
         headers = {}
         if self.config.api_key:
             headers["Authorization"] = f"Bearer {self.config.api_key}"
@@ -430,7 +431,69 @@ class Client:
             cancel=cancel,
         ) as slot:
             payload["id_slot"] = slot
+            self.last_slot = slot
             yield
+
+    def holder(self, messages: Any) -> int | None:
+        """The slot whose prompt cache (its last request, of this process, on this client's
+        server) holds ``messages`` as a prefix, or ``messages`` holds its; ``None`` when none
+        is known."""
+        return self._leases.holder(self.url, messages)
+
+    def note_slot(self, slot: int, messages: Any) -> None:
+        """Take ``slot`` as holding ``messages`` from now on (a slot restored from a file, or
+        one whose longer prompt starts with them), so an unpinned request that extends them
+        is sent there."""
+        self._leases.note(self.url, slot, messages)
+
+    def pick_slot(self, messages: Any) -> int:
+        """The slot an unpinned request of ``messages`` would be sent to now."""
+        return self._leases.pick(self.url, messages)
+
+    def slot_action(
+        self,
+        slot: int,
+        action: str,
+        filename: str | None = None,
+        *,
+        holds: Any = None,
+        timeout_s: float = 120.0,
+    ) -> dict[str, Any]:
+        """llama.cpp's ``POST /slots/{slot}?action=save|restore|erase`` (with
+        ``{"filename": ...}`` for save and restore; the server needs ``--slot-save-path``),
+        holding the slot's lease so no completion runs on it meanwhile.
+
+        Args:
+            slot: the slot (``id_slot``); action: ``"save"``, ``"restore"`` or ``"erase"``.
+            filename: the file in the server's slot folder (a plain name, no folders).
+            holds: the ``messages`` the slot holds afterwards (a restore: the prompt saved),
+                so an unpinned request that extends them is sent to this slot; ``None``:
+                what the client knew of the slot is kept (a save changes nothing there).
+            timeout_s: seconds for the answer (a large slot takes a while to write).
+
+        Returns:
+            The server's answer (save: ``n_saved`` tokens, ``n_written`` bytes,
+            ``timings.save_ms``; restore: ``n_restored``, ``n_read``, ``timings.restore_ms``).
+
+        Raises:
+            InferError: the server refused (HTTP 501 ``not_supported_error``: no
+                ``--slot-save-path``; HTTP 400: an invalid name, or a file missing, corrupt
+                or too large for the KV cache), or could not be reached.
+        """
+        path = f"/slots/{slot}?action={action}"
+        body = None if filename is None else {"filename": filename}
+        with self._leases.lease(
+            self.url,
+            slot,
+            holds,
+            count=self._slot_count,
+            on_wait=lambda _slot: None,
+            remember=False,
+        ):
+            answer = self.server_json("POST", path, body, timeout_s=timeout_s)
+            if holds is not None:  # only once the server said it holds them
+                self._leases.note(self.url, slot, holds)
+        return answer if isinstance(answer, dict) else {}
 
     def _slot_count(self) -> int | None:
         """``GET /props`` ``total_slots`` (llama.cpp's slot count), ``None`` if unknown."""

@@ -109,6 +109,7 @@ class SlotLeases:
         count: Callable[[], int | None],
         on_wait: Callable[[int | None], None],
         cancel: threading.Event | None = None,
+        remember: bool = True,
     ) -> Iterator[int]:
         """Hold a slot of the server at ``url`` for the block; yields its id (``id_slot``).
 
@@ -122,6 +123,8 @@ class SlotLeases:
                 slot assumed).
             on_wait: called once, before waiting, with the slot waited for (``None``: any).
             cancel: set it to end the wait.
+            remember: afterwards, the slot holds ``messages`` (a request, a restored slot);
+                ``False`` keeps what was known of it (a slot saved to a file).
 
         Raises:
             RequestCancelled: ``cancel`` was set while waiting.
@@ -134,12 +137,45 @@ class SlotLeases:
             with self._cond:
                 server = self._servers[url]
                 server.held.discard(held)
-                server.last[held] = prompt
-                self._tick += 1
-                server.used[held] = self._tick
+                if remember:
+                    server.last[held] = prompt
+                    self._tick += 1
+                    server.used[held] = self._tick
                 fcntl.flock(fd, fcntl.LOCK_UN)
                 os.close(fd)
                 self._cond.notify_all()
+
+    def holder(self, url: str, messages: Any) -> int | None:
+        """The slot of the server at ``url`` whose prompt cache (as far as this process knows:
+        its last request) holds ``messages`` as a prefix: its last prompt is a prefix of
+        ``messages``, or ``messages`` a prefix of it (llama.cpp reuses the common prefix);
+        the longest common prefix wins; ``None`` when no slot's does."""
+        prompt = _fingerprint(messages)
+        with self._cond:
+            server = self._servers.get(url)
+            if server is None:
+                return None
+            best, size = None, 0
+            for slot, last in sorted(server.last.items()):
+                n = min(len(last), len(prompt))
+                if n and last[:n] == prompt[:n] and n > size:
+                    best, size = slot, n
+            return best
+
+    def note(self, url: str, slot: int, messages: Any) -> None:
+        """Remember that ``slot`` of the server at ``url`` now holds ``messages`` (a slot
+        restored from a file), as a finished request there would be remembered."""
+        with self._cond:
+            server = self._servers.setdefault(url, _Server())
+            server.last[slot] = _fingerprint(messages)
+            self._tick += 1
+            server.used[slot] = self._tick
+
+    def pick(self, url: str, messages: Any) -> int:
+        """The slot an unpinned request of ``messages`` would be given now (held or not):
+        :func:`_ranked`'s first."""
+        with self._cond:
+            return _ranked(self._servers.setdefault(url, _Server()), _fingerprint(messages))[0]
 
     def _acquire(
         self,

@@ -450,6 +450,33 @@ class Config:
         ``history.reasoning = "keep"``."""
         return {"enable_thinking": self.thinking.enabled, **self.history.template_kwargs()}
 
+    def with_settings(self, settings: Mapping[str, Any], *, source: str = "settings") -> Config:
+        """This config with dotted settings laid on top (``{"loop.tool_iterations": 2}``, as
+        ``--set KEY=VALUE`` and the batch grid name them), checked as a TOML file is
+        (:meth:`from_dict`: types, ranges, renamed keys).
+
+        Raises:
+            ConfigError: a key that is not ``section.key``, an unknown one, or a value of the
+                wrong type or range.
+        """
+        data: dict[str, Any] = {}
+        for section in dataclasses.fields(self):
+            value = getattr(self, section.name)
+            default = type(value)()
+            changed = {
+                f.name: getattr(value, f.name)
+                for f in dataclasses.fields(value)
+                if getattr(value, f.name) != getattr(default, f.name)
+            }
+            if changed:
+                data[section.name] = changed
+        for key, value in settings.items():
+            section_name, _, name = key.partition(".")
+            if not name:
+                raise ConfigError(f"{source}: {key!r} is not a section.key config name")
+            data.setdefault(section_name, {})[name] = value
+        return Config.from_dict(data, source=source)
+
     @classmethod
     def from_toml(cls, path: str | os.PathLike[str]) -> Config:
         """Load a config from a TOML file; missing keys keep their defaults.

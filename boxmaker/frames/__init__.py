@@ -1,6 +1,8 @@
 """pandas frames over one or many session logs: ``requests``, ``turns``,
 ``cache_losses``, ``limit_hits``, ``tool_calls``, ``summary`` (``load`` reads each log once
-and gives all six). Columns are data (``COLUMNS``).
+and gives all six). Columns are data (``COLUMNS``). ``forks``: one row per fork (its parent,
+turn and point, the first record that differs from the parent, usage, limit hits and answer
+compared); the summary carries ``parent_session``, ``fork_turn`` and ``fork_point``.
 
 Public submodules: :mod:`boxmaker.frames.plots` (matplotlib figures) and
 :mod:`boxmaker.frames.report` (``boxmaker report``: text tables or HTML).
@@ -22,10 +24,12 @@ from ._build import (
     turns,
 )
 from ._columns import COLUMNS, ENDING_LIMITS, TURN_OUTCOMES, Column
+from ._forks import FORK_COLUMNS, forks
 
 __all__ = [
     "COLUMNS",
     "ENDING_LIMITS",
+    "FORK_COLUMNS",
     "TURN_OUTCOMES",
     "Column",
     "Frames",
@@ -34,6 +38,7 @@ __all__ = [
     "cache_losses",
     "describe",
     "find_logs",
+    "forks",
     "limit_hits",
     "load",
     "requests",

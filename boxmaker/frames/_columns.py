@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..records import LIMIT_KINDS, NOT_RUN_REASONS, TURN_END_OUTCOMES
+from ..records import FORK_POINTS, LIMIT_KINDS, NOT_RUN_REASONS, TURN_END_OUTCOMES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -513,6 +513,25 @@ SUMMARY_COLUMNS: tuple[Column, ...] = (
     Column(name="ended", dtype=TIME, doc="the last record's time", source="*.time"),
     Column(name="records", dtype="Int64", doc="records after the baseline", source="lines"),
     Column(name="unknown_records", dtype="Int64", doc="records of unknown type (skipped)"),
+    Column(
+        name="parent_session",
+        dtype="string",
+        doc="the session this log was forked from (<NA>: no fork)",
+        source="forked.parent_session",
+    ),
+    Column(
+        name="fork_turn",
+        dtype="Int64",
+        doc="the parent's turn the fork branches at (<NA>: no fork)",
+        source="forked.turn",
+    ),
+    Column(
+        name="fork_point",
+        dtype="category",
+        categories=FORK_POINTS,
+        doc="where in that turn (boxmaker.records.FORK_POINTS)",
+        source="forked.point",
+    ),
     Column(name="turns", dtype="Int64", doc="turns (User records)", agg=("turns", None)),
     *(
         Column(

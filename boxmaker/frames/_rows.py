@@ -50,9 +50,11 @@ _KNOWN = (
     "turn_end",
     "approval",
     "capabilities",
+    "forked",
 )
 """The record types the frames read (a tuple: ``in`` compares, so any JSON value is safe);
-``capabilities`` is known and has no frame of its own."""
+``capabilities`` is known and has no frame of its own; ``forked`` gives the summary's
+``parent_session``, ``fork_turn`` and ``fork_point``."""
 
 
 class Log(NamedTuple):
@@ -257,9 +259,13 @@ class Rows:
                 LogReadWarning,
                 stacklevel=5,
             )
+        forked = log.records[0] if log.records and log.records[0]["type"] == "forked" else {}
         for name, value in (
             ("session", log.session),
             ("path", log.path),
+            ("parent_session", forked.get("parent_session")),
+            ("fork_turn", forked.get("turn")),
+            ("fork_point", forked.get("point")),
             ("started", log.head.get("time")),
             ("ended", _last_time(log.records, log.head.get("time"))),
             ("records", len(log.records)),

@@ -47,6 +47,21 @@ SESSION_COLUMNS = (
 )
 """The summary columns the report's sessions table shows."""
 
+FORK_REPORT_COLUMNS = (
+    "session",
+    "parent_session",
+    "fork_turn",
+    "fork_point",
+    "turns",
+    "requests",
+    "processed_tokens",
+    "cache_reuse_ratio",
+    "limit_hits",
+)
+"""The summary columns of the report's ``Forks`` table (shown when a log is a fork; the
+records a fork copied from its parent are counted in its rows: ``frames.forks`` gives its
+own part next to the parent's)."""
+
 PER_REQUEST_PLOTS = 4
 """The per-request plots show at most this many sessions (the ones with most requests)."""
 
@@ -57,8 +72,8 @@ def tables(loaded: frames.Frames) -> dict[str, pd.DataFrame]:
     ``Sessions`` (a row per session and a ``total`` row), ``Turns by outcome`` (every outcome
     of :data:`boxmaker.frames.TURN_OUTCOMES`), ``Limit hits by kind`` (every kind),
     ``Cache losses by session``, ``Cache losses by cause`` (losses without a cause as
-    ``not explained``), ``Tool calls by tool``. Milliseconds are rounded to 0.1,
-    ratios to 0.001.
+    ``not explained``), ``Tool calls by tool``, and ``Forks`` when a log is a fork.
+    Milliseconds are rounded to 0.1, ratios to 0.001.
     """
     s = loaded.summary
     sessions = s[list(SESSION_COLUMNS)].copy()
@@ -117,6 +132,9 @@ def tables(loaded: frames.Frames) -> dict[str, pd.DataFrame]:
         "Cache losses by cause": causes.sort_values("lost_tokens", ascending=False).reset_index(),
         "Tool calls by tool": tools.reset_index(),
     }
+    if s["parent_session"].notna().any():  # only when there are forks among the logs
+        forked = s[s["parent_session"].notna()]
+        out["Forks"] = forked[list(FORK_REPORT_COLUMNS)].astype({"session": "string"})
     return {title: _rounded(df) for title, df in out.items()}
 
 

@@ -9,6 +9,7 @@ log in place atomically.
 
 from .._public import publish
 from ._file import LogReadWarning, LogWriter, dumps_line, read_log, upgrade_log
+from ._fork import first_difference
 from ._safe import check_folder
 from ._session import Session, message_of, messages, new_session_id, wire_arguments
 
@@ -18,6 +19,7 @@ __all__ = [
     "Session",
     "check_folder",
     "dumps_line",
+    "first_difference",
     "message_of",
     "messages",
     "new_session_id",

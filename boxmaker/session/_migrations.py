@@ -13,6 +13,9 @@ Steps::
     1 -> 2  tool_result_not_run   ToolResult.not_run from the texts schema 1 wrote
     2 -> 3  group_framing         none to change: older logs have no groups (each line
                                   stands alone); from 3 on, ``"group": n`` frames a write
+    3 -> 4  fork_origin           none to change: older logs are no forks (no ``forked``
+                                  record) and their tool results all came from their tools
+                                  (``ToolResult.source`` reads as ``None``)
 
 Adding a format change: bump ``SCHEMA_VERSION`` in :mod:`boxmaker.records`, append one step
 here, and keep a log of the old schema in ``tests/data/`` (the tests read each one).
@@ -112,9 +115,21 @@ def _group_framing(records: Records) -> Records:
     return records
 
 
+# -- schema 3 -> 4 -------------------------------------------------------------------------------
+
+
+def _fork_origin(records: Records) -> Records:
+    """Schema 4 adds forks: a ``forked`` record first in a fork's log, ``ToolResult.source``
+    (``replayed``, ``edited``) and the outcome and reason ``diverged``. A log of schema 3 or
+    older is no fork and holds none of them: its results read with ``source: None`` (the
+    tool's own), so nothing changes."""
+    return records
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(source=1, name="tool_result_not_run", upgrade=_tool_result_not_run),
     Migration(source=2, name="group_framing", upgrade=_group_framing),
+    Migration(source=3, name="fork_origin", upgrade=_fork_origin),
 )
 """Every step, in order; ``MIGRATIONS[k].source == k + 1``."""
 

@@ -24,7 +24,7 @@ import os
 import secrets
 import threading
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from ..records import (
     SESSION_ID,
     Assistant,
     Baseline,
+    Forked,
     Record,
     RecordError,
     ToolCall,
@@ -51,6 +52,7 @@ from ..records import (
     utc_now,
 )
 from ._file import LogReadWarning, LogWriter, dumps_line, read_log
+from ._fork import fork_records, parent_of
 from ._groups import dumps_group
 from ._safe import check_folder
 
@@ -273,6 +275,82 @@ class Session:
                 stacklevel=3,
             )
         return cls(p, data.session_id, baseline, records, data.schema, writer)
+
+    def fork(
+        self,
+        at: int | None = None,
+        *,
+        rerun: bool = False,
+        call: int | None = None,
+        result: str | None = None,
+        settings: Mapping[str, Any] | None = None,
+        directory: str | os.PathLike[str] | None = None,
+        session_id: str | None = None,
+        baseline: Baseline | None = None,
+    ) -> Session:
+        """Branch this log at turn ``at`` into a new log, open for writing; this log is only
+        read (its file is never touched, byte for byte).
+
+        The new log starts with a :class:`~boxmaker.records.Forked` record (this session's id
+        and path, the turn and record, ``settings``), then this log's records up to the fork
+        point as its file holds them, all in one all-or-nothing write
+        (:mod:`boxmaker.session`'s fork points):
+
+        - ``fork(at=k)``: after turn ``k`` ended; the fork's next turn is a new one;
+        - ``fork(at=k, rerun=True)``: before turn ``k``'s answer (the records before its user
+          message; :func:`boxmaker.turn.continue_fork` runs that message again);
+        - ``fork(call=n, result="...")``: at tool call ``n``'s result, replaced by ``result``
+          and marked ``source="edited"``; the turn goes on from there
+          (:func:`boxmaker.turn.continue_fork`).
+
+        Args:
+            at: the turn (1-based: the ``at``-th user message); optional with ``call``.
+            rerun: branch before turn ``at``'s answer.
+            call: the session's tool-call number whose result is edited.
+            result: the edited result text (with ``call``).
+            settings: what the fork changes, recorded as given (``{"loop.tool_iterations":
+                2}``); the caller runs the fork's turns with them.
+            directory: where the fork's log goes (default: this log's folder).
+            session_id: the fork's id (default: :func:`new_session_id`).
+            baseline: the fork's system prompt and tools (default: this log's; another one
+                re-renders the whole prompt, so the cache is cold from its first token).
+
+        Raises:
+            SessionError: no such turn or call, a bad combination of arguments, the parent
+                cannot be read, or the fork's log cannot be written (then it is removed).
+        """
+        folder = Path(directory) if directory is not None else self.path.parent
+        head, records = fork_records(
+            self.path,
+            at=at,
+            rerun=rerun,
+            call=call,
+            result=result,
+            settings=settings,
+            folder=folder,
+        )
+        child = Session.create(folder, baseline or head, session_id=session_id)
+        try:
+            child.extend(records)
+        except BaseException:
+            child.close()
+            child.path.unlink(missing_ok=True)
+            raise
+        return child
+
+    @property
+    def forked(self) -> Forked | None:
+        """The log's :class:`~boxmaker.records.Forked` record (where this fork came from), or
+        ``None`` when the log is no fork."""
+        with self._lock:
+            first = self._records[0] if self._records else None
+        return first if isinstance(first, Forked) else None
+
+    def parent_path(self) -> Path | None:
+        """The parent's log of a fork (``Forked.parent_path`` read against this log's folder
+        when relative), ``None`` when the log is no fork."""
+        forked = self.forked
+        return None if forked is None else parent_of(self.path, forked)
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ import re
 import threading
 from dataclasses import dataclass
 
-from ..records import Approval, NotRunReason, ToolCall, ToolResult
+from ..records import Approval, NotRunReason, ResultSource, ToolCall, ToolResult
 from ._ports import ToolDenied, ToolFailed, ToolOk, ToolPendingApproval, ToolPort, ToolRequest
 from ._registry import Registry
 
@@ -32,7 +32,8 @@ class Dispatched:
     """The text a call produced (before capping) and its labels: ``not_run`` says why the call
     was answered without running (one of :data:`boxmaker.records.NOT_RUN_REASONS`, ``None``
     when it ran or was tried), ``server`` which tool server answered, ``approvals`` the
-    decisions taken on the call, to be logged before its result."""
+    decisions taken on the call, to be logged before its result; ``source`` is ``"replayed"``
+    for a result a fork took from its parent's log (no tool ran)."""
 
     content: str
     data_class: str = "public"
@@ -40,6 +41,7 @@ class Dispatched:
     not_run: NotRunReason | None = None
     server: str | None = None
     approvals: tuple[Approval, ...] = ()
+    source: ResultSource | None = None
 
     def record(self, call: ToolCall, number: int, content: str, truncated: bool) -> ToolResult:
         """The ``ToolResult`` of ``call`` (the session's call ``number``) with these labels and
@@ -54,6 +56,7 @@ class Dispatched:
             truncated=truncated,
             not_run=self.not_run,
             server=self.server,
+            source=self.source,
         )
 
 

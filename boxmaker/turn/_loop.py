@@ -14,10 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from ..cache import CacheForensics
-from ..client import ChatClient, Completion, is_context_full
-from ..config import Config
+from ..client import Completion, is_context_full
 from ..errors import (
+    ForkDiverged,
     InferError,
     RequestCancelled,
     SessionError,
@@ -30,46 +29,18 @@ from ..errors import (
 from ..events import Hook, ToolCallStarted, guarded
 from ..records import Assistant, LimitHit, Record, ToolCall, Usage, User
 from ..session import Session
-from ..tools import Dispatched, Registry, ToolPort, cap_result, dispatch
+from ..tools import Dispatched, cap_result, dispatch
 from ._bounds import BoundHit, TurnBounds
 from ._caps import read_capabilities, refuse_unsupported_tools
 from ._finish import ending
+from ._fork import open_calls, replayed
 from ._guard import AnswerAfterLimit, LoopGuard, after_limit, dead_turn, ended, not_run_results
 from ._keys import api_keys
+from ._runtime import Runtime, TurnOutcome
 
 __all__ = ["Runtime", "TurnOutcome", "run_turn"]
 
 log = logging.getLogger("boxmaker.turn")
-
-
-@dataclass(kw_only=True)
-class Runtime:
-    """What a turn runs with: knobs, client, tools, and a cancel switch.
-
-    Attributes:
-        config: every limit and knob (:class:`boxmaker.config.Config`).
-        client: streams completions (:class:`boxmaker.client.Client` or a fake).
-        registry: the tools the loop can dispatch.
-        port: where port tools go (``None``: port tools answer that no port is connected).
-        cancel: set it (any thread) to stop the running turn; never cleared nor set by the loop.
-        forensics: explains cache losses (remembers each session's last request).
-    """
-
-    config: Config
-    client: ChatClient
-    registry: Registry
-    port: ToolPort | None = None
-    cancel: threading.Event = field(default_factory=threading.Event)
-    forensics: CacheForensics = field(default_factory=CacheForensics)
-
-
-@dataclass(frozen=True, kw_only=True)
-class TurnOutcome:
-    """A turn that answered: ``content`` is the final answer text ("" if the model sent none),
-    ``usage`` the :class:`Usage` of the turn's last completion."""
-
-    content: str
-    usage: Usage
 
 
 @dataclass
@@ -85,7 +56,7 @@ class _TurnState:
 def run_turn(
     session: Session,
     runtime: Runtime,
-    content: str,
+    content: str | None,
     on_event: Hook | None = None,
     *,
     cancel: threading.Event | None = None,
@@ -95,7 +66,8 @@ def run_turn(
     Args:
         session: the log to extend; its baseline gives the system prompt and the tools.
         runtime: config, client, tool registry and port, cancel event.
-        content: the user's message.
+        content: the user's message; ``None`` goes on with the log's open turn (a fork made
+            at an edited tool result: its other calls, then the next completion).
         on_event: called with every client event (but ``ToolCallDelta``), every
             ``ToolCallStarted`` and every appended record, in order, on the calling thread.
             An exception inside it is logged and does not stop the turn.
@@ -115,7 +87,7 @@ def run_turn(
         TurnInferError: the completion failed otherwise (``cause`` keeps status and body).
         TurnNotAnswered: no answer: a ``finish_reason`` such as vLLM's ``abort``, or a tool
             call left in content by the server's parser (``outcome`` says which).
-        SessionError: the log could not be written.
+        SessionError: the log could not be written; ``content`` is ``None`` and no turn is open.
         ToolsNotSupported: the session has tools and the server's template cannot take them
             (``GET /props``; before anything is sent; ``client.unsupported_tools``).
     """
@@ -123,17 +95,21 @@ def run_turn(
     token = runtime.cancel if cancel is None else cancel
     with session.turn(), TurnBounds(runtime.config, token) as bounds:
         session.hide(*api_keys(runtime.config, runtime.client))  # an echoed key: <API_KEY>
-        _append(session, emit, *dead_turn(session))  # a log reopened mid-turn: closed first
+        pending = open_calls(session) if content is None else None  # a fork's open turn
+        _append(session, emit, *(dead_turn(session) if content is not None else ()))
         _append(session, emit, *read_capabilities(session, runtime.client))  # GET /props, once
         refuse_unsupported_tools(session, runtime.config)  # never a silent answer without tools
         state = _TurnState(guard=LoopGuard(runtime.config.loop), bounds=bounds)
-        _append(session, emit, User(content=content))
+        _append(session, emit, *([User(content=content)] if content is not None else ()))
         last: TurnLimit | None = None  # on_limit="answer": the limit, before the last completion
         while True:
-            completion = _complete(session, runtime, state, emit, last is not None)
-            calls, usage = _record_completion(session, runtime, state, completion, emit, last)
-            if not calls or last is not None:
-                return TurnOutcome(content=completion.content or "", usage=usage)
+            if pending:  # the calls of the fork's open turn after its edited result
+                calls, pending = pending, None
+            else:
+                completion = _complete(session, runtime, state, emit, last is not None)
+                calls, usage = _record_completion(session, runtime, state, completion, emit, last)
+                if not calls or last is not None:
+                    return TurnOutcome(content=completion.content or "", usage=usage)
             try:
                 if (stop := state.guard.completion()) is not None:
                     _end_turn(session, stop, emit, answer=state.guard)
@@ -232,15 +208,18 @@ def _run_calls(
         if verdict.action == "answer":
             result = Dispatched(content=verdict.content, not_run=verdict.not_run)
         else:
-            result = dispatch(
-                runtime.registry,
-                call.name,
-                call.arguments,
-                port=runtime.port,
-                session_id=session.id,
-                call=number,
-                cancel=state.bounds.cancel,
-            )
+            try:  # a fork's replay answers from its parent's log while the calls match
+                result = replayed(runtime.replay, call) or dispatch(
+                    runtime.registry,
+                    call.name,
+                    call.arguments,
+                    port=runtime.port,
+                    session_id=session.id,
+                    call=number,
+                    cancel=state.bounds.cancel,
+                )
+            except ForkDiverged as exc:
+                _end_turn(session, exc, emit)
             state.guard.ran(call, result.content)
         cap = loop.tool_result_cap if result.not_run is None else None  # the loop's own words
         capped, truncated = cap_result(result.content, cap)
@@ -287,6 +266,7 @@ def _end_turn(
 
 
 _OUTCOMES = {TurnCancelled: "cancelled", SessionFull: "session_full", TurnInferError: "infer_error"}
+_OUTCOMES[ForkDiverged] = "diverged"
 
 
 def _append(session: Session, emit: Hook, *records: Record) -> None:

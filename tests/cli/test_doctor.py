@@ -84,6 +84,10 @@ def _endless(data: bytes) -> tuple[httpx.MockTransport, _Forever]:
             return httpx.Response(200, json={"chat_template_caps": {"supports_tools": True}})
         if request.url.path == "/slots":
             return httpx.Response(200, json=[{"id": 0}])
+        if request.url.path.startswith("/slots/"):  # llama-server without --slot-save-path
+            error = {"code": 501, "message": "This server does not support slots action.",
+                     "type": "not_supported_error"}  # fmt: skip
+            return httpx.Response(501, json={"error": error})
         return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=stream)
 
     return httpx.MockTransport(handler), stream
@@ -98,6 +102,22 @@ def test_a_server_that_streams_for_ever_ends_the_report() -> None:
     assert bounded.ok is False and not report.ok
     assert "more than 224 events for max_tokens 160" in bounded.seen
     assert stream.sent == 225
+    saving = report.check("slot saving")
+    assert saving.ok is None and "start llama-server with --slot-save-path" in saving.seen
+
+
+def test_a_server_that_streams_its_slot_answer_for_ever_cannot_hold_the_doctor() -> None:
+    transport, stream = _endless(b": ping\n\n")
+
+    def slots_stream(request: httpx.Request) -> httpx.Response:
+        if request.url.path.startswith("/slots/"):
+            return httpx.Response(400, stream=stream)
+        return transport.handle_request(request)
+
+    report = diagnose(
+        "http://llama:8080", transport=httpx.MockTransport(slots_stream), probe_deadline_s=0.2
+    )
+    assert report.check("slot saving").seen.startswith("unknown: HTTP 400")
 
 
 def test_a_server_that_only_pings_meets_the_probe_deadline() -> None:

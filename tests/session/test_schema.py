@@ -38,7 +38,10 @@ def test_schema_1_is_upgraded_on_read_only_in_memory(tmp_path: Path) -> None:
     shutil.copy(DATA / "schema-1.jsonl", log)
     before = log.read_bytes()
     data = read_log(log)
-    assert (data.schema, data.migrated) == (1, ("tool_result_not_run", "group_framing"))
+    assert (data.schema, data.migrated) == (
+        1,
+        ("tool_result_not_run", "group_framing", "fork_origin"),
+    )
     assert log.read_bytes() == before
 
 
@@ -49,7 +52,9 @@ def test_log_upgrade_rewrites_in_place_and_keeps_every_record(
     shutil.copy(DATA / "schema-1.jsonl", log)
     old = Session.open(log, read_only=True)
     assert main(["log", "upgrade", str(log)]) == 0
-    assert "schema 1 -> 3 (tool_result_not_run, group_framing)" in capsys.readouterr().out
+    assert (
+        "schema 1 -> 4 (tool_result_not_run, group_framing, fork_origin)" in capsys.readouterr().out
+    )
     new = Session.open(log, read_only=True)
     assert new.schema == SCHEMA_VERSION
     assert [record_to_json(r) for r in new.records] == [record_to_json(r) for r in old.records]

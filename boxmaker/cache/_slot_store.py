@@ -1,0 +1,230 @@
+"""Saved slots: a session's prompt cache written to a file at a turn's end and brought back
+for a fork (llama.cpp's ``POST /slots/{id}?action=save|restore``, server flag
+``--slot-save-path``; :class:`boxmaker.server.EmbeddedServer` ``slot_save_path``).
+
+Why: a fork's first request is served from the cache when a slot still holds its parent's
+prefix. In this process the client's slot leases know which slot that is (the one whose last
+request the fork's prompt extends). When no slot holds it any more (another session used the
+slot, another process, a later day), the slot saved at the parent's turn is restored into a
+slot and the fork's requests go there. When neither works (no saved file, a server without
+``--slot-save-path``, a missing or corrupt file), the fork runs cold with a
+:class:`ColdFork` warning, never silently; nothing in any log changes.
+
+Files are named by session and turn, ``<session id>.turn-<k>.bin`` (:meth:`SlotStore.name`),
+in the server's slot folder; where that folder is local (the embedded server's), the store
+lists them and removes a session's with it (:meth:`SlotStore.files`,
+:meth:`SlotStore.remove`).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from ..client import Client
+from ..errors import InferError, SlotError
+from ..events import Hook
+from ..records import SESSION_ID, TurnEnd, User
+from ..session import Session
+
+__all__ = ["ColdFork", "SlotFile", "SlotStore", "WarmStart", "warm_fork"]
+
+_FILE = re.compile(rf"(?P<session>{SESSION_ID.pattern})\.turn-(?P<turn>[0-9]+)\.bin")
+
+
+class ColdFork(UserWarning):
+    """A fork runs without its parent's prompt cache: no slot holds the prefix and no saved
+    slot could be restored (the message says why)."""
+
+
+@dataclass(frozen=True)
+class SlotFile:
+    """A saved slot: ``session`` and ``turn`` it was saved at, ``name`` of the file in the
+    server's slot folder, ``path`` when the folder is local (else ``None``), ``tokens`` saved
+    and ``bytes`` written (from the server's answer; ``None`` for a file only listed)."""
+
+    session: str
+    turn: int
+    name: str
+    path: Path | None = None
+    tokens: int | None = None
+    bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """How a fork's first request finds its parent's prefix: ``how`` is ``"slot"`` (a slot
+    still holds it), ``"restored"`` (the saved slot ``file`` was restored into ``slot``:
+    ``tokens`` of prompt cache back, in ``restore_ms``) or ``"cold"`` (``detail`` says why);
+    ``slot`` is the slot the fork's requests should go to (``None``: any)."""
+
+    how: Literal["slot", "restored", "cold"]
+    slot: int | None = None
+    file: str | None = None
+    tokens: int | None = None
+    restore_ms: float | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class SlotStore:
+    """The saved slots of one llama-server.
+
+    Args:
+        folder: the server's ``--slot-save-path`` when it is on this machine (listing,
+            removing and telling a missing file from a corrupt one need it); ``None`` for a
+            remote server (save and restore still work).
+    """
+
+    folder: Path | None = None
+
+    @staticmethod
+    def name(session_id: str, turn: int) -> str:
+        """The file name of ``session_id``'s slot saved at the end of turn ``turn``."""
+        return f"{session_id}.turn-{turn}.bin"
+
+    def save(self, client: Client, session: Session, *, slot: int | None = None) -> SlotFile:
+        """Save the slot of the session's latest request (``client.last_slot``, or ``slot``)
+        as ``<session>.turn-<k>.bin``, ``k`` the session's turns so far.
+
+        Raises:
+            SlotError: no slot known yet, the server has no ``--slot-save-path`` (HTTP 501),
+                or it refused the save (the message gives its answer).
+        """
+        slot = client.last_slot if slot is None else slot
+        if slot is None:
+            raise SlotError(f"{session.id}: no request was sent yet, so no slot to save")
+        turn = sum(1 for r in session.records if isinstance(r, User))
+        name = self.name(session.id, turn)
+        answer = _act(client, slot, "save", name)
+        return SlotFile(
+            session=session.id,
+            turn=turn,
+            name=name,
+            path=None if self.folder is None else self.folder / name,
+            tokens=_int(answer.get("n_saved")),
+            bytes=_int(answer.get("n_written")),
+        )
+
+    def saver(self, session: Session, client: Client) -> Hook:
+        """A turn event hook that saves the session's slot at each turn's end (its
+        ``TurnEnd``): pass it as ``on_event`` (an error saving is logged by the loop's hook
+        guard, the turn is not touched)."""
+
+        def on_event(event: object) -> None:
+            if isinstance(event, TurnEnd):
+                self.save(client, session)
+
+        return on_event
+
+    def restore(
+        self, client: Client, session_id: str, turn: int, slot: int, *, holds: Any = None
+    ) -> WarmStart:
+        """Restore ``session_id``'s slot saved at turn ``turn`` into ``slot``.
+
+        Args:
+            holds: the ``messages`` the restored slot holds (so unpinned requests that extend
+                them go there).
+
+        Raises:
+            SlotError: the server has no ``--slot-save-path``; the file is missing (local
+                folder) or the server could not restore it (missing, corrupt, or too large
+                for the KV cache): the message says which and names the file.
+        """
+        name = self.name(session_id, turn)
+        if self.folder is not None and not (self.folder / name).is_file():
+            raise SlotError(f"saved slot {self.folder / name} is missing")
+        answer = _act(client, slot, "restore", name, holds=holds)
+        timings = answer.get("timings")
+        ms = timings.get("restore_ms") if isinstance(timings, dict) else None
+        return WarmStart(
+            how="restored",
+            slot=slot,
+            file=name,
+            tokens=_int(answer.get("n_restored")),
+            restore_ms=float(ms) if isinstance(ms, int | float) else None,
+        )
+
+    def files(self, session_id: str | None = None) -> list[SlotFile]:
+        """The saved slots in the local folder (of one session when given), by session and
+        turn; ``[]`` without a folder."""
+        if self.folder is None or not self.folder.is_dir():
+            return []
+        out = []
+        for path in self.folder.iterdir():
+            match = _FILE.fullmatch(path.name)
+            if match and session_id in (None, match["session"]):
+                out.append(SlotFile(match["session"], int(match["turn"]), path.name, path))
+        return sorted(out, key=lambda f: (f.session, f.turn))
+
+    def remove(self, session_id: str) -> list[SlotFile]:
+        """Remove a session's saved slots from the local folder (with the session's log);
+        returns what was removed."""
+        gone = self.files(session_id)
+        for f in gone:
+            assert f.path is not None
+            f.path.unlink(missing_ok=True)
+        return gone
+
+
+def warm_fork(
+    fork: Session, client: Client, store: SlotStore | None = None, *, slot: int | None = None
+) -> WarmStart:
+    """Make a fork's first request find its parent's prefix in a slot.
+
+    1. A slot that, as far as this process knows, holds the fork's messages as a prefix (its
+       last prompt starts with them, or they start with it): ``"slot"``; the fork's requests
+       are sent there.
+    2. Else, with a ``store``, the parent's slot saved at the turn the fork's copy ends with
+       (``after_turn``: turn ``k``; before an answer or at an edited result: turn ``k - 1``)
+       is restored into ``slot`` (default: the slot the client's leases would pick):
+       ``"restored"``.
+    3. Else, or when the restore fails: ``"cold"``, with a :class:`ColdFork` warning saying
+       why. Nothing is lost: the fork's log and the saved file stay as they were.
+
+    Raises:
+        SlotError: ``fork`` is no fork.
+    """
+    forked = fork.forked
+    if forked is None:
+        raise SlotError(f"{fork.path}: not a fork (no 'forked' record)")
+    messages = fork.messages()
+    held = client.holder(messages)
+    if held is not None:  # the fork's next request, which extends its messages, goes there
+        client.note_slot(held, messages)
+        return WarmStart(how="slot", slot=held)
+    turn = forked.turn if forked.point == "after_turn" else forked.turn - 1
+    why = "no slot store (the server's --slot-save-path) was given"
+    if store is not None and turn < 1:
+        why = "the fork starts before the parent's first turn ended: nothing was saved"
+    elif store is not None:
+        target = client.pick_slot(messages) if slot is None else slot
+        try:
+            return store.restore(client, forked.parent_session, turn, target, holds=messages)
+        except SlotError as exc:
+            why = str(exc)
+    warnings.warn(f"{fork.id}: the fork runs cold: {why}", ColdFork, stacklevel=2)
+    return WarmStart(how="cold", detail=why)
+
+
+def _act(client: Client, slot: int, action: str, name: str, *, holds: Any = None) -> dict[str, Any]:
+    """``client.slot_action`` with the server's refusals as :class:`SlotError`."""
+    try:
+        return client.slot_action(slot, action, name, holds=holds)
+    except InferError as exc:
+        if exc.status == 501:
+            raise SlotError(
+                f"the server at {client.url} cannot save or restore slots (start it with "
+                f"--slot-save-path; EmbeddedServer(slot_save_path=...)): {exc}"
+            ) from exc
+        raise SlotError(
+            f"slot {slot}: {action} of {name} failed (a missing or corrupt file, or one too "
+            f"large for the KV cache): {exc}"
+        ) from exc
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

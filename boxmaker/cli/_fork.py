@@ -1,0 +1,89 @@
+"""``boxmaker fork LOG --at TURN``: branch a session log into a new log, and run on in it.
+
+The fork is made by :meth:`boxmaker.session.Session.fork` (the parent is only read); the
+``--set KEY=VALUE`` pairs are recorded in its ``Forked`` record and laid on the config the
+fork runs with (:meth:`boxmaker.config.Config.with_settings`). With ``--rerun``, ``--edit``
+or ``--say`` a turn runs on the server (``--url``, else the ``--config`` file's), with the
+parent's tool results replayed while the calls match (``--replay``); without, only the log
+is made. Exit 0 on an answer, 1 when the turn ended otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import tomllib
+from typing import Any
+
+from ..client import Client
+from ..config import Config, load_config
+from ..errors import ConfigError, TurnError
+from ..session import Session
+from ..turn import Replay, Runtime, continue_fork
+from ._terminal import _tools
+
+__all__ = ["parse_settings", "run_fork"]
+
+
+def parse_settings(pairs: list[str]) -> dict[str, Any]:
+    """``["loop.tool_iterations=2", "sampling.temperature=0.2", "history.reasoning=drop"]``
+    -> ``{"loop.tool_iterations": 2, ...}``: each value read as a TOML value (numbers,
+    booleans, quoted strings, arrays), else taken as a bare string.
+
+    Raises:
+        ConfigError: a pair without ``=`` or a key that is not ``section.key``.
+    """
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        key = key.strip()
+        if not sep or "." not in key:
+            raise ConfigError(f"--set {pair!r}: write it as section.key=value")
+        try:
+            out[key] = tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            out[key] = text
+    return out
+
+
+def run_fork(args: argparse.Namespace) -> int:
+    """``boxmaker fork``: make the fork (its path printed), then run its turn when asked."""
+    settings = parse_settings(args.set)
+    config = load_config(args.config) if args.config else Config()
+    config = config.with_settings(settings, source="--set")
+    call, result = (int(args.edit[0]), args.edit[1]) if args.edit else (None, None)
+    with Session.open(args.log, read_only=True) as parent:
+        fork = parent.fork(
+            args.at,
+            rerun=args.rerun,
+            call=call,
+            result=result,
+            settings=settings,
+            directory=args.dir,
+        )
+    with fork:
+        print(
+            f"fork {fork.path} of {parent.path} (turn {fork.forked.turn if fork.forked else '?'})"
+        )
+        if not (args.rerun or args.edit or args.say):
+            return 0
+        url = args.url or config.client.url
+        config = dataclasses.replace(config, client=dataclasses.replace(config.client, url=url))
+        with Client(config.client) as client, contextlib.ExitStack() as stack:
+            registry, port = _tools(config, stack)
+            replay = None if args.replay == "off" else Replay.of(fork, stop=args.replay == "stop")
+            runtime = Runtime(
+                config=config, client=client, registry=registry, port=port, replay=replay
+            )
+            try:
+                outcome = continue_fork(fork, runtime, args.say)
+            except TurnError as exc:
+                print(f"the fork's turn ended without an answer: {exc}")
+                return 1
+            print(outcome.content)
+            if replay is not None:
+                where = "none" if replay.diverged_at is None else f"call {replay.diverged_at + 1}"
+                print(f"replayed {replay.position - (replay.diverged_at is not None)} tool "
+                      f"results; first differing call: {where}")  # fmt: skip
+    return 0

@@ -1,0 +1,130 @@
+"""A fork's turns: going on from the fork point, and its parent's tool results replayed.
+
+A fork (:meth:`boxmaker.session.Session.fork`) holds its parent's records up to the fork
+point. :func:`continue_fork` runs what comes next: turn ``k`` again (``before_answer``), the
+rest of the open turn (``edited_result``), or a new turn. :class:`Replay` answers the fork's
+tool calls with its parent's results, marked ``source="replayed"``, as long as the fork makes
+the parent's calls: the same tool name and canonical arguments
+(:func:`boxmaker.tools.canonical_arguments`) at the same position (the ``n``-th call run
+since the fork point, counting only calls that ran, in both logs). From the first call that
+differs, tools run live; with ``stop=True`` the turn ends there instead
+(:class:`~boxmaker.errors.ForkDiverged`, outcome ``diverged``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..errors import ForkDiverged, SessionError
+from ..records import Assistant, ToolCall, ToolResult
+from ..session import Session
+from ..tools import Dispatched, canonical_arguments
+
+__all__ = ["Replay", "open_calls", "replayed"]
+
+
+@dataclass
+class Replay:
+    """The parent's tool results a fork replays, in order, and how far the replay got.
+
+    Args:
+        calls: the parent's calls that ran after the fork point, each with its result.
+        stop: end the fork's turn at the first call that differs
+            (:class:`~boxmaker.errors.ForkDiverged`) instead of running it live.
+
+    Attributes:
+        position: calls answered so far (replayed, or the one that diverged).
+        diverged_at: the position of the first call that differed; ``None`` while the fork
+            follows its parent.
+    """
+
+    calls: Sequence[tuple[ToolCall, ToolResult]]
+    stop: bool = False
+    position: int = 0
+    diverged_at: int | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @classmethod
+    def of(cls, fork: Session, *, stop: bool = False) -> Replay:
+        """The replay of ``fork``: its parent's calls that ran after the fork point (for an
+        edited result, after the edited one), read from the parent's log (read-only).
+
+        Raises:
+            SessionError: ``fork`` is no fork, or its parent's log cannot be read.
+        """
+        forked, path = fork.forked, fork.parent_path()
+        if forked is None or path is None:
+            raise SessionError(f"{fork.path}: not a fork (no 'forked' record)")
+        with Session.open(path, read_only=True) as parent:
+            records = parent.records
+        start = forked.record if forked.point == "edited_result" else forked.record - 1
+        out: list[tuple[ToolCall, ToolResult]] = []
+        calls: tuple[ToolCall, ...] = ()
+        answered = 0
+        for i, record in enumerate(records):
+            if isinstance(record, Assistant):
+                calls, answered = record.tool_calls, 0
+            elif isinstance(record, ToolResult):
+                call = calls[answered] if answered < len(calls) else None
+                answered += 1
+                ran = record.not_run is None and record.source != "edited"
+                if i >= start and call is not None and ran:
+                    out.append((call, record))
+        return cls(calls=out, stop=stop)
+
+    def answer(self, call: ToolCall) -> Dispatched | None:
+        """The parent's result for ``call`` when it is the parent's call at this position
+        (marked ``source="replayed"``), else ``None`` (run it live) from now on.
+
+        Raises:
+            ForkDiverged: the call differs and ``stop`` is set.
+        """
+        with self._lock:
+            position = self.position
+            self.position += 1
+            if self.diverged_at is None and position < len(self.calls):
+                theirs, result = self.calls[position]
+                if theirs.name == call.name and canonical_arguments(
+                    theirs.arguments
+                ) == canonical_arguments(call.arguments):
+                    return Dispatched(
+                        content=result.content,
+                        data_class=result.data_class,
+                        untrusted=result.untrusted,
+                        server=result.server,
+                        source="replayed",
+                    )
+            first = self.diverged_at is None
+            if first:
+                self.diverged_at = position
+        if self.stop and first:
+            parent = (
+                f"the parent's was {self.calls[position][0].name}"
+                if position < len(self.calls)
+                else "the parent made no more calls"
+            )
+            raise ForkDiverged(
+                f"the fork's call {position + 1} since the fork point ({call.name}) differs "
+                f"from its parent's ({parent})",
+                position=position,
+            )
+        return None
+
+
+def replayed(replay: Replay | None, call: ToolCall) -> Dispatched | None:
+    """``replay.answer(call)``, or ``None`` without a replay."""
+    return None if replay is None else replay.answer(call)
+
+
+def open_calls(session: Session) -> tuple[ToolCall, ...]:
+    """The calls still to answer in ``session``'s open turn (going on with a fork made at an
+    edited result: the calls after it).
+
+    Raises:
+        SessionError: the session has no open turn (give the user's message instead).
+    """
+    if not session.turn_left_open():
+        raise SessionError(f"{session.path}: no open turn to go on with; give a user message")
+    return session.unanswered_calls()

@@ -1,0 +1,137 @@
+"""Saved slots and warm forks on the shared fake server (a socket): the slot that still holds
+the prefix, a restore after the slot was reused, a server without ``--slot-save-path``, a
+missing saved file; every case leaves the logs as they were."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fake_llama import FakeLlama, Reply, running
+
+from boxmaker.cache import ColdFork, SlotStore, warm_fork
+from boxmaker.client import Client, SlotLeases
+from boxmaker.config import ClientConfig, Config
+from boxmaker.errors import SlotError
+from boxmaker.records import Baseline
+from boxmaker.session import Session
+from boxmaker.tools import Registry
+from boxmaker.turn import Runtime, continue_fork, run_turn
+
+
+@pytest.fixture
+def server() -> Iterator[FakeLlama]:
+    with running([Reply(content="Answer.")]) as fake:
+        yield fake
+
+
+def client_of(server: FakeLlama, leases: SlotLeases) -> Client:
+    return Client(ClientConfig(url=server.url, retry_attempts=0), leases=leases)
+
+
+def parent_of(tmp_path: Path, client: Client, store: SlotStore | None) -> Session:
+    session = Session.create(tmp_path, Baseline(system="Be brief."))
+    runtime = Runtime(config=Config(), client=client, registry=Registry())
+    hook = store.saver(session, client) if store is not None else None
+    run_turn(session, runtime, "One", hook)
+    run_turn(session, runtime, "Two", hook)
+    return session
+
+
+def test_a_fork_right_away_finds_the_slot_that_holds_its_prefix(
+    server: FakeLlama, tmp_path: Path
+) -> None:
+    leases = SlotLeases(tmp_path / "locks")
+    (tmp_path / "locks").mkdir()
+    with client_of(server, leases) as client:
+        parent = parent_of(tmp_path, client, None)
+        fork = parent.fork(at=2)
+        assert warm_fork(fork, client).how == "slot"
+        # before turn 2's answer: the slot's longer prompt starts with the fork's messages
+        earlier = parent.fork(at=2, rerun=True)
+        assert warm_fork(earlier, client).how == "slot"
+        assert client.holder([{"role": "user", "content": "Something else"}]) is None
+
+
+def test_saved_at_each_turn_end_and_restored_after_the_slot_was_reused(
+    server: FakeLlama, tmp_path: Path
+) -> None:
+    server.slot_files = {}
+    store = SlotStore()
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    with client_of(server, SlotLeases(locks)) as client:
+        parent = parent_of(tmp_path, client, store)
+    assert server.slot_files == {f"{parent.id}.turn-1.bin": 0, f"{parent.id}.turn-2.bin": 0}
+    before = parent.path.read_bytes()
+    with client_of(server, SlotLeases(locks)) as other:  # another process: knows no slot
+        other_session = Session.create(tmp_path / "other")
+        run_turn(other_session, Runtime(config=Config(), client=other, registry=Registry()), "x")
+        fork = parent.fork(at=1)
+        start = warm_fork(fork, other, store)
+        assert (start.how, start.slot, start.file, start.tokens) == (
+            "restored", 0, f"{parent.id}.turn-1.bin", 40)  # fmt: skip
+        assert other.holder([*fork.messages(), {"role": "user", "content": "Three"}]) == 0
+        continue_fork(fork, Runtime(config=Config(), client=other, registry=Registry()), "Three")
+    assert server.bodies[-1]["id_slot"] == 0
+    assert parent.path.read_bytes() == before
+
+
+def test_a_server_without_slot_saving_gives_a_cold_fork_with_a_warning(
+    server: FakeLlama, tmp_path: Path
+) -> None:
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    with client_of(server, SlotLeases(locks)) as client:
+        parent = parent_of(tmp_path, client, None)
+        with pytest.raises(SlotError, match="--slot-save-path"):
+            SlotStore().save(client, parent)
+    fork = parent.fork(at=2)
+    records = fork.records
+    with (
+        client_of(server, SlotLeases(locks)) as fresh,
+        pytest.warns(ColdFork, match="cannot save or restore slots"),
+    ):
+        start = warm_fork(fork, fresh, SlotStore())
+    assert start.how == "cold" and "--slot-save-path" in start.detail
+    assert fork.records == records
+
+
+def test_a_missing_saved_slot_is_a_clear_error_and_a_cold_fork(
+    server: FakeLlama, tmp_path: Path
+) -> None:
+    server.slot_files = {}
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    with client_of(server, SlotLeases(locks)) as client:
+        parent = parent_of(tmp_path, client, None)  # nothing saved
+    fork = parent.fork(at=2)
+    with client_of(server, SlotLeases(locks)) as fresh:
+        with pytest.raises(SlotError, match="missing or corrupt"):
+            SlotStore().restore(fresh, parent.id, 2, 0)
+        with pytest.warns(ColdFork, match="missing or corrupt"):
+            assert warm_fork(fork, fresh, SlotStore()).how == "cold"
+        local = SlotStore(tmp_path / "slots")
+        with pytest.raises(SlotError, match="is missing"):
+            local.restore(fresh, parent.id, 2, 0)
+        with pytest.warns(ColdFork, match="no slot store"):
+            assert warm_fork(fork, fresh).how == "cold"
+        before = parent.fork(at=1, rerun=True)
+        with pytest.warns(ColdFork, match="nothing was saved"):
+            assert warm_fork(before, fresh, SlotStore()).how == "cold"
+
+
+def test_saved_slots_are_listed_by_session_and_turn_and_removed_with_the_session(
+    tmp_path: Path,
+) -> None:
+    tmp_path = tmp_path / "slots"
+    tmp_path.mkdir()
+    store = SlotStore(tmp_path)
+    for name in ("a.turn-2.bin", "a.turn-10.bin", "b.turn-1.bin", "a.turn-x.bin", "other.txt"):
+        (tmp_path / name).write_bytes(b"x")
+    assert [(f.session, f.turn) for f in store.files()] == [("a", 2), ("a", 10), ("b", 1)]
+    assert [f.name for f in store.remove("a")] == ["a.turn-2.bin", "a.turn-10.bin"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.turn-x.bin", "b.turn-1.bin",
+                                                          "other.txt"]  # fmt: skip
+    assert SlotStore().files() == [] and SlotStore.name("s", 3) == "s.turn-3.bin"

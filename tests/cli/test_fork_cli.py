@@ -1,0 +1,84 @@
+"""``boxmaker fork``: a fork made from the command line, its turn run on the shared fake
+server (a socket), the settings recorded and applied."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fake_llama import Reply, running
+
+from boxmaker.cli import main
+from boxmaker.cli._fork import parse_settings
+from boxmaker.config import Config
+from boxmaker.demo import demo_registry
+from boxmaker.errors import ConfigError
+from boxmaker.records import Baseline, ToolResult
+from boxmaker.session import Session
+from boxmaker.testing import ScriptedClient, answer, call, calls
+from boxmaker.turn import Runtime, run_turn
+
+
+@pytest.fixture
+def parent(tmp_path: Path) -> Path:
+    registry = demo_registry()
+    with Session.create(tmp_path, Baseline(tools=registry.definitions())) as session:
+        client = ScriptedClient(
+            [calls(call("get_weather", {"city": "Oslo"})), answer("Oslo is fine."), answer("Bye.")]
+        )
+        runtime = Runtime(config=Config(), client=client, registry=registry)
+        run_turn(session, runtime, "Weather in Oslo?")
+        run_turn(session, runtime, "Thanks")
+        return session.path
+
+
+def test_parse_settings_reads_toml_values() -> None:
+    assert parse_settings(["loop.tool_iterations=2", "sampling.temperature=0.5",
+                           "history.reasoning=drop", "slots.main=\"x\""]) == {
+        "loop.tool_iterations": 2,
+        "sampling.temperature": 0.5,
+        "history.reasoning": "drop",
+        "slots.main": "x",
+    }  # fmt: skip
+    with pytest.raises(ConfigError, match=r"section\.key=value"):
+        parse_settings(["tool_iterations=2"])
+
+
+def test_fork_makes_the_log_only_without_a_turn_to_run(
+    parent: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = parent.read_bytes()
+    assert main(["fork", str(parent), "--at", "1", "--set", "loop.tool_iterations=3"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("fork ") and "(turn 1)" in out
+    (path,) = [p for p in parent.parent.glob("*.jsonl") if p != parent]
+    fork = Session.open(path, read_only=True)
+    assert fork.forked is not None and dict(fork.forked.settings) == {"loop.tool_iterations": 3}
+    assert parent.read_bytes() == before
+
+
+def test_fork_reruns_a_turn_on_the_fake_server_with_the_tools_replayed(
+    parent: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = parent.read_bytes()
+    weather = ("c1", "get_weather", json.dumps({"city": "Oslo"}))
+    with running([Reply(content="", tool_calls=[weather]), Reply(content="Cold.")]) as server:
+        code = main(["fork", str(parent), "--at", "1", "--rerun", "--url", server.url,
+                     "--set", "sampling.temperature=0.25"])  # fmt: skip
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "Cold." in out and "replayed 1 tool results; first differing call: none" in out
+    assert [b.get("temperature") for b in server.bodies] == [0.25, 0.25]
+    (path,) = [p for p in parent.parent.glob("*.jsonl") if p != parent]
+    results = [r for r in Session.open(path, read_only=True).records if isinstance(r, ToolResult)]
+    assert [r.source for r in results] == ["replayed"]
+    assert parent.read_bytes() == before
+
+
+def test_an_unknown_setting_is_refused_before_anything_is_made(
+    parent: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["fork", str(parent), "--at", "1", "--set", "loop.nonsense=1"]) != 0
+    assert "unknown key 'nonsense'" in capsys.readouterr().err
+    assert list(parent.parent.glob("*.jsonl")) == [parent]
