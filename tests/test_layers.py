@@ -36,6 +36,7 @@ LAYERS: list[set[str]] = [
 ``model`` and ``server`` placed where their imports put them)."""
 
 SAME_LAYER = {
+    ("records", "_public"),  # the face sets its names' __module__
     ("errors", "records"),  # the tree's TurnLimit names a LimitKind (under TYPE_CHECKING)
     ("events", "records"),  # events carry records
     ("batch", "frames"),  # batch.frames joins settings to a frame (lazily)
