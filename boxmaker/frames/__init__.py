@@ -1,6 +1,9 @@
 """pandas frames over one or many session logs: ``requests``, ``turns``,
 ``cache_losses``, ``limit_hits``, ``tool_calls``, ``summary`` (``load`` reads each log once
-and gives all six). Columns are data (``COLUMNS``).
+and gives all six). Columns are data (``COLUMNS``). Two engines compute them: pandas (in
+memory, the default) and DuckDB (``engine="duckdb"``, the ``duckdb`` extra: the same columns and
+values, SQL over the same validated records, past memory); :func:`connect` gives the frames as
+DuckDB views and :func:`query` runs ad-hoc SQL over them.
 
 Public submodules: :mod:`boxmaker.frames.plots` (matplotlib figures) and
 :mod:`boxmaker.frames.report` (``boxmaker report``: text tables or HTML).
@@ -8,6 +11,7 @@ Public submodules: :mod:`boxmaker.frames.plots` (matplotlib figures) and
 
 from .._public import publish
 from ._build import (
+    Engine,
     Frames,
     LogReadWarning,
     Source,
@@ -22,20 +26,26 @@ from ._build import (
     turns,
 )
 from ._columns import COLUMNS, ENDING_LIMITS, TURN_OUTCOMES, Column
+from ._duck import FRAME_SQL, EngineError, connect, query
 
 __all__ = [
     "COLUMNS",
     "ENDING_LIMITS",
+    "FRAME_SQL",
     "TURN_OUTCOMES",
     "Column",
+    "Engine",
+    "EngineError",
     "Frames",
     "LogReadWarning",
     "Source",
     "cache_losses",
+    "connect",
     "describe",
     "find_logs",
     "limit_hits",
     "load",
+    "query",
     "requests",
     "summary",
     "tool_calls",
