@@ -28,6 +28,7 @@ LAYERS: list[set[str]] = [
     {"cache"},
     {"turn"},
     {"frames", "widgets", "cassettes", "batch", "demo", "testing"},
+    {"export"},
     {"cli"},
     {"__init__", "_pytest_entry"},
 ]
@@ -42,10 +43,10 @@ SAME_LAYER = {
 
 LAZY = {
     *("widgets", "server", "frames", "cassettes", "batch", "tools.mcp", "frames.plots"),
-    *("cache", "client"),
+    *("cache", "client", "export"),
 }
 """Parts (or public submodules) that pull a heavy library (ipywidgets, xllamacpp, pandas,
-matplotlib, vcrpy, mcp; httpx for the client and the cache forensics, so that ``boxmaker
+matplotlib, vcrpy, mcp; pyarrow, OpenTelemetry and inspect_ai for ``export``; httpx for the client and the cache forensics, so that ``boxmaker
 --help`` need not load it, issue 21): a higher layer may import them inside a function."""
 
 
