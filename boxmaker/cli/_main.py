@@ -133,6 +133,7 @@ def _export(args: argparse.Namespace) -> int:
             file=args.file,
             content=args.content,
             server=args.server,
+            headers=dict(h.split("=", 1) for h in args.header),
         )
         print(f"{n} spans to {args.endpoint or args.file}")
     else:
@@ -408,6 +409,9 @@ def _parser() -> argparse.ArgumentParser:
     otel.add_argument("--file", help="write OTLP JSON here instead (one request per log)")
     otel.add_argument("--content", action="store_true", help="include message texts (private)")
     otel.add_argument("--server", help="the llama-server URL, for server.address/server.port")
+    otel.add_argument(
+        "--header", action="append", default=[], metavar="KEY=VALUE", help="an HTTP header"
+    )
     otel.set_defaults(run=_export)
     inspect = formats.add_parser("inspect", help="an Inspect AI eval log, a sample per run")
     inspect.add_argument("paths", nargs="+", help="a batch folder, logs or directories")

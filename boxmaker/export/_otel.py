@@ -14,10 +14,10 @@ session id):
   ``boxmaker.http_status``; events ``boxmaker.limit_hit`` (kind, detail) and
   ``boxmaker.cache_loss`` (expected, reused, reprocessed tokens, cause, position).
 - ``chat <model>``: a completion (``Usage`` record), a child of its turn, ending at the
-  record's time and starting ``prompt_ms + predicted_ms`` before (not before the previous
-  record); ``gen_ai.request.model`` (the ``Capabilities`` record's model, else
-  ``"llama.cpp"``), ``gen_ai.usage.input_tokens`` (``cache_n + prompt_n``, the frames'
-  ``prompt_tokens``), ``gen_ai.usage.output_tokens`` (``predicted_n``),
+  record's time and starting ``prompt_ms + predicted_ms`` before (not before the turn;
+  without timings, at the previous record); ``gen_ai.request.model`` (the ``Capabilities``
+  record's model, else ``"llama.cpp"``), ``gen_ai.usage.input_tokens`` (``cache_n +
+  prompt_n``, the frames' ``prompt_tokens``), ``gen_ai.usage.output_tokens`` (``predicted_n``),
   ``gen_ai.usage.cache_read_input_tokens`` (``cache_n``), ``gen_ai.response.finish_reasons``,
   ``server.address`` / ``server.port`` when given, and llama.cpp's own numbers as
   ``boxmaker.cache_n``, ``boxmaker.prompt_n``, ``boxmaker.predicted_n`` (tokens),
@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -168,7 +168,7 @@ def session_spans(
         spans += 1
         inside = trace.set_span_in_context(root)
         approvals: dict[int, dict[str, Any]] = {}
-        previous = nanos(turn[0]["time"])
+        previous = begin = nanos(turn[0]["time"])
         for rec in turn:
             kind, t = rec["type"], nanos(rec["time"])
             if kind in ("user", "assistant", "tool_result"):
@@ -210,7 +210,7 @@ def session_spans(
                     f"chat {model}",
                     kind=trace.SpanKind.CLIENT,
                     attributes=chat,
-                    start_time=max(previous, t - took),
+                    start_time=min(t, max(begin, previous if not took else t - took)),
                     context=inside,
                 )
                 span.end(end_time=t)
@@ -315,6 +315,7 @@ def export_otel(
     file: str | Path | None = None,
     content: bool = False,
     server: str | None = None,
+    headers: Mapping[str, str] | None = None,
     timeout: float = 10.0,
 ) -> int:
     """Export session logs as OpenTelemetry GenAI spans (see the module docs for the spans).
@@ -327,6 +328,8 @@ def export_otel(
             line per log (the OpenTelemetry Collector's file exporter format).
         content: also export message texts (off by default: they may be private).
         server: the llama.cpp server's URL, for ``server.address`` / ``server.port``.
+        headers: HTTP headers for the receiver (an API key; MLflow's
+            ``x-mlflow-experiment-id``).
         timeout: seconds to wait for the receiver.
 
     Returns:
@@ -367,15 +370,15 @@ def export_otel(
                 out.write(_otlp_json(spans) + "\n")
             else:
                 assert endpoint is not None
-                _send(endpoint, spans, timeout)
+                _send(endpoint, spans, timeout, dict(headers or {}))
     return total
 
 
-def _send(endpoint: str, spans: Sequence[Any], timeout: float) -> None:
+def _send(endpoint: str, spans: Sequence[Any], timeout: float, headers: dict[str, str]) -> None:
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import SpanExportResult
 
-    exporter = OTLPSpanExporter(endpoint=endpoint, timeout=timeout)
+    exporter = OTLPSpanExporter(endpoint=endpoint, timeout=timeout, headers=headers)
     try:
         if exporter.export(spans) is not SpanExportResult.SUCCESS:
             raise ExportError(f"{endpoint}: the receiver did not take the spans")

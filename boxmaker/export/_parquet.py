@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,10 @@ def write_parquet(source: Any, out: str | Path, *, engine: str = "pandas") -> di
     written: dict[str, Path] = {}
     for name in frames.Frames._fields:
         df = getattr(loaded, name)
-        table = pa.Table.from_pandas(df, preserve_index=False)
+        with warnings.catch_warnings():  # pyarrow reads a UTC column through Series.values,
+            # which pandas 3.1 deprecates for tz-aware data (the values are UTC either way)
+            warnings.filterwarnings("ignore", "Series.values returning an ndarray that drops")
+            table = pa.Table.from_pandas(df, preserve_index=False)
         specs = {c.name: c for c in frames.COLUMNS[name]}
         fields = [
             f.with_metadata({"unit": specs[f.name].unit, "doc": specs[f.name].doc})
