@@ -379,14 +379,19 @@ def _rewrite(log: Log, into: Path) -> None:
             out.write(_LONE.sub("\ufffd", text) + "\n")
 
 
-def connect(source: Any, *, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
+def connect(
+    source: Any, *, memory_limit: str | None = None, temp_directory: str | None = None
+) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection holding the frames of ``source`` as views.
 
     Args:
         source: as for :func:`boxmaker.frames.requests` (a log, a directory, a
             :class:`~boxmaker.session.Session`, or a list of these).
         memory_limit: DuckDB's ``memory_limit`` (e.g. ``"1GB"``; ``None``: DuckDB's default,
-            80% of RAM); past it DuckDB spills to a temporary directory.
+            80% of RAM); past it DuckDB spills to ``temp_directory``.
+        temp_directory: where DuckDB spills (``None``: ``boxmaker-duckdb-<pid>`` in the
+            system's temporary directory, never the current one; DuckDB removes its files
+            when the connection closes).
 
     Returns:
         An in-memory :class:`duckdb.DuckDBPyConnection` with the views ``requests``,
@@ -404,6 +409,8 @@ def connect(source: Any, *, memory_limit: str | None = None) -> duckdb.DuckDBPyC
     """
     con = _duckdb().connect()
     con.execute("SET TimeZone = 'UTC'")
+    spill = temp_directory or os.path.join(tempfile.gettempdir(), f"boxmaker-duckdb-{os.getpid()}")
+    con.execute("SET temp_directory = ?", [spill])
     if memory_limit is not None:
         con.execute(f"SET memory_limit = '{memory_limit}'")
     scratch = Path(tempfile.mkdtemp(prefix="boxmaker-duck-"))
