@@ -46,8 +46,9 @@ LAZY = {
     *("cache", "client", "export"),
 }
 """Parts (or public submodules) that pull a heavy library (ipywidgets, xllamacpp, pandas,
-matplotlib, vcrpy, mcp; pyarrow, OpenTelemetry and inspect_ai for ``export``; httpx for the client and the cache forensics, so that ``boxmaker
---help`` need not load it, issue 21): a higher layer may import them inside a function."""
+matplotlib, vcrpy, mcp; pyarrow, OpenTelemetry and inspect_ai for ``export``; httpx for the
+client and the cache forensics, so that ``boxmaker --help`` need not load it, issue 21): a
+higher layer may import them inside a function."""
 
 
 def _part(module: str) -> str:
