@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -207,3 +208,46 @@ def test_empty_sources_give_empty_frames_with_the_same_dtypes() -> None:
     a, b = frames.load([]), frames.load([], engine="duckdb")
     for name in frames.Frames._fields:
         assert_frame_equal(getattr(a, name), getattr(b, name))
+
+
+def test_edge_cases_of_the_row_rules_agree(tmp_path: Path) -> None:
+    """An approval is used by the first result of its call only; a usage without an assistant
+    before it (since the last usage) has no tool_calls count; a repeated call id takes the
+    later arguments; records before the first user message belong to no turn."""
+    t = [format_time(T0 + timedelta(seconds=s)) for s in range(20)]
+    calls = [
+        {"id": "a", "name": "f", "arguments": "x"},
+        {"id": "a", "name": "f", "arguments": "xyz"},
+    ]
+    recs: list[dict[str, Any]] = [
+        {"type": "usage", "time": t[1], "timings": {"cache_n": 1, "prompt_n": 0}},
+        {"type": "limit_hit", "time": t[1], "kind": "loop", "detail": "before"},
+        {"type": "user", "time": t[2], "content": "q"},
+        {"type": "assistant", "time": t[3], "content": None, "tool_calls": calls},
+        {"type": "usage", "time": t[4], "timings": {"cache_n": 0, "prompt_n": 0, "prompt_ms": 2}},
+        {"type": "usage", "time": t[5], "finish_reason": "length"},
+        {"type": "approval", "time": t[6], "call": 1, "name": "f", "decision": "denied",
+         "by": "code"},
+        {"type": "tool_result", "time": t[7], "call": 1, "tool_call_id": "a", "name": "f",
+         "content": "r"},
+        {"type": "tool_result", "time": t[8], "call": 1, "tool_call_id": "a", "name": "f",
+         "content": "again"},
+        {"type": "cache_loss", "time": t[9], "expected": 5, "reused": 1},
+        {"type": "assistant", "time": t[10], "content": "done", "tool_calls": []},
+        {"type": "usage", "time": t[11], "finish_reason": "length"},
+        {"type": "user", "time": t[12], "content": "q2"},
+        {"type": "tool_result", "time": t[13], "call": 2, "tool_call_id": "zz", "name": "g",
+         "content": "x", "not_run": "cancelled"},
+    ]  # fmt: skip
+    head = _lines("edge", [], False)[0]
+    (tmp_path / "edge.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [head, *recs]))
+    assert_engines_agree(tmp_path)
+    calls_frame = frames.tool_calls(tmp_path, engine="duckdb")
+    assert _values(calls_frame.approval)[:2] == ["denied", None]
+    assert _values(calls_frame.arguments_chars) == [3, 3, None]
+    assert _values(frames.requests(tmp_path, engine="duckdb").tool_calls) == [None, 2, None, 0]
+    assert frames.turns(tmp_path, engine="duckdb").outcome.tolist() == ["length", "cancelled"]
+
+
+def _values(column: Any) -> list[Any]:
+    return [None if pd.isna(v) else v for v in column]
