@@ -29,6 +29,7 @@ LAYERS: list[set[str]] = [
     {"cache"},
     {"turn"},
     {"frames", "widgets", "cassettes", "batch", "demo", "testing", "tap"},
+    {"export"},
     {"cli"},
     {"__init__", "_pytest_entry"},
 ]
@@ -44,12 +45,12 @@ SAME_LAYER = {
 
 LAZY = {
     *("widgets", "server", "frames", "cassettes", "batch", "tools.mcp", "frames.plots"),
-    *("cache", "client", "tap", "score"),
+    *("cache", "client", "tap", "score", "export"),
 }
 """Parts (or public submodules) that pull a heavy library (ipywidgets, xllamacpp, pandas,
-matplotlib, vcrpy, mcp; httpx for the client and the cache forensics, numpy for the
-scores' bootstrap, so that ``boxmaker --help`` need not load it, issue 21): a higher layer
-may import them inside a function."""
+matplotlib, vcrpy, mcp; pyarrow, OpenTelemetry and inspect_ai for ``export``; httpx for the
+client and the cache forensics, numpy for the scores' bootstrap, so that ``boxmaker --help``
+need not load it, issue 21): a higher layer may import them inside a function."""
 
 
 def _part(module: str) -> str:

@@ -3,6 +3,10 @@
 and gives all six). Columns are data (``COLUMNS``). ``forks``: one row per fork (its parent,
 turn and point, the first record that differs from the parent, usage, limit hits and answer
 compared); the summary carries ``parent_session``, ``fork_turn`` and ``fork_point``.
+and gives all six). Columns are data (``COLUMNS``). Two engines compute them: pandas (in
+memory, the default) and DuckDB (``engine="duckdb"``, the ``duckdb`` extra: the same columns and
+values, SQL over the same validated records, past memory); :func:`connect` gives the frames as
+DuckDB views and :func:`query` runs ad-hoc SQL over them.
 
 Public submodules: :mod:`boxmaker.frames.plots` (matplotlib figures) and
 :mod:`boxmaker.frames.report` (``boxmaker report``: text tables or HTML).
@@ -10,6 +14,7 @@ Public submodules: :mod:`boxmaker.frames.plots` (matplotlib figures) and
 
 from .._public import publish
 from ._build import (
+    Engine,
     Frames,
     LogReadWarning,
     Source,
@@ -24,23 +29,29 @@ from ._build import (
     turns,
 )
 from ._columns import COLUMNS, ENDING_LIMITS, TURN_OUTCOMES, Column
+from ._duck import FRAME_SQL, EngineError, connect, query
 from ._forks import FORK_COLUMNS, forks
 
 __all__ = [
     "COLUMNS",
     "ENDING_LIMITS",
     "FORK_COLUMNS",
+    "FRAME_SQL",
     "TURN_OUTCOMES",
     "Column",
+    "Engine",
+    "EngineError",
     "Frames",
     "LogReadWarning",
     "Source",
     "cache_losses",
+    "connect",
     "describe",
     "find_logs",
     "forks",
     "limit_hits",
     "load",
+    "query",
     "requests",
     "summary",
     "tool_calls",

@@ -40,9 +40,9 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple, TypeAlias
+from typing import Any, Literal, NamedTuple, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -52,13 +52,14 @@ from ..records import parse_time
 from ..session import LogReadWarning, Session
 from ._columns import COLUMNS, ENDING_LIMITS, ROW_RECORD, TIME, TURN_OUTCOMES, Column, ratio
 from ._columns import doc_table as _doc_table
-from ._rows import HIDDEN, BadLog, Rows, file_log, session_log
+from ._rows import HIDDEN, BadLog, Log, Rows, file_log, session_log
 
 __all__ = [
     "COLUMNS",
     "ENDING_LIMITS",
     "TURN_OUTCOMES",
     "Column",
+    "Engine",
     "Frames",
     "LogReadWarning",
     "Source",
@@ -198,10 +199,16 @@ def _check_paths(source: Source) -> None:
             raise SessionError(f"{path}: no such file or directory")
 
 
-def _read(source: Source, want: Iterable[str]) -> Rows:
-    """Read every log of ``source``; rows only for the frames ``want`` needs (a record type
-    no needed frame reads is skipped without its fields being checked)."""
-    rows = Rows(_needs(want))
+def read_logs(source: Source) -> Iterator[Log]:
+    """The logs of ``source`` that the session reads, one at a time: the one acceptance rule
+    of both engines (pandas and DuckDB).
+
+    A log :func:`boxmaker.session.read_log` refuses, or a second copy of a session already
+    read, is left out with a :class:`LogReadWarning` in the session's words.
+
+    Raises:
+        SessionError: a path of ``source`` names no log (see :func:`_check_paths`).
+    """
     seen: dict[str, str] = {}  # session id -> the log it came from
     _check_paths(source)
     for item in find_logs(source):
@@ -212,10 +219,19 @@ def _read(source: Source, want: Iterable[str]) -> Rows:
                     f"{log.path}: session {log.session} was read already from "
                     f"{seen[log.session]} (a copy?)"
                 )
-            rows.add(log)
-            seen[log.session] = log.path
         except (SessionError, BadLog) as exc:
-            warnings.warn(f"{exc}; the log is left out", LogReadWarning, stacklevel=3)
+            warnings.warn(f"{exc}; the log is left out", LogReadWarning, stacklevel=4)
+            continue
+        seen[log.session] = log.path
+        yield log
+
+
+def _read(source: Source, want: Iterable[str]) -> Rows:
+    """Read every log of ``source``; rows only for the frames ``want`` needs (a record type
+    no needed frame reads is skipped without its fields being checked)."""
+    rows = Rows(_needs(want))
+    for log in read_logs(source):
+        rows.add(log)
     return rows
 
 
@@ -252,7 +268,17 @@ def _build(rows: Rows, want: Iterable[str]) -> dict[str, pd.DataFrame]:
     return {frame: _public(frame, parts[frame]) for frame in want}
 
 
-def load(source: Source) -> Frames:
+Engine: TypeAlias = Literal["pandas", "duckdb"]
+"""How the frames are computed: ``"pandas"`` (in memory, the default) or ``"duckdb"`` (SQL
+over the logs, the same columns and values; see :func:`boxmaker.frames.connect`)."""
+
+
+def _engine(engine: str) -> None:
+    if engine not in ("pandas", "duckdb"):
+        raise ValueError(f"engine {engine!r}: not 'pandas' or 'duckdb'")
+
+
+def load(source: Source, *, engine: Engine = "pandas") -> Frames:
     """All six frames of ``source``, reading each log once.
 
     Args:
@@ -266,24 +292,50 @@ def load(source: Source) -> Frames:
     Raises:
         SessionError: a path of ``source`` does not exist, or is a directory without any
             ``*.jsonl`` (an empty list of sources gives empty frames).
+        ValueError: an unknown ``engine``.
 
     Warns:
         LogReadWarning: a log, or part of one, was left out (the message names file and line).
+
+    With ``engine="duckdb"`` (the ``duckdb`` extra) the frames are computed by DuckDB over the
+    same validated records (:func:`boxmaker.frames.connect`): the same columns and values.
     """
+    _engine(engine)
+    if engine == "duckdb":
+        from . import _duck  # _duck imports this module (read_logs)
+
+        con = _duck.connect(source)
+        try:
+            return Frames(**{name: _duck.frame(con, name) for name in Frames._fields})
+        finally:
+            con.close()
     built = _build(_read(source, Frames._fields), Frames._fields)
     return Frames(**built)
 
 
-def _one(frame: str, source: Source) -> pd.DataFrame:
+def _one(frame: str, source: Source, engine: Engine = "pandas") -> pd.DataFrame:
+    _engine(engine)
+    if engine == "duckdb":
+        from . import _duck  # _duck imports this module (read_logs)
+
+        con = _duck.connect(source)
+        try:
+            return _duck.frame(con, frame)
+        finally:
+            con.close()
     return _build(_read(source, [frame]), [frame])[frame]
 
 
-def requests(source: Source) -> pd.DataFrame:
+def requests(source: Source, *, engine: Engine = "pandas") -> pd.DataFrame:
     """One row per completion (``Usage`` record), in log order.
 
     Args:
         source: a log file, a directory (recursive ``*.jsonl``), a :class:`Session`, or a
             list of these.
+
+        engine: ``"pandas"`` (default) or ``"duckdb"`` (the same columns and values, computed
+            by DuckDB over the same validated records; the ``duckdb`` extra). Every frame
+            function takes it.
 
     Warns:
         LogReadWarning: a log, or part of one, was left out (the message names file and line).
@@ -295,10 +347,10 @@ def requests(source: Source) -> pd.DataFrame:
     Columns:
     {columns}
     """
-    return _one("requests", source)
+    return _one("requests", source, engine)
 
 
-def turns(source: Source) -> pd.DataFrame:
+def turns(source: Source, *, engine: Engine = "pandas") -> pd.DataFrame:
     """One row per turn: a turn starts at each ``User`` record and runs to the next one.
 
     Args:
@@ -321,10 +373,10 @@ def turns(source: Source) -> pd.DataFrame:
     Columns:
     {columns}
     """
-    return _one("turns", source)
+    return _one("turns", source, engine)
 
 
-def cache_losses(source: Source) -> pd.DataFrame:
+def cache_losses(source: Source, *, engine: Engine = "pandas") -> pd.DataFrame:
     """One row per ``CacheLoss`` record: llama.cpp reused fewer prompt tokens than the
     previous request made cacheable (see :mod:`boxmaker.cache`).
 
@@ -340,10 +392,10 @@ def cache_losses(source: Source) -> pd.DataFrame:
     Columns:
     {columns}
     """
-    return _one("cache_losses", source)
+    return _one("cache_losses", source, engine)
 
 
-def limit_hits(source: Source) -> pd.DataFrame:
+def limit_hits(source: Source, *, engine: Engine = "pandas") -> pd.DataFrame:
     """One row per ``LimitHit`` record (the spec's five limits).
 
     Args:
@@ -355,10 +407,10 @@ def limit_hits(source: Source) -> pd.DataFrame:
     Columns:
     {columns}
     """
-    return _one("limit_hits", source)
+    return _one("limit_hits", source, engine)
 
 
-def tool_calls(source: Source) -> pd.DataFrame:
+def tool_calls(source: Source, *, engine: Engine = "pandas") -> pd.DataFrame:
     """One row per ``ToolResult`` record (each tool call the loop answered).
 
     ``not_run`` is the record's reason for answering without running the tool (``repeat``,
@@ -374,10 +426,10 @@ def tool_calls(source: Source) -> pd.DataFrame:
     Columns:
     {columns}
     """
-    return _one("tool_calls", source)
+    return _one("tool_calls", source, engine)
 
 
-def summary(source: Source) -> pd.DataFrame:
+def summary(source: Source, *, engine: Engine = "pandas") -> pd.DataFrame:
     """One row per session log with the totals a paper table needs.
 
     Args:
@@ -391,7 +443,7 @@ def summary(source: Source) -> pd.DataFrame:
     Columns:
     {columns}
     """
-    return _one("summary", source)
+    return _one("summary", source, engine)
 
 
 def describe(frame: str) -> pd.DataFrame:

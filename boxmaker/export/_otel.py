@@ -1,0 +1,386 @@
+"""``boxmaker export otel``: session logs as OpenTelemetry spans of the GenAI semantic
+conventions, sent over OTLP/HTTP (protobuf) or written as an OTLP JSON file.
+
+Conventions followed: OpenTelemetry semantic conventions **1.44.0** (:data:`SEMCONV`; the GenAI
+ones are of "development" status there), as the ``opentelemetry-semantic-conventions``
+package (0.66b2) names them: every ``gen_ai.*`` and ``server.*`` key below is that package's
+constant, and the tracer carries the version's schema URL.
+
+The spans of one session (one trace per turn, linked by ``gen_ai.conversation.id``, the
+session id):
+
+- ``invoke_agent boxmaker``: a turn, from its ``User`` record to its last record;
+  ``boxmaker.turn``, ``boxmaker.outcome`` (the ``TurnEnd`` record's), ``boxmaker.end_detail``,
+  ``boxmaker.http_status``; events ``boxmaker.limit_hit`` (kind, detail) and
+  ``boxmaker.cache_loss`` (expected, reused, reprocessed tokens, cause, position).
+- ``chat <model>``: a completion (``Usage`` record), a child of its turn, ending at the
+  record's time and starting ``prompt_ms + predicted_ms`` before (not before the turn;
+  without timings, at the previous record); ``gen_ai.request.model`` (the ``Capabilities``
+  record's model, else ``"llama.cpp"``), ``gen_ai.usage.input_tokens`` (``cache_n +
+  prompt_n``, the frames' ``prompt_tokens``), ``gen_ai.usage.output_tokens`` (``predicted_n``),
+  ``gen_ai.usage.cache_read_input_tokens`` (``cache_n``), ``gen_ai.response.finish_reasons``,
+  ``server.address`` / ``server.port`` when given, and llama.cpp's own numbers as
+  ``boxmaker.cache_n``, ``boxmaker.prompt_n``, ``boxmaker.predicted_n`` (tokens),
+  ``boxmaker.prompt_ms``, ``boxmaker.predicted_ms`` (ms), ``boxmaker.request``.
+- ``execute_tool <name>``: a ``ToolResult``, a child of its turn, from the record before it;
+  ``gen_ai.tool.name``, ``gen_ai.tool.call.id``, ``gen_ai.tool.type`` (``function``),
+  ``boxmaker.not_run``, ``boxmaker.truncated``, ``boxmaker.server``, ``boxmaker.data_class``;
+  an event ``boxmaker.approval`` (decision, by, reason, waited_ms) when one was asked, and
+  ``boxmaker.nudge`` when the loop guard answered instead of the tool (``not_run: "loop"``).
+
+Message content is off by default (it may be private): with ``content=True``,
+``gen_ai.input.messages`` / ``gen_ai.output.messages`` (JSON text) on chat spans and
+``gen_ai.tool.call.arguments`` / ``gen_ai.tool.call.result`` on tool spans. Every text is an
+attribute value (data, never markup): a receiver shows it as the string it is.
+
+The exporter reads finished logs: it is never on a turn's hot path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from ._errors import ExportError
+from ._logs import Logs, Run, nanos, runs
+
+__all__ = ["SEMCONV", "export_otel", "session_spans"]
+
+SEMCONV = "1.44.0"
+"""The OpenTelemetry semantic-conventions version the spans follow (schema URL
+``https://opentelemetry.io/schemas/1.44.0``)."""
+
+
+def _sdk() -> Any:
+    try:
+        from opentelemetry.sdk.trace import TracerProvider
+    except ImportError as exc:  # pragma: no cover - the extra is installed in CI
+        raise ExportError(
+            "OpenTelemetry export needs the SDK: pip install 'boxmaker[otel]'"
+        ) from exc
+    return TracerProvider
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _message(rec: dict[str, Any]) -> dict[str, Any]:
+    """A log message as a GenAI message (``role`` and ``parts``)."""
+    kind = rec["type"]
+    if kind == "tool_result":
+        return {
+            "role": "tool",
+            "parts": [
+                {
+                    "type": "tool_call_response",
+                    "id": rec["tool_call_id"],
+                    "response": rec["content"],
+                }
+            ],
+        }
+    parts: list[dict[str, Any]] = []
+    if rec.get("reasoning"):
+        parts.append({"type": "reasoning", "content": rec["reasoning"]})
+    if rec.get("content"):
+        parts.append({"type": "text", "content": rec["content"]})
+    for call in rec.get("tool_calls") or ():
+        parts.append(
+            {
+                "type": "tool_call",
+                "id": call["id"],
+                "name": call["name"],
+                "arguments": call["arguments"],
+            }
+        )
+    return {"role": "user" if kind == "user" else "assistant", "parts": parts}
+
+
+def session_spans(
+    run: Run, tracer: Any, *, content: bool = False, server: str | None = None
+) -> int:
+    """Emit the spans of one log (:class:`Run`) through an OpenTelemetry ``tracer``.
+
+    Args:
+        run: the log, as read by :func:`boxmaker.session.read_log`.
+        tracer: an ``opentelemetry.trace.Tracer`` (the SDK's).
+        content: also export message texts (off by default).
+        server: the llama.cpp server's URL (``server.address`` and ``server.port``), if known.
+
+    Returns:
+        The number of spans emitted.
+    """
+    from opentelemetry import trace
+    from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ga
+    from opentelemetry.semconv.attributes import server_attributes as sa
+
+    where: dict[str, Any] = {}
+    if server:
+        parts = urlsplit(server if "//" in server else f"//{server}")
+        if parts.hostname:
+            where[sa.SERVER_ADDRESS] = parts.hostname
+        if parts.port:
+            where[sa.SERVER_PORT] = parts.port
+    model = "llama.cpp"
+    for rec in run.records:
+        if rec["type"] == "capabilities" and rec.get("model"):
+            model = str(rec["model"])
+            break
+    head = run.data.head
+    history: list[dict[str, Any]] = []
+    if head.get("system"):
+        history.append({"role": "system", "parts": [{"type": "text", "content": head["system"]}]})
+    spans = 0
+    records = run.records
+    starts = [i for i, r in enumerate(records) if r["type"] == "user"]
+    request = sum(
+        1 for r in records[: starts[0] if starts else len(records)] if r["type"] == "usage"
+    )
+    for number, first in enumerate(starts, 1):
+        last = starts[number] if number < len(starts) else len(records)
+        turn = records[first:last]
+        end = max(nanos(r["time"]) for r in turn)
+        outcome = next((r for r in reversed(turn) if r["type"] == "turn_end"), None)
+        attrs: dict[str, Any] = {
+            ga.GEN_AI_OPERATION_NAME: "invoke_agent",
+            ga.GEN_AI_AGENT_NAME: "boxmaker",
+            ga.GEN_AI_CONVERSATION_ID: run.session,
+            ga.GEN_AI_PROVIDER_NAME: "llama.cpp",
+            "boxmaker.turn": number,
+            "boxmaker.log": run.path.name,
+        }
+        if outcome is not None:
+            attrs["boxmaker.outcome"] = outcome["outcome"]
+            attrs["boxmaker.end_detail"] = outcome.get("detail") or ""
+            if outcome.get("status") is not None:
+                attrs["boxmaker.http_status"] = outcome["status"]
+        root = tracer.start_span(
+            "invoke_agent boxmaker",
+            kind=trace.SpanKind.INTERNAL,
+            attributes=attrs,
+            start_time=nanos(turn[0]["time"]),
+            context=trace.set_span_in_context(trace.INVALID_SPAN),
+        )
+        spans += 1
+        inside = trace.set_span_in_context(root)
+        approvals: dict[int, dict[str, Any]] = {}
+        previous = begin = nanos(turn[0]["time"])
+        for rec in turn:
+            kind, t = rec["type"], nanos(rec["time"])
+            if kind in ("user", "assistant", "tool_result"):
+                history.append(_message(rec))
+            if kind == "usage":
+                request += 1
+                timings = rec.get("timings") or {}
+                took = int((timings.get("prompt_ms", 0) + timings.get("predicted_ms", 0)) * 1e6)
+                cache_n, prompt_n = timings.get("cache_n"), timings.get("prompt_n")
+                chat: dict[str, Any] = {
+                    ga.GEN_AI_OPERATION_NAME: "chat",
+                    ga.GEN_AI_PROVIDER_NAME: "llama.cpp",
+                    ga.GEN_AI_REQUEST_MODEL: model,
+                    ga.GEN_AI_CONVERSATION_ID: run.session,
+                    "boxmaker.request": request,
+                    **where,
+                }
+                if cache_n is not None and prompt_n is not None:
+                    chat[ga.GEN_AI_USAGE_INPUT_TOKENS] = int(cache_n + prompt_n)
+                    chat[ga.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = int(cache_n)
+                if timings.get("predicted_n") is not None:
+                    chat[ga.GEN_AI_USAGE_OUTPUT_TOKENS] = int(timings["predicted_n"])
+                if rec.get("reasoning_tokens"):
+                    chat[ga.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] = rec["reasoning_tokens"]
+                if rec.get("finish_reason"):
+                    chat[ga.GEN_AI_RESPONSE_FINISH_REASONS] = [rec["finish_reason"]]
+                for key in ("cache_n", "prompt_n", "predicted_n", "prompt_ms", "predicted_ms"):
+                    if key in timings:
+                        chat[f"boxmaker.{key}"] = timings[key]
+                chat["boxmaker.thinking_capped"] = bool(rec.get("thinking_capped"))
+                if content:  # the completion's reply is the assistant message just before
+                    replied = bool(history) and history[-1]["role"] == "assistant"
+                    asked = history[:-1] if replied else history
+                    chat[ga.GEN_AI_INPUT_MESSAGES] = json.dumps(asked, ensure_ascii=False)
+                    chat[ga.GEN_AI_OUTPUT_MESSAGES] = json.dumps(
+                        history[-1:] if replied else [], ensure_ascii=False
+                    )
+                span = tracer.start_span(
+                    f"chat {model}",
+                    kind=trace.SpanKind.CLIENT,
+                    attributes=chat,
+                    start_time=min(t, max(begin, previous if not took else t - took)),
+                    context=inside,
+                )
+                span.end(end_time=t)
+                spans += 1
+            elif kind == "approval":
+                approvals[rec["call"]] = rec
+            elif kind == "tool_result":
+                tool: dict[str, Any] = {
+                    ga.GEN_AI_OPERATION_NAME: "execute_tool",
+                    ga.GEN_AI_TOOL_NAME: rec["name"],
+                    ga.GEN_AI_TOOL_CALL_ID: rec["tool_call_id"],
+                    ga.GEN_AI_TOOL_TYPE: "function",
+                    "boxmaker.call": rec["call"],
+                    "boxmaker.truncated": bool(rec.get("truncated")),
+                    "boxmaker.ran": rec.get("not_run") is None,
+                }
+                for key in ("not_run", "server", "data_class"):
+                    if rec.get(key) is not None:
+                        tool[f"boxmaker.{key}"] = rec[key]
+                if content:
+                    tool[ga.GEN_AI_TOOL_CALL_RESULT] = rec["content"]
+                    args = _arguments(turn, rec["tool_call_id"])
+                    if args is not None:
+                        tool[ga.GEN_AI_TOOL_CALL_ARGUMENTS] = args
+                span = tracer.start_span(
+                    f"execute_tool {rec['name']}",
+                    kind=trace.SpanKind.INTERNAL,
+                    attributes=tool,
+                    start_time=min(previous, t),
+                    context=inside,
+                )
+                decided = approvals.pop(rec["call"], None)
+                if decided is not None:
+                    span.add_event(
+                        "boxmaker.approval",
+                        {
+                            "boxmaker.decision": decided["decision"],
+                            "boxmaker.by": decided["by"],
+                            "boxmaker.reason": decided.get("reason", ""),
+                            "boxmaker.waited_ms": float(decided.get("waited_ms", 0.0)),
+                        },
+                        timestamp=nanos(decided["time"]),
+                    )
+                if rec.get("not_run") == "loop":
+                    span.add_event("boxmaker.nudge", {"boxmaker.content": rec["content"]}, t)
+                span.end(end_time=t)
+                spans += 1
+            elif kind == "limit_hit":
+                root.add_event(
+                    "boxmaker.limit_hit",
+                    {"boxmaker.kind": rec["kind"], "boxmaker.detail": rec["detail"]},
+                    timestamp=t,
+                )
+            elif kind == "cache_loss":
+                loss = {
+                    f"boxmaker.{key}": rec[key]
+                    for key in ("expected", "reused", "reprocessed", "reprocessed_ms", "position")
+                    if rec.get(key) is not None
+                }
+                loss["boxmaker.cause"] = rec.get("cause") or "unknown"
+                loss["boxmaker.request"] = request
+                root.add_event("boxmaker.cache_loss", loss, timestamp=t)
+            previous = t
+        root.end(end_time=end)
+    return spans
+
+
+def _arguments(turn: Sequence[dict[str, Any]], call_id: str) -> str | None:
+    for rec in turn:
+        for call in rec.get("tool_calls") or () if rec["type"] == "assistant" else ():
+            if call["id"] == call_id:
+                return str(call["arguments"])
+    return None
+
+
+def _otlp_json(spans: Sequence[Any]) -> str:
+    """Finished SDK spans as one OTLP/JSON ``ExportTraceServiceRequest`` (ids in hex, as the
+    OTLP JSON encoding wants)."""
+    from google.protobuf.json_format import MessageToDict
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    body = MessageToDict(encode_spans(spans))
+    for resource in body.get("resourceSpans", ()):
+        for scope in resource.get("scopeSpans", ()):
+            for span in scope.get("spans", ()):
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in span:
+                        span[key] = _hex(span[key])
+    return json.dumps(body, ensure_ascii=False)
+
+
+def _hex(b64: str) -> str:
+    import base64
+
+    return base64.b64decode(b64).hex()
+
+
+def export_otel(
+    source: Logs,
+    *,
+    endpoint: str | None = None,
+    file: str | Path | None = None,
+    content: bool = False,
+    server: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    timeout: float = 10.0,
+) -> int:
+    """Export session logs as OpenTelemetry GenAI spans (see the module docs for the spans).
+
+    Args:
+        source: a log, a directory (recursive ``*.jsonl``), or a list of these.
+        endpoint: an OTLP/HTTP traces URL (``http://host:4318/v1/traces``): the spans are sent
+            there as protobuf.
+        file: else, an OTLP JSON file to write: one ``ExportTraceServiceRequest`` per line, one
+            line per log (the OpenTelemetry Collector's file exporter format).
+        content: also export message texts (off by default: they may be private).
+        server: the llama.cpp server's URL, for ``server.address`` / ``server.port``.
+        headers: HTTP headers for the receiver (an API key; MLflow's
+            ``x-mlflow-experiment-id``).
+        timeout: seconds to wait for the receiver.
+
+    Returns:
+        The number of spans exported.
+
+    Raises:
+        ValueError: neither or both of ``endpoint`` and ``file``.
+        SessionError: a path of ``source`` names no log.
+        ExportError: the SDK is missing, or the receiver refused the spans.
+
+    Warns:
+        LogReadWarning: a log the session refuses is left out.
+    """
+    if (endpoint is None) == (file is None):
+        raise ValueError("give exactly one of endpoint and file")
+    provider_type = _sdk()
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    memory = InMemorySpanExporter()
+    provider = provider_type(resource=Resource.create({"service.name": "boxmaker"}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer(
+        "boxmaker.export", schema_url=f"https://opentelemetry.io/schemas/{SEMCONV}"
+    )
+    total = 0
+    with contextlib.ExitStack() as stack:
+        out = stack.enter_context(Path(file).open("w", encoding="utf-8")) if file else None
+        stack.callback(provider.shutdown)
+        for run in runs(source):
+            total += session_spans(run, tracer, content=content, server=server)
+            spans = memory.get_finished_spans()
+            memory.clear()
+            if not spans:
+                continue
+            if out is not None:
+                out.write(_otlp_json(spans) + "\n")
+            else:
+                assert endpoint is not None
+                _send(endpoint, spans, timeout, dict(headers or {}))
+    return total
+
+
+def _send(endpoint: str, spans: Sequence[Any], timeout: float, headers: dict[str, str]) -> None:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    exporter = OTLPSpanExporter(endpoint=endpoint, timeout=timeout, headers=headers)
+    try:
+        if exporter.export(spans) is not SpanExportResult.SUCCESS:
+            raise ExportError(f"{endpoint}: the receiver did not take the spans")
+    finally:
+        exporter.shutdown()  # type: ignore[no-untyped-call]

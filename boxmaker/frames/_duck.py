@@ -1,0 +1,584 @@
+"""The DuckDB engine of the frames: the same six frames, computed in SQL, past memory.
+
+Design (a validated intermediate, then SQL): validity is decided once, by the session's own
+reader. Every log goes through :func:`boxmaker.frames._build.read_logs` (that is
+:func:`boxmaker.session.read_log` and the frames' copy check), so a log the session refuses is
+left out with the same :class:`~boxmaker.session.LogReadWarning`, and records of unknown type
+warn the same way; DuckDB never judges a line. What DuckDB then reads:
+
+- a log read as it is on disk (current schema, no line dropped or repeated, no unknown
+  type, no ``\\u`` escape of a UTF-16 surrogate, which DuckDB's JSON reader refuses): the
+  file itself, line by line (``read_text``), its first line (the baseline) skipped;
+- any other log (upgraded from an older schema, a torn or repeated line dropped, unknown
+  records, surrogates): its validated records re-written to a temporary JSON Lines file
+  (records of unknown type left out; lone surrogates become U+FFFD, so ``*_chars`` lengths
+  stay the same), deleted once the records table is built.
+
+The records are parsed once into a DuckDB table ``records`` (one row per record: ``_l`` the
+log's number, ``_i`` the record's index after the baseline, the fields the frames read);
+the frames are views over it (``requests``, ``turns``, ``cache_losses``, ``limit_hits``,
+``tool_calls``, ``summary``) with the columns, names and units of :data:`COLUMNS`, so that a
+frame can be written to Parquet (``COPY``) or aggregated without ever being in memory. DuckDB
+spills to disk past its ``memory_limit``.
+
+The only Python work per record is the session's own check (:func:`read_log`); a log's
+records are held in memory one log at a time.
+
+Differences from the pandas engine, by design: float sums (``prompt_ms`` over a turn or a
+session) are added in another order, so they can differ in the last bits; times are read by
+DuckDB to the microsecond (the logs' precision; :func:`boxmaker.records.format_time`), and a
+time form DuckDB does not read (an ISO week date, say) is read by
+:func:`boxmaker.records.parse_time` instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import pandas as pd
+
+from ..errors import BoxmakerError
+from ..records import LIMIT_KINDS, SCHEMA_VERSION, parse_time
+from ..session import LogReadWarning
+from ._build import read_logs
+from ._columns import COLUMNS, ENDING_LIMITS, TIME, TURN_OUTCOMES, Column
+from ._rows import _KNOWN as KNOWN
+from ._rows import Log
+
+if TYPE_CHECKING:
+    import duckdb
+
+__all__ = ["FRAME_SQL", "EngineError", "connect", "frame", "query"]
+
+
+class EngineError(BoxmakerError):
+    """The DuckDB engine cannot run: ``duckdb`` is not installed (``pip install
+    'boxmaker[duckdb]'``), or an ad-hoc query failed (DuckDB's message kept)."""
+
+
+_FIELDS: dict[str, str] = {
+    "type": "VARCHAR",
+    "time": "VARCHAR",
+    "content": "VARCHAR",
+    "tool_calls": "JSON",
+    "timings": "JSON",
+    **dict.fromkeys(
+        ("reasoning_tokens", "finish_reason", "thinking_capped", "expected", "reused"),
+        "VARCHAR",
+    ),
+    **dict.fromkeys(
+        ("reprocessed", "reprocessed_ms", "position", "cause", "old_window", "new_window"),
+        "VARCHAR",
+    ),
+    **dict.fromkeys(("detail", "kind", "call", "name", "tool_call_id", "truncated"), "VARCHAR"),
+    **dict.fromkeys(("data_class", "untrusted", "not_run", "server", "decision"), "VARCHAR"),
+    **dict.fromkeys(("by", "reason", "waited_ms", "outcome", "status"), "VARCHAR"),
+}
+"""The keys of a record the frames read, as DuckDB's ``from_json`` reads them: text (cast
+per record type below, so that a key of the same name on another record type, which the
+log's rule does not check, can never fail the cast), JSON for the nested ones."""
+
+
+def _typed(type_: str, expr: str, sql_type: str) -> str:
+    return f"CASE WHEN j.type = '{type_}' THEN CAST({expr} AS {sql_type}) END"
+
+
+_RECORD_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("type", "j.type"),
+    ("time", "j.time"),
+    ("t", "try_cast(j.time AS TIMESTAMPTZ)"),
+    (
+        "n_calls",
+        "CASE WHEN j.type = 'assistant' THEN coalesce(json_array_length(j.tool_calls), 0) END",
+    ),
+    ("cache_n", _typed("usage", "j.timings->>'cache_n'", "BIGINT")),
+    ("prompt_n", _typed("usage", "j.timings->>'prompt_n'", "BIGINT")),
+    ("predicted_n", _typed("usage", "j.timings->>'predicted_n'", "BIGINT")),
+    ("prompt_ms", _typed("usage", "j.timings->>'prompt_ms'", "DOUBLE")),
+    ("predicted_ms", _typed("usage", "j.timings->>'predicted_ms'", "DOUBLE")),
+    ("reasoning_tokens", _typed("usage", "j.reasoning_tokens", "BIGINT")),
+    ("thinking_capped", _typed("usage", "j.thinking_capped", "BOOLEAN")),
+    ("finish_reason", _typed("usage", "j.finish_reason", "VARCHAR")),
+    ("expected", _typed("cache_loss", "j.expected", "BIGINT")),
+    ("reused", _typed("cache_loss", "j.reused", "BIGINT")),
+    ("reprocessed", _typed("cache_loss", "j.reprocessed", "BIGINT")),
+    ("reprocessed_ms", _typed("cache_loss", "j.reprocessed_ms", "DOUBLE")),
+    ("position", _typed("cache_loss", "j.position", "BIGINT")),
+    ("cause", _typed("cache_loss", "j.cause", "VARCHAR")),
+    ("old_window", _typed("cache_loss", "j.old_window", "VARCHAR")),
+    ("new_window", _typed("cache_loss", "j.new_window", "VARCHAR")),
+    (
+        "detail",
+        "CASE WHEN j.type IN ('cache_loss', 'limit_hit', 'turn_end') THEN j.detail END",
+    ),
+    ("kind", _typed("limit_hit", "j.kind", "VARCHAR")),
+    ("outcome", _typed("turn_end", "j.outcome", "VARCHAR")),
+    ("status", _typed("turn_end", "j.status", "BIGINT")),
+    (
+        "call",
+        "CASE WHEN j.type IN ('tool_result', 'approval') THEN CAST(j.call AS BIGINT) END",
+    ),
+    ("name", _typed("tool_result", "j.name", "VARCHAR")),
+    ("tool_call_id", _typed("tool_result", "j.tool_call_id", "VARCHAR")),
+    ("content_chars", _typed("tool_result", "length(j.content)", "BIGINT")),
+    ("truncated", _typed("tool_result", "j.truncated", "BOOLEAN")),
+    ("data_class", _typed("tool_result", "j.data_class", "VARCHAR")),
+    ("untrusted", _typed("tool_result", "j.untrusted", "BOOLEAN")),
+    ("not_run", _typed("tool_result", "j.not_run", "VARCHAR")),
+    ("server", _typed("tool_result", "j.server", "VARCHAR")),
+    ("decision", _typed("approval", "j.decision", "VARCHAR")),
+    ("decided_by", _typed("approval", 'j."by"', "VARCHAR")),
+    ("reason", _typed("approval", "j.reason", "VARCHAR")),
+    ("waited_ms", _typed("approval", "j.waited_ms", "DOUBLE")),
+)
+"""The ``records`` table's columns: name, SQL over the parsed line ``j``."""
+
+
+def _sql_list(values: Iterable[str]) -> str:
+    return "(" + ", ".join("'" + v.replace("'", "''") + "'" for v in values) + ")"
+
+
+_ENDING = _sql_list(ENDING_LIMITS)
+_ENDING_CASE = (
+    "CASE ending " + " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in ENDING_LIMITS.items()) + " END"
+)
+
+
+def _ratio(num: str, den: str) -> str:
+    """:func:`boxmaker.frames.ratio` in SQL: ``<NA>`` where ``den`` is 0 or missing."""
+    return f"(CAST({num} AS DOUBLE) / CAST(nullif({den}, 0) AS DOUBLE))"
+
+
+_SUMS = (
+    ("cached_tokens", "BIGINT"),
+    ("processed_tokens", "BIGINT"),
+    ("generated_tokens", "BIGINT"),
+    ("reasoning_tokens", "BIGINT"),
+    ("prompt_ms", "DOUBLE"),
+    ("generation_ms", "DOUBLE"),
+)
+
+
+def _sums(alias: str) -> str:
+    return ", ".join(f"coalesce(CAST(sum({alias}.{n}) AS {t}), 0) AS {n}" for n, t in _SUMS)
+
+
+_WALL = "(CAST((epoch_ns(f.ended) - epoch_ns(f.started)) AS DOUBLE) / 1e9 * 1000)"
+"""``wall_ms`` as pandas computes it: nanoseconds / 1e9 (``total_seconds``) * 1000."""
+
+_PROMPT_SUM = "coalesce(q.cached_tokens, 0) + coalesce(q.processed_tokens, 0)"
+
+FRAME_SQL: dict[str, str] = {
+    "_w": """
+SELECT r.*,
+  sum(CASE WHEN type = 'user' THEN 1 ELSE 0 END)
+    OVER (PARTITION BY _l ORDER BY _i ROWS UNBOUNDED PRECEDING) AS turn0,
+  sum(CASE WHEN type = 'usage' THEN 1 ELSE 0 END)
+    OVER (PARTITION BY _l ORDER BY _i ROWS UNBOUNDED PRECEDING) AS req0
+FROM records r
+""",
+    "_u": """
+SELECT w.*,
+  max(CASE WHEN type = 'assistant' THEN _i END) OVER s AS a_i,
+  last_value(CASE WHEN type = 'assistant' THEN n_calls END IGNORE NULLS) OVER s AS a_n,
+  max(CASE WHEN type = 'usage' THEN _i END) OVER s AS p_i,
+  sum(CASE WHEN type = 'usage' THEN 1 ELSE 0 END) OVER (
+    PARTITION BY _l, turn0 ORDER BY _i ROWS UNBOUNDED PRECEDING) AS turn_req
+FROM _w w
+WINDOW s AS (PARTITION BY _l, turn0 ORDER BY _i ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+""",
+    "requests": f"""
+SELECT g.session AS session, req0 AS request, nullif(turn0, 0) AS turn,
+  CASE WHEN turn0 > 0 THEN turn_req END AS turn_request, t AS time,
+  cache_n AS cached_tokens, prompt_n AS processed_tokens,
+  cache_n + prompt_n AS prompt_tokens, predicted_n AS generated_tokens, reasoning_tokens,
+  prompt_ms, predicted_ms AS generation_ms,
+  {_ratio("prompt_n * 1000", "prompt_ms")} AS prompt_tokens_per_s,
+  {_ratio("predicted_n * 1000", "predicted_ms")} AS generation_tokens_per_s,
+  {_ratio("cache_n", "cache_n + prompt_n")} AS cache_reuse_ratio,
+  thinking_capped, finish_reason,
+  CASE WHEN a_i IS NOT NULL AND (p_i IS NULL OR a_i > p_i) THEN a_n END AS tool_calls,
+  u._l AS _l, u._i AS _i, u.turn0 AS _turn
+FROM _u u JOIN logs g ON g._l = u._l
+WHERE type = 'usage'
+""",
+    "cache_losses": f"""
+SELECT g.session AS session, nullif(req0, 0) AS request, nullif(turn0, 0) AS turn, t AS time,
+  expected AS expected_tokens, reused AS reused_tokens, reprocessed AS reprocessed_tokens,
+  reprocessed_ms, coalesce(reprocessed, expected - reused) AS lost_tokens,
+  q.per_token AS prompt_ms_per_token,
+  coalesce(reprocessed_ms, CAST(coalesce(reprocessed, expected - reused) AS DOUBLE)
+    * q.per_token) AS lost_ms,
+  position, cause, old_window, new_window, detail,
+  w._l AS _l, w._i AS _i, w.turn0 AS _turn
+FROM _w w JOIN logs g ON g._l = w._l
+LEFT JOIN (SELECT _l, request, {_ratio("prompt_ms", "processed_tokens")} AS per_token
+           FROM requests) q ON q._l = w._l AND q.request = w.req0
+WHERE type = 'cache_loss'
+""",
+    "limit_hits": f"""
+SELECT g.session AS session, nullif(turn0, 0) AS turn, nullif(req0, 0) AS request, t AS time,
+  kind, detail, kind IN {_ENDING} AS ended_turn,
+  w._l AS _l, w._i AS _i, w.turn0 AS _turn
+FROM _w w JOIN logs g ON g._l = w._l
+WHERE type = 'limit_hit'
+""",
+    "_results": """
+SELECT w.*, lag(_i) OVER (PARTITION BY _l, call ORDER BY _i) AS prev_i
+FROM _w w WHERE type = 'tool_result'
+""",
+    "_approvals": """
+SELECT _l, _i, call, decision, decided_by, reason, waited_ms FROM records WHERE type = 'approval'
+""",
+    "tool_calls": """
+SELECT g.session AS session, nullif(w.turn0, 0) AS turn, w.t AS time, w.call AS call,
+  w.name AS name, w.tool_call_id AS tool_call_id, c.chars AS arguments_chars,
+  w.content_chars AS result_chars, w.truncated AS truncated, w.data_class AS data_class,
+  w.untrusted AS untrusted, w.not_run IS NULL AS ran, w.not_run AS not_run,
+  w.server AS server,
+  CASE WHEN ok THEN a.decision END AS approval,
+  CASE WHEN ok THEN a.decided_by END AS approved_by,
+  CASE WHEN ok THEN a.reason END AS approval_reason,
+  CASE WHEN ok THEN a.waited_ms END AS approval_wait_ms,
+  w._l AS _l, w._i AS _i, w.turn0 AS _turn
+FROM (
+  SELECT x.*, a._i AS a_i, (a._i IS NOT NULL AND (x.prev_i IS NULL OR x.prev_i < a._i)) AS ok
+  FROM _results x ASOF LEFT JOIN _approvals a
+    ON a._l = x._l AND a.call = x.call AND x._i > a._i
+) w
+LEFT JOIN _approvals a ON a._l = w._l AND a._i = w.a_i
+ASOF LEFT JOIN calls c ON c._l = w._l AND c.id = w.tool_call_id AND w._i > c._i
+JOIN logs g ON g._l = w._l
+""",
+    "_turn_facts": f"""
+SELECT _l, turn0,
+  arg_min(t, _i) AS started, arg_max(t, _i) AS ended,
+  arg_max(struct_pack(o := outcome, d := detail, s := status), _i)
+    FILTER (WHERE type = 'turn_end') AS te,
+  arg_max(CASE WHEN type = 'assistant' THEN n_calls = 0 ELSE false END, _i)
+    FILTER (WHERE type IN ('assistant', 'tool_result')) AS answered,
+  arg_max(coalesce(finish_reason = 'length', false), _i) FILTER (WHERE type = 'usage') AS cut,
+  bool_or(type = 'tool_result' AND not_run = 'cancelled') AS cancelled,
+  arg_max(kind, _i) FILTER (WHERE type = 'limit_hit' AND kind IN {_ENDING}) AS ending,
+  count(*) FILTER (WHERE type = 'assistant' AND n_calls > 0) AS iterations,
+  count(*) FILTER (WHERE type = 'tool_result') AS tool_results
+FROM _w WHERE turn0 > 0 GROUP BY _l, turn0
+""",
+    "turns": f"""
+SELECT g.session AS session, f.turn0 AS turn, f.started AS started, f.ended AS ended,
+  {_WALL} AS wall_ms,
+  coalesce(te.o, CASE
+    WHEN ending IS NOT NULL THEN {_ENDING_CASE}
+    WHEN coalesce(answered, false) THEN
+      CASE WHEN coalesce(cut, false) THEN 'length' ELSE 'answered' END
+    WHEN coalesce(cancelled, false) THEN 'cancelled'
+    ELSE 'no_answer' END) AS outcome,
+  te.d AS end_detail, te.s AS http_status,
+  coalesce(q.n, 0) AS requests, iterations, coalesce(q.tool_calls, 0) AS tool_calls,
+  tool_results,
+  {", ".join(f"coalesce(q.{n}, 0) AS {n}" for n, _ in _SUMS)},
+  coalesce(q.thinking_capped, 0) AS thinking_capped,
+  coalesce(c.n, 0) AS cache_losses, coalesce(c.lost_tokens, 0) AS lost_tokens,
+  coalesce(h.n, 0) AS limit_hits,
+  f._l AS _l, f.turn0 AS _turn
+FROM _turn_facts f JOIN logs g ON g._l = f._l
+LEFT JOIN (SELECT _l, _turn, count(*) AS n, CAST(coalesce(sum(r.tool_calls), 0) AS BIGINT)
+             AS tool_calls, count(*) FILTER (WHERE thinking_capped) AS thinking_capped,
+             {_sums("r")}
+           FROM requests r GROUP BY _l, _turn) q ON q._l = f._l AND q._turn = f.turn0
+LEFT JOIN (SELECT _l, _turn, count(*) AS n, CAST(sum(lost_tokens) AS BIGINT) AS lost_tokens
+           FROM cache_losses GROUP BY _l, _turn) c ON c._l = f._l AND c._turn = f.turn0
+LEFT JOIN (SELECT _l, _turn, count(*) AS n FROM limit_hits GROUP BY _l, _turn) h
+  ON h._l = f._l AND h._turn = f.turn0
+""",
+    "summary": f"""
+SELECT g.session AS session, g.path AS path, g.started AS started,
+  coalesce(e.ended, g.started) AS ended, g.records AS records,
+  g.unknown_records AS unknown_records,
+  g.parent_session AS parent_session, g.fork_turn AS fork_turn, g.fork_point AS fork_point,
+  coalesce(tu.n, 0) AS turns,
+  {", ".join(f"coalesce(tu.{o}, 0) AS {o}_turns" for o in TURN_OUTCOMES)},
+  coalesce(q.n, 0) AS requests, coalesce(q.tool_calls, 0) AS tool_calls,
+  {", ".join(f"coalesce(q.{n}, 0) AS {n}" for n, _ in _SUMS)},
+  {_ratio("coalesce(q.cached_tokens, 0)", _PROMPT_SUM)} AS cache_reuse_ratio,
+  coalesce(c.n, 0) AS cache_losses, coalesce(c.lost_tokens, 0) AS lost_tokens,
+  coalesce(c.lost_ms, 0) AS lost_ms,
+  coalesce(h.n, 0) AS limit_hits,
+  {", ".join(f"coalesce(h.{k}, 0) AS {k}_hits" for k in LIMIT_KINDS)},
+  g._l AS _l
+FROM logs g
+LEFT JOIN (SELECT _l, arg_max(t, _i) AS ended FROM records GROUP BY _l) e ON e._l = g._l
+LEFT JOIN (SELECT _l, count(*) AS n,
+             {", ".join(f"count(*) FILTER (WHERE outcome = '{o}') AS {o}" for o in TURN_OUTCOMES)}
+           FROM turns GROUP BY _l) tu ON tu._l = g._l
+LEFT JOIN (SELECT _l, count(*) AS n, CAST(coalesce(sum(r.tool_calls), 0) AS BIGINT)
+             AS tool_calls, {_sums("r")}
+           FROM requests r GROUP BY _l) q ON q._l = g._l
+LEFT JOIN (SELECT _l, count(*) AS n, CAST(sum(lost_tokens) AS BIGINT) AS lost_tokens,
+             coalesce(sum(lost_ms), 0) AS lost_ms
+           FROM cache_losses GROUP BY _l) c ON c._l = g._l
+LEFT JOIN (SELECT _l, count(*) AS n,
+             {", ".join(f"count(*) FILTER (WHERE kind = '{k}') AS {k}" for k in LIMIT_KINDS)}
+           FROM limit_hits GROUP BY _l) h ON h._l = g._l
+""",
+}
+"""The SQL of each frame (a view of the connection :func:`connect` gives), over the tables
+``records`` (one row per record), ``calls`` (the length of each tool call's arguments, by
+``id``) and ``logs`` (one row per log). Views whose name starts with ``_`` are steps; each
+frame view ends with its hidden key columns (``_l``, the log's number; ``_i``; ``_turn``),
+which :func:`frame` drops."""
+
+_ORDER = {
+    "requests": "_l, _i",
+    "cache_losses": "_l, _i",
+    "limit_hits": "_l, _i",
+    "tool_calls": "_l, _i",
+    "turns": "_l, _turn",
+    "summary": "_l",
+}
+
+_SURROGATE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+_LONE = re.compile("[\ud800-\udfff]")
+
+
+def _duckdb() -> Any:
+    try:
+        import duckdb
+    except ImportError as exc:  # pragma: no cover - the extra is installed in CI
+        raise EngineError("the DuckDB engine needs duckdb: pip install 'boxmaker[duckdb]'") from exc
+    return duckdb
+
+
+def _as_is(log: Log) -> bool:
+    """``log``'s file lines 2.. are exactly its validated records (nothing upgraded,
+    dropped or repeated, every type known, no surrogate escape DuckDB would refuse)."""
+    path = Path(log.path)
+    if log.head.get("schema") != SCHEMA_VERSION or not path.is_file():
+        return False
+    raw = path.read_bytes()
+    if _SURROGATE.search(raw):
+        return False
+    lines = raw.count(b"\n") + (0 if raw.endswith(b"\n") else 1)
+    return lines == len(log.records) + 1
+
+
+def _rewrite(log: Log, into: Path) -> None:
+    """The validated records of ``log`` as JSON Lines (unknown types left out, lone
+    surrogates as U+FFFD)."""
+    with into.open("w", encoding="utf-8") as out:
+        for rec in log.records:
+            known = rec["type"] in KNOWN
+            text = json.dumps(rec if known else {"type": "_unknown"}, ensure_ascii=False)
+            out.write(_LONE.sub("\ufffd", text) + "\n")
+
+
+def connect(
+    source: Any, *, memory_limit: str | None = None, temp_directory: str | None = None
+) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection holding the frames of ``source`` as views.
+
+    Args:
+        source: as for :func:`boxmaker.frames.requests` (a log, a directory, a
+            :class:`~boxmaker.session.Session`, or a list of these).
+        memory_limit: DuckDB's ``memory_limit`` (e.g. ``"1GB"``; ``None``: DuckDB's default,
+            80% of RAM); past it DuckDB spills to ``temp_directory``.
+        temp_directory: where DuckDB spills (``None``: ``boxmaker-duckdb-<pid>`` in the
+            system's temporary directory, never the current one; DuckDB removes its files
+            when the connection closes).
+
+    Returns:
+        An in-memory :class:`duckdb.DuckDBPyConnection` with the views ``requests``,
+        ``turns``, ``cache_losses``, ``limit_hits``, ``tool_calls``, ``summary`` (the columns
+        of :data:`COLUMNS` in order, then the hidden ``_l``, ``_i``/``_turn`` keys) over the
+        tables ``records``, ``calls`` and ``logs`` (see :data:`FRAME_SQL`); times are
+        ``TIMESTAMPTZ`` in UTC.
+
+    Raises:
+        SessionError: a path of ``source`` names no log.
+        EngineError: ``duckdb`` is not installed.
+
+    Warns:
+        LogReadWarning: as the pandas engine: the same logs are left out with the same words.
+    """
+    con = _duckdb().connect()
+    con.execute("SET TimeZone = 'UTC'")
+    spill = temp_directory or os.path.join(tempfile.gettempdir(), f"boxmaker-duckdb-{os.getpid()}")
+    con.execute("SET temp_directory = ?", [spill])
+    if memory_limit is not None:
+        con.execute(f"SET memory_limit = '{memory_limit}'")
+    scratch = Path(tempfile.mkdtemp(prefix="boxmaker-duck-"))
+    try:
+        files: list[tuple[str, int, int, int]] = []  # file, log number, lines skipped, count
+        heads: list[_Head] = []
+        for number, log in enumerate(read_logs(source)):
+            unknown: dict[str, int] = {}
+            for rec in log.records:
+                if rec["type"] not in KNOWN:
+                    unknown[str(rec["type"])] = unknown.get(str(rec["type"]), 0) + 1
+            if unknown:
+                warnings.warn(
+                    f"{log.path}: records of unknown type skipped: {', '.join(sorted(unknown))}",
+                    LogReadWarning,
+                    stacklevel=2,
+                )
+            if not unknown and _as_is(log):
+                files.append((os.path.abspath(log.path), number, 1, len(log.records)))
+            else:
+                staged = scratch / f"{number}.jsonl"
+                _rewrite(log, staged)
+                files.append((str(staged), number, 0, len(log.records)))
+            first = log.records[0] if log.records else {}
+            forked = first if first.get("type") == "forked" else {}  # a fork's origin
+            heads.append(
+                (
+                    number,
+                    log.session,
+                    log.path,
+                    log.head.get("time"),
+                    len(log.records),
+                    sum(unknown.values()),
+                    forked.get("parent_session"),
+                    forked.get("turn"),
+                    forked.get("point"),
+                )
+            )
+        _tables(con, files, heads)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    for name, sql in FRAME_SQL.items():
+        con.execute(f"CREATE VIEW {name} AS {sql}")
+    connection: duckdb.DuckDBPyConnection = con
+    return connection
+
+
+_Head: TypeAlias = tuple[int, str, str, str | None, int, int, str | None, int | None, str | None]
+"""A row of the ``logs`` table: its number, session, path, baseline time, records, unknown
+records, and the fork's parent session, turn and point (``None``: not a fork)."""
+
+
+def _tables(
+    con: Any,
+    files: list[tuple[str, int, int, int]],
+    heads: list[_Head],
+) -> None:
+    """Create ``logs``, ``records`` and ``calls`` in ``con``."""
+    con.execute(
+        "CREATE TABLE logs (_l BIGINT, session VARCHAR, path VARCHAR, time VARCHAR, "
+        "records BIGINT, unknown_records BIGINT, parent_session VARCHAR, fork_turn BIGINT, "
+        "fork_point VARCHAR)"
+    )
+    con.executemany("INSERT INTO logs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", heads) if heads else None
+    con.execute("CREATE TABLE files (file VARCHAR, _l BIGINT, skip BIGINT, n BIGINT)")
+    if files:
+        con.executemany("INSERT INTO files VALUES (?, ?, ?, ?)", files)
+    struct = "{" + ", ".join(f'"{k}": "{v}"' for k, v in _FIELDS.items()) + "}"
+    columns = ", ".join(f"{sql} AS {name}" for name, sql in _RECORD_COLUMNS)
+    if files:
+        listed = "[" + ", ".join("'" + f[0].replace("'", "''") + "'" for f in files) + "]"
+        lines = f"""
+WITH t AS (SELECT filename, string_split(content, chr(10)) AS ls FROM read_text({listed})),
+l AS (SELECT filename, generate_subscripts(ls, 1) AS idx, unnest(ls) AS line FROM t)
+SELECT m._l AS _l, l.idx - 1 - m.skip AS _i, from_json(l.line, '{struct}') AS j
+FROM l JOIN files m ON m.file = l.filename
+WHERE l.idx > m.skip AND l.idx <= m.n + m.skip"""
+        con.execute(f"CREATE TEMP TABLE _lines AS {lines}")
+    else:
+        con.execute(
+            f"CREATE TEMP TABLE _lines AS SELECT 0 AS _l, 0 AS _i, "
+            f"from_json('{{}}', '{struct}') AS j WHERE false"
+        )
+    con.execute(
+        f"CREATE TABLE records AS SELECT _l, _i, {columns} FROM _lines WHERE j.type <> '_unknown'"
+    )
+    con.execute(
+        """CREATE TABLE calls AS
+SELECT _l, _i, c.id AS id, arg_max(length(c.arguments), k) AS chars FROM (
+  SELECT _l, _i, unnest(cs) AS c, generate_subscripts(cs, 1) AS k FROM (
+    SELECT _l, _i, from_json(j.tool_calls, '[{"id": "VARCHAR", "arguments": "VARCHAR"}]') AS cs
+    FROM _lines WHERE j.type = 'assistant' AND json_array_length(j.tool_calls) > 0))
+GROUP BY _l, _i, c.id"""
+    )
+    con.execute("DROP TABLE _lines")
+    _fix_times(con)
+    con.execute("ALTER TABLE logs ADD COLUMN started TIMESTAMPTZ")
+    con.execute("UPDATE logs SET started = try_cast(time AS TIMESTAMPTZ)")
+    for (text,) in con.execute(
+        "SELECT time FROM logs WHERE started IS NULL AND time IS NOT NULL"
+    ).fetchall():
+        con.execute("UPDATE logs SET started = ? WHERE time = ?", [parse_time(text), text])
+
+
+def _fix_times(con: Any) -> None:
+    """Times DuckDB does not read (forms of ISO 8601 beyond its own) read by
+    :func:`boxmaker.records.parse_time`, the session's reader (the log's rule checked each)."""
+    odd = con.execute(
+        "SELECT DISTINCT time FROM records WHERE t IS NULL AND time IS NOT NULL"
+    ).fetchall()
+    if odd:
+        fixed = pd.DataFrame(
+            {"time": [t for (t,) in odd], "fixed": [parse_time(t) for (t,) in odd]}
+        )
+        con.register("_fixed", fixed)
+        con.execute("UPDATE records SET t = f.fixed FROM _fixed f WHERE records.time = f.time")
+        con.unregister("_fixed")
+
+
+def _pandas(column: Column, values: Any) -> Any:
+    """A result column (from Arrow) in the pandas engine's dtype for ``column``."""
+    if column.dtype == TIME:
+        return (
+            pd.to_datetime(pd.Series(values, dtype=object), utc=True)
+            .astype(pd.api.types.pandas_dtype(TIME))
+            .array
+        )
+    if column.dtype == "category":
+        known = list(column.categories)
+        extra = sorted(set(values) - set(known) - {None})
+        return pd.Categorical(values, categories=pd.Index(known + extra, dtype="str"))
+    return pd.array(values, dtype=pd.api.types.pandas_dtype(column.dtype))
+
+
+def frame(con: Any, name: str) -> pd.DataFrame:
+    """One frame of a :func:`connect` connection as the pandas engine gives it: the columns
+    of :data:`COLUMNS` with their dtypes, in log order.
+
+    Raises:
+        KeyError: no such frame.
+    """
+    columns = COLUMNS[name]
+    table = con.sql(
+        f"SELECT {', '.join(c.name for c in columns)} FROM {name} ORDER BY {_ORDER[name]}"
+    ).to_arrow_table()
+    data = {c.name: _pandas(c, table.column(c.name).to_pylist()) for c in columns}
+    return pd.DataFrame(data, copy=False).reset_index(drop=True)
+
+
+def query(sql: str, source: Any, *, memory_limit: str | None = None) -> pd.DataFrame:
+    """Ad-hoc SQL over the frames of ``source`` (DuckDB): the views ``requests``, ``turns``,
+    ``cache_losses``, ``limit_hits``, ``tool_calls``, ``summary`` (see :func:`connect`).
+
+    Example: ``query("SELECT outcome, count(*) AS n FROM turns GROUP BY outcome", "logs/")``.
+
+    Returns:
+        The result as a pandas frame (DuckDB's conversion).
+
+    Raises:
+        SessionError: a path of ``source`` names no log.
+        EngineError: ``duckdb`` is missing, or the query failed (DuckDB's message).
+    """
+    con = connect(source, memory_limit=memory_limit)
+    try:
+        result: pd.DataFrame = con.sql(sql).df()
+        return result
+    except _duckdb().Error as exc:
+        raise EngineError(f"query failed: {exc}") from exc
+    finally:
+        con.close()

@@ -1,0 +1,265 @@
+"""boxmaker export otel: GenAI spans of every log (every schema, hostile text), read back by a
+real OTLP/HTTP receiver in-process (protobuf decoded with opentelemetry-proto) and from the
+OTLP JSON file; the attribute names are the pinned semantic conventions' own."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from boxmaker import frames
+from boxmaker.cli import main
+from boxmaker.export import SEMCONV, export_otel
+
+pytest.importorskip("opentelemetry.sdk")
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+)
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes
+from opentelemetry.semconv.attributes import server_attributes
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data"
+HOSTILE = '<script>alert("x")</script>\x1b[2J]]></ok>'
+
+
+@pytest.fixture
+def logs(tmp_path: Path) -> Path:
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    for p in [*DATA.glob("schema-*.jsonl"), ROOT / "cassettes" / "demo-turns.session.jsonl"]:
+        shutil.copy(p, folder / p.name)
+    t = "2026-11-30T07:00:0{}.000000Z".format
+    lines: list[dict[str, Any]] = [
+        {
+            "type": "baseline",
+            "schema": 3,
+            "session_id": "hostile",
+            "time": t(0),
+            "system": "",
+            "tools": [],
+        },
+        {"type": "user", "time": t(1), "content": HOSTILE},
+        {
+            "type": "assistant",
+            "time": t(2),
+            "content": None,
+            "tool_calls": [{"id": HOSTILE, "name": "f", "arguments": HOSTILE}],
+        },
+        {
+            "type": "usage",
+            "time": t(3),
+            "timings": {
+                "cache_n": 1,
+                "prompt_n": 2,
+                "predicted_n": 3,
+                "prompt_ms": 1.0,
+                "predicted_ms": 2.0,
+            },
+        },
+        {
+            "type": "approval",
+            "time": t(4),
+            "call": 1,
+            "name": "f",
+            "decision": "approved",
+            "by": HOSTILE,
+            "reason": HOSTILE,
+            "waited_ms": 5.0,
+        },
+        {
+            "type": "tool_result",
+            "time": t(5),
+            "call": 1,
+            "tool_call_id": HOSTILE,
+            "name": "f",
+            "content": HOSTILE,
+            "not_run": "loop",
+        },
+        {"type": "limit_hit", "time": t(6), "kind": "loop", "detail": HOSTILE},
+        {"type": "cache_loss", "time": t(7), "expected": 10, "reused": 2, "cause": "evicted"},
+        {"type": "turn_end", "time": t(8), "outcome": "loop", "detail": HOSTILE},
+    ]
+    (folder / "hostile.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return folder
+
+
+class Receiver:
+    """An OTLP/HTTP traces endpoint: each POST body decoded as ExportTraceServiceRequest."""
+
+    def __init__(self) -> None:
+        self.requests: list[ExportTraceServiceRequest] = []
+        self.paths: list[str] = []
+        received = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                message = ExportTraceServiceRequest()
+                message.ParseFromString(body)
+                received.requests.append(message)
+                received.paths.append(f"{self.path} {self.headers['Content-Type']}")
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
+
+    def spans(self) -> list[Any]:
+        return [
+            span
+            for request in self.requests
+            for resource in request.resource_spans
+            for scope in resource.scope_spans
+            for span in scope.spans
+        ]
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    thread = threading.Thread(target=r.server.serve_forever, daemon=True)
+    thread.start()
+    yield r
+    r.server.shutdown()
+    r.server.server_close()
+    thread.join()
+
+
+def _attrs(span: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kv in span.attributes:
+        v = kv.value
+        kind = v.WhichOneof("value")
+        out[kv.key] = (
+            [x.string_value for x in v.array_value.values]
+            if kind == "array_value"
+            else getattr(v, kind)
+        )
+    return out
+
+
+def test_spans_over_otlp_http_match_the_frames(logs: Path, receiver: Receiver) -> None:
+    n = export_otel(logs, endpoint=receiver.url, server="http://127.0.0.1:8080")
+    spans = receiver.spans()
+    assert n == len(spans) > 0
+    assert set(receiver.paths) == {"/v1/traces application/x-protobuf"}
+    loaded = frames.load(logs)
+    by_id = {s.span_id: s for s in spans}
+    turns = [s for s in spans if s.name == "invoke_agent boxmaker"]
+    chats = [s for s in spans if s.name.startswith("chat ")]
+    tools = [s for s in spans if s.name.startswith("execute_tool ")]
+    assert len(turns) == len(loaded.turns)
+    in_turns = loaded.requests[loaded.requests.turn.notna()]
+    assert len(chats) == len(in_turns)
+    assert len(tools) == loaded.tool_calls.turn.notna().sum()
+    assert all(s.parent_span_id == b"" for s in turns)
+    for s in chats + tools:  # children of their turn, within it
+        parent = by_id[s.parent_span_id]
+        assert parent.name == "invoke_agent boxmaker" and parent.trace_id == s.trace_id
+        assert parent.start_time_unix_nano <= s.start_time_unix_nano <= s.end_time_unix_nano
+        assert s.end_time_unix_nano <= parent.end_time_unix_nano
+    got = [_attrs(s) for s in chats]
+    assert sum(a.get("gen_ai.usage.input_tokens", 0) for a in got) == in_turns.prompt_tokens.sum()
+    assert sum(a.get("gen_ai.usage.output_tokens", 0) for a in got) == (
+        in_turns.generated_tokens.sum()
+    )
+    assert {a["server.address"] for a in got} == {"127.0.0.1"}
+    assert {a["server.port"] for a in got} == {8080}
+    assert all(a["gen_ai.operation.name"] == "chat" for a in got)
+    # content is off by default: no message text anywhere
+    every = {k for s in spans for k in _attrs(s)}
+    assert not every & {
+        "gen_ai.input.messages",
+        "gen_ai.output.messages",
+        "gen_ai.tool.call.arguments",
+        "gen_ai.tool.call.result",
+    }
+    assert HOSTILE not in str([_attrs(s) for s in spans if s.name.startswith("chat ")])
+
+
+def test_attribute_names_are_the_pinned_semantic_conventions(logs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "spans.json"
+    export_otel(logs, file=out, content=True)
+    names = set()
+    schema_urls = set()
+    for line in out.read_text().splitlines():
+        body = json.loads(line)
+        for resource in body["resourceSpans"]:
+            for scope in resource["scopeSpans"]:
+                schema_urls.add(scope.get("schemaUrl"))
+                for span in scope["spans"]:
+                    assert len(span["traceId"]) == 32 and len(span["spanId"]) == 16  # hex
+                    names |= {kv["key"] for kv in span["attributes"]}
+    assert schema_urls == {f"https://opentelemetry.io/schemas/{SEMCONV}"}
+    known = {v for k, v in vars(gen_ai_attributes).items() if k.startswith("GEN_AI_")} | {
+        server_attributes.SERVER_ADDRESS,
+        server_attributes.SERVER_PORT,
+    }
+    ours = {n for n in names if not n.startswith("boxmaker.")}
+    assert ours <= known, ours - known
+    assert {
+        "gen_ai.operation.name",
+        "gen_ai.request.model",
+        "gen_ai.usage.input_tokens",
+        "gen_ai.usage.output_tokens",
+        "gen_ai.response.finish_reasons",
+        "gen_ai.conversation.id",
+        "gen_ai.tool.name",
+        "gen_ai.tool.call.id",
+        "gen_ai.input.messages",
+        "gen_ai.tool.call.result",
+    } <= names
+
+
+def test_hostile_text_and_boxmaker_facts_are_data(logs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "spans.json"
+    assert (
+        main(["export", "otel", str(logs / "hostile.jsonl"), "--file", str(out), "--content"]) == 0
+    )
+    body = json.loads(out.read_text())
+    spans = body["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    by_name = {s["name"]: s for s in spans}
+
+    def attrs(span: dict[str, Any]) -> dict[str, Any]:
+        return {kv["key"]: next(iter(kv["value"].values())) for kv in span["attributes"]}
+
+    tool = by_name["execute_tool f"]
+    assert attrs(tool)["gen_ai.tool.call.result"] == HOSTILE  # the exact string, as data
+    assert attrs(tool)["gen_ai.tool.call.id"] == HOSTILE
+    assert attrs(tool)["boxmaker.not_run"] == "loop"
+    events = {e["name"]: e for e in tool["events"]}
+    assert set(events) == {"boxmaker.approval", "boxmaker.nudge"}
+    turn = by_name["invoke_agent boxmaker"]
+    assert attrs(turn)["boxmaker.outcome"] == "loop"
+    assert attrs(turn)["boxmaker.end_detail"] == HOSTILE
+    assert [e["name"] for e in turn["events"]] == ["boxmaker.limit_hit", "boxmaker.cache_loss"]
+    chat = attrs(by_name["chat llama.cpp"])
+    assert chat["boxmaker.cache_n"] == "1" and chat["gen_ai.usage.input_tokens"] == "3"
+    sent = json.loads(chat["gen_ai.input.messages"])
+    assert sent == [{"role": "user", "parts": [{"type": "text", "content": HOSTILE}]}]
+    start = datetime(2026, 11, 30, 7, 0, 1, tzinfo=UTC)  # the log's own times
+    assert int(turn["startTimeUnixNano"]) == int(start.timestamp()) * 10**9
+    assert int(turn["endTimeUnixNano"]) == int(start.timestamp() + 7) * 10**9
+
+
+def test_a_refused_log_warns_and_the_rest_is_exported(logs: Path, tmp_path: Path) -> None:
+    (logs / "bad.jsonl").write_text('{"type": "baseline", "schema": 99}\n')
+    with pytest.warns(frames.LogReadWarning, match=r"bad\.jsonl.*left out"):
+        n = export_otel(logs, file=tmp_path / "s.json")
+    assert n > 0
+    with pytest.raises(ValueError, match="exactly one"):
+        export_otel(logs)

@@ -1,0 +1,253 @@
+"""The DuckDB engine of boxmaker.frames: on generated logs (every record type, shared ids and
+call numbers, hostile text, unknown records, older schemas, odd times, torn and repeated
+lines) both engines give equal frames and the same warnings; query() runs SQL over them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pandas.testing import assert_frame_equal
+
+from boxmaker import frames
+from boxmaker.errors import SessionError
+from boxmaker.records import (
+    LIMIT_KINDS,
+    NOT_RUN_REASONS,
+    SCHEMA_VERSION,
+    TURN_END_OUTCOMES,
+    Approval,
+    Assistant,
+    CacheLoss,
+    LimitHit,
+    Record,
+    ToolCall,
+    ToolResult,
+    TurnEnd,
+    Usage,
+    User,
+    format_time,
+    parse_time,
+    record_to_json,
+)
+
+pytest.importorskip("duckdb")
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+T0 = datetime(2026, 11, 30, 7, 0, 0, tzinfo=UTC)
+HOSTILE = st.sampled_from(["<script>alert(1)</script>", "\x1b[2J", "a'b\"c", "é😀", "\n{}", ""])
+text = st.text(max_size=6) | HOSTILE
+ids = st.sampled_from(["c1", "c2", "c'3"])
+timings = st.fixed_dictionaries(
+    {
+        "cache_n": st.integers(0, 10_000),
+        "prompt_n": st.integers(0, 5_000),
+        "predicted_n": st.integers(0, 2_000),
+        "prompt_ms": st.floats(0, 1e4, allow_nan=False) | st.integers(0, 50),
+        "predicted_ms": st.floats(0, 1e4, allow_nan=False),
+    },
+    optional={"extra": st.integers(0, 5)},
+)
+a_record = st.one_of(
+    st.builds(User, content=text),
+    st.builds(
+        Assistant,
+        content=st.none() | text,
+        tool_calls=st.lists(
+            st.builds(ToolCall, id=ids, name=st.just("f"), arguments=text), max_size=3
+        ).map(tuple),
+    ),
+    st.builds(
+        Usage,
+        timings=timings | st.just({}),
+        reasoning_tokens=st.integers(0, 500),
+        thinking_capped=st.booleans(),
+        finish_reason=st.none() | st.sampled_from(["stop", "length", "tool_calls"]),
+    ),
+    st.builds(
+        CacheLoss,
+        expected=st.integers(0, 1000),
+        reused=st.integers(0, 1000),
+        reprocessed=st.none() | st.integers(0, 1000),
+        cause=st.none() | st.sampled_from(["evicted", "checkpoint"]),
+        detail=text,
+    ),
+    st.builds(
+        ToolResult,
+        call=st.integers(1, 3),
+        tool_call_id=ids,
+        name=st.sampled_from(["f", "g"]),
+        content=text,
+        truncated=st.booleans(),
+        not_run=st.none() | st.sampled_from(NOT_RUN_REASONS),
+    ),
+    st.builds(
+        Approval,
+        call=st.integers(1, 3),
+        name=st.just("f"),
+        decision=st.sampled_from(["approved", "denied"]),
+        by=text,
+        reason=text,
+        waited_ms=st.floats(0, 100),
+    ),
+    st.builds(LimitHit, kind=st.sampled_from(LIMIT_KINDS), detail=text),
+    st.builds(
+        TurnEnd,
+        outcome=st.sampled_from(TURN_END_OUTCOMES),
+        detail=text,
+        status=st.none() | st.integers(100, 599),
+    ),
+)
+
+
+def _lines(sid: str, records: list[Record], unknown: bool) -> list[dict[str, Any]]:
+    head = {
+        "type": "baseline",
+        "schema": SCHEMA_VERSION,
+        "session_id": sid,
+        "time": format_time(T0),
+        "system": "",
+        "tools": [],
+    }
+    out: list[dict[str, Any]] = [head]
+    for n, r in enumerate(records):
+        rec = record_to_json(r)
+        rec["time"] = format_time(T0 + timedelta(seconds=n, microseconds=n * 7))
+        out.append(rec)
+    if unknown:
+        out.insert(1, {"type": "future", "time": format_time(T0), "call": "x", "timings": 3})
+    return out
+
+
+def assert_engines_agree(source: Any) -> None:
+    """Both engines: equal frames (floats summed in another order: to 1e-9) and the same
+    warnings, in the same words."""
+    with warnings.catch_warnings(record=True) as by_pandas:
+        warnings.simplefilter("always")
+        a = frames.load(source)
+    with warnings.catch_warnings(record=True) as by_duckdb:
+        warnings.simplefilter("always")
+        b = frames.load(source, engine="duckdb")
+    assert sorted(str(w.message) for w in by_pandas) == sorted(str(w.message) for w in by_duckdb)
+    for name in frames.Frames._fields:
+        assert_frame_equal(getattr(a, name), getattr(b, name), check_exact=False, rtol=1e-9)
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    sessions=st.lists(
+        st.tuples(st.lists(a_record, max_size=20), st.booleans(), st.booleans()),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_both_engines_give_equal_frames(
+    tmp_path: Path, sessions: list[tuple[list[Record], bool, bool]]
+) -> None:
+    folder = tmp_path / f"case{len(list(tmp_path.iterdir()))}"
+    folder.mkdir()
+    for n, (records, unknown, torn) in enumerate(sessions):
+        lines = _lines(f"g{n}", records, unknown)
+        body = "".join(json.dumps(o, ensure_ascii=n % 2 == 0) + "\n" for o in lines)
+        (folder / f"g{n}.jsonl").write_text(body + ('{"type": "us' if torn else ""), "utf-8")
+    assert_engines_agree(folder)
+
+
+def test_logs_of_every_schema_and_refused_logs_agree(tmp_path: Path) -> None:
+    for p in DATA.glob("schema-*.jsonl"):
+        shutil.copy(p, tmp_path / p.name)
+    (tmp_path / "bad.jsonl").write_text('{"type": "baseline", "schema": 1}\nnot json\n')
+    (tmp_path / "copy.jsonl").write_bytes((DATA / "schema-3.jsonl").read_bytes())
+    (tmp_path / "week.jsonl").write_text(
+        json.dumps({**_lines("w", [], False)[0], "time": "2026-W48-1T07:00:00+01:00"})
+        + "\n"
+        + json.dumps({"type": "user", "time": "2026-W48-1T07:00:01+01:00", "content": "x"})
+        + "\n"
+        + json.dumps({"type": "user", "time": "2026-11-30T07:00:02Z", "content": "\ud800"})
+        + "\n"
+        + json.dumps({"type": "user", "time": "2026-11-30T07:00:02Z", "content": "\ud800"})
+        + "\n"
+    )
+    assert_engines_agree(tmp_path)
+    with pytest.warns(frames.LogReadWarning, match="duplicated line"):
+        turns = frames.turns(tmp_path / "week.jsonl", engine="duckdb")
+    assert turns.started[0] == parse_time("2026-W48-1T07:00:01+01:00")
+    assert turns.wall_ms.tolist() == [0.0, 0.0]
+
+
+def test_query_runs_sql_over_the_frames() -> None:
+    got = frames.query(
+        "SELECT session, sum(generated_tokens) AS n FROM requests GROUP BY session ORDER BY 1",
+        DATA,
+    )
+    want = frames.requests(DATA).groupby("session", observed=True).generated_tokens.sum()
+    assert got.n.tolist() == want.tolist()
+    assert got.session.tolist() == sorted(want.index)
+    with pytest.raises(frames.EngineError, match="no_such"):
+        frames.query("SELECT * FROM no_such", DATA)
+    with pytest.raises(SessionError, match="no such file"):
+        frames.query("SELECT 1", DATA / "nope.jsonl")
+
+
+def test_an_unknown_engine_is_refused() -> None:
+    with pytest.raises(ValueError, match="engine 'spark'"):
+        frames.turns(DATA, engine="spark")  # type: ignore[arg-type]
+
+
+def test_empty_sources_give_empty_frames_with_the_same_dtypes() -> None:
+    a, b = frames.load([]), frames.load([], engine="duckdb")
+    for name in frames.Frames._fields:
+        assert_frame_equal(getattr(a, name), getattr(b, name))
+
+
+def test_edge_cases_of_the_row_rules_agree(tmp_path: Path) -> None:
+    """An approval is used by the first result of its call only; a usage without an assistant
+    before it (since the last usage) has no tool_calls count; a repeated call id takes the
+    later arguments; records before the first user message belong to no turn."""
+    t = [format_time(T0 + timedelta(seconds=s)) for s in range(20)]
+    calls = [
+        {"id": "a", "name": "f", "arguments": "x"},
+        {"id": "a", "name": "f", "arguments": "xyz"},
+    ]
+    recs: list[dict[str, Any]] = [
+        {"type": "usage", "time": t[1], "timings": {"cache_n": 1, "prompt_n": 0}},
+        {"type": "limit_hit", "time": t[1], "kind": "loop", "detail": "before"},
+        {"type": "user", "time": t[2], "content": "q"},
+        {"type": "assistant", "time": t[3], "content": None, "tool_calls": calls},
+        {"type": "usage", "time": t[4], "timings": {"cache_n": 0, "prompt_n": 0, "prompt_ms": 2}},
+        {"type": "usage", "time": t[5], "finish_reason": "length"},
+        {"type": "approval", "time": t[6], "call": 1, "name": "f", "decision": "denied",
+         "by": "code"},
+        {"type": "tool_result", "time": t[7], "call": 1, "tool_call_id": "a", "name": "f",
+         "content": "r"},
+        {"type": "tool_result", "time": t[8], "call": 1, "tool_call_id": "a", "name": "f",
+         "content": "again"},
+        {"type": "cache_loss", "time": t[9], "expected": 5, "reused": 1},
+        {"type": "assistant", "time": t[10], "content": "done", "tool_calls": []},
+        {"type": "usage", "time": t[11], "finish_reason": "length"},
+        {"type": "user", "time": t[12], "content": "q2"},
+        {"type": "tool_result", "time": t[13], "call": 2, "tool_call_id": "zz", "name": "g",
+         "content": "x", "not_run": "cancelled"},
+    ]  # fmt: skip
+    head = _lines("edge", [], False)[0]
+    (tmp_path / "edge.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [head, *recs]))
+    assert_engines_agree(tmp_path)
+    calls_frame = frames.tool_calls(tmp_path, engine="duckdb")
+    assert _values(calls_frame.approval)[:2] == ["denied", None]
+    assert _values(calls_frame.arguments_chars) == [3, 3, None]
+    assert _values(frames.requests(tmp_path, engine="duckdb").tool_calls) == [None, 2, None, 0]
+    assert frames.turns(tmp_path, engine="duckdb").outcome.tolist() == ["length", "cancelled"]
+
+
+def _values(column: Any) -> list[Any]:
+    return [None if pd.isna(v) else v for v in column]
