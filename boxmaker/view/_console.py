@@ -18,7 +18,7 @@ from ..events import (
     ToolCallStarted,
     TurnEvent,
 )
-from ..records import Approval, CacheLoss, LimitHit, Record, ToolResult, Usage
+from ..records import Approval, Assistant, CacheLoss, LimitHit, Record, ToolCall, ToolResult, Usage
 from ._render import terminal_safe
 
 __all__ = ["USAGE_COLUMNS", "ConsoleView", "format_usage_table", "usage_rows"]
@@ -43,6 +43,8 @@ class ConsoleView:
         tty = hasattr(self.out, "isatty") and self.out.isatty()
         self._dim, self._reset = ("\x1b[2m", "\x1b[0m") if tty else ("", "")
         self._mode = ""
+        self._calls: dict[str, ToolCall] = {}  # the calls the model asked for, by id
+        self._shown: set[int] = set()  # the session call numbers whose call line is printed
 
     def _switch(self, mode: str, header: str) -> None:
         if self._mode != mode:
@@ -62,14 +64,22 @@ class ConsoleView:
         elif isinstance(event, Content):
             self._switch("content", f"{self._reset}model> ")
             w(safe(event.text))
+        elif isinstance(event, Assistant):
+            self._calls.update((c.id, c) for c in event.tool_calls)
         elif isinstance(event, ToolCallStarted):
             call = safe(f"{event.name}{event.arguments}")
             self._switch("tool", f"{self._reset}  call #{event.call} {call}")
+            self._shown.add(event.call)
         elif isinstance(event, Approval):
             said = f": {safe(event.reason)}" if event.reason else ""
             self._switch("approval", f"{self._reset}  [{event.decision} by {safe(event.by)}{said}]")
             self._mode = ""
         elif isinstance(event, ToolResult):
+            asked = self._calls.get(event.tool_call_id)
+            if event.call not in self._shown and asked is not None:  # not run: no start event
+                call = safe(f"{asked.name}{asked.arguments}")
+                self._switch("tool", f"{self._reset}  call #{event.call} {call}")
+            self._shown.add(event.call)
             flag = " (truncated)" if event.truncated else ""
             self._switch("result", f"  result{flag}: {safe(event.content[:200])}")
             self._mode = ""

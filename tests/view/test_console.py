@@ -135,3 +135,34 @@ def test_cassette_show_and_replay_print_no_escape_from_a_recording(
     assert main(["cassette", "show", str(tmp_path / "any.yaml")]) == 0
     out = capsys.readouterr().out
     assert "Os\\x1b]0;pwned\\x07lo" in out and "\x1b" not in out and "\x07" not in out
+
+
+def test_a_call_a_limit_does_not_run_is_shown_before_its_result(tmp_path: Path) -> None:
+    """The newcomer retrial (issue 21): a call the limits answered without running had no
+    ToolCallStarted, so the view printed its result without the call it answers."""
+    registry = Registry()
+
+    @registry.add
+    def get_weather(city: str) -> str:
+        """The weather.
+
+        Args:
+            city: A city.
+        """
+        return "sunny"
+
+    twice = call("get_weather", {"city": "Oslo"})
+    client = ScriptedClient(
+        [Step(tool_calls=[twice]), Step(tool_calls=[twice]), answer("It is sunny.")]
+    )
+    session = Session.create(tmp_path, Baseline(tools=registry.definitions()))
+    out = io.StringIO()
+    view = ConsoleView(out)
+    run_turn(session, Runtime(config=Config(), client=client, registry=registry), "go", view)
+    view.end()
+    printed = out.getvalue()
+    results = [r for r in session.records if isinstance(r, ToolResult)]
+    assert [r.not_run for r in results] == [None, "repeat"]
+    for r in results:
+        line = f'call #{r.call} get_weather{{"city": "Oslo"}}\n  result: {r.content[:40]}'
+        assert line in printed, printed
