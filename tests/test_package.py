@@ -162,3 +162,14 @@ def test_an_old_module_path_still_imports_for_one_release_with_a_warning() -> No
     assert lines[0].startswith("boxmaker.logfile moved to boxmaker.session._file")
     assert "from boxmaker.session;" in lines[0]
     assert lines[1:] == ["True", "boxmaker.cassettes._scrub"]
+
+
+def test_the_readme_task_with_a_target_is_a_line_the_batch_reads(tmp_path: Path) -> None:
+    """The retrial: the example was wrapped over three lines, which no JSON Lines file holds."""
+    from boxmaker.batch import load_tasks
+
+    readme = (ROOT / "README.md").read_text()
+    (block,) = re.findall(r"```json\n(.*?)```", readme, re.S)
+    (tmp_path / "tasks.jsonl").write_text(block)
+    (task,) = load_tasks(tmp_path / "tasks.jsonl")
+    assert task.id == "lisbon" and task.target is not None

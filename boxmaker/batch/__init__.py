@@ -1,7 +1,8 @@
 """``run_batch``: tasks x a config grid over every slot of every server (threads or Ray),
 resumable, with a fsynced manifest; ``frames(batch_dir, name)`` with the task and setting
 columns joined in; ``score_batch`` (scores in ``scores.ndjson``, apart from the logs) and
-``compare`` (success rates with paired bootstrap intervals beside the runs' costs).
+``compare`` (success rates with paired bootstrap intervals beside the runs' costs);
+``model_graded``, a scorer whose grades a model gives (its requests kept with the scores).
 """
 
 from typing import TYPE_CHECKING
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING
 from .._public import publish
 from ._calibrate import RULES, batch_records, calibrate, rules_fired
 from ._compare import COST_COLUMNS, compare, compare_frame, format_compare, success_vs_cost
+from ._grade import GRADE_TEMPLATE, GRADES, model_graded
 from ._plan import BatchProgress, Task, load_grid, load_tasks, manifest
 from ._runner import ProgressHook, frames, run_batch
 from ._score import read_scores, score_batch, scores
@@ -16,6 +18,8 @@ from ._view import TerminalProgress, describe
 
 __all__ = [
     "COST_COLUMNS",
+    "GRADES",
+    "GRADE_TEMPLATE",
     "RULES",
     "BatchProgress",
     "CompareView",
@@ -32,6 +36,7 @@ __all__ = [
     "load_grid",
     "load_tasks",
     "manifest",
+    "model_graded",
     "read_scores",
     "rules_fired",
     "run_batch",

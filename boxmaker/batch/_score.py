@@ -131,6 +131,9 @@ def _line(run: str, task: Any, scorer: Scorer, records: Sequence[Any]) -> dict[s
     }
     if score.error is not None:
         line["error"] = score.error
+    if score.request is not None:  # a model-graded score: what was asked and answered
+        line["request"] = dict(score.request)
+        line["reply"] = score.reply
     return line
 
 

@@ -61,7 +61,7 @@ def check_server(config: ClientConfig, *, transport: httpx.BaseTransport | None 
     except httpx.HTTPError as exc:
         raise InferError(
             f"cannot reach a llama-server at {config.url} ({type(exc).__name__}: {exc}); "
-            "start one (boxmaker serve, llama-server) or give --url"
+            "start one (boxmaker serve, llama-server) or give the right --url"
         ) from None
     if response.status_code == 200:
         return

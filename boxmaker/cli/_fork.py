@@ -84,6 +84,7 @@ def run_fork(args: argparse.Namespace) -> int:
             print(outcome.content)
             if replay is not None:
                 where = "none" if replay.diverged_at is None else f"call {replay.diverged_at + 1}"
-                print(f"replayed {replay.position - (replay.diverged_at is not None)} tool "
-                      f"results; first differing call: {where}")  # fmt: skip
+                n = replay.position - (replay.diverged_at is not None)
+                results = "tool result" if n == 1 else "tool results"
+                print(f"replayed {n} {results}; first differing call: {where}")
     return 0

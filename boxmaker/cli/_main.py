@@ -88,6 +88,7 @@ def _serve(args: argparse.Namespace) -> int:
         swa_full=args.swa_full,
         ctx_checkpoints=args.ctx_checkpoints,
         reasoning_preserve=args.reasoning_preserve,
+        slot_save_path=args.slot_save_path,
     )
     with server:
         print(f"serving {server.model_path} at {server.url} (Ctrl-C stops)", flush=True)
@@ -181,6 +182,7 @@ def _report(args: argparse.Namespace) -> int:
     batch_dirs = _batch_dirs(args.paths)
     for batch_dir in batch_dirs:
         print(terminal_safe(_batch_runs(batch_dir)))
+        print(terminal_safe(_batch_compare(batch_dir)))
     if args.html is not None:
         sections = [part for where in batch_dirs for part in _batch_sections(where)]
         page = format_html(found.loaded, left_out=list(found.left_out), sections=sections)
@@ -214,6 +216,21 @@ def _batch_runs(batch_dir: Path) -> str:
     runs = manifest(batch_dir).drop(columns=["server", "slot", "reason"], errors="ignore")
     title = f"Batch runs in {batch_dir}"
     return f"{title}\n{'-' * len(title)}\n{fit_text(runs) if len(runs) else '(none)'}\n"
+
+
+def _batch_compare(batch_dir: Path) -> str:
+    """The comparison of a batch's settings as text (:func:`boxmaker.batch.format_compare`),
+    or why there is none (not scored, or what compare refused)."""
+    from ..batch import compare, format_compare
+
+    title = f"Settings compared in {batch_dir}"
+    head = f"{title}\n{'-' * len(title)}\n"
+    if not (batch_dir / "scores.ndjson").is_file():
+        return f"{head}not scored: run boxmaker score on the batch\n"
+    try:
+        return f"{head}{format_compare(compare(batch_dir))}\n"
+    except BoxmakerError as exc:
+        return f"{head}no comparison: {exc}\n"
 
 
 def _batch_sections(batch_dir: Path) -> list[Any]:
@@ -343,8 +360,9 @@ def _doctor(args: argparse.Namespace) -> int:
     from .doctor import diagnose  # httpx: imported only when a command talks to a server
 
     print(
-        f"probing {args.url}: GET /health, /props, /slots and four small streamed completions "
-        f"(at most {args.probe_tokens} tokens each; a minute or more on a slow model) ...",
+        f"probing {args.url}: GET /health, /props, /slots, four small streamed completions "
+        f"(at most {args.probe_tokens} tokens each) and six pinned pairs for the slot check "
+        "(a minute or more on a slow model) ...",
         file=sys.stderr,
         flush=True,
     )
@@ -528,6 +546,12 @@ def _parser() -> argparse.ArgumentParser:
         default=True,
         help="keep earlier turns' reasoning in templates that support it (default on)",
     )
+    serve.add_argument(
+        "--slot-save-path",
+        default=None,
+        metavar="DIR",
+        help="where POST /slots/{id}?action=save|restore keeps slots (warm forks); default off",
+    )
     serve.set_defaults(run=_serve)
 
     report = sub.add_parser("report", help="usage, cache loss and limit hits of session logs")
@@ -540,7 +564,12 @@ def _parser() -> argparse.ArgumentParser:
     parquet = formats.add_parser("parquet", help="every frame as a Parquet file (pyarrow)")
     parquet.add_argument("paths", nargs="+", help="session logs or directories (recursive)")
     parquet.add_argument("--out", required=True, help="the directory to write")
-    parquet.add_argument("--engine", choices=("pandas", "duckdb"), default="pandas")
+    parquet.add_argument(
+        "--engine",
+        choices=("pandas", "duckdb"),
+        default="pandas",
+        help="how the frames are computed (duckdb: past memory; the duckdb extra)",
+    )
     parquet.set_defaults(run=_export)
     otel = formats.add_parser("otel", help="OpenTelemetry GenAI spans over OTLP/HTTP or a file")
     otel.add_argument("paths", nargs="+", help="session logs or directories (recursive)")

@@ -11,8 +11,9 @@ exception becomes a score with ``value`` NaN and the error named.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..records import Record
 from ._match import answer_of, calls_of, match_answer, match_trajectory
@@ -33,11 +34,16 @@ class Score:
             scorer failed (``error`` says why).
         explanation: why, in a sentence or two.
         error: the scorer's exception (``"ValueError: ..."``), ``None`` when it ran.
+        request: what a model-graded scorer sent (the chat-completions body), ``None`` for
+            others; kept with the score in ``scores.ndjson`` so a grade can be checked.
+        reply: the grader's answer text, ``None`` for others.
     """
 
     value: float
     explanation: str = ""
     error: str | None = None
+    request: Mapping[str, Any] | None = None
+    reply: str | None = None
 
 
 ScoreFunction = Callable[[Sequence[Record]], "Score | bool | float"]
@@ -84,14 +90,17 @@ def apply(scorer: Scorer, records: Sequence[Record]) -> Score:
         out = scorer.fn(records)
     except Exception as exc:
         return Score(value=math.nan, error=f"{type(exc).__name__}: {exc}")
+    asked: dict[str, Any] = {}
     if isinstance(out, Score):
         if out.error is not None:
             return out
         value, explanation = out.value, out.explanation
+        asked = {"request": out.request, "reply": out.reply}
     elif isinstance(out, bool | int | float):
         value, explanation = float(out), ""
     else:
         return Score(value=math.nan, error=f"the scorer returned {type(out).__name__}")
     if not 0.0 <= value <= 1.0:
-        return Score(value=math.nan, error=f"the scorer returned {value!r}, not in [0, 1]")
-    return Score(value=value, explanation=explanation)
+        why = f"the scorer returned {value!r}, not in [0, 1]"
+        return Score(value=math.nan, error=why, **asked)
+    return Score(value=value, explanation=explanation, **asked)

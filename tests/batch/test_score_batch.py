@@ -299,7 +299,8 @@ def test_the_html_report_of_a_batch_shows_its_runs_and_the_comparison(
         assert f"<td>{run}</td>" in unscored
     assert main(["score", str(folder)]) == 0
     assert main(["report", str(folder), "--html", str(page)]) == 0
-    capsys.readouterr()
+    out = capsys.readouterr().out
+    assert f"Settings compared in {folder}" in out and "seed 0" in out  # the text report too
     scored = page.read_text()
     table = compare(folder)
     assert f"Settings compared in {folder}" in scored and "seed 0" in scored

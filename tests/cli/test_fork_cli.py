@@ -68,7 +68,7 @@ def test_fork_reruns_a_turn_on_the_fake_server_with_the_tools_replayed(
                      "--set", "sampling.temperature=0.25"])  # fmt: skip
     assert code == 0
     out = capsys.readouterr().out
-    assert "Cold." in out and "replayed 1 tool results; first differing call: none" in out
+    assert "Cold." in out and "replayed 1 tool result; first differing call: none" in out
     assert [b.get("temperature") for b in server.bodies] == [0.25, 0.25]
     (path,) = [p for p in parent.parent.glob("*.jsonl") if p != parent]
     results = [r for r in Session.open(path, read_only=True).records if isinstance(r, ToolResult)]
