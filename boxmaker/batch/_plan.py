@@ -142,7 +142,7 @@ class RunSpec:
         Raises:
             ConfigError: an unknown key or a value of the wrong type or range.
         """
-        data = _changed(base)
+        data = base.changed()  # rebuilt by from_dict below, the overrides laid on top
         sections = {f.name for f in dataclasses.fields(base)}
         for key, value in {**self.task.config, **self.settings}.items():
             section, _, name = key.partition(".")
@@ -150,24 +150,6 @@ class RunSpec:
                 raise ConfigError(f"run {self.id}: unknown config key {key!r}")
             data.setdefault(section, {})[name] = value
         return Config.from_dict(data, source=f"run {self.id}")
-
-
-def _changed(config: Config) -> dict[str, dict[str, Any]]:
-    """The fields of ``config`` that differ from their defaults, shaped like the TOML file:
-    rebuilding from them (with :meth:`Config.from_dict`, which checks types and ranges and
-    knows renamed keys) gives ``config`` back, with the overrides laid on top."""
-    out: dict[str, dict[str, Any]] = {}
-    for section in dataclasses.fields(config):
-        value = getattr(config, section.name)
-        default = type(value)()
-        changed = {
-            f.name: getattr(value, f.name)
-            for f in dataclasses.fields(value)
-            if getattr(value, f.name) != getattr(default, f.name)
-        }
-        if changed:
-            out[section.name] = changed
-    return out
 
 
 def flatten_settings(values: Mapping[str, Any], where: str = "config") -> dict[str, Any]:

@@ -450,16 +450,10 @@ class Config:
         ``history.reasoning = "keep"``."""
         return {"enable_thinking": self.thinking.enabled, **self.history.template_kwargs()}
 
-    def with_settings(self, settings: Mapping[str, Any], *, source: str = "settings") -> Config:
-        """This config with dotted settings laid on top (``{"loop.tool_iterations": 2}``, as
-        ``--set KEY=VALUE`` and the batch grid name them), checked as a TOML file is
-        (:meth:`from_dict`: types, ranges, renamed keys).
-
-        Raises:
-            ConfigError: a key that is not ``section.key``, an unknown one, or a value of the
-                wrong type or range.
-        """
-        data: dict[str, Any] = {}
+    def changed(self) -> dict[str, dict[str, Any]]:
+        """The fields that differ from their defaults, shaped like the TOML file (section ->
+        key -> value): :meth:`from_dict` of them gives this config back."""
+        out: dict[str, dict[str, Any]] = {}
         for section in dataclasses.fields(self):
             value = getattr(self, section.name)
             default = type(value)()
@@ -469,7 +463,19 @@ class Config:
                 if getattr(value, f.name) != getattr(default, f.name)
             }
             if changed:
-                data[section.name] = changed
+                out[section.name] = changed
+        return out
+
+    def with_settings(self, settings: Mapping[str, Any], *, source: str = "settings") -> Config:
+        """This config with dotted settings laid on top (``{"loop.tool_iterations": 2}``, as
+        ``--set KEY=VALUE`` and the batch grid name them), checked as a TOML file is
+        (:meth:`from_dict`: types, ranges, renamed keys).
+
+        Raises:
+            ConfigError: a key that is not ``section.key``, an unknown one, or a value of the
+                wrong type or range.
+        """
+        data: dict[str, Any] = self.changed()
         for key, value in settings.items():
             section_name, _, name = key.partition(".")
             if not name:
