@@ -14,8 +14,11 @@ import argparse
 import contextlib
 import dataclasses
 import tomllib
+import warnings
+from pathlib import Path
 from typing import Any
 
+from ..cache import ColdFork, SlotStore, warm_fork
 from ..client import Client
 from ..config import Config, load_config
 from ..errors import ConfigError, TurnError
@@ -47,6 +50,25 @@ def parse_settings(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
+def _warm(fork: Session, client: Client, folder: str | None) -> str:
+    """Bring the parent's prompt cache to the fork's slot (:func:`boxmaker.cache.warm_fork`;
+    a fresh process knows no slot's contents, so without ``folder`` the fork runs cold) and
+    say how, in one line (a :class:`~boxmaker.cache.ColdFork` warning's reason included)."""
+    store = SlotStore(Path(folder)) if folder is not None else None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ColdFork)
+        start = warm_fork(fork, client, store)
+    for w in caught:
+        if not issubclass(w.category, ColdFork):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if start.how == "restored":
+        ms = f" in {start.restore_ms:.0f} ms" if start.restore_ms is not None else ""
+        return f"cache: restored {start.file} into slot {start.slot} ({start.tokens} tokens{ms})"
+    if start.how == "slot":
+        return f"cache: slot {start.slot} still holds the parent's prefix"
+    return f"cache: cold ({start.detail})"
+
+
 def run_fork(args: argparse.Namespace) -> int:
     """``boxmaker fork``: make the fork (its path printed), then run its turn when asked."""
     settings = parse_settings(args.set)
@@ -71,6 +93,7 @@ def run_fork(args: argparse.Namespace) -> int:
         url = args.url or config.client.url
         config = dataclasses.replace(config, client=dataclasses.replace(config.client, url=url))
         with Client(config.client) as client, contextlib.ExitStack() as stack:
+            print(_warm(fork, client, args.slot_save_path))
             registry, port = _tools(config, stack)
             replay = None if args.replay == "off" else Replay.of(fork, stop=args.replay == "stop")
             runtime = Runtime(

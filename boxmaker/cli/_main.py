@@ -507,6 +507,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     fork.add_argument("--say", default=None, help="a new user message to run in the fork")
     fork.add_argument(
+        "--slot-save-path",
+        default=None,
+        metavar="DIR",
+        help="the server's --slot-save-path: restore the parent's slot saved at the fork's "
+        "turn before the fork's turn runs (else the fork runs cold, and says why)",
+    )
+    fork.add_argument(
         "--replay",
         choices=("on", "off", "stop"),
         default="on",

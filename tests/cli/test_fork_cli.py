@@ -69,6 +69,7 @@ def test_fork_reruns_a_turn_on_the_fake_server_with_the_tools_replayed(
     assert code == 0
     out = capsys.readouterr().out
     assert "Cold." in out and "replayed 1 tool result; first differing call: none" in out
+    assert "cache: cold (no slot store (the server's --slot-save-path) was given)" in out
     assert [b.get("temperature") for b in server.bodies] == [0.25, 0.25]
     (path,) = [p for p in parent.parent.glob("*.jsonl") if p != parent]
     results = [r for r in Session.open(path, read_only=True).records if isinstance(r, ToolResult)]
@@ -82,3 +83,31 @@ def test_an_unknown_setting_is_refused_before_anything_is_made(
     assert main(["fork", str(parent), "--at", "1", "--set", "loop.nonsense=1"]) != 0
     assert "unknown key 'nonsense'" in capsys.readouterr().err
     assert list(parent.parent.glob("*.jsonl")) == [parent]
+
+
+def test_fork_restores_the_parents_saved_slot_from_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--slot-save-path``: the parent's slot saved at the fork's turn is restored before the
+    fork's turn runs (a fresh process knows no slot's contents: without it the fork is cold)."""
+    from boxmaker.cache import SlotStore
+    from boxmaker.client import Client, SlotLeases
+    from boxmaker.config import ClientConfig
+
+    saved, locks = tmp_path / "slots", tmp_path / "locks"
+    saved.mkdir()
+    locks.mkdir()
+    with running([Reply(content="Fine.")]) as server:
+        server.slot_files = {}  # the fake server saves slots (as with --slot-save-path)
+        config = ClientConfig(url=server.url, retry_attempts=0)
+        with Client(config, leases=SlotLeases(locks)) as client:  # as another process
+            with Session.create(tmp_path, Baseline()) as parent:
+                runtime = Runtime(config=Config(), client=client, registry=demo_registry())
+                run_turn(parent, runtime, "Hello", SlotStore(saved).saver(parent, client))
+        for name in server.slot_files:  # the server's folder, on this machine
+            (saved / name).write_bytes(b"slot")
+        args = ["fork", str(parent.path), "--at", "1", "--say", "Again", "--url", server.url]
+        assert main([*args, "--slot-save-path", str(saved)]) == 0
+    out = capsys.readouterr().out
+    assert f"cache: restored {parent.id}.turn-1.bin into slot 0 (" in out
+    assert "Fine." in out
