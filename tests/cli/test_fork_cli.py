@@ -100,10 +100,10 @@ def test_fork_restores_the_parents_saved_slot_from_the_command_line(
     with running([Reply(content="Fine.")]) as server:
         server.slot_files = {}  # the fake server saves slots (as with --slot-save-path)
         config = ClientConfig(url=server.url, retry_attempts=0)
-        with Client(config, leases=SlotLeases(locks)) as client:  # as another process
-            with Session.create(tmp_path, Baseline()) as parent:
-                runtime = Runtime(config=Config(), client=client, registry=demo_registry())
-                run_turn(parent, runtime, "Hello", SlotStore(saved).saver(parent, client))
+        other = Client(config, leases=SlotLeases(locks))  # as another process
+        with other as client, Session.create(tmp_path, Baseline()) as parent:
+            runtime = Runtime(config=Config(), client=client, registry=demo_registry())
+            run_turn(parent, runtime, "Hello", SlotStore(saved).saver(parent, client))
         for name in server.slot_files:  # the server's folder, on this machine
             (saved / name).write_bytes(b"slot")
         args = ["fork", str(parent.path), "--at", "1", "--say", "Again", "--url", server.url]
