@@ -146,6 +146,34 @@ class SessionView:
         set_if_changed(self._header, "value", self._head())
         return new
 
+    def follow(self, interval_s: float = 1.0) -> threading.Event:
+        """Follow the log as it grows: :meth:`refresh` every ``interval_s`` seconds on a daemon
+        thread, until the returned event is set (or the kernel ends). A log that cannot be
+        read any more (moved, corrupted) stops the following and says why in the header.
+
+        Args:
+            interval_s: seconds between reads (each reads the whole log: keep it >= 0.1 for
+                long logs).
+
+        Raises:
+            ValueError: ``interval_s`` is not positive.
+        """
+        if not interval_s > 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
+        stop = threading.Event()
+
+        def run() -> None:
+            while not stop.wait(interval_s):
+                try:
+                    self.refresh()
+                except Exception as exc:  # shown, not raised on a thread nobody watches
+                    why = html.escape(f"{type(exc).__name__}: {exc}")
+                    set_if_changed(self._header, "value", f"{self._head()} <i>stopped: {why}</i>")
+                    return
+
+        threading.Thread(target=run, name="boxmaker-session-follow", daemon=True).start()
+        return stop
+
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
 

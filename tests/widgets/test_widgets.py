@@ -898,3 +898,35 @@ def test_session_view_shows_a_log_with_a_lone_surrogate(tmp_path: Path) -> None:
     view = SessionView(panel.session.path)
     assert "before \ufffd after" in view.html()
     view.html().encode("utf-8")
+
+
+# -- following a log another writer grows (issue 28) ---------------------------------------------
+
+
+def _until(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def test_a_session_view_follows_a_log_as_another_writer_appends(tmp_path: Path) -> None:
+    """A tapped conversation (or a batch run) grows while a notebook shows it: ``follow``
+    refreshes on a thread; a log moved away stops it, saying why in the header."""
+    with Session.create(tmp_path, Baseline(), session_id="grow") as writer:
+        writer.extend([User(content="first question"), Assistant(content="first answer")])
+        view = SessionView(writer.path)
+        stop = view.follow(0.02)
+        writer.extend([User(content="second question"), Assistant(content="second answer")])
+        _until(lambda: "second answer" in view.html(), "the appended turn shown")
+        assert "(4 records)" in view._header.value
+        stop.set()
+        writer.extend([User(content="third question")])
+        time.sleep(0.2)
+        assert "third question" not in view.html()  # stopped: no more reads
+    again = view.follow(0.02)
+    (tmp_path / "grow.jsonl").rename(tmp_path / "moved.jsonl")
+    _until(lambda: "stopped: SessionError" in view._header.value, "the header says it stopped")
+    again.set()
+    with pytest.raises(ValueError, match="interval_s"):
+        view.follow(0)
