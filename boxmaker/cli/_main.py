@@ -57,12 +57,11 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import ClientConfig, Config, HistoryConfig, load_config
+from ..config import ClientConfig, Config, HistoryConfig
 from ..demo import demo_registry
-from ..errors import BoxmakerError, ConfigError, ServerError
+from ..errors import BoxmakerError, ServerError
 from ..records import SCHEMA_VERSION
 from ..server import LIMITS, EmbeddedServer, check_param
 from ..session import upgrade_log
@@ -70,7 +69,7 @@ from ..view import terminal_safe
 from ._chat import CHAT_COMMANDS
 
 if TYPE_CHECKING:
-    from ..score import Scorer
+    pass
 
 __all__ = ["main"]
 
@@ -163,98 +162,31 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    """``report``: the text tables on stdout, what was left out on stderr; exit 1 when there is
-    nothing to report or the HTML file cannot be written."""
-    from ..frames.report import format_html, format_text, gather  # pandas, matplotlib: here
+    """``report``: see :func:`boxmaker.cli._report.run_report`."""
+    from ._report import run_report  # pandas, matplotlib: only for a report
 
-    if args.html is not None and not Path(args.html).absolute().parent.is_dir():
-        print(f"boxmaker report: cannot write {args.html}: no such directory", file=sys.stderr)
-        return 1
-    found = gather(args.paths)
-    for message in found.left_out:  # log text (a tool name, a cause...) is printed inert
-        print(terminal_safe(f"boxmaker report: {message}"), file=sys.stderr)
-    if found.loaded is None:
-        if found.logs or not found.left_out:  # else the paths' own problems said it all
-            print(terminal_safe(f"boxmaker report: {found.error}"), file=sys.stderr)
-        return 1
-    print(f"{len(found.loaded.summary)} session logs, {len(found.loaded.requests)} requests\n")
-    print(terminal_safe(format_text(found.loaded)))
-    batch_dirs = _batch_dirs(args.paths)
-    for batch_dir in batch_dirs:
-        print(terminal_safe(_batch_runs(batch_dir)))
-        print(terminal_safe(_batch_compare(batch_dir)))
-    if args.html is not None:
-        sections = [part for where in batch_dirs for part in _batch_sections(where)]
-        page = format_html(found.loaded, left_out=list(found.left_out), sections=sections)
-        try:
-            Path(args.html).write_text(page, encoding="utf-8")
-        except OSError as exc:
-            print(f"boxmaker report: cannot write {args.html}: {exc}", file=sys.stderr)
-            return 1
-        print(f"HTML report: {args.html}")
-    return 0
+    return run_report(args)
 
 
-def _batch_dirs(paths: Sequence[str]) -> list[Path]:
-    """The batch directories among report paths: a path holding a ``manifest.ndjson``, or the
-    ``logs`` folder of one (``boxmaker batch --dir DIR`` writes ``DIR/logs/*.jsonl``)."""
-    found: list[Path] = []
-    for path in map(Path, paths):
-        for where in (path, path.parent):
-            if (where / "manifest.ndjson").is_file() and where not in found:
-                found.append(where)
-                break
-    return found
+def _batch(args: argparse.Namespace) -> int:
+    """``batch``: see :func:`boxmaker.cli._batch.run_batch_command`."""
+    from ._batch import run_batch_command  # pandas, the client: only for a batch
+
+    return run_batch_command(args)
 
 
-def _batch_runs(batch_dir: Path) -> str:
-    """The runs of a batch as a text table: each run's id with its task, grid settings, state
-    and outcome (the logs' session ids are the run ids, hashes of task and settings)."""
-    from ..batch import manifest  # pandas: here
-    from ..frames.report import fit_text
+def _score(args: argparse.Namespace) -> int:
+    """``score``: see :func:`boxmaker.cli._batch.run_score`."""
+    from ._batch import run_score
 
-    runs = manifest(batch_dir).drop(columns=["server", "slot", "reason"], errors="ignore")
-    title = f"Batch runs in {batch_dir}"
-    return f"{title}\n{'-' * len(title)}\n{fit_text(runs) if len(runs) else '(none)'}\n"
+    return run_score(args)
 
 
-def _batch_compare(batch_dir: Path) -> str:
-    """The comparison of a batch's settings as text (:func:`boxmaker.batch.format_compare`),
-    or why there is none (not scored, or what compare refused)."""
-    from ..batch import compare, format_compare
+def _compare(args: argparse.Namespace) -> int:
+    """``compare``: see :func:`boxmaker.cli._batch.run_compare`."""
+    from ._batch import run_compare
 
-    title = f"Settings compared in {batch_dir}"
-    head = f"{title}\n{'-' * len(title)}\n"
-    if not (batch_dir / "scores.ndjson").is_file():
-        return f"{head}not scored: run boxmaker score on the batch\n"
-    try:
-        return f"{head}{format_compare(compare(batch_dir))}\n"
-    except BoxmakerError as exc:
-        return f"{head}no comparison: {exc}\n"
-
-
-def _batch_sections(batch_dir: Path) -> list[Any]:
-    """The HTML report's parts of a batch: its runs with their tasks and settings, and, when
-    the batch is scored, :func:`boxmaker.batch.compare` of its settings with the
-    success-versus-prefill plot (or why there is no comparison)."""
-    from ..batch import compare, format_compare, manifest, success_vs_cost
-    from ..frames.report import Section
-
-    runs = manifest(batch_dir).drop(columns=["server", "slot", "reason"], errors="ignore")
-    parts = [Section(f"Batch runs in {batch_dir}", runs, "" if len(runs) else "(none)")]
-    title = f"Settings compared in {batch_dir}"
-    if not (batch_dir / "scores.ndjson").is_file():
-        parts.append(Section(title, text="not scored: run boxmaker score on the batch"))
-        return parts
-    try:
-        table = compare(batch_dir)
-    except BoxmakerError as exc:
-        parts.append(Section(title, text=f"no comparison: {exc}"))
-        return parts
-    header = format_compare(table).splitlines()[0]
-    figure = success_vs_cost(table)
-    parts.append(Section(title, table.reset_index(drop=True), header, (figure,)))
-    return parts
+    return run_compare(args)
 
 
 def _cassette(args: argparse.Namespace) -> int:
@@ -740,113 +672,6 @@ class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
         if "default" in text or str(action.default) in text:
             return text
         return super()._get_help_string(action)
-
-
-def _batch(args: argparse.Namespace) -> int:
-    from ..batch import TerminalProgress, describe, load_grid, load_tasks, run_batch, score_batch
-
-    config = load_config(args.config) if args.config else Config()
-    grid = load_grid(args.grid) if args.grid else None
-    servers: list[object] = list(args.url or [])
-    if not servers and not args.embedded:
-        print("boxmaker batch: give --url URL (one or more) or --embedded", file=sys.stderr)
-        return 2
-    tasks = load_tasks(args.tasks)  # a bad file is said before a server starts or tools load
-    progress = TerminalProgress()
-    with contextlib.ExitStack() as stack:
-        if args.embedded:
-            from ..server import EmbeddedServer
-
-            n = args.parallel
-            embedded = EmbeddedServer(
-                args.model, n_ctx=args.ctx * n, n_parallel=n, n_threads=args.threads
-            )
-            servers.append(stack.enter_context(embedded))
-        try:
-            result = run_batch(
-                tasks,
-                args.dir,
-                servers=servers,  # type: ignore[arg-type]  # URLs and an EmbeddedServer
-                registry=demo_registry(),  # the CLI's tools: the demo's, said here
-                grid=grid,
-                config=config,
-                max_tries=args.tries,
-                executor="ray" if args.ray else "threads",
-                ray_address=None if args.ray in (None, "local") else args.ray,
-                on_progress=progress,
-            )
-        except KeyboardInterrupt:
-            progress.close()
-            print(f"\ninterrupted; run the same command again to resume {args.dir}")
-            return 130
-        finally:
-            progress.close()
-    print(describe(result))
-    for run, reason in result.failures:
-        print(terminal_safe(f"failed {run}: {reason}"))  # a server's error body among them
-    print(f"batch {args.dir}: logs in {Path(args.dir) / 'logs'}, manifest.ndjson beside them")
-    if any(task.target is not None for task in tasks):
-        scored = score_batch(args.dir)
-        print(f"scored {len(scored)} run(s) by their targets: {Path(args.dir) / 'scores.ndjson'}")
-    return 1 if result.failed else 0
-
-
-def _score(args: argparse.Namespace) -> int:
-    from ..batch import score_batch
-
-    scorers = [_load_scorer(spec) for spec in args.scorer]
-    frame = score_batch(args.batch_dir, scorers)
-    if frame.empty:
-        print(f"boxmaker score: no run of {args.batch_dir} has a target or a scorer to run")
-        return 1
-    summary = frame.groupby("scorer")["value"].agg(["count", "mean"])
-    for name, row in summary.iterrows():
-        print(f"{terminal_safe(str(name))}: {int(row['count'])} run(s), mean {row['mean']:.3f}")
-    failed = int(frame["error"].notna().sum())
-    if failed:
-        print(f"{failed} score(s) failed: see the 'error' column of boxmaker.batch.scores")
-    print(f"scores in {Path(args.batch_dir) / 'scores.ndjson'}")
-    return 0
-
-
-def _load_scorer(spec: str) -> Scorer:
-    """``MODULE:NAME`` -> a :class:`~boxmaker.score.Scorer` (a bare function is named by its
-    ``MODULE:NAME``)."""
-    import importlib
-
-    from ..score import Scorer  # numpy: only when a command scores
-
-    module, _, name = spec.partition(":")
-    if not module or not name:
-        raise ConfigError(f"--scorer {spec!r}: write MODULE:NAME")
-    try:
-        found = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"--scorer {spec!r}: {exc}") from exc
-    if isinstance(found, Scorer):
-        return found
-    if callable(found):
-        return Scorer(name=spec, fn=found)
-    raise ConfigError(f"--scorer {spec!r} is neither a Scorer nor a function")
-
-
-def _compare(args: argparse.Namespace) -> int:
-    from ..batch import compare, format_compare
-
-    table = compare(
-        args.batch_dir,
-        args.by,
-        scorer=args.scorer,
-        baseline=args.baseline,
-        confidence=args.confidence,
-        resamples=args.resamples,
-        seed=args.seed,
-    )
-    if args.json:
-        print(table.to_json(orient="records"))
-    else:
-        print(terminal_safe(format_compare(table)))
-    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,128 @@
+"""``boxmaker batch``, ``score`` and ``compare``: tasks times a grid on every slot, the runs
+scored (targets, scorers given as ``MODULE:NAME``), the settings compared
+(:mod:`boxmaker.batch`)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..config import Config, load_config
+from ..demo import demo_registry
+from ..errors import ConfigError
+from ..view import terminal_safe
+
+if TYPE_CHECKING:
+    from ..score import Scorer
+
+__all__ = ["run_batch_command", "run_compare", "run_score"]
+
+
+def run_batch_command(args: argparse.Namespace) -> int:
+    from ..batch import TerminalProgress, describe, load_grid, load_tasks, run_batch, score_batch
+
+    config = load_config(args.config) if args.config else Config()
+    grid = load_grid(args.grid) if args.grid else None
+    servers: list[object] = list(args.url or [])
+    if not servers and not args.embedded:
+        print("boxmaker batch: give --url URL (one or more) or --embedded", file=sys.stderr)
+        return 2
+    tasks = load_tasks(args.tasks)  # a bad file is said before a server starts or tools load
+    progress = TerminalProgress()
+    with contextlib.ExitStack() as stack:
+        if args.embedded:
+            from ..server import EmbeddedServer
+
+            n = args.parallel
+            embedded = EmbeddedServer(
+                args.model, n_ctx=args.ctx * n, n_parallel=n, n_threads=args.threads
+            )
+            servers.append(stack.enter_context(embedded))
+        try:
+            result = run_batch(
+                tasks,
+                args.dir,
+                servers=servers,  # type: ignore[arg-type]  # URLs and an EmbeddedServer
+                registry=demo_registry(),  # the CLI's tools: the demo's, said here
+                grid=grid,
+                config=config,
+                max_tries=args.tries,
+                executor="ray" if args.ray else "threads",
+                ray_address=None if args.ray in (None, "local") else args.ray,
+                on_progress=progress,
+            )
+        except KeyboardInterrupt:
+            progress.close()
+            print(f"\ninterrupted; run the same command again to resume {args.dir}")
+            return 130
+        finally:
+            progress.close()
+    print(describe(result))
+    for run, reason in result.failures:
+        print(terminal_safe(f"failed {run}: {reason}"))  # a server's error body among them
+    print(f"batch {args.dir}: logs in {Path(args.dir) / 'logs'}, manifest.ndjson beside them")
+    if any(task.target is not None for task in tasks):
+        scored = score_batch(args.dir)
+        print(f"scored {len(scored)} run(s) by their targets: {Path(args.dir) / 'scores.ndjson'}")
+    return 1 if result.failed else 0
+
+
+def run_score(args: argparse.Namespace) -> int:
+    from ..batch import score_batch
+
+    scorers = [_load_scorer(spec) for spec in args.scorer]
+    frame = score_batch(args.batch_dir, scorers)
+    if frame.empty:
+        print(f"boxmaker score: no run of {args.batch_dir} has a target or a scorer to run")
+        return 1
+    summary = frame.groupby("scorer")["value"].agg(["count", "mean"])
+    for name, row in summary.iterrows():
+        print(f"{terminal_safe(str(name))}: {int(row['count'])} run(s), mean {row['mean']:.3f}")
+    failed = int(frame["error"].notna().sum())
+    if failed:
+        print(f"{failed} score(s) failed: see the 'error' column of boxmaker.batch.scores")
+    print(f"scores in {Path(args.batch_dir) / 'scores.ndjson'}")
+    return 0
+
+
+def _load_scorer(spec: str) -> Scorer:
+    """``MODULE:NAME`` -> a :class:`~boxmaker.score.Scorer` (a bare function is named by its
+    ``MODULE:NAME``)."""
+    import importlib
+
+    from ..score import Scorer  # numpy: only when a command scores
+
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise ConfigError(f"--scorer {spec!r}: write MODULE:NAME")
+    try:
+        found = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"--scorer {spec!r}: {exc}") from exc
+    if isinstance(found, Scorer):
+        return found
+    if callable(found):
+        return Scorer(name=spec, fn=found)
+    raise ConfigError(f"--scorer {spec!r} is neither a Scorer nor a function")
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from ..batch import compare, format_compare
+
+    table = compare(
+        args.batch_dir,
+        args.by,
+        scorer=args.scorer,
+        baseline=args.baseline,
+        confidence=args.confidence,
+        resamples=args.resamples,
+        seed=args.seed,
+    )
+    if args.json:
+        print(table.to_json(orient="records"))
+    else:
+        print(terminal_safe(format_compare(table)))
+    return 0
