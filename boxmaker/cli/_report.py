@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +35,11 @@ def run_report(args: argparse.Namespace) -> int:
         return 1
     print(f"{len(found.loaded.summary)} session logs, {len(found.loaded.requests)} requests\n")
     print(terminal_safe(format_text(found.loaded)))
-    batch_dirs = _batch_dirs(args.paths)
-    for batch_dir in batch_dirs:
-        print(terminal_safe(_batch_runs(batch_dir)))
-        print(terminal_safe(_batch_compare(batch_dir)))
+    batches = [_Batch.read(where) for where in _batch_dirs(args.paths)]
+    for batch in batches:
+        print(terminal_safe(batch.text()))
     if args.html is not None:
-        sections = [part for where in batch_dirs for part in _batch_sections(where)]
+        sections = [part for batch in batches for part in batch.sections()]
         page = format_html(found.loaded, left_out=list(found.left_out), sections=sections)
         try:
             Path(args.html).write_text(page, encoding="utf-8")
@@ -62,51 +62,59 @@ def _batch_dirs(paths: Sequence[str]) -> list[Path]:
     return found
 
 
-def _batch_runs(batch_dir: Path) -> str:
-    """The runs of a batch as a text table: each run's id with its task, grid settings, state
-    and outcome (the logs' session ids are the run ids, hashes of task and settings)."""
-    from ..batch import manifest  # pandas: here
-    from ..frames.report import fit_text
+@dataclass(frozen=True)
+class _Batch:
+    """What a report shows of one batch, read once for the text and the HTML: its runs (the
+    manifest without server, slot and reason: task, settings, state, outcome), and the
+    comparison of its settings (``None``, with ``why``: not scored, or what compare refused)."""
 
-    runs = manifest(batch_dir).drop(columns=["server", "slot", "reason"], errors="ignore")
-    title = f"Batch runs in {batch_dir}"
-    return f"{title}\n{'-' * len(title)}\n{fit_text(runs) if len(runs) else '(none)'}\n"
+    folder: Path
+    runs: Any
+    compared: Any = None
+    why: str = ""
 
+    @classmethod
+    def read(cls, folder: Path) -> _Batch:
+        from ..batch import compare, manifest  # pandas: here
 
-def _batch_compare(batch_dir: Path) -> str:
-    """The comparison of a batch's settings as text (:func:`boxmaker.batch.format_compare`),
-    or why there is none (not scored, or what compare refused)."""
-    from ..batch import compare, format_compare
+        runs = manifest(folder).drop(columns=["server", "slot", "reason"], errors="ignore")
+        if not (folder / "scores.ndjson").is_file():
+            return cls(folder, runs, why="not scored: run boxmaker score on the batch")
+        try:
+            return cls(folder, runs, compare(folder))
+        except BoxmakerError as exc:
+            return cls(folder, runs, why=f"no comparison: {exc}")
 
-    title = f"Settings compared in {batch_dir}"
-    head = f"{title}\n{'-' * len(title)}\n"
-    if not (batch_dir / "scores.ndjson").is_file():
-        return f"{head}not scored: run boxmaker score on the batch\n"
-    try:
-        return f"{head}{format_compare(compare(batch_dir))}\n"
-    except BoxmakerError as exc:
-        return f"{head}no comparison: {exc}\n"
+    def text(self) -> str:
+        """The runs and the comparison, each under its title."""
+        from ..batch import format_compare
+        from ..frames.report import fit_text
 
+        runs = fit_text(self.runs) if len(self.runs) else "(none)"
+        compared = format_compare(self.compared) if self.compared is not None else self.why
+        return "\n".join(
+            f"{title}\n{'-' * len(title)}\n{body}\n"
+            for title, body in ((self._runs_title, runs), (self._compared_title, compared))
+        )
 
-def _batch_sections(batch_dir: Path) -> list[Any]:
-    """The HTML report's parts of a batch: its runs with their tasks and settings, and, when
-    the batch is scored, :func:`boxmaker.batch.compare` of its settings with the
-    success-versus-prefill plot (or why there is no comparison)."""
-    from ..batch import compare, format_compare, manifest, success_vs_cost
-    from ..frames.report import Section
+    def sections(self) -> list[Any]:
+        """The HTML report's parts: the runs, and the comparison with the success-versus-
+        prefill plot (or why there is none)."""
+        from ..batch import format_compare, success_vs_cost
+        from ..frames.report import Section
 
-    runs = manifest(batch_dir).drop(columns=["server", "slot", "reason"], errors="ignore")
-    parts = [Section(f"Batch runs in {batch_dir}", runs, "" if len(runs) else "(none)")]
-    title = f"Settings compared in {batch_dir}"
-    if not (batch_dir / "scores.ndjson").is_file():
-        parts.append(Section(title, text="not scored: run boxmaker score on the batch"))
-        return parts
-    try:
-        table = compare(batch_dir)
-    except BoxmakerError as exc:
-        parts.append(Section(title, text=f"no comparison: {exc}"))
-        return parts
-    header = format_compare(table).splitlines()[0]
-    figure = success_vs_cost(table)
-    parts.append(Section(title, table.reset_index(drop=True), header, (figure,)))
-    return parts
+        runs = Section(self._runs_title, self.runs, "" if len(self.runs) else "(none)")
+        if self.compared is None:
+            return [runs, Section(self._compared_title, text=self.why)]
+        header = format_compare(self.compared).splitlines()[0]
+        figure = success_vs_cost(self.compared)
+        table = self.compared.reset_index(drop=True)
+        return [runs, Section(self._compared_title, table, header, (figure,))]
+
+    @property
+    def _runs_title(self) -> str:
+        return f"Batch runs in {self.folder}"
+
+    @property
+    def _compared_title(self) -> str:
+        return f"Settings compared in {self.folder}"
