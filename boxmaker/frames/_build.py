@@ -38,11 +38,13 @@ is constructed once.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any, Literal, NamedTuple, TypeAlias
+from typing import Any, Literal, NamedTuple, Protocol, TypeAlias, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -52,7 +54,7 @@ from ..records import parse_time
 from ..session import LogReadWarning, Session
 from ._columns import COLUMNS, ENDING_LIMITS, ROW_RECORD, TIME, TURN_OUTCOMES, Column, ratio
 from ._columns import doc_table as _doc_table
-from ._rows import HIDDEN, BadLog, Log, Rows, file_log, session_log
+from ._rows import HIDDEN, Log, Rows, file_log, session_log
 
 __all__ = [
     "COLUMNS",
@@ -209,21 +211,134 @@ def read_logs(source: Source) -> Iterator[Log]:
     Raises:
         SessionError: a path of ``source`` names no log (see :func:`_check_paths`).
     """
+    return vet_logs(source, open_log, workers=1)
+
+
+def open_log(item: Path | Session) -> Log:
+    """One item of :func:`find_logs` as a :class:`Log` (a file read by
+    :func:`boxmaker.session.read_log`, read-only).
+
+    Raises:
+        SessionError: as :func:`~boxmaker.session.read_log`.
+    """
+    return session_log(item) if isinstance(item, Session) else file_log(item)
+
+
+class Vetted(Protocol):
+    """What a vetting function of :func:`vet_logs` returns: at least the log's session id and
+    path (a second log of the same session is left out)."""
+
+    @property
+    def session(self) -> str: ...
+
+    @property
+    def path(self) -> str: ...
+
+
+V = TypeVar("V", bound=Vetted)
+
+PARALLEL_BYTES = 64 * 2**20
+"""Below this many bytes of log files (or with one file) :func:`vet_logs` with ``workers=None``
+reads in this process: starting worker processes costs more than it saves."""
+
+
+def vet_logs(
+    source: Source, vet: Callable[[Path | Session], V], *, workers: int | None = 1
+) -> Iterator[V]:
+    """The logs of ``source`` that the session reads, each passed through ``vet``, in order.
+
+    ``vet`` reads one item of :func:`find_logs` (a file: with :func:`open_log`, that is
+    :func:`boxmaker.session.read_log`) and returns what the caller keeps of it; it raises
+    :class:`~boxmaker.errors.SessionError` for a log the session refuses, which is left out
+    with a :class:`LogReadWarning` in the session's words, as is a second log of a session
+    already read.
+
+    Args:
+        source: as for :func:`requests`.
+        vet: a module-level function (or a :func:`functools.partial` of one) when
+            ``workers`` is not 1: files are then vetted in worker processes and what they
+            warned (:class:`LogReadWarning` only) is warned again here, in the logs' order.
+        workers: processes that read files at once (1: this process; ``None``: the CPUs this
+            process may use, when the files hold at least :data:`PARALLEL_BYTES` and there are
+            two or more; in-memory sessions are always read in this process).
+
+    Raises:
+        SessionError: a path of ``source`` names no log (see :func:`_check_paths`).
+    """
     seen: dict[str, str] = {}  # session id -> the log it came from
     _check_paths(source)
-    for item in find_logs(source):
-        try:
-            log = session_log(item) if isinstance(item, Session) else file_log(item)
-            if log.session in seen:  # a copy of a log (a backup): its rows would count twice
-                raise BadLog(
-                    f"{log.path}: session {log.session} was read already from "
-                    f"{seen[log.session]} (a copy?)"
-                )
-        except (SessionError, BadLog) as exc:
-            warnings.warn(f"{exc}; the log is left out", LogReadWarning, stacklevel=4)
+    items = find_logs(source)
+    for value, error, told in _vet_each(items, vet, _workers(items, workers)):
+        for message in told:
+            warnings.warn(message, LogReadWarning, stacklevel=3)
+        if value is not None and value.session in seen:  # a copy of a log (a backup)
+            error = (
+                f"{value.path}: session {value.session} was read already from "
+                f"{seen[value.session]} (a copy?)"
+            )
+        if error is not None or value is None:
+            warnings.warn(f"{error}; the log is left out", LogReadWarning, stacklevel=3)
             continue
-        seen[log.session] = log.path
-        yield log
+        seen[value.session] = value.path
+        yield value
+
+
+def _workers(items: list[Path | Session], workers: int | None) -> int:
+    if workers is not None:
+        return max(1, workers)
+    files = [item for item in items if isinstance(item, Path)]
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if len(files) < 2 or not cpus or cpus < 2:
+        return 1
+    size = 0
+    for path in files:
+        with contextlib.suppress(OSError):
+            size += path.stat().st_size
+        if size >= PARALLEL_BYTES:
+            return min(cpus, len(files), 8)
+    return 1
+
+
+_Outcome: TypeAlias = "tuple[V | None, str | None, list[str]]"
+"""A vetted log, or why it is left out, and the :class:`LogReadWarning` messages its reading
+gave (from a worker process; empty when read here, where they were warned already)."""
+
+
+def _vet_each(
+    items: list[Path | Session], vet: Callable[[Path | Session], V], workers: int
+) -> Iterator[_Outcome[V]]:
+    if workers == 1:
+        for item in items:
+            try:
+                yield vet(item), None, []
+            except SessionError as exc:
+                yield None, str(exc), []
+        return
+    with ProcessPoolExecutor(workers) as pool:
+        futures = [
+            pool.submit(_caught, vet, item) if isinstance(item, Path) else item for item in items
+        ]
+        for pending in futures:
+            if isinstance(pending, Session):
+                try:
+                    yield vet(pending), None, []
+                except SessionError as exc:
+                    yield None, str(exc), []
+            else:
+                yield pending.result()
+
+
+def _caught(vet: Callable[[Path | Session], V], item: Path) -> _Outcome[V]:
+    """``vet(item)`` in a worker process: its result or why it refused, and its warnings."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", LogReadWarning)
+        try:
+            value: V | None = vet(item)
+            error = None
+        except SessionError as exc:
+            value, error = None, str(exc)
+    told = [str(w.message) for w in caught if issubclass(w.category, LogReadWarning)]
+    return value, error, told
 
 
 def _read(source: Source, want: Iterable[str]) -> Rows:

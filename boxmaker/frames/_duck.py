@@ -1,8 +1,9 @@
 """The DuckDB engine of the frames: the same six frames, computed in SQL, past memory.
 
 Design (a validated intermediate, then SQL): validity is decided once, by the session's own
-reader. Every log goes through :func:`boxmaker.frames._build.read_logs` (that is
-:func:`boxmaker.session.read_log` and the frames' copy check), so a log the session refuses is
+reader. Every log goes through :func:`boxmaker.frames._build.vet_logs` (that is
+:func:`boxmaker.session.read_log` and the frames' copy check, as the pandas engine's
+``read_logs``; big inputs in worker processes, one per CPU), so a log the session refuses is
 left out with the same :class:`~boxmaker.session.LogReadWarning`, and records of unknown type
 warn the same way; DuckDB never judges a line. What DuckDB then reads:
 
@@ -21,8 +22,9 @@ the frames are views over it (``requests``, ``turns``, ``cache_losses``, ``limit
 frame can be written to Parquet (``COPY``) or aggregated without ever being in memory. DuckDB
 spills to disk past its ``memory_limit``.
 
-The only Python work per record is the session's own check (:func:`read_log`); a log's
-records are held in memory one log at a time.
+The only Python work per record is the session's own check (:func:`read_log`), spread over
+worker processes for big inputs (``workers``); a log's records are held in memory one log at
+a time, in the process that checks it, and only a small :class:`_Vetted` comes back.
 
 Differences from the pandas engine, by design: float sums (``prompt_ms`` over a turn or a
 session) are added in another order, so they can differ in the last bits; times are read by
@@ -33,6 +35,7 @@ time form DuckDB does not read (an ISO week date, say) is read by
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -41,14 +44,14 @@ import tempfile
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import pandas as pd
 
 from ..errors import BoxmakerError
 from ..records import LIMIT_KINDS, SCHEMA_VERSION, parse_time
-from ..session import LogReadWarning
-from ._build import read_logs
+from ..session import LogReadWarning, Session
+from ._build import open_log, vet_logs
 from ._columns import COLUMNS, ENDING_LIMITS, TIME, TURN_OUTCOMES, Column
 from ._rows import _KNOWN as KNOWN
 from ._rows import Log
@@ -380,8 +383,63 @@ def _rewrite(log: Log, into: Path) -> None:
             out.write(_LONE.sub("\ufffd", text) + "\n")
 
 
+class _Vetted(NamedTuple):
+    """What the DuckDB engine keeps of a log the session reads (made by :func:`_vet`, in a
+    worker process for big inputs): never its records, which DuckDB reads from ``file``."""
+
+    session: str
+    path: str
+    time: str | None  # the baseline's
+    records: int
+    unknown: dict[str, int]  # records of a type this version does not know, by type
+    file: str  # what DuckDB reads: the log itself, or its records re-written in the scratch
+    skip: int  # lines of ``file`` before the first record (1: the baseline)
+    parent_session: str | None  # a fork's origin (None: not a fork)
+    fork_turn: int | None
+    fork_point: str | None
+
+
+def _vet(item: Path | Session, *, scratch: str) -> _Vetted:
+    """Read ``item`` by the session's rule and decide what DuckDB reads of it: the file as it
+    is (see :func:`_as_is`) or its validated records re-written into ``scratch``.
+
+    Raises:
+        SessionError: the session refuses the log (see :func:`~boxmaker.session.read_log`).
+    """
+    log = open_log(item)
+    unknown: dict[str, int] = {}
+    for rec in log.records:
+        if rec["type"] not in KNOWN:
+            unknown[str(rec["type"])] = unknown.get(str(rec["type"]), 0) + 1
+    if not unknown and _as_is(log):
+        file, skip = os.path.abspath(log.path), 1
+    else:
+        handle, file = tempfile.mkstemp(suffix=".jsonl", dir=scratch)
+        os.close(handle)
+        _rewrite(log, Path(file))
+        skip = 0
+    first = log.records[0] if log.records else {}
+    forked = first if first.get("type") == "forked" else {}
+    return _Vetted(
+        log.session,
+        log.path,
+        log.head.get("time"),
+        len(log.records),
+        unknown,
+        file,
+        skip,
+        forked.get("parent_session"),
+        forked.get("turn"),
+        forked.get("point"),
+    )
+
+
 def connect(
-    source: Any, *, memory_limit: str | None = None, temp_directory: str | None = None
+    source: Any,
+    *,
+    memory_limit: str | None = None,
+    temp_directory: str | None = None,
+    workers: int | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection holding the frames of ``source`` as views.
 
@@ -393,6 +451,10 @@ def connect(
         temp_directory: where DuckDB spills (``None``: ``boxmaker-duckdb-<pid>`` in the
             system's temporary directory, never the current one; DuckDB removes its files
             when the connection closes).
+        workers: processes that read and check the logs at once (the session's rule, in
+            Python, the engine's largest cost): ``None``: every CPU this process may use when
+            the logs hold at least 64 MiB in two or more files, else this process; 1: this
+            process (see :func:`boxmaker.frames._build.vet_logs`).
 
     Returns:
         An in-memory :class:`duckdb.DuckDBPyConnection` with the views ``requests``,
@@ -418,36 +480,27 @@ def connect(
     try:
         files: list[tuple[str, int, int, int]] = []  # file, log number, lines skipped, count
         heads: list[_Head] = []
-        for number, log in enumerate(read_logs(source)):
-            unknown: dict[str, int] = {}
-            for rec in log.records:
-                if rec["type"] not in KNOWN:
-                    unknown[str(rec["type"])] = unknown.get(str(rec["type"]), 0) + 1
-            if unknown:
+        vetting = vet_logs(source, functools.partial(_vet, scratch=str(scratch)), workers=workers)
+        for number, log in enumerate(vetting):
+            if log.unknown:
+                kinds = ", ".join(sorted(log.unknown))
                 warnings.warn(
-                    f"{log.path}: records of unknown type skipped: {', '.join(sorted(unknown))}",
+                    f"{log.path}: records of unknown type skipped: {kinds}",
                     LogReadWarning,
                     stacklevel=2,
                 )
-            if not unknown and _as_is(log):
-                files.append((os.path.abspath(log.path), number, 1, len(log.records)))
-            else:
-                staged = scratch / f"{number}.jsonl"
-                _rewrite(log, staged)
-                files.append((str(staged), number, 0, len(log.records)))
-            first = log.records[0] if log.records else {}
-            forked = first if first.get("type") == "forked" else {}  # a fork's origin
+            files.append((log.file, number, log.skip, log.records))
             heads.append(
                 (
                     number,
                     log.session,
                     log.path,
-                    log.head.get("time"),
-                    len(log.records),
-                    sum(unknown.values()),
-                    forked.get("parent_session"),
-                    forked.get("turn"),
-                    forked.get("point"),
+                    log.time,
+                    log.records,
+                    sum(log.unknown.values()),
+                    log.parent_session,
+                    log.fork_turn,
+                    log.fork_point,
                 )
             )
         _tables(con, files, heads)

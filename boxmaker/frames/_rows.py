@@ -32,7 +32,7 @@ from ..records import record_to_json
 from ..session import LogReadWarning, Session, read_log
 from ._columns import COLUMNS, ENDING_LIMITS
 
-__all__ = ["HIDDEN", "BadLog", "Log", "Rows", "Turn", "file_log", "session_log", "split_turns"]
+__all__ = ["HIDDEN", "Log", "Rows", "Turn", "file_log", "session_log", "split_turns"]
 
 HIDDEN = ("_session_row", "_turn_row", "_request_row")
 """Hidden columns of every frame: the row of its session (summary), turn and latest request."""
@@ -65,10 +65,6 @@ class Log(NamedTuple):
     path: str
     head: dict[str, Any]
     records: list[Any]
-
-
-class BadLog(Exception):
-    """A log the reader leaves out (a second copy of a session); the message names it."""
 
 
 def file_log(path: Path) -> Log:

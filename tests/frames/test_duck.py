@@ -19,6 +19,7 @@ from pandas.testing import assert_frame_equal
 
 from boxmaker import frames
 from boxmaker.errors import SessionError
+from boxmaker.frames import _duck
 from boxmaker.records import (
     LIMIT_KINDS,
     NOT_RUN_REASONS,
@@ -163,7 +164,9 @@ def test_both_engines_give_equal_frames(
     assert_engines_agree(folder)
 
 
-def test_logs_of_every_schema_and_refused_logs_agree(tmp_path: Path) -> None:
+def _zoo(tmp_path: Path) -> None:
+    """Logs of every schema, a refused one, a copy of another, odd times, a lone surrogate and
+    a duplicated line, in ``tmp_path``."""
     for p in DATA.glob("schema-*.jsonl"):
         shutil.copy(p, tmp_path / p.name)
     (tmp_path / "bad.jsonl").write_text('{"type": "baseline", "schema": 1}\nnot json\n')
@@ -178,6 +181,10 @@ def test_logs_of_every_schema_and_refused_logs_agree(tmp_path: Path) -> None:
         + json.dumps({"type": "user", "time": "2026-11-30T07:00:02Z", "content": "\ud800"})
         + "\n"
     )
+
+
+def test_logs_of_every_schema_and_refused_logs_agree(tmp_path: Path) -> None:
+    _zoo(tmp_path)
     assert_engines_agree(tmp_path)
     with pytest.warns(frames.LogReadWarning, match="duplicated line"):
         turns = frames.turns(tmp_path / "week.jsonl", engine="duckdb")
@@ -251,3 +258,59 @@ def test_edge_cases_of_the_row_rules_agree(tmp_path: Path) -> None:
 
 def _values(column: Any) -> list[Any]:
     return [None if pd.isna(v) else v for v in column]
+
+
+def _duck_frames(source: Any, workers: int | None) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    with warnings.catch_warnings(record=True) as told:
+        warnings.simplefilter("always")
+        con = frames.connect(source, workers=workers)
+        try:
+            got = {n: _duck.frame(con, n) for n in frames.Frames._fields}
+        finally:
+            con.close()
+    return got, [str(w.message) for w in told]
+
+
+def test_worker_processes_check_logs_as_this_process_does(tmp_path: Path) -> None:
+    """Logs checked in two worker processes: the same frames, and the same warnings in the
+    same order (the refused log, the copy, the duplicated line, the unknown records)."""
+    _zoo(tmp_path)
+    lines = _lines("unknown", [User(content="hi")], unknown=True)
+    (tmp_path / "unknown.jsonl").write_text("".join(json.dumps(o) + "\n" for o in lines))
+    here, told_here = _duck_frames(tmp_path, 1)
+    there, told_there = _duck_frames(tmp_path, 2)
+    assert told_there == told_here
+    assert any("left out" in m and "bad.jsonl" in m for m in told_here)
+    assert any("was read already" in m for m in told_here)
+    assert any("records of unknown type skipped: future" in m for m in told_here)
+    for name in frames.Frames._fields:
+        assert_frame_equal(here[name], there[name])
+    assert len(here["summary"]) == 6
+
+
+def test_big_inputs_are_checked_in_worker_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``workers=None``: worker processes from PARALLEL_BYTES of logs in two or more files,
+    this process below it (a small analysis never pays for starting processes)."""
+    import concurrent.futures
+
+    from boxmaker.frames import _build
+
+    pools: list[int] = []
+
+    class Counted(concurrent.futures.ProcessPoolExecutor):
+        def __init__(self, workers: int) -> None:
+            pools.append(workers)
+            super().__init__(workers)
+
+    monkeypatch.setattr(_build, "ProcessPoolExecutor", Counted)
+    monkeypatch.setattr(_build.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    _zoo(tmp_path)
+    small, _ = _duck_frames(tmp_path, None)
+    assert pools == []
+    monkeypatch.setattr(_build, "PARALLEL_BYTES", 1)
+    big, _ = _duck_frames(tmp_path, None)
+    assert pools == [3]
+    for name in frames.Frames._fields:
+        assert_frame_equal(small[name], big[name])
