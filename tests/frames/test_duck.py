@@ -5,6 +5,7 @@ lines) both engines give equal frames and the same warnings; query() runs SQL ov
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import warnings
 from datetime import UTC, datetime, timedelta
@@ -305,7 +306,7 @@ def test_big_inputs_are_checked_in_worker_processes(
             super().__init__(workers)
 
     monkeypatch.setattr(_build, "ProcessPoolExecutor", Counted)
-    monkeypatch.setattr(_build.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
     _zoo(tmp_path)
     small, _ = _duck_frames(tmp_path, None)
     assert pools == []
