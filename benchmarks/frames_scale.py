@@ -3,21 +3,24 @@
 Writes generated session logs (benchmarks/frames.py's ``make_log``: turns of a user message,
 tool-call completions with usage and tool results, a final answer, cache losses and limit
 hits; in the current schema, so no upgrade runs) holding about N request (``Usage``) records
-each size, then, each in a fresh process (its own peak RSS), computes the ``requests`` and
+each size (the first 48 logs generated, the others copies of them under their own session
+ids), then, each in a fresh process (its own peak RSS), computes the ``requests`` and
 ``turns`` frames:
 
 - pandas: ``boxmaker.frames.load(dir)`` (all in memory), for sizes up to ``--pandas-max``;
 - DuckDB: ``boxmaker.frames.connect(dir, memory_limit=...)`` and ``COPY requests`` /
   ``COPY turns`` to Parquet (the frames never in Python memory).
 
-    PYTHONPATH=. python benchmarks/frames_scale.py [--sizes 1000000,10000000] [--dir DIR]
+    PYTHONPATH=. python benchmarks/frames_scale.py [--sizes 1000000,10000000,50000000] [--dir DIR]
 
 Each size's logs take about 900 bytes per request record on disk (check ``df`` first). Every
 log is still checked by the session's own reader (``read_log``, in Python) in both engines:
-validity is one rule, so the DuckDB path is bounded by that check.
+validity is one rule; the DuckDB path checks in worker processes, one per CPU
+(``frames.connect(workers=None)``), the pandas path in its one process.
 
 Last line: ``duckdb_vs_pandas X.XX rss_<largest>_mb Y``: pandas' wall time over DuckDB's at the
-smallest size (above 1: DuckDB faster) and the DuckDB path's peak RSS at the largest size.
+smallest size (above 1: DuckDB faster) and the DuckDB path's peak RSS at the largest size (its
+process's, plus its largest worker's once per CPU).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import random
 import resource
 import shutil
@@ -46,6 +50,12 @@ def _make_log() -> object:
     return module.make_log
 
 
+DISTINCT = 48
+"""Logs generated afresh per size; the rest are copies of them under their own session ids
+(the check and the frames cost the same per record; writing 50M records from scratch would
+take longer than reading them)."""
+
+
 def write_logs(folder: Path, requests: int, seed: int = 7) -> tuple[int, int]:
     """Logs in ``folder`` until they hold ``requests`` Usage records: (requests, lines)."""
     from boxmaker.records import SCHEMA_VERSION
@@ -54,12 +64,21 @@ def write_logs(folder: Path, requests: int, seed: int = 7) -> tuple[int, int]:
     folder.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     made = lines = n = 0
+    made_from: list[tuple[bytes, int, int]] = []  # (text, usage records, lines)
     while made < requests:
-        path = folder / f"s{n:06d}.jsonl"
-        make_log(path, f"s{n:06d}", LOG_LINES, rng, SCHEMA_VERSION)  # type: ignore[operator]
-        text = path.read_bytes()
-        made += text.count(b'"type":"usage"')
-        lines += text.count(b"\n")
+        sid = f"s{n:08d}"
+        path = folder / f"{sid}.jsonl"
+        if n < DISTINCT:
+            make_log(path, sid, LOG_LINES, rng, SCHEMA_VERSION)  # type: ignore[operator]
+            text = path.read_bytes()
+            made_from.append((text, text.count(b'"type":"usage"'), text.count(b"\n")))
+        else:
+            text, _, _ = made_from[n % DISTINCT]
+            head, rest = text.split(b"\n", 1)
+            old = json.loads(head)["session_id"].encode()
+            path.write_bytes(head.replace(old, sid.encode(), 1) + b"\n" + rest)
+        made += made_from[n % DISTINCT][1]
+        lines += made_from[n % DISTINCT][2]
         n += 1
     return made, lines
 
@@ -87,7 +106,11 @@ def child(engine: str, folder: str, memory_limit: str) -> None:
             shutil.rmtree(out, ignore_errors=True)
     wall = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"wall_s": wall, "rss_mb": rss, "rows": rows}))
+    # the DuckDB path's worker processes (they have exited): the largest one's peak, counted
+    # once per CPU as an upper bound of what they held at once
+    worker = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    workers = len(os.sched_getaffinity(0)) if worker else 0
+    print(json.dumps({"wall_s": wall, "rss_mb": rss + workers * worker, "rows": rows}))
 
 
 def measure(engine: str, folder: Path, memory_limit: str) -> dict[str, float]:
@@ -107,7 +130,9 @@ def _line(m: dict[str, float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="1000000,10000000", help="request records, comma")
+    parser.add_argument(
+        "--sizes", default="1000000,10000000,50000000", help="request records, comma"
+    )
     parser.add_argument("--pandas-max", type=int, default=2_000_000)
     parser.add_argument("--memory-limit", default="1GB", help="DuckDB's memory_limit")
     parser.add_argument("--dir", default=None, help="where to write the logs (a temp dir)")
