@@ -4,11 +4,12 @@ Run as ``python mcp_raw_server.py FAULT``: it answers ``initialize`` and ``tools
 ``echo``, described as ``pid N`` with its process id, and one whose name no registry takes,
 ``bad name!``), then on a call writes, by ``FAULT``: ``not_json`` a line that is not JSON,
 ``wrong_id`` a well-formed answer to a request never sent, ``half_line`` the first half of an
-answer's line (anything else: nothing); then it says nothing for a minute (``half_exit``:
-it writes half a line and exits). Two faults answer
-the call: ``slow_steady`` writes the answer (text ``slow``) one byte every 30 ms, and
-``stubborn`` answers at once but ignores SIGTERM and the end of its stdin, as does a child it
-starts (the description says ``pid N child M``): only SIGKILL to the group ends them.
+answer's line (anything else: nothing); then it says nothing for a minute. ``half_exit``
+writes half a line and exits; ``half_start`` writes half of its answer to ``initialize`` and
+says nothing. Two faults answer the call: ``slow_steady`` writes the answer (text ``slow``)
+one byte every 30 ms, and ``stubborn`` answers at once but ignores SIGTERM and the end of its
+stdin, as does a child it starts (the description says ``pid N child M``): only SIGKILL to
+the group ends them.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ for line in sys.stdin:
     method, mid = msg.get("method"), msg.get("id")
     if mid is None:
         continue
+    if method == "initialize" and FAULT == "half_start":
+        sys.stdout.write('{"jsonrpc": "2.0", "id": ')
+        sys.stdout.flush()
+        time.sleep(60)
     if method == "initialize":
         version = msg["params"]["protocolVersion"]
         info = {"name": "raw", "version": "1"}

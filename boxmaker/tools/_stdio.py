@@ -121,6 +121,9 @@ async def stdio_transport(
                 try:
                     await _read_lines(stdout, read_stream_writer, partial_line_s)
                 finally:
+                    # The session sees the end now (waiting calls fail), not after the drain,
+                    # which lasts until shutdown when the reading stopped at a partial line.
+                    read_stream_writer.close()
                     await _drain_stdout(process)
         except anyio.ClosedResourceError:
             pass  # our own shutdown closed stdout under the read
@@ -175,23 +178,34 @@ async def _read_lines(
 ) -> None:
     """Send each line of ``stdout`` to ``out`` as it completes (one at a time, no read-ahead
     while a delivery waits); an unfinished line with no byte for ``partial_line_s`` seconds,
-    or at the end of stdout, is sent as a :class:`PartialLineError` and ends the reading."""
-    buffer = ""
+    or at the end of stdout, is sent as a :class:`PartialLineError` and ends the reading.
+
+    The unfinished line is held in the pieces it came in and joined once it ends, so a long
+    line costs time in proportion to its length (the SDK joins the whole buffer to each chunk).
+    """
+    held: list[str] = []  # the unfinished line's pieces
     while True:
         # Only the wait for the next byte of an unfinished line is timed, never a delivery.
-        with anyio.move_on_after(partial_line_s if buffer else math.inf) as waiting:
+        with anyio.move_on_after(partial_line_s if held else math.inf) as waiting:
             try:
                 chunk = await stdout.receive()
             except anyio.EndOfStream:
-                if buffer:
-                    await _deliver(out, _partial(buffer, "stdout ended in the middle of a line"))
+                if held:
+                    why = "stdout ended in the middle of a line"
+                    await _deliver(out, _partial("".join(held), why))
                 return
         if waiting.cancelled_caught:
             why = f"a line left unfinished, no byte for {partial_line_s:g} s"
-            await _deliver(out, _partial(buffer, why))
+            await _deliver(out, _partial("".join(held), why))
             return
-        lines = (buffer + chunk).split("\n")
-        buffer = lines.pop()
+        if "\n" not in chunk:
+            if chunk:
+                held.append(chunk)
+            continue
+        first, *lines = chunk.split("\n")
+        rest = lines.pop()
+        lines.insert(0, "".join([*held, first]))
+        held = [rest] if rest else []
         for line in lines:
             if not await _deliver(out, _parse_line(line)):
                 return

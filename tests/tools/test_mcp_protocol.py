@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from mcp.shared.message import SessionMessage
 
 from boxmaker.config import McpServerConfig
-from boxmaker.errors import ConfigError
+from boxmaker.errors import ConfigError, ToolPortError
 from boxmaker.tools import Registry, ToolFailed, ToolOk, ToolRequest
 from boxmaker.tools._stdio import PartialLineError, _read_lines
 from boxmaker.tools.mcp import McpPort
@@ -109,6 +109,17 @@ def test_half_a_line_then_the_end_of_stdout_says_so() -> None:
         assert answer.message.startswith(
             "raw broke the protocol (PartialLineError: stdout ended in the middle of a line: '{\""
         ), answer.message
+
+
+def test_half_a_line_at_the_start_fails_the_start_after_the_grace() -> None:
+    with pytest.raises(ToolPortError) as raised:
+        for _ in port("half_start", partial_line_s=GRACE_S):
+            pass
+    assert str(raised.value) == (
+        "MCP server 'raw' could not start: RuntimeError: broke the protocol (PartialLineError: "
+        'a line left unfinished, no byte for 1 s: \'{"jsonrpc": "2.0", "id": \' '
+        "(25 characters))"
+    )
 
 
 def test_a_long_answer_written_slowly_is_not_cut() -> None:
