@@ -42,6 +42,11 @@ class McpServerConfig:
     """Seconds one ``tools/call`` may take; then the call fails and the server is restarted."""
     start_timeout_s: float = 30.0
     """Seconds to start (or reach) the server and list its tools."""
+    partial_line_s: float = 5.0
+    """Seconds a stdio server may leave a line unfinished (bytes of a message, no newline)
+    with no further byte; then its running calls fail at once, showing the line's start,
+    instead of at ``timeout_s`` (a message written slowly goes on: each byte restarts the
+    clock)."""
     data_class: str = "public"
     """The ``data_class`` label of the server's results."""
     untrusted: bool | None = None
@@ -62,6 +67,10 @@ class McpServerConfig:
             start_timeout_s=(
                 self.start_timeout_s,
                 _nonneg(self.start_timeout_s) and self.start_timeout_s > 0,
+            ),
+            partial_line_s=(
+                self.partial_line_s,
+                _nonneg(self.partial_line_s) and self.partial_line_s > 0,
             ),
         )
 

@@ -18,6 +18,11 @@ How a ``tools/call`` result becomes the port's answer (:func:`answer_of`):
 - a server that dies, errs or does not answer within its ``timeout_s`` (or a cancel) gives
   ``ToolFailed`` with the reason; its connection is dropped and made anew at the next call,
   so the turn goes on. Every answer names the server (``ToolResult.server`` in the log).
+- a server that breaks the protocol fails the running call at once, not at the timeout: a
+  line that is not JSON-RPC, an answer to a request never sent (:class:`_AnswersChecked`),
+  or, over stdio, a line left unfinished with no further byte for the server's
+  ``partial_line_s`` (boxmaker's stdio transport, :mod:`boxmaker.tools._stdio`, the SDK's
+  with a reader that sees the partial line).
 
 A session made with MCP tools replays without the servers: the log holds every result as a
 ``ToolResult``, and a cassette the ``tool`` messages, which is what a replay answers from.
@@ -31,6 +36,7 @@ import contextlib
 import json
 import logging
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -58,6 +64,7 @@ from ..config import Config, McpConfig, McpServerConfig
 from ..errors import ConfigError, ToolPortError
 from ._ports import ToolAnswer, ToolFailed, ToolHints, ToolOk, ToolRequest
 from ._registry import Registry
+from ._stdio import stdio_transport
 
 __all__ = ["McpPort", "McpTool", "answer_of", "hints_of"]
 
@@ -371,7 +378,11 @@ class McpPort:
             except BaseException as exc:  # the server died or broke the protocol
                 self._drop(link, call)
                 said = link.last_words()
-                why = _reason(exc) + (f" (the server said: {said})" if said else "")
+                said = f" (the server said: {said})" if said else ""
+                if link.broken is not None:  # the transport ended the stream for it
+                    why = f"broke the protocol ({link.broken[:200]}){said}; it is restarted"
+                    return ToolFailed(message=f"{server.name} {why}", server=server.name)
+                why = _reason(exc) + said
                 message = f"{server.name} failed during the call: {why}; it is restarted"
                 return ToolFailed(message=message, server=server.name)
             return answer_of(result, tool, server)
@@ -513,7 +524,13 @@ class McpPort:
             params = StdioServerParameters(
                 command=server.command[0], args=list(server.command[1:]), cwd=server.cwd
             )
-            target = _AnswersChecked(stdio_client(params, errlog=link.stderr))
+            if sys.platform == "win32":  # the SDK's transport: no partial-line clock there
+                transport: Any = stdio_client(params, errlog=link.stderr)
+            else:
+                transport = stdio_transport(
+                    params, errlog=link.stderr, partial_line_s=server.partial_line_s
+                )
+            target = _AnswersChecked(transport)
         try:
 
             async def on_message(message: Any) -> None:  # the SDK's message_handler
@@ -536,7 +553,8 @@ class McpPort:
                 await link.stop.wait()
         except BaseException as exc:
             if not ready.done():
-                ready.set_exception(RuntimeError(_reason(exc)))
+                why = _reason(exc) if link.broken is None else f"broke the protocol ({link.broken})"
+                ready.set_exception(RuntimeError(why))
             if not isinstance(exc, Exception):
                 raise
         finally:

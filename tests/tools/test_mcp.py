@@ -193,6 +193,7 @@ def test_config_file_names_servers_and_approval(tmp_path: Path) -> None:
     path = tmp_path / "boxmaker.toml"
     path.write_text(
         '[[mcp.servers]]\nname = "weather"\ncommand = ["python", "server.py"]\ntimeout_s = 5\n'
+        "partial_line_s = 0.5\n"
         '[[mcp.servers]]\nname = "web"\nurl = "http://127.0.0.1:9/mcp"\nprefix = "web_"\n'
         '[approval]\ntools = ["forget_city"]\ndestructive = true\ntimeout_s = -1\n'
     )
@@ -205,6 +206,7 @@ def test_config_file_names_servers_and_approval(tmp_path: Path) -> None:
         5.0,
     )
     assert (web.url, web.prefix, web.command) == ("http://127.0.0.1:9/mcp", "web_", ())
+    assert (weather.partial_line_s, web.partial_line_s) == (0.5, 5.0)
     assert config.approval.tools == ("forget_city",)
     assert config.approval.destructive and config.approval.timeout_s is None
     assert Config().mcp.servers == () and Config().approval.timeout_s == 120.0
@@ -220,6 +222,7 @@ def test_config_file_names_servers_and_approval(tmp_path: Path) -> None:
         ('[[mcp.servers]]\nname = "x"\ncommand = "a b"\n', "is not a list"),
         ('[[mcp.servers]]\nname = "x"\ncommand = ["a"]\nbogus = 1\n', "unknown key 'bogus'"),
         ('[[mcp.servers]]\nname = "x"\ncommand = ["a"]\ntimeout_s = 0\n', "out of range"),
+        ('[[mcp.servers]]\nname = "x"\ncommand = ["a"]\npartial_line_s = 0\n', "partial_line_s"),
         ("[mcp]\nservers = [1]\n", "must be a table"),
         ('[approval]\ntools = "x"\n', "is not a list"),
         ("[approval]\ntimeout_s = 0\n", "out of range"),
