@@ -179,25 +179,32 @@ _WALL = "(CAST((epoch_ns(f.ended) - epoch_ns(f.started)) AS DOUBLE) / 1e9 * 1000
 
 _PROMPT_SUM = "coalesce(q.cached_tokens, 0) + coalesce(q.processed_tokens, 0)"
 
-FRAME_SQL: dict[str, str] = {
-    "_w": """
+_WINDOWS = """
+w AS (
 SELECT r.*,
   sum(CASE WHEN type = 'user' THEN 1 ELSE 0 END)
     OVER (PARTITION BY _l ORDER BY _i ROWS UNBOUNDED PRECEDING) AS turn0,
   sum(CASE WHEN type = 'usage' THEN 1 ELSE 0 END)
     OVER (PARTITION BY _l ORDER BY _i ROWS UNBOUNDED PRECEDING) AS req0
-FROM records r
-""",
-    "_u": """
+FROM base r)
 SELECT w.*,
   max(CASE WHEN type = 'assistant' THEN _i END) OVER s AS a_i,
   last_value(CASE WHEN type = 'assistant' THEN n_calls END IGNORE NULLS) OVER s AS a_n,
   max(CASE WHEN type = 'usage' THEN _i END) OVER s AS p_i,
   sum(CASE WHEN type = 'usage' THEN 1 ELSE 0 END) OVER (
     PARTITION BY _l, turn0 ORDER BY _i ROWS UNBOUNDED PRECEDING) AS turn_req
-FROM _w w
+FROM w
 WINDOW s AS (PARTITION BY _l, turn0 ORDER BY _i ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-""",
+"""
+"""Each record's place, computed once when the ``records`` table is made (every frame reads
+it; as views they were computed again by each frame): ``turn0`` its turn (0: before the first
+user message), ``req0`` the completions (``Usage``) of its session up to it, and within its
+turn ``a_i``/``a_n`` the last assistant record before it and its tool calls, ``p_i`` the last
+``Usage`` before it, ``turn_req`` the turn's completions up to it."""
+
+FRAME_SQL: dict[str, str] = {
+    "_w": "SELECT * FROM records",
+    "_u": "SELECT * FROM records",
     "requests": f"""
 SELECT g.session AS session, req0 AS request, nullif(turn0, 0) AS turn,
   CASE WHEN turn0 > 0 THEN turn_req END AS turn_request, t AS time,
@@ -253,11 +260,11 @@ SELECT g.session AS session, nullif(w.turn0, 0) AS turn, w.t AS time, w.call AS 
   CASE WHEN ok THEN a.waited_ms END AS approval_wait_ms,
   w._l AS _l, w._i AS _i, w.turn0 AS _turn
 FROM (
-  SELECT x.*, a._i AS a_i, (a._i IS NOT NULL AND (x.prev_i IS NULL OR x.prev_i < a._i)) AS ok
+  SELECT x.*, a._i AS approval_i, (a._i IS NOT NULL AND (x.prev_i IS NULL OR x.prev_i < a._i)) AS ok
   FROM _results x ASOF LEFT JOIN _approvals a
     ON a._l = x._l AND a.call = x.call AND x._i > a._i
 ) w
-LEFT JOIN _approvals a ON a._l = w._l AND a._i = w.a_i
+LEFT JOIN _approvals a ON a._l = w._l AND a._i = w.approval_i
 ASOF LEFT JOIN calls c ON c._l = w._l AND c.id = w.tool_call_id AND w._i > c._i
 JOIN logs g ON g._l = w._l
 """,
@@ -549,7 +556,8 @@ WHERE l.idx > m.skip AND l.idx <= m.n + m.skip"""
             f"from_json('{{}}', '{struct}') AS j WHERE false"
         )
     con.execute(
-        f"CREATE TABLE records AS SELECT _l, _i, {columns} FROM _lines WHERE j.type <> '_unknown'"
+        f"CREATE TABLE records AS WITH base AS (SELECT _l, _i, {columns} FROM _lines "
+        f"WHERE j.type <> '_unknown'), {_WINDOWS}"
     )
     con.execute(
         """CREATE TABLE calls AS
