@@ -38,7 +38,11 @@ def run_batch_command(args: argparse.Namespace) -> int:
 
             n = args.parallel
             embedded = EmbeddedServer(
-                args.model, n_ctx=args.ctx * n, n_parallel=n, n_threads=args.threads
+                args.model,
+                n_ctx=args.ctx * n,
+                n_parallel=n,
+                n_threads=args.threads,
+                slot_save_path=args.slot_save_path,
             )
             servers.append(stack.enter_context(embedded))
         try:
@@ -63,11 +67,31 @@ def run_batch_command(args: argparse.Namespace) -> int:
     print(describe(result))
     for run, reason in result.failures:
         print(terminal_safe(f"failed {run}: {reason}"))  # a server's error body among them
+    _say_warm(args.dir)
     print(f"batch {args.dir}: logs in {Path(args.dir) / 'logs'}, manifest.ndjson beside them")
     if any(task.target is not None for task in tasks):
         scored = score_batch(args.dir)
         print(f"scored {len(scored)} run(s) by their targets: {Path(args.dir) / 'scores.ndjson'}")
     return 1 if result.failed else 0
+
+
+def _say_warm(batch_dir: str) -> None:
+    """For a batch of forks: how their first requests found the parent's prompt cache (the
+    manifest's ``warm``), and why the cold ones ran cold, one line each."""
+    from ..batch._plan import read_manifest
+
+    entries = read_manifest(batch_dir)
+    warm = {run: e for run, e in entries.items() if "warm" in e}
+    if not warm:
+        return
+    counts = {how: sum(e["warm"] == how for e in warm.values()) for how in ("slot", "restored")}
+    cold = {run: e for run, e in warm.items() if e["warm"] == "cold"}
+    print(
+        f"forks: {counts['slot']} found the parent's prefix in their slot, "
+        f"{counts['restored']} restored it from a saved slot, {len(cold)} ran cold"
+    )
+    for run, entry in cold.items():
+        print(terminal_safe(f"cold {run}: {entry.get('warm_detail', '')}"))
 
 
 def run_score(args: argparse.Namespace) -> int:
