@@ -26,6 +26,7 @@ import pytest
 
 from boxmaker.batch import ForkTask, Task, compare, frames, load_tasks, manifest, run_batch
 from boxmaker.batch import score_batch as score
+from boxmaker.batch._compare import own_costs
 from boxmaker.batch._plan import RETRIED_OUTCOMES, log_state, read_manifest
 from boxmaker.cli import main
 from boxmaker.demo import demo_registry
@@ -388,6 +389,16 @@ def test_each_setting_forks_the_parent_and_runs_the_new_turns_live(
     assert sorted(scored["value"]) == [1.0, 1.0]
     table = compare(batch, seed=1, resamples=50)
     assert list(table["runs"]) == [1, 1] and list(table["success"]) == [1.0, 1.0]
+    # the costs compared are the forks' own: 3 requests of 10 prompt tokens each (the
+    # summary counts the parent's 2 copied requests too), from the fork's making on
+    assert list(table["processed_tokens"]) == [30.0, 30.0]
+    assert list(summary["processed_tokens"]) == [50, 50]
+    costs = own_costs(batch, summary).set_index("run")
+    for path in _runs(batch):
+        forked = _records(path)[0]
+        assert isinstance(forked, Forked)
+        assert costs.loc[path.stem, "started"] == pd.Timestamp(forked.time)
+        assert costs.loc[path.stem, "started"] > summary["started"].iloc[0]  # the parent's
     again = run_batch([task], batch, servers=[llama.url], registry=TOOLS, grid=GRID)
     assert (again.done, again.skipped) == (2, 2)
     assert len(llama.bodies) == sent + 6  # a finished batch of forks sends nothing
@@ -583,14 +594,29 @@ def test_cli_batch_of_forks_says_how_each_found_the_cache(
     try:
         parent = _parent(tmp_path, other.url)  # run elsewhere: this server's slot is unknown
         tasks = tmp_path / "forks.jsonl"
-        tasks.write_text(json.dumps({"id": "f", "fork": str(parent), "at": 2}) + "\n")
+        target = {"answer": {"contains": "Thanks"}}
+        line = {"id": "f", "fork": str(parent), "at": 2, "target": target}
+        tasks.write_text(json.dumps(line) + "\n")
+        (tmp_path / "grid.json").write_text(json.dumps(GRID))
         capsys.readouterr()
-        code = main(["batch", str(tasks), "--url", llama.url, "--dir", str(tmp_path / "b")])
+        batch = str(tmp_path / "b")
+        grid = ["--grid", str(tmp_path / "grid.json")]
+        code = main(["batch", str(tasks), "--url", llama.url, "--dir", batch, *grid])
     finally:
         other.close()
     out = capsys.readouterr().out
     assert code == 0
-    said = "forks: 0 found the parent's prefix in their slot, 0 restored it from a saved slot"
+    assert "scored 2 run(s) by their targets" in out
+    # the first fork ran cold (the server cannot restore); the second found the first's
+    # requests, which start with the parent's prefix, in the one slot
+    said = "forks: 1 found the parent's prefix in their slot, 0 restored it from a saved slot"
     assert said + ", 1 ran cold" in out
-    assert "cold f: " in out and "--slot-save-path" in out
-    assert _own_finished(tmp_path / "b" / "logs" / "f.jsonl") == ["Thanks!"]
+    assert out.count("cold f.") == 1 and "--slot-save-path" in out
+    for path in _runs(tmp_path / "b"):
+        assert _own_finished(path) == ["Thanks!"]
+    assert main(["report", batch]) == 0
+    report = capsys.readouterr().out
+    assert "Forks" in report and report.count("parent") >= 2
+    assert main(["compare", batch, "--seed", "1", "--resamples", "50"]) == 0
+    table = capsys.readouterr().out
+    assert "sampling.temperature=0.0" in table and "sampling.temperature=0.5" in table
