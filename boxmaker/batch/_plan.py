@@ -645,7 +645,7 @@ def manifest(batch_dir: str | os.PathLike[str]) -> pd.DataFrame:
     setting (named by its dotted key), ``state``, ``server``, ``slot``, ``attempts``,
     ``turns``, ``outcome``, ``reason``, and, in a batch of :class:`ForkTask` runs, ``warm``
     (how the fork's first request found its parent's prompt cache: ``slot``, ``restored`` or
-    ``cold``; ``warm_detail`` in the manifest says why a fork ran cold).
+    ``cold``) and ``warm_detail`` (why a fork ran cold, or what was restored).
 
     Raises:
         SessionError: the manifest is missing or unreadable.
@@ -655,7 +655,7 @@ def manifest(batch_dir: str | os.PathLike[str]) -> pd.DataFrame:
     entries = read_manifest(batch_dir)
     keys = ["state", "server", "slot", "attempts", "turns", "outcome", "reason"]
     if any("warm" in entry for entry in entries.values()):
-        keys.append("warm")
+        keys += ["warm", "warm_detail"]
     rows = []
     for run, entry in entries.items():
         row = {"run": run, "task": entry.get("task"), **(entry.get("settings") or {})}

@@ -557,7 +557,18 @@ def frames(batch_dir: str | Path, name: str = "turns") -> pd.DataFrame:
     keep = [
         c
         for c in runs.columns
-        if c not in ("state", "server", "slot", "attempts", "turns", "outcome", "reason", "warm")
+        if c
+        not in (
+            "state",
+            "server",
+            "slot",
+            "attempts",
+            "turns",
+            "outcome",
+            "reason",
+            "warm",
+            "warm_detail",
+        )
     ]
     runs = runs[keep]
     frame = frame.assign(run=frame["session"].astype(str))

@@ -78,20 +78,18 @@ def run_batch_command(args: argparse.Namespace) -> int:
 def _say_warm(batch_dir: str) -> None:
     """For a batch of forks: how their first requests found the parent's prompt cache (the
     manifest's ``warm``), and why the cold ones ran cold, one line each."""
-    from ..batch._plan import read_manifest
+    from ..batch import manifest
 
-    entries = read_manifest(batch_dir)
-    warm = {run: e for run, e in entries.items() if "warm" in e}
-    if not warm:
+    runs = manifest(batch_dir)
+    if "warm" not in runs.columns:
         return
-    counts = {how: sum(e["warm"] == how for e in warm.values()) for how in ("slot", "restored")}
-    cold = {run: e for run, e in warm.items() if e["warm"] == "cold"}
+    how = list(runs["warm"])
     print(
-        f"forks: {counts['slot']} found the parent's prefix in their slot, "
-        f"{counts['restored']} restored it from a saved slot, {len(cold)} ran cold"
+        f"forks: {how.count('slot')} found the parent's prefix in their slot, "
+        f"{how.count('restored')} restored it from a saved slot, {how.count('cold')} ran cold"
     )
-    for run, entry in cold.items():
-        print(terminal_safe(f"cold {run}: {entry.get('warm_detail', '')}"))
+    for row in runs[runs["warm"] == "cold"].to_dict("records"):
+        print(terminal_safe(f"cold {row['run']}: {row['warm_detail']}"))
 
 
 def run_score(args: argparse.Namespace) -> int:
