@@ -2,7 +2,8 @@
 x a config grid over every slot of every server (threads or Ray),
 resumable, with a fsynced manifest; ``frames(batch_dir, name)`` with the task and setting
 columns joined in; ``score_batch`` (scores in ``scores.ndjson``, apart from the logs) and
-``compare`` (success rates with paired bootstrap intervals beside the runs' costs);
+``compare`` (success rates with paired bootstrap intervals beside the runs' costs; a fork's
+costs its own, ``own_costs``);
 ``model_graded``, a scorer whose grades a model gives (its requests kept with the scores).
 """
 
@@ -10,7 +11,14 @@ from typing import TYPE_CHECKING
 
 from .._public import publish
 from ._calibrate import RULES, batch_records, calibrate, rules_fired
-from ._compare import COST_COLUMNS, compare, compare_frame, format_compare, success_vs_cost
+from ._compare import (
+    COST_COLUMNS,
+    compare,
+    compare_frame,
+    format_compare,
+    own_costs,
+    success_vs_cost,
+)
 from ._grade import GRADE_TEMPLATE, GRADES, model_graded
 from ._plan import REPLAY_MODES, BatchProgress, ForkTask, Task, load_grid, load_tasks, manifest
 from ._runner import ProgressHook, frames, run_batch
@@ -40,6 +48,7 @@ __all__ = [
     "load_tasks",
     "manifest",
     "model_graded",
+    "own_costs",
     "read_scores",
     "rules_fired",
     "run_batch",

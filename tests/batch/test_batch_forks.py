@@ -24,9 +24,17 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from boxmaker.batch import ForkTask, Task, compare, frames, load_tasks, manifest, run_batch
+from boxmaker.batch import (
+    ForkTask,
+    Task,
+    compare,
+    frames,
+    load_tasks,
+    manifest,
+    own_costs,
+    run_batch,
+)
 from boxmaker.batch import score_batch as score
-from boxmaker.batch._compare import own_costs
 from boxmaker.batch._plan import RETRIED_OUTCOMES, log_state, read_manifest
 from boxmaker.cli import main
 from boxmaker.demo import demo_registry
