@@ -166,10 +166,12 @@ def test_an_old_module_path_still_imports_for_one_release_with_a_warning() -> No
 
 def test_the_readme_task_with_a_target_is_a_line_the_batch_reads(tmp_path: Path) -> None:
     """The retrial: the example was wrapped over three lines, which no JSON Lines file holds."""
-    from boxmaker.batch import load_tasks
+    from boxmaker.batch import ForkTask, load_tasks
 
     readme = (ROOT / "README.md").read_text()
-    (block,) = re.findall(r"```json\n(.*?)```", readme, re.S)
-    (tmp_path / "tasks.jsonl").write_text(block)
-    (task,) = load_tasks(tmp_path / "tasks.jsonl")
+    blocks = re.findall(r"```json\n(.*?)```", readme, re.S)
+    assert len(blocks) == 2  # a fork task (Batch) and a task with a target (Score and compare)
+    (tmp_path / "tasks.jsonl").write_text("".join(blocks))
+    fork, task = load_tasks(tmp_path / "tasks.jsonl")
     assert task.id == "lisbon" and task.target is not None
+    assert isinstance(fork, ForkTask) and fork.at == 1 and fork.target is not None

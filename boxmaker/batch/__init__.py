@@ -1,7 +1,9 @@
-"""``run_batch``: tasks x a config grid over every slot of every server (threads or Ray),
+"""``run_batch``: tasks (scripted sessions, or ``ForkTask``: a session log forked at a turn)
+x a config grid over every slot of every server (threads or Ray),
 resumable, with a fsynced manifest; ``frames(batch_dir, name)`` with the task and setting
 columns joined in; ``score_batch`` (scores in ``scores.ndjson``, apart from the logs) and
-``compare`` (success rates with paired bootstrap intervals beside the runs' costs);
+``compare`` (success rates with paired bootstrap intervals beside the runs' costs; a fork's
+costs its own, ``own_costs``);
 ``model_graded``, a scorer whose grades a model gives (its requests kept with the scores).
 """
 
@@ -9,9 +11,16 @@ from typing import TYPE_CHECKING
 
 from .._public import publish
 from ._calibrate import RULES, batch_records, calibrate, rules_fired
-from ._compare import COST_COLUMNS, compare, compare_frame, format_compare, success_vs_cost
+from ._compare import (
+    COST_COLUMNS,
+    compare,
+    compare_frame,
+    format_compare,
+    own_costs,
+    success_vs_cost,
+)
 from ._grade import GRADE_TEMPLATE, GRADES, model_graded
-from ._plan import BatchProgress, Task, load_grid, load_tasks, manifest
+from ._plan import REPLAY_MODES, BatchProgress, ForkTask, Task, load_grid, load_tasks, manifest
 from ._runner import ProgressHook, frames, run_batch
 from ._score import read_scores, score_batch, scores
 from ._view import TerminalProgress, describe
@@ -20,9 +29,11 @@ __all__ = [
     "COST_COLUMNS",
     "GRADES",
     "GRADE_TEMPLATE",
+    "REPLAY_MODES",
     "RULES",
     "BatchProgress",
     "CompareView",
+    "ForkTask",
     "ProgressHook",
     "Task",
     "TerminalProgress",
@@ -37,6 +48,7 @@ __all__ = [
     "load_tasks",
     "manifest",
     "model_graded",
+    "own_costs",
     "read_scores",
     "rules_fired",
     "run_batch",

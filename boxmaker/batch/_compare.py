@@ -6,7 +6,9 @@ only a llama.cpp run has (prefill time, lost cache, limit hits).
 values of the ``by`` columns); the success rate's interval comes from
 :func:`boxmaker.score.paired_bootstrap`, which resamples tasks, the same tasks for every setting
 (paired by task); the seed, the number of resamples and the confidence are arguments and are
-kept in ``frame.attrs``, so a table can be made again exactly.
+kept in ``frame.attrs``, so a table can be made again exactly. In a batch of forks
+(:class:`~boxmaker.batch.ForkTask`) the costs are each fork's own (:func:`own_costs`): the
+parent's copied records are left out, so the settings compare from the fork point on.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..score import TARGET_SCORER, paired_bootstrap
+from ..session import Session
 from ._runner import frames
 from ._score import scores
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["COST_COLUMNS", "compare", "compare_frame", "format_compare"]
+__all__ = ["COST_COLUMNS", "compare", "compare_frame", "format_compare", "own_costs"]
 
 COST_COLUMNS: dict[str, str] = {
     "generated_tokens": "generated tokens per run (llama.cpp predicted_n, summed)",
@@ -72,7 +75,7 @@ def compare(
         ConfigError: no scores of ``scorer``, an unknown ``by`` column or baseline.
         SessionError: the manifest, the scores or a log cannot be read.
     """
-    summary = frames(batch_dir, "summary")
+    summary = own_costs(batch_dir, frames(batch_dir, "summary"))
     return compare_frame(
         scores(batch_dir),
         summary,
@@ -83,6 +86,58 @@ def compare(
         resamples=resamples,
         seed=seed,
     )
+
+
+def own_costs(batch_dir: str | Path, summary: pd.DataFrame) -> pd.DataFrame:
+    """``summary`` (the batch ``summary`` frame) with each fork's costs its own: a fork's log
+    holds its parent's records up to the fork point, and its summary counts them (and starts
+    at the parent's baseline). For the rows of forks, ``generated_tokens``,
+    ``processed_tokens``, ``prompt_ms``, ``lost_tokens`` and the ``<kind>_hits`` are summed
+    over the fork's own turns only (after ``fork_turn``; from it for a re-run turn), read
+    from the ``requests``, ``cache_losses`` and ``limit_hits`` frames, and ``started`` is
+    its ``Forked`` record's time. Other rows are as they were.
+
+    Raises:
+        SessionError: a log cannot be read.
+    """
+    import pandas as pd
+
+    if "parent_session" not in summary.columns or not summary["parent_session"].notna().any():
+        return summary
+    out = summary.copy()
+    forked = out["parent_session"].notna()
+    first = {
+        row["run"]: int(row["fork_turn"]) + (row["fork_point"] == "after_turn")
+        for row in out[forked].to_dict("records")
+    }
+
+    def own(name: str) -> pd.DataFrame:
+        frame = frames(batch_dir, name)
+        frame = frame[frame["run"].isin(first)]
+        return frame[frame["turn"].astype(float) >= frame["run"].map(first).astype(float)]
+
+    rows = out.index[forked]
+    runs = out.loc[rows, "run"]
+    requests, losses, hits = own("requests"), own("cache_losses"), own("limit_hits")
+    sums = {
+        "generated_tokens": requests.groupby("run")["generated_tokens"].sum(),
+        "processed_tokens": requests.groupby("run")["processed_tokens"].sum(),
+        "prompt_ms": requests.groupby("run")["prompt_ms"].sum(),
+        "lost_tokens": losses.groupby("run")["lost_tokens"].sum(),
+    }
+    for column in [c for c in out.columns if c.endswith("_hits") and c != "limit_hits"]:
+        sums[column] = hits[hits["kind"] == column[: -len("_hits")]].groupby("run").size()
+    for column, values in sums.items():
+        if column in out.columns:
+            out[column] = out[column].astype(float)
+            out.loc[rows, column] = runs.map(values).astype(float).fillna(0.0)
+    if "started" in out.columns:
+        for row in rows:
+            with Session.open(str(out.at[row, "path"]), read_only=True) as log:
+                fork = log.forked
+            if fork is not None:
+                out.at[row, "started"] = pd.Timestamp(fork.time)
+    return out
 
 
 def compare_frame(

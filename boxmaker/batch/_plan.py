@@ -3,12 +3,15 @@
 Pure bookkeeping for :mod:`boxmaker.batch` (no network, no threads):
 
 - :class:`Task`: one scripted session (an id, one or more user messages, an optional system
-  prompt, tool names and config overrides); :func:`load_tasks` reads them from Python objects,
-  a pandas DataFrame or a JSON Lines file.
+  prompt, tool names and config overrides); :class:`ForkTask`: a session log forked at a turn
+  (:meth:`boxmaker.session.Session.fork`) whose new turns run under each setting;
+  :func:`load_tasks` reads both from Python objects, a pandas DataFrame or a JSON Lines file.
 - :func:`expand`: tasks times a config grid (``{"loop.thinking_tokens": [16, 64], ...}``) ->
   :class:`RunSpec`, one per (task, settings); :meth:`RunSpec.config` applies the overrides.
 - :func:`log_state`: how far a run's session log got (turns done, finished or not), read
-  from the log itself, so a rerun knows what to skip and what to continue.
+  from the log itself, so a rerun knows what to skip and what to continue; in a fork's log
+  only the fork's own turns count (the parent's copied ones, read from its ``Forked``
+  record, do not).
 - :class:`Manifest`: the batch's ``manifest.ndjson``, one JSON line per run state change,
   appended by the one runner of the batch (it holds the file's lock);
   :func:`read_manifest` folds it into one entry per run.
@@ -37,21 +40,24 @@ from typing import TYPE_CHECKING, Any
 from .._secrets import hide_in_json, searchable
 from ..config import Config
 from ..errors import ConfigError, LogBusy, SessionError
-from ..records import utc_now
+from ..records import TurnEnd, User, utc_now
 from ..score import Target, parse_target
-from ..session import LogWriter, check_folder, dumps_line, read_log
+from ..session import LogWriter, Session, check_folder, dumps_line, read_log
 
 if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
     "MANIFEST",
+    "REPLAY_MODES",
     "RETRIED_OUTCOMES",
     "BatchProgress",
+    "ForkTask",
     "LogState",
     "Manifest",
     "RunSpec",
     "Task",
+    "copied_records",
     "expand",
     "flatten_settings",
     "load_grid",
@@ -116,9 +122,140 @@ class Task:
         if self.target is not None:
             parse_target(self.target, f"task {self.id}")
 
+    @property
+    def turns(self) -> tuple[str, ...]:
+        """The user messages the run sends, one turn each: :attr:`messages`."""
+        return self.messages
+
     def scoring_target(self) -> Target | None:
         """The parsed :attr:`target` (``None`` without one)."""
         return None if self.target is None else parse_target(self.target, f"task {self.id}")
+
+
+REPLAY_MODES = ("off", "on", "stop")
+"""A :class:`ForkTask`'s ``replay``: tools run live (``off``); the parent's tool results while
+the fork's calls are the parent's, then live (``on``, :class:`boxmaker.turn.Replay`); or the
+fork's turn ends at its first call that differs, outcome ``diverged``, and the run with it
+(``stop``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForkTask:
+    """A session log forked at a turn, as a task of a batch: each run (one per grid setting)
+    is a fork of ``parent`` (:meth:`boxmaker.session.Session.fork`) whose new turns run live
+    under the run's setting.
+
+    Attributes:
+        id: names the task (as :attr:`Task.id`).
+        parent: the parent's session log (``.jsonl``); only read. A relative path is read
+            from the current folder (in a tasks file: from the file's folder).
+        at: the parent's turn the fork branches at (1-based).
+        rerun: branch before turn ``at``'s answer: the fork's first turn is turn ``at`` again,
+            with its user message; else the fork branches after turn ``at`` ended.
+        replay: one of :data:`REPLAY_MODES` (default ``off``: tools run live).
+        messages: the user messages of the fork's turns after turn ``at``, in order; ``None``
+            (the default): the parent's own messages after turn ``at`` (its turns that were
+            cut and sent again count once).
+        config: overrides of the batch's config for this task, as :attr:`Task.config`.
+        target: what a right run looks like, as :attr:`Task.target`; it is scored against
+            the fork's own records (those after the parent's copied ones).
+        turns: the messages the run sends, one turn each (turn ``at``'s first with
+            ``rerun``); filled by :meth:`resolve`, ``()`` before.
+
+    The fork keeps the parent's system prompt and tools (a task's ``system`` and ``tools``
+    have no place here: another prompt would make the whole cache cold).
+
+    Raises:
+        ConfigError: an unsafe id, a turn that is not a positive number, an unknown replay
+            mode, messages that are not strings, a malformed target.
+    """
+
+    id: str
+    parent: str | os.PathLike[str]
+    at: int
+    rerun: bool = False
+    replay: str = "off"
+    messages: tuple[str, ...] | None = None
+    config: Mapping[str, Any] = field(default_factory=dict)
+    target: Mapping[str, Any] | None = None
+    turns: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not _TASK_ID.fullmatch(self.id):
+            raise ConfigError(f"task id {self.id!r} is not safe as a file name")
+        if not isinstance(self.parent, str | os.PathLike) or not str(self.parent):
+            raise ConfigError(f"task {self.id}: fork needs the parent's log path")
+        if isinstance(self.at, bool) or not isinstance(self.at, int) or self.at < 1:
+            raise ConfigError(f"task {self.id}: at must be a turn number (1, 2, ...)")
+        if not isinstance(self.rerun, bool):
+            raise ConfigError(f"task {self.id}: rerun must be true or false")
+        if self.replay not in REPLAY_MODES:
+            modes = ", ".join(REPLAY_MODES)
+            raise ConfigError(f"task {self.id}: replay must be one of {modes}, not {self.replay!r}")
+        if self.messages is not None:
+            if isinstance(self.messages, str):
+                raise ConfigError(f"task {self.id}: messages must be a list of strings")
+            object.__setattr__(self, "messages", tuple(self.messages))
+            if not all(isinstance(m, str) for m in self.messages):
+                raise ConfigError(f"task {self.id}: every message must be a string")
+        object.__setattr__(self, "turns", tuple(self.turns))
+        object.__setattr__(self, "config", flatten_settings(self.config, f"task {self.id}"))
+        if self.target is not None:
+            parse_target(self.target, f"task {self.id}")
+
+    def resolve(self) -> ForkTask:
+        """This task with :attr:`turns` read from the parent (read-only, no lock): turn
+        ``at``'s message with ``rerun``, then :attr:`messages` or the parent's own later ones.
+
+        Raises:
+            ConfigError: the parent cannot be read, has no turn ``at``, or the fork would have
+                no turn to run.
+        """
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                with Session.open(self.parent, read_only=True) as parent:
+                    records = parent.records
+        except SessionError as exc:
+            raise ConfigError(f"task {self.id}: cannot read the parent's log: {exc}") from exc
+        users = [r for r in records if isinstance(r, User)]
+        if self.at > len(users):
+            raise ConfigError(
+                f"task {self.id}: the parent {self.parent} has {len(users)} turn(s), no turn "
+                f"{self.at}"
+            )
+        later = self.messages if self.messages is not None else _sent(records, self.at)
+        turns = ((users[self.at - 1].content,) if self.rerun else ()) + tuple(later)
+        if not turns:
+            raise ConfigError(
+                f"task {self.id}: nothing to run: the parent has no turn after turn {self.at}; "
+                "give messages, or rerun"
+            )
+        return dataclasses.replace(self, turns=turns)
+
+    def scoring_target(self) -> Target | None:
+        """The parsed :attr:`target` (``None`` without one)."""
+        return None if self.target is None else parse_target(self.target, f"task {self.id}")
+
+
+def _sent(records: Sequence[Any], after: int) -> tuple[str, ...]:
+    """The user messages of the turns after the ``after``-th ``User`` of ``records``, each
+    once: a turn that did not happen (a :data:`RETRIED_OUTCOMES` ``TurnEnd``: its message was
+    sent again) is left out."""
+    out: list[str] = []
+    seen = 0
+    current: str | None = None
+    for record in records:
+        if isinstance(record, User):
+            seen += 1
+            current = record.content if seen > after else None
+            if current is not None:
+                out.append(current)
+        elif isinstance(record, TurnEnd) and current is not None:
+            if record.outcome in RETRIED_OUTCOMES:
+                out.pop()
+            current = None
+    return tuple(out)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,7 +270,7 @@ class RunSpec:
     """
 
     id: str
-    task: Task
+    task: Task | ForkTask
     settings: Mapping[str, Any]
 
     def config(self, base: Config) -> Config:
@@ -172,11 +309,14 @@ def flatten_settings(values: Mapping[str, Any], where: str = "config") -> dict[s
     return out
 
 
-def load_tasks(source: Any) -> list[Task]:
+def load_tasks(source: Any) -> list[Task | ForkTask]:
     """Tasks from a JSON Lines file, a pandas DataFrame, or an iterable of tasks or mappings.
 
     A mapping (a JSON line, a DataFrame row) has ``id`` and ``messages`` (a list of strings)
-    or ``message`` (one string), and optionally ``system``, ``tools``, ``config``, ``target``.
+    or ``message`` (one string), and optionally ``system``, ``tools``, ``config``, ``target``:
+    a :class:`Task`. One with ``fork`` (the parent's log) and ``at`` (its turn), and optionally
+    ``rerun``, ``replay``, ``messages``, ``config``, ``target``, is a :class:`ForkTask`; in a
+    file, a relative ``fork`` path is read from the file's folder.
 
     Raises:
         ConfigError: the file cannot be read, a line is not a JSON object, a task is
@@ -184,8 +324,10 @@ def load_tasks(source: Any) -> list[Task]:
     """
     rows: Iterable[Any]
     where = "tasks"
+    folder: Path | None = None
     if isinstance(source, str | os.PathLike):
         where = str(source)
+        folder = Path(source).parent
         try:
             text = Path(source).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
@@ -201,9 +343,11 @@ def load_tasks(source: Any) -> list[Task]:
         rows = source.to_dict("records")
     else:
         rows = source
-    tasks: list[Task] = []
+    tasks: list[Task | ForkTask] = []
     for number, row in enumerate(rows, 1):
-        task = row if isinstance(row, Task) else _task_of(row, f"{where}:{number}")
+        task = (
+            row if isinstance(row, Task | ForkTask) else _task_of(row, f"{where}:{number}", folder)
+        )
         tasks.append(task)
     seen: set[str] = set()
     for task in tasks:
@@ -213,9 +357,14 @@ def load_tasks(source: Any) -> list[Task]:
     return tasks
 
 
-def _task_of(row: Any, where: str) -> Task:
+_FORK_FIELDS = {"id", "fork", "at", "rerun", "replay", "messages", "config", "target"}
+
+
+def _task_of(row: Any, where: str, folder: Path | None = None) -> Task | ForkTask:
     if not isinstance(row, Mapping):
         raise ConfigError(f"{where}: a task must be an object, not {type(row).__name__}")
+    if "fork" in row:
+        return _fork_task_of(row, where, folder)
     known = {"id", "messages", "message", "system", "tools", "config", "target"}
     unknown = set(row) - known
     if unknown:
@@ -230,6 +379,34 @@ def _task_of(row: Any, where: str) -> Task:
             messages=tuple(messages) if isinstance(messages, Sequence) else (),
             system=str(row.get("system") or ""),
             tools=None if tools is None else tuple(tools),
+            config=row.get("config") or {},
+            target=row.get("target"),
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+
+
+def _fork_task_of(row: Mapping[str, Any], where: str, folder: Path | None) -> ForkTask:
+    unknown = set(row) - _FORK_FIELDS
+    if unknown:
+        raise ConfigError(f"{where}: unknown fork task fields {sorted(unknown)}")
+    parent = row.get("fork")
+    if not isinstance(parent, str) or not parent:
+        raise ConfigError(f"{where}: fork must be the parent's log path")
+    if folder is not None and not Path(parent).is_absolute():
+        parent = str(folder / parent)
+    messages = row.get("messages")
+    replay = row.get("replay", "off")
+    if isinstance(replay, bool):
+        replay = "on" if replay else "off"
+    try:
+        return ForkTask(
+            id=row.get("id"),  # type: ignore[arg-type]  # checked by ForkTask
+            parent=parent,
+            at=row.get("at"),  # type: ignore[arg-type]  # checked by ForkTask
+            rerun=row.get("rerun", False),
+            replay=replay,
+            messages=None if messages is None else messages,
             config=row.get("config") or {},
             target=row.get("target"),
         )
@@ -259,7 +436,9 @@ def load_grid(path: str | os.PathLike[str]) -> dict[str, Any]:
     return flatten_settings(data, str(p))
 
 
-def expand(tasks: Sequence[Task], grid: Mapping[str, Sequence[Any]] | None = None) -> list[RunSpec]:
+def expand(
+    tasks: Sequence[Task | ForkTask], grid: Mapping[str, Sequence[Any]] | None = None
+) -> list[RunSpec]:
     """Every task under every combination of the grid's values, task by task.
 
     Args:
@@ -300,23 +479,45 @@ class LogState:
     Attributes:
         turns_done: finished turns (a ``User`` whose ``TurnEnd``, before the next ``User``,
             has an outcome not in :data:`RETRIED_OUTCOMES`); the run goes on with message
-            ``turns_done``.
-        last_outcome: the outcome of the last ``TurnEnd`` (``None``: none yet).
+            ``turns_done``. In a fork's log, only the fork's own turns: the parent's records
+            copied into it (:func:`copied_records`) are not counted.
+        last_outcome: the outcome of the last ``TurnEnd`` (``None``: none yet; in a fork's
+            log, of its own turns).
         full: a turn ended ``session_full``: nothing more fits, the run is over.
+        diverged: a fork's turn ended ``diverged`` (replay ``stop``): the run is over.
+        records: records after the baseline (``0``: the log holds its baseline only).
+        copied: of ``records``, those a fork copied from its parent, its ``Forked`` record
+            included (``0``: the log is no fork).
     """
 
     turns_done: int
     last_outcome: str | None
     full: bool
+    diverged: bool = False
+    records: int = 0
+    copied: int = 0
 
     def finished(self, messages: int) -> bool:
         """Whether a run of ``messages`` user messages has nothing left to send."""
-        return self.full or self.turns_done >= messages
+        return self.full or self.diverged or self.turns_done >= messages
+
+
+def copied_records(first: Mapping[str, Any] | None) -> int:
+    """How many records at the start of a log (after its baseline) a fork copied from its
+    parent, given the log's first record as JSON: its ``Forked`` record (``record`` is the
+    parent's record it branches at, 1-based), the parent's records before that one, and the
+    edited result of an ``edited_result`` fork; ``0`` when ``first`` is no ``Forked`` record."""
+    if not isinstance(first, Mapping) or first.get("type") != "forked":
+        return 0
+    record = first.get("record")
+    n = record if isinstance(record, int) and not isinstance(record, bool) else 1
+    return n + (first.get("point") == "edited_result")
 
 
 def log_state(path: Path) -> LogState:
-    """Read ``path`` (read-only, no lock) and count its finished turns; a missing or empty
-    log has none. A torn last line is ignored (the writer repairs it on open).
+    """Read ``path`` (read-only, no lock) and count its finished turns (in a fork's log, its
+    own: after :func:`copied_records`); a missing or empty log has none. A torn last line is
+    ignored (the writer repairs it on open).
 
     Raises:
         SessionError: the log exists but cannot be read (see :func:`read_log`).
@@ -326,8 +527,9 @@ def log_state(path: Path) -> LogState:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         data = read_log(path)
-    done, open_turn, last, full = 0, False, None, False
-    for item in data.records:
+    copied = copied_records(data.records[0] if data.records else None)
+    done, open_turn, last, full, diverged = 0, False, None, False, False
+    for item in data.records[copied:]:
         kind = item.get("type") if isinstance(item, dict) else None
         if kind == "user":
             open_turn = True
@@ -336,8 +538,9 @@ def log_state(path: Path) -> LogState:
             if open_turn and last not in RETRIED_OUTCOMES:
                 done += 1
                 full = full or last == "session_full"
+                diverged = diverged or last == "diverged"
             open_turn = False
-    return LogState(done, last, full)
+    return LogState(done, last, full, diverged, len(data.records), copied)
 
 
 class Manifest:
@@ -345,8 +548,11 @@ class Manifest:
 
     ``<batch_dir>/manifest.ndjson`` holds one JSON object per line, each a run's state change:
     ``{"time", "run", "state", ...}``. States: ``planned`` (with ``task``, ``settings``,
-    ``messages``, and ``target`` when the task has one), ``running`` (``server``, ``slot``,
-    ``attempt``), ``retry`` (``reason``), ``done`` (``turns``, ``outcome``), ``failed``
+    ``messages``, ``target`` when the task has one, and for a :class:`ForkTask` ``fork``:
+    ``{"parent", "at", "rerun", "replay"}``), ``running`` (``server``, ``slot``,
+    ``attempt``), ``retry`` (``reason``), ``done`` (``turns``, ``outcome``; a fork's
+    ``turns`` are its own, and the line of the attempt that started the fork adds ``warm`` and
+    ``warm_detail``), ``failed``
     (``reason``: also a run whose log cannot be read, which the others do not wait for),
     ``interrupted``; a
     ``server_down`` line names a server (``server``, ``reason``) instead of a run. Lines are
@@ -437,17 +643,23 @@ def read_manifest(batch_dir: str | os.PathLike[str]) -> dict[str, dict[str, Any]
 def manifest(batch_dir: str | os.PathLike[str]) -> pd.DataFrame:
     """One row per run of a batch, from its manifest: ``run``, ``task``, one column per grid
     setting (named by its dotted key), ``state``, ``server``, ``slot``, ``attempts``,
-    ``turns``, ``outcome``, ``reason``.
+    ``turns``, ``outcome``, ``reason``, and, in a batch of :class:`ForkTask` runs, ``warm``
+    (how the fork's first request found its parent's prompt cache: ``slot``, ``restored`` or
+    ``cold``) and ``warm_detail`` (why a fork ran cold, or what was restored).
 
     Raises:
         SessionError: the manifest is missing or unreadable.
     """
     import pandas as pd  # only for this frame
 
+    entries = read_manifest(batch_dir)
+    keys = ["state", "server", "slot", "attempts", "turns", "outcome", "reason"]
+    if any("warm" in entry for entry in entries.values()):
+        keys += ["warm", "warm_detail"]
     rows = []
-    for run, entry in read_manifest(batch_dir).items():
+    for run, entry in entries.items():
         row = {"run": run, "task": entry.get("task"), **(entry.get("settings") or {})}
-        for key in ("state", "server", "slot", "attempts", "turns", "outcome", "reason"):
+        for key in keys:
             row[key] = entry.get(key)
         rows.append(row)
     return pd.DataFrame(rows)

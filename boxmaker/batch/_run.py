@@ -7,20 +7,31 @@ user messages, one :func:`~boxmaker.turn.run_turn` each, every request pinned to
 (``Config(slots=SlotsConfig(main=slot))``, llama.cpp's ``id_slot``); :func:`run_alone` is the
 same in a process of its own (a Ray task). :func:`discover_slots` asks a server for its slots
 (``GET /slots``, else ``GET /props``).
+
+A run of a :class:`~boxmaker.batch._plan.ForkTask` makes its log by forking the parent
+(:meth:`boxmaker.session.Session.fork`, the run id as the fork's session id, the run's
+overrides recorded in its ``Forked`` record) and, before the fork's first request, finds the
+parent's prompt cache for the run's own slot (:func:`boxmaker.cache.warm_fork` pinned to it:
+the slot holds the prefix, else the parent's saved slot is restored into it, else the fork
+runs cold and the manifest says why); the parent's tool results are replayed as the task's
+``replay`` says (:class:`boxmaker.turn.Replay`, which goes on where a resumed fork left off).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
+from ..cache import ColdFork, SlotStore, warm_fork
 from ..client import ChatClient, Client
 from ..config import Config, SlotsConfig
 from ..errors import (
+    ForkDiverged,
     ServerError,
     SessionError,
     SessionFull,
@@ -33,8 +44,8 @@ from ..events import Hook, TurnEvent
 from ..records import Baseline, Record, Usage
 from ..session import Session
 from ..tools import Registry
-from ..turn import Runtime, run_turn
-from ._plan import RunSpec, log_state
+from ..turn import Replay, Runtime, run_turn
+from ._plan import ForkTask, LogState, RunSpec, log_state
 
 __all__ = ["RunOutcome", "alive", "discover_slots", "run_alone", "run_one"]
 
@@ -107,6 +118,10 @@ class RunOutcome:
         outcome: the last ``TurnEnd`` outcome (``None``: none yet).
         reason: why it failed ("" otherwise).
         tokens: tokens generated in this attempt (``predicted_n``).
+        warm: a fork's attempt that made the fork: how its first request finds the parent's
+            prompt cache (``slot``, ``restored``, ``cold``; :class:`~boxmaker.cache.WarmStart`);
+            ``None`` otherwise.
+        warm_detail: why it runs cold, or what was restored ("" otherwise).
     """
 
     state: str
@@ -114,18 +129,82 @@ class RunOutcome:
     outcome: str | None = None
     reason: str = ""
     tokens: int = 0
+    warm: str | None = None
+    warm_detail: str = ""
 
 
-def _open_log(path: Path, spec: RunSpec, registry: Registry) -> Session:
-    """The run's log, reopened for writing (repaired) or created with the task's baseline."""
+def _open_log(path: Path, spec: RunSpec, registry: Registry, state: LogState) -> Session:
+    """The run's log, reopened for writing (repaired) or created: with the task's baseline,
+    or, for a :class:`ForkTask`, as a fork of its parent.
+
+    Raises:
+        SessionError: the log cannot be opened or made, or a fork task's log is no fork of
+            its parent at its turn.
+    """
+    task = spec.task
+    if isinstance(task, ForkTask):
+        return _open_fork(path, spec, task, state)
     if path.exists() and path.stat().st_size > 0:
         return Session.open(path)
     path.unlink(missing_ok=True)  # a kill between creating the file and writing the baseline
     offered = registry.definitions()
-    if spec.task.tools is not None:
-        offered = tuple(d for d in offered if d["function"]["name"] in spec.task.tools)
-    baseline = Baseline(system=spec.task.system, tools=offered)
+    if task.tools is not None:
+        offered = tuple(d for d in offered if d["function"]["name"] in task.tools)
+    baseline = Baseline(system=task.system, tools=offered)
     return Session.create(path.parent, baseline, session_id=spec.id)
+
+
+def _open_fork(path: Path, spec: RunSpec, task: ForkTask, state: LogState) -> Session:
+    """A fork task's log: reopened when it holds the fork's copy (its own turns follow), else
+    made by forking the parent (a log left with its baseline alone, by a kill between making
+    the file and writing the copy in one all-or-nothing group, is made again).
+
+    Raises:
+        SessionError: the log holds records but no ``Forked`` record, or one of another fork
+            point; the parent cannot be read or the fork written.
+    """
+    if path.exists() and state.records > 0:
+        if state.copied == 0:
+            raise SessionError(f"{path}: the log of fork task {task.id} is no fork")
+        session = Session.open(path)
+        forked = session.forked
+        point = "before_answer" if task.rerun else "after_turn"
+        if forked is None or (forked.turn, forked.point) != (task.at, point):
+            session.close()
+            where = "no fork" if forked is None else f"{forked.point} of turn {forked.turn}"
+            raise SessionError(
+                f"{path}: the log is {where}, but task {task.id} forks "
+                f"{point} of turn {task.at}: give the task another id"
+            )
+        return session
+    path.unlink(missing_ok=True)  # empty, or the baseline alone
+    overrides = {**task.config, **spec.settings}
+    with Session.open(task.parent, read_only=True) as parent:
+        return parent.fork(
+            task.at,
+            rerun=task.rerun,
+            settings=overrides,
+            directory=path.parent,
+            session_id=spec.id,
+        )
+
+
+def _warm(session: Session, client: ChatClient, slot: int, store: SlotStore | None) -> RunOutcome:
+    """Find the parent's prompt cache for the fork's first request on the run's own ``slot``
+    (:func:`~boxmaker.cache.warm_fork` pinned to it); returns the ``warm`` fields of the run's
+    outcome (a :class:`~boxmaker.cache.ColdFork` warning's reason becomes ``warm_detail``)."""
+    if not isinstance(client, Client):
+        return RunOutcome("done", warm="cold", warm_detail="the client knows no slots")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ColdFork)
+        start = warm_fork(session, client, store, slot=slot, pinned=True)
+    for w in caught:
+        if not issubclass(w.category, ColdFork):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    detail = start.detail
+    if start.how == "restored":
+        detail = f"{start.file} restored into slot {slot} ({start.tokens} tokens)"
+    return RunOutcome("done", warm=start.how, warm_detail=detail)
 
 
 def run_one(
@@ -139,6 +218,7 @@ def run_one(
     client: ChatClient,
     cancel: threading.Event,
     on_event: Hook | None = None,
+    store: SlotStore | None = None,
 ) -> RunOutcome:
     """Run (or continue) one run on one slot: the messages of its task without a finished
     turn, one turn each, in its log ``<logs_dir>/<run id>.jsonl``.
@@ -153,16 +233,20 @@ def run_one(
         cancel: set it to stop between turns and cancel the running one (each turn's cancel
             token: the loop never clears it, so a set before a turn starts is not lost).
         on_event: every turn event and record (``run_turn``'s hook).
+        store: a fork's saved slots on ``url`` (the parent's slot saved at the fork's turn is
+            restored into ``slot`` when the slot does not hold the parent's prefix);
+            ``None``: none restored.
 
     Returns:
         The :class:`RunOutcome`. A turn that ends on a limit or a full context is a finished
-        turn (a full context ends the run); an inference error ends the attempt.
+        turn (a full context ends the run, as a fork's ``diverged`` turn does); an inference
+        error ends the attempt.
 
     Raises:
         ConfigError: the run's config is invalid (checked by :func:`run_batch` beforehand).
     """
     path = logs_dir / f"{spec.id}.jsonl"
-    messages = spec.task.messages
+    messages = spec.task.turns
     try:
         state = log_state(path)
         if state.finished(len(messages)):
@@ -173,10 +257,23 @@ def run_one(
             client=dataclasses.replace(config.client, url=url),
             slots=SlotsConfig(main=slot),
         )
-        session = _open_log(path, spec, registry)
+        session = _open_log(path, spec, registry, state)
     except SessionError as exc:
         return RunOutcome("failed", reason=str(exc))
-    runtime = Runtime(config=config, client=client, registry=registry)
+    result = RunOutcome("done")
+    replay = None
+    task = spec.task
+    try:
+        if isinstance(task, ForkTask):
+            forked = session.forked
+            if forked is not None and len(session.records) == forked.record:  # no own record
+                result = _warm(session, client, slot, store)
+            if task.replay != "off":
+                replay = Replay.of(session, stop=task.replay == "stop")
+    except SessionError as exc:
+        session.close()
+        return RunOutcome("failed", reason=str(exc))
+    runtime = Runtime(config=config, client=client, registry=registry, replay=replay)
     tokens = 0
 
     def hook(event: TurnEvent | Record) -> None:
@@ -186,27 +283,27 @@ def run_one(
         if on_event is not None:
             on_event(event)
 
-    result = RunOutcome("done")
     try:
         for message in messages[state.turns_done :]:
             if cancel.is_set():
-                result = RunOutcome("cancelled")
+                result = dataclasses.replace(result, state="cancelled")
                 break
             try:
                 run_turn(session, runtime, message, hook, cancel=cancel)
             except (TurnLimit, TurnNotAnswered):
                 pass  # a finished turn (its TurnEnd says how): the run goes on
-            except SessionFull:
-                break  # a finished turn, and nothing more fits: the run is over
+            except (SessionFull, ForkDiverged):
+                break  # a finished turn, and nothing more fits (or the fork stops): run over
             except TurnCancelled:
-                result = RunOutcome("cancelled")
+                result = dataclasses.replace(result, state="cancelled")
                 break
             except TurnInferError as exc:
                 up = alive(url, api_key=config.client.api_key)
-                result = RunOutcome("failed" if up else "server_down", reason=str(exc))
+                state_ = "failed" if up else "server_down"
+                result = dataclasses.replace(result, state=state_, reason=str(exc))
                 break
     except SessionError as exc:
-        result = RunOutcome("failed", reason=str(exc))
+        result = dataclasses.replace(result, state="failed", reason=str(exc))
     finally:
         session.close()
     final = log_state(path)
@@ -216,7 +313,13 @@ def run_one(
 
 
 def run_alone(
-    spec: RunSpec, logs_dir: Path, url: str, slot: int, base: Config, registry: Registry
+    spec: RunSpec,
+    logs_dir: Path,
+    url: str,
+    slot: int,
+    base: Config,
+    registry: Registry,
+    store: SlotStore | None = None,
 ) -> RunOutcome:
     """:func:`run_one` in a process of its own (a Ray task on any node): its own client for
     ``url``, no cancel event (Ray cancels with a ``KeyboardInterrupt``), no live events.
@@ -231,4 +334,5 @@ def run_alone(
             registry=registry,
             client=client,
             cancel=threading.Event(),
+            store=store,
         )

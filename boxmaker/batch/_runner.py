@@ -31,6 +31,14 @@ How it runs:
   cancel token, never cleared: the log gets its ``TurnEnd``), the workers are waited for, then
   ``KeyboardInterrupt`` is raised again (the event returns normally, with ``stopped``); a
   rerun picks up.
+- Forks (:class:`ForkTask`): each run forks the parent log at the task's turn into its own
+  log (the parent only read) and runs the fork's new turns under the run's setting. Before
+  the fork's first request the run's slot is warmed (:func:`boxmaker.cache.warm_fork` pinned
+  to it: the slot holds the parent's prefix as far as this process knows, else the parent's
+  slot saved at that turn is restored into it, else cold); the manifest's ``warm`` and
+  ``warm_detail`` say which. Resume counts only the fork's own turns (after the records its
+  ``Forked`` record says were copied); a log left with its baseline alone by a kill is forked
+  again.
 - Faults: when a turn fails on an inference error, the server is probed (``GET /health``); a
   server that does not answer is given up on for this call, its runs go back to the queue and
   the other servers' slots take them (their logs go on). A run that fails otherwise is tried
@@ -45,6 +53,7 @@ How it runs:
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import time
 from collections import deque
@@ -52,6 +61,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..cache import SlotStore
 from ..client import Client
 from ..config import Config
 from ..errors import ConfigError, ServerError, SessionError
@@ -61,6 +71,7 @@ from ..session import check_folder
 from ..tools import Registry
 from ._plan import (
     BatchProgress,
+    ForkTask,
     Manifest,
     RunSpec,
     Task,
@@ -79,6 +90,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BatchProgress",
+    "ForkTask",
     "ProgressHook",
     "Task",
     "frames",
@@ -124,12 +136,7 @@ class _Batch:
         known = read_manifest(book.path.parent) if book.path.stat().st_size else {}
         for spec in runs:
             if spec.id not in known:
-                settings = dict(spec.settings)
-                n = len(spec.task.messages)
-                target = {} if spec.task.target is None else {"target": dict(spec.task.target)}
-                book.write(
-                    spec.id, "planned", task=spec.task.id, settings=settings, messages=n, **target
-                )
+                book.write(spec.id, "planned", **_planned(spec))
             try:
                 state = log_state(logs_dir / f"{spec.id}.jsonl")
             except SessionError as exc:  # a corrupt log fails its run only; the rest go on
@@ -137,7 +144,7 @@ class _Batch:
                 self.failures.append((spec.id, reason))
                 book.write(spec.id, "failed", reason=reason)
                 continue
-            if state.finished(len(spec.task.messages)):
+            if state.finished(len(spec.task.turns)):
                 self.done += 1
                 self.skipped += 1
                 if known.get(spec.id, {}).get("state") != "done":
@@ -201,27 +208,31 @@ class _Batch:
 
     def settle(self, spec: RunSpec, url: str, outcome: RunOutcome) -> None:
         """Book an attempt's outcome: done, failed, back to the queue, or interrupted."""
+        warm = {} if outcome.warm is None else {"warm": outcome.warm}
+        if outcome.warm_detail:
+            warm["warm_detail"] = outcome.warm_detail
         with self.cond:
             self.running -= 1
             if outcome.state == "done":
                 self.done += 1
-                self.book.write(spec.id, "done", turns=outcome.turns, outcome=outcome.outcome)
+                turns, last = outcome.turns, outcome.outcome
+                self.book.write(spec.id, "done", turns=turns, outcome=last, **warm)
             elif outcome.state == "cancelled":
-                self.book.write(spec.id, "interrupted", turns=outcome.turns)
+                self.book.write(spec.id, "interrupted", turns=outcome.turns, **warm)
             elif outcome.state == "server_down":
                 if url not in self.down:
                     self.down.add(url)
                     self.book.write(None, "server_down", server=url, reason=outcome.reason)
-                self.book.write(spec.id, "retry", reason=f"server down: {outcome.reason}")
+                self.book.write(spec.id, "retry", reason=f"server down: {outcome.reason}", **warm)
                 self.queue.appendleft(spec)
             else:
                 self.tries[spec.id] = tries = self.tries.get(spec.id, 0) + 1
                 if tries >= self.max_tries:
                     reason = f"failed {tries} times; last: {outcome.reason}"
                     self.failures.append((spec.id, reason))
-                    self.book.write(spec.id, "failed", reason=reason, turns=outcome.turns)
+                    self.book.write(spec.id, "failed", reason=reason, turns=outcome.turns, **warm)
                 else:
-                    self.book.write(spec.id, "retry", reason=outcome.reason)
+                    self.book.write(spec.id, "retry", reason=outcome.reason, **warm)
                     self.queue.append(spec)
             self.cond.notify_all()
         self.notify()
@@ -236,8 +247,29 @@ class _Batch:
                 self.book.write(spec.id, "failed", reason=reason)
 
 
+def _planned(spec: RunSpec) -> dict[str, Any]:
+    """The fields of a run's ``planned`` manifest line: ``task``, ``settings``, ``messages``
+    (turns to run), ``target`` when the task has one, ``fork`` for a :class:`ForkTask`."""
+    task = spec.task
+    line: dict[str, Any] = {
+        "task": task.id,
+        "settings": dict(spec.settings),
+        "messages": len(task.turns),
+    }
+    if task.target is not None:
+        line["target"] = dict(task.target)
+    if isinstance(task, ForkTask):
+        parent = str(Path(task.parent).resolve())
+        line["fork"] = {"parent": parent, "at": task.at, "rerun": task.rerun, "replay": task.replay}
+    return line
+
+
 def _run_threads(
-    batch: _Batch, slots: Sequence[tuple[str, int]], base: Config, registry: Registry
+    batch: _Batch,
+    slots: Sequence[tuple[str, int]],
+    base: Config,
+    registry: Registry,
+    stores: Mapping[str, SlotStore],
 ) -> None:
     """One worker thread per slot; waits for them (Ctrl-C: cancel in-flight turns, wait, and
     raise ``KeyboardInterrupt`` again)."""
@@ -245,7 +277,7 @@ def _run_threads(
 
     def work(url: str, slot: int) -> None:
         while (spec := batch.take(url, slot)) is not None:
-            _work_on(batch, spec, url, slot, base, registry, clients[url])
+            _work_on(batch, spec, url, slot, base, registry, clients[url], stores.get(url))
 
     # Polling is_alive, not Thread.join: a join cut by Ctrl-C can leave a live thread
     # looking finished (Python 3.11).
@@ -284,6 +316,7 @@ def _work_on(
     base: Config,
     registry: Registry,
     client: Client,
+    store: SlotStore | None = None,
 ) -> None:
     """One attempt at ``spec`` on a worker thread, booked in the batch."""
 
@@ -298,6 +331,7 @@ def _work_on(
             client=client,
             cancel=batch.stop,
             on_event=batch.add_tokens,
+            store=store,
         )
     except Exception as exc:  # a bug or a config error: the run fails, the batch goes on
         outcome = RunOutcome("failed", reason=f"{type(exc).__name__}: {exc}")
@@ -331,6 +365,7 @@ def _run_ray(
     base: Config,
     registry: Registry,
     address: str | None,
+    stores: Mapping[str, SlotStore],
 ) -> None:
     """Each run a Ray task (``ray.init(address)`` unless Ray is initialised already); the
     driver keeps the slots, the queue and the manifest."""
@@ -344,7 +379,7 @@ def _run_ray(
             free = [s for s in free if s[0] not in batch.down]
             while free and (spec := batch.pop(*free[0])) is not None:
                 url, slot = free.pop(0)
-                ref = task.remote(spec, batch.logs_dir, url, slot, base, registry)
+                ref = task.remote(spec, batch.logs_dir, url, slot, base, registry, stores.get(url))
                 pending[ref] = (spec, url, slot)
             if not pending:
                 break
@@ -404,12 +439,14 @@ def run_batch(
     """Run every task under every grid setting, as many at once as there are slots.
 
     Args:
-        tasks: :class:`Task` objects, mappings, a DataFrame or a JSON Lines path
-            (:func:`~boxmaker.batch.load_tasks`).
+        tasks: :class:`Task` and :class:`ForkTask` objects, mappings, a DataFrame or a JSON
+            Lines path (:func:`~boxmaker.batch.load_tasks`); a fork task's parent is read
+            here (its turns, :meth:`ForkTask.resolve`).
         batch_dir: the batch's directory (logs in ``logs/``, ``manifest.ndjson``); run the
             same batch into it again to resume.
         servers: llama-server base URLs, or objects with a ``url`` (an
-            :class:`~boxmaker.server.EmbeddedServer`).
+            :class:`~boxmaker.server.EmbeddedServer`; one with a ``slot_save_path`` is where
+            a fork finds its parent's saved slots).
         registry: the tools the runs may call (a task's ``tools`` picks among them;
             ``Registry()`` for none, ``boxmaker.demo.demo_registry()`` for the demo's).
         grid: dotted config keys to lists of values; one run per task and combination.
@@ -427,8 +464,9 @@ def run_batch(
         The last :class:`BatchProgress` (runs done, skipped, failed with reasons).
 
     Raises:
-        ConfigError: a malformed task, grid or config, an unknown tool name, or an unknown
-            executor, or Ray missing for ``executor="ray"``.
+        ConfigError: a malformed task, grid or config, an unknown tool name, a fork task's
+            parent that cannot be read or has no such turn, an unknown executor, or Ray
+            missing for ``executor="ray"``.
         ServerError: no server's slots could be read.
         SessionError: another runner holds this batch directory.
         KeyboardInterrupt: after Ctrl-C, once the in-flight turns are cancelled.
@@ -437,15 +475,18 @@ def run_batch(
         raise ConfigError(f"executor must be 'threads' or 'ray', not {executor!r}")
     ray = _import_ray() if executor == "ray" else None
     base = config or Config()
-    runs = expand(load_tasks(tasks), grid)
+    loaded = [t.resolve() if isinstance(t, ForkTask) else t for t in load_tasks(tasks)]
+    runs = expand(loaded, grid)
     for spec in runs:
         spec.config(base)
-        missing = set(spec.task.tools or ()) - set(registry.names)
+        offered = spec.task.tools if isinstance(spec.task, Task) else None
+        missing = set(offered or ()) - set(registry.names)
         if missing:
             raise ConfigError(f"task {spec.task.id}: unknown tools {sorted(missing)}")
     slots: list[tuple[str, int]] = []
     problems: list[str] = []
     urls = [(s if isinstance(s, str) else s.url).rstrip("/") for s in servers]
+    stores = {url: _store_of(server) for url, server in zip(urls, servers, strict=True)}
     for url in dict.fromkeys(urls):  # a server named twice still has its slots once
         try:
             slots += [(url, slot) for slot in discover_slots(url, api_key=base.client.api_key)]
@@ -467,15 +508,24 @@ def run_batch(
         batch.notify()
         try:
             if ray is not None:
-                _run_ray(ray, batch, slots, base, registry, ray_address)
+                _run_ray(ray, batch, slots, base, registry, ray_address, stores)
             else:
-                _run_threads(batch, slots, base, registry)
+                _run_threads(batch, slots, base, registry, stores)
             batch.give_up_queue()
         finally:
             batch.notify(finished=True)
     finally:
         book.close()
     return batch.snapshot(finished=True)
+
+
+def _store_of(server: str | _HasUrl) -> SlotStore:
+    """The saved slots of a server, for forks: the local folder of an
+    :class:`~boxmaker.server.EmbeddedServer` started with ``slot_save_path``, else the
+    server's own (restores are asked of it; one without ``--slot-save-path`` says so, and the
+    fork runs cold)."""
+    folder = getattr(server, "slot_save_path", None)
+    return SlotStore(Path(folder) if isinstance(folder, str | os.PathLike) else None)
 
 
 def _grid_keys(grid: Mapping[str, Sequence[Any]] | None) -> list[str]:
@@ -486,9 +536,12 @@ def _grid_keys(grid: Mapping[str, Sequence[Any]] | None) -> list[str]:
 
 def frames(batch_dir: str | Path, name: str = "turns") -> pd.DataFrame:
     """A frame of :mod:`boxmaker.frames` (``requests``, ``turns``, ``cache_losses``,
-    ``limit_hits``, ``tool_calls``, ``summary``) over a batch's logs, with ``run``, ``task``
-    and the grid setting columns of :func:`manifest` joined in by session id, so results can be
-    grouped by task and setting.
+    ``limit_hits``, ``tool_calls``, ``summary``, ``forks``) over a batch's logs, with ``run``,
+    ``task`` and the grid setting columns of :func:`manifest` joined in by session id, so
+    results can be grouped by task and setting (in a batch of :class:`ForkTask` runs, the forks
+    of one parent by setting: ``forks`` has one row per run, its own usage beside the
+    parent's). A fork's log holds its parent's records up to the fork point: in every frame
+    but ``forks`` they count as the run's (the same for every setting of a task).
 
     Raises:
         ConfigError: ``name`` is not a frame.
@@ -496,7 +549,7 @@ def frames(batch_dir: str | Path, name: str = "turns") -> pd.DataFrame:
     """
     from .. import frames as log_frames
 
-    names = ("requests", "turns", "cache_losses", "limit_hits", "tool_calls", "summary")
+    names = ("requests", "turns", "cache_losses", "limit_hits", "tool_calls", "summary", "forks")
     if name not in names:
         raise ConfigError(f"frame {name!r} is none of {', '.join(names)}")
     runs = manifest(batch_dir)  # first: a folder that is no batch's is said as such
@@ -504,7 +557,18 @@ def frames(batch_dir: str | Path, name: str = "turns") -> pd.DataFrame:
     keep = [
         c
         for c in runs.columns
-        if c not in ("state", "server", "slot", "attempts", "turns", "outcome", "reason")
+        if c
+        not in (
+            "state",
+            "server",
+            "slot",
+            "attempts",
+            "turns",
+            "outcome",
+            "reason",
+            "warm",
+            "warm_detail",
+        )
     ]
     runs = runs[keep]
     frame = frame.assign(run=frame["session"].astype(str))

@@ -9,7 +9,8 @@
 fsynced (:class:`~boxmaker.session.LogWriter`); a run already scored by a scorer of the same
 name and version is not scored again, so scoring a batch twice, offline, leaves the file as it
 was. Scores are read from the logs alone (no server): the target of each run is the one its
-``planned`` manifest line recorded.
+``planned`` manifest line recorded. A fork's run is scored on its own records (those after
+the parent's copied ones).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, SessionError
-from ..records import utc_now
+from ..records import Forked, utc_now
 from ..score import Scorer, apply, parse_target, target_scorer
 from ..session import LogWriter, Session, dumps_line
 from ._plan import read_manifest
@@ -107,7 +108,7 @@ def score_batch(
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    records = Session.open(log, read_only=True).records
+                    records = _own(Session.open(log, read_only=True).records)
             except SessionError as exc:
                 warnings.warn(f"run {run}: not scored: {exc}", stacklevel=2)
                 continue
@@ -116,6 +117,16 @@ def score_batch(
     finally:
         writer.close()
     return scores(folder)
+
+
+def _own(records: Sequence[Any]) -> Sequence[Any]:
+    """The records a run made: a fork's after the parent's copied ones (its ``Forked`` record,
+    the copy and an edited result), so a target's calls are the fork's own; all of them
+    otherwise."""
+    first = records[0] if records else None
+    if not isinstance(first, Forked):
+        return records
+    return records[first.record + (first.point == "edited_result") :]
 
 
 def _line(run: str, task: Any, scorer: Scorer, records: Sequence[Any]) -> dict[str, Any]:

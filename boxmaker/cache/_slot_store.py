@@ -171,7 +171,12 @@ class SlotStore:
 
 
 def warm_fork(
-    fork: Session, client: Client, store: SlotStore | None = None, *, slot: int | None = None
+    fork: Session,
+    client: Client,
+    store: SlotStore | None = None,
+    *,
+    slot: int | None = None,
+    pinned: bool = False,
 ) -> WarmStart:
     """Make a fork's first request find its parent's prefix in a slot.
 
@@ -185,14 +190,20 @@ def warm_fork(
     3. Else, or when the restore fails: ``"cold"``, with a :class:`ColdFork` warning saying
        why. Nothing is lost: the fork's log and the saved file stay as they were.
 
+    Args:
+        pinned: the fork's requests all go to ``slot`` (a batch run keeps its slot): only
+            that slot counts in step 1 (another slot holding the prefix is another run's).
+
     Raises:
-        SlotError: ``fork`` is no fork.
+        SlotError: ``fork`` is no fork, or ``pinned`` without a ``slot``.
     """
     forked = fork.forked
     if forked is None:
         raise SlotError(f"{fork.path}: not a fork (no 'forked' record)")
+    if pinned and slot is None:
+        raise SlotError("warm_fork(pinned=True) needs the slot the fork's requests go to")
     messages = fork.messages()
-    held = client.holder(messages)
+    held = client.holder(messages, [slot] if pinned and slot is not None else None)
     if held is not None:  # the fork's next request, which extends its messages, goes there
         client.note_slot(held, messages)
         return WarmStart(how="slot", slot=held)

@@ -38,7 +38,11 @@ def run_batch_command(args: argparse.Namespace) -> int:
 
             n = args.parallel
             embedded = EmbeddedServer(
-                args.model, n_ctx=args.ctx * n, n_parallel=n, n_threads=args.threads
+                args.model,
+                n_ctx=args.ctx * n,
+                n_parallel=n,
+                n_threads=args.threads,
+                slot_save_path=args.slot_save_path,
             )
             servers.append(stack.enter_context(embedded))
         try:
@@ -63,11 +67,29 @@ def run_batch_command(args: argparse.Namespace) -> int:
     print(describe(result))
     for run, reason in result.failures:
         print(terminal_safe(f"failed {run}: {reason}"))  # a server's error body among them
+    _say_warm(args.dir)
     print(f"batch {args.dir}: logs in {Path(args.dir) / 'logs'}, manifest.ndjson beside them")
     if any(task.target is not None for task in tasks):
         scored = score_batch(args.dir)
         print(f"scored {len(scored)} run(s) by their targets: {Path(args.dir) / 'scores.ndjson'}")
     return 1 if result.failed else 0
+
+
+def _say_warm(batch_dir: str) -> None:
+    """For a batch of forks: how their first requests found the parent's prompt cache (the
+    manifest's ``warm``), and why the cold ones ran cold, one line each."""
+    from ..batch import manifest
+
+    runs = manifest(batch_dir)
+    if "warm" not in runs.columns:
+        return
+    how = list(runs["warm"])
+    print(
+        f"forks: {how.count('slot')} found the parent's prefix in their slot, "
+        f"{how.count('restored')} restored it from a saved slot, {how.count('cold')} ran cold"
+    )
+    for row in runs[runs["warm"] == "cold"].to_dict("records"):
+        print(terminal_safe(f"cold {row['run']}: {row['warm_detail']}"))
 
 
 def run_score(args: argparse.Namespace) -> int:

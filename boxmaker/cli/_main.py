@@ -40,7 +40,8 @@
 - ``boxmaker batch TASKS.jsonl --url URL [--url URL ...] --dir DIR [--grid FILE]`` (or
   ``--embedded --parallel N``; ``--ray auto|ADDRESS``): every task under every grid setting,
   on every slot of every server, with a progress bar; rerun the same command to resume
-  (:mod:`boxmaker.batch`).
+  (:mod:`boxmaker.batch`). A task line with ``fork`` and ``at`` forks that log at that turn
+  under every setting (``--slot-save-path``: the embedded server's saved slots).
 
 Exit codes: 0 done, 1 a boxmaker error or an OS error (one line on stderr, no traceback; also
 a demo stopped by a full session), 2 bad usage, 130 interrupted, 141 stdout closed by its
@@ -615,7 +616,11 @@ def _parser() -> argparse.ArgumentParser:
     doctor.set_defaults(run=_doctor)
 
     batch = sub.add_parser("batch", help="run tasks x a config grid on every slot, resumable")
-    batch.add_argument("tasks", help="tasks, JSON Lines: {id, messages, system?, tools?, config?}")
+    batch.add_argument(
+        "tasks",
+        help="tasks, JSON Lines: {id, messages, system?, tools?, config?, target?}, or a fork "
+        "of a log: {id, fork: LOG, at: TURN, rerun?, replay?, messages?, config?, target?}",
+    )
     batch.add_argument("--dir", required=True, help="the batch directory (rerun to resume)")
     batch.add_argument("--url", action="append", help="a llama-server base URL (repeatable)")
     batch.add_argument("--grid", default=None, help="config grid, JSON or TOML: key -> values")
@@ -627,6 +632,13 @@ def _parser() -> argparse.ArgumentParser:
     per_slot = "embedded: context per slot (tokens; the server gets it times --parallel)"
     _number(batch, "--ctx", "n_ctx", 4096, per_slot)
     _number(batch, "--threads", "n_threads", None, "embedded: CPU threads")
+    batch.add_argument(
+        "--slot-save-path",
+        default=None,
+        metavar="DIR",
+        help="embedded: the server's saved slots, where a fork task's run restores its "
+        "parent's slot saved at the fork's turn (else the fork finds the cache only in a slot)",
+    )
     batch.add_argument(
         "--ray",
         default=None,

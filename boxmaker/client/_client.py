@@ -35,7 +35,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -434,11 +434,11 @@ class Client:
             self.last_slot = slot
             yield
 
-    def holder(self, messages: Any) -> int | None:
+    def holder(self, messages: Any, slots: Collection[int] | None = None) -> int | None:
         """The slot whose prompt cache (its last request, of this process, on this client's
         server) holds ``messages`` as a prefix, or ``messages`` holds its; ``None`` when none
-        is known."""
-        return self._leases.holder(self.url, messages)
+        is known. ``slots``: look only at these."""
+        return self._leases.holder(self.url, messages, slots)
 
     def note_slot(self, slot: int, messages: Any) -> None:
         """Take ``slot`` as holding ``messages`` from now on (a slot restored from a file, or

@@ -34,7 +34,7 @@ import json
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,11 +145,12 @@ class SlotLeases:
                 os.close(fd)
                 self._cond.notify_all()
 
-    def holder(self, url: str, messages: Any) -> int | None:
+    def holder(self, url: str, messages: Any, slots: Collection[int] | None = None) -> int | None:
         """The slot of the server at ``url`` whose prompt cache (as far as this process knows:
         its last request) holds ``messages`` as a prefix: its last prompt is a prefix of
         ``messages``, or ``messages`` a prefix of it (llama.cpp reuses the common prefix);
-        the longest common prefix wins; ``None`` when no slot's does."""
+        the longest common prefix wins; ``None`` when no slot's does. ``slots``: look only
+        at these (a batch run pinned to its slot)."""
         prompt = _fingerprint(messages)
         with self._cond:
             server = self._servers.get(url)
@@ -157,6 +158,8 @@ class SlotLeases:
                 return None
             best, size = None, 0
             for slot, last in sorted(server.last.items()):
+                if slots is not None and slot not in slots:
+                    continue
                 n = min(len(last), len(prompt))
                 if n and last[:n] == prompt[:n] and n > size:
                     best, size = slot, n

@@ -143,12 +143,13 @@ def fork_records(
 
 
 def _relative(path: Path, folder: Path) -> str:
-    """``path`` relative to ``folder`` when it lies under it, else as given."""
+    """``path`` relative to ``folder`` when it lies under it, else absolute (a relative path
+    as given would be read against the fork's folder, not the folder it was given in)."""
     try:
         full, base = path.resolve(), folder.resolve()
     except OSError:
-        return str(path)
-    return os.path.relpath(full, base) if full.is_relative_to(base) else str(path)
+        return str(path.absolute())
+    return os.path.relpath(full, base) if full.is_relative_to(base) else str(full)
 
 
 def parent_of(fork_path: Path, forked: Forked) -> Path:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..errors import ForkDiverged, SessionError
-from ..records import Assistant, ToolCall, ToolResult
+from ..records import Assistant, Forked, Record, ToolCall, ToolResult, TurnEnd
 from ..session import Session
 from ..tools import Dispatched, canonical_arguments
 
@@ -51,6 +51,12 @@ class Replay:
         """The replay of ``fork``: its parent's calls that ran after the fork point (for an
         edited result, after the edited one), read from the parent's log (read-only).
 
+        A fork that has turns of its own already (a batch run resumed, a second
+        ``Replay.of`` for the next turn) goes on where they left off: its replayed results
+        count as answered, and a call it answered live means it has diverged already. Turns
+        that did not happen (cancelled, failed or cut by a dead process: their message is
+        sent again) are not counted.
+
         Raises:
             SessionError: ``fork`` is no fork, or its parent's log cannot be read.
         """
@@ -59,20 +65,10 @@ class Replay:
             raise SessionError(f"{fork.path}: not a fork (no 'forked' record)")
         with Session.open(path, read_only=True) as parent:
             records = parent.records
-        start = forked.record if forked.point == "edited_result" else forked.record - 1
-        out: list[tuple[ToolCall, ToolResult]] = []
-        calls: tuple[ToolCall, ...] = ()
-        answered = 0
-        for i, record in enumerate(records):
-            if isinstance(record, Assistant):
-                calls, answered = record.tool_calls, 0
-            elif isinstance(record, ToolResult):
-                call = calls[answered] if answered < len(calls) else None
-                answered += 1
-                ran = record.not_run is None and record.source != "edited"
-                if i >= start and call is not None and ran:
-                    out.append((call, record))
-        return cls(calls=out, stop=stop)
+        replay = cls(calls=_parent_calls(records, forked), stop=stop)
+        own = fork.records[forked.record + (forked.point == "edited_result") :]
+        replay.position, replay.diverged_at = _answered(own)
+        return replay
 
     def answer(self, call: ToolCall) -> Dispatched | None:
         """The parent's result for ``call`` when it is the parent's call at this position
@@ -111,6 +107,58 @@ class Replay:
                 position=position,
             )
         return None
+
+
+def _parent_calls(records: Sequence[Record], forked: Forked) -> list[tuple[ToolCall, ToolResult]]:
+    """The parent's calls that ran after the fork point, each with its result, in order."""
+    start = forked.record if forked.point == "edited_result" else forked.record - 1
+    out: list[tuple[ToolCall, ToolResult]] = []
+    calls: tuple[ToolCall, ...] = ()
+    answered = 0
+    for i, record in enumerate(records):
+        if isinstance(record, Assistant):
+            calls, answered = record.tool_calls, 0
+        elif isinstance(record, ToolResult):
+            call = calls[answered] if answered < len(calls) else None
+            answered += 1
+            ran = record.not_run is None and record.source != "edited"
+            if i >= start and call is not None and ran:
+                out.append((call, record))
+    return out
+
+
+_ASKED = frozenset({None, "invalid_call", "denied", "needs_approval", "diverged"})
+"""``not_run`` of a fork's result whose call the replay was asked about (the loop asks for
+every call it does not answer itself: a repeat, the guard's nudge, a limit's repair)."""
+
+
+def _answered(own: Sequence[Record]) -> tuple[int, int | None]:
+    """``(position, diverged_at)`` of a replay after a fork's own records ``own``: its
+    replayed results, up to the first call it answered otherwise; results of turns that did
+    not happen (their ``TurnEnd`` ``cancelled``, ``infer_error``, ``process_died``) are left
+    out."""
+    position = 0
+    turn: list[ToolResult] = []
+    for record in [*own, None]:
+        if isinstance(record, ToolResult):
+            turn.append(record)
+            continue
+        if isinstance(record, TurnEnd) and record.outcome in _NOT_HAPPENED:
+            turn = []
+            continue
+        if record is None or isinstance(record, TurnEnd):
+            for result in turn:
+                if result.source == "replayed":
+                    position += 1
+                elif result.source is None and result.not_run in _ASKED:
+                    return position + 1, position
+            turn = []
+    return position, None
+
+
+_NOT_HAPPENED = frozenset({"cancelled", "infer_error", "process_died"})
+"""``TurnEnd`` outcomes of a turn that did not happen: its message is sent again (a batch
+run resumed; :data:`boxmaker.batch._plan.RETRIED_OUTCOMES`)."""
 
 
 def replayed(replay: Replay | None, call: ToolCall) -> Dispatched | None:

@@ -135,3 +135,20 @@ def test_saved_slots_are_listed_by_session_and_turn_and_removed_with_the_session
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.turn-x.bin", "b.turn-1.bin",
                                                           "other.txt"]  # fmt: skip
     assert SlotStore().files() == [] and SlotStore.name("s", 3) == "s.turn-3.bin"
+
+
+def test_a_pinned_fork_counts_only_its_own_slot_and_restores_into_it(
+    server: FakeLlama, tmp_path: Path
+) -> None:
+    server.slot_files = {}
+    store = SlotStore()
+    (tmp_path / "locks").mkdir()
+    with client_of(server, SlotLeases(tmp_path / "locks")) as client:
+        parent = parent_of(tmp_path, client, store)  # slot 0 holds the parent's prompt
+        fork = parent.fork(at=1)
+        assert warm_fork(fork, client, store, slot=0, pinned=True).how == "slot"
+        start = warm_fork(fork, client, store, slot=1, pinned=True)  # slot 0 is another run's
+        assert (start.how, start.slot, start.file) == ("restored", 1, f"{parent.id}.turn-1.bin")
+        assert client.holder(fork.messages(), [1]) == 1
+        with pytest.raises(SlotError, match="needs the slot"):
+            warm_fork(fork, client, store, pinned=True)
