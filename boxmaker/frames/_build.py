@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
@@ -48,6 +49,7 @@ from typing import Any, Literal, NamedTuple, Protocol, TypeAlias, TypeVar
 
 import numpy as np
 import pandas as pd
+from tqdm import tqdm
 
 from ..errors import SessionError
 from ..records import parse_time
@@ -243,7 +245,11 @@ reads in this process: starting worker processes costs more than it saves."""
 
 
 def vet_logs(
-    source: Source, vet: Callable[[Path | Session], V], *, workers: int | None = 1
+    source: Source,
+    vet: Callable[[Path | Session], V],
+    *,
+    workers: int | None = 1,
+    progress: bool | None = None,
 ) -> Iterator[V]:
     """The logs of ``source`` that the session reads, each passed through ``vet``, in order.
 
@@ -261,6 +267,8 @@ def vet_logs(
         workers: processes that read files at once (1: this process; ``None``: the CPUs this
             process may use, when the files hold at least :data:`PARALLEL_BYTES` and there are
             two or more; in-memory sessions are always read in this process).
+        progress: a tqdm bar of the logs read, on stderr (``None``: when the files hold at
+            least :data:`PARALLEL_BYTES`, a read of several seconds).
 
     Raises:
         SessionError: a path of ``source`` names no log (see :func:`_check_paths`).
@@ -268,35 +276,53 @@ def vet_logs(
     seen: dict[str, str] = {}  # session id -> the log it came from
     _check_paths(source)
     items = find_logs(source)
-    for value, error, told in _vet_each(items, vet, _workers(items, workers)):
-        for message in told:
-            warnings.warn(message, LogReadWarning, stacklevel=3)
-        if value is not None and value.session in seen:  # a copy of a log (a backup)
-            error = (
-                f"{value.path}: session {value.session} was read already from "
-                f"{seen[value.session]} (a copy?)"
-            )
-        if error is not None or value is None:
-            warnings.warn(f"{error}; the log is left out", LogReadWarning, stacklevel=3)
-            continue
-        seen[value.session] = value.path
-        yield value
+    big = _big(items)
+    bar = tqdm(
+        total=len(items),
+        desc="reading logs",
+        unit="log",
+        file=sys.stderr,
+        leave=False,
+        disable=not (big if progress is None else progress),
+    )
+    try:
+        for value, error, told in _vet_each(items, vet, _workers(items, workers, big)):
+            bar.update()
+            for message in told:
+                warnings.warn(message, LogReadWarning, stacklevel=3)
+            if value is not None and value.session in seen:  # a copy of a log (a backup)
+                error = (
+                    f"{value.path}: session {value.session} was read already from "
+                    f"{seen[value.session]} (a copy?)"
+                )
+            if error is not None or value is None:
+                warnings.warn(f"{error}; the log is left out", LogReadWarning, stacklevel=3)
+                continue
+            seen[value.session] = value.path
+            yield value
+    finally:
+        bar.close()
 
 
-def _workers(items: list[Path | Session], workers: int | None) -> int:
-    if workers is not None:
-        return max(1, workers)
+def _big(items: list[Path | Session]) -> bool:
+    """Whether the files of ``items`` hold :data:`PARALLEL_BYTES` or more (two or more)."""
     files = [item for item in items if isinstance(item, Path)]
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if len(files) < 2 or not cpus or cpus < 2:
-        return 1
     size = 0
-    for path in files:
+    for path in files if len(files) >= 2 else ():
         with contextlib.suppress(OSError):
             size += path.stat().st_size
         if size >= PARALLEL_BYTES:
-            return min(cpus, len(files), 8)
-    return 1
+            return True
+    return False
+
+
+def _workers(items: list[Path | Session], workers: int | None, big: bool) -> int:
+    if workers is not None:
+        return max(1, workers)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if not big or not cpus or cpus < 2:
+        return 1
+    return min(cpus, sum(isinstance(item, Path) for item in items), 8)
 
 
 _Outcome: TypeAlias = "tuple[V | None, str | None, list[str]]"

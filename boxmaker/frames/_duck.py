@@ -477,12 +477,7 @@ def connect(
     Warns:
         LogReadWarning: as the pandas engine: the same logs are left out with the same words.
     """
-    con = _duckdb().connect()
-    con.execute("SET TimeZone = 'UTC'")
-    spill = temp_directory or os.path.join(tempfile.gettempdir(), f"boxmaker-duckdb-{os.getpid()}")
-    con.execute("SET temp_directory = ?", [spill])
-    if memory_limit is not None:
-        con.execute(f"SET memory_limit = '{memory_limit}'")
+    duckdb_module = _duckdb()  # before reading: the extra's absence said at once
     scratch = Path(tempfile.mkdtemp(prefix="boxmaker-duck-"))
     try:
         files: list[tuple[str, int, int, int]] = []  # file, log number, lines skipped, count
@@ -510,7 +505,24 @@ def connect(
                     log.fork_point,
                 )
             )
-        _tables(con, files, heads)
+        # connected once the logs are read: worker processes are never forked from a process
+        # running DuckDB's threads
+        con = duckdb_module.connect()
+        con.execute("SET TimeZone = 'UTC'")
+        # DuckDB's own bar writes to stdout (a report piped to a file would hold it): the
+        # frames show their reading's progress on stderr instead (vet_logs)
+        con.execute("SET enable_progress_bar = false")
+        spill = temp_directory or os.path.join(
+            tempfile.gettempdir(), f"boxmaker-duckdb-{os.getpid()}"
+        )
+        con.execute("SET temp_directory = ?", [spill])
+        if memory_limit is not None:
+            con.execute(f"SET memory_limit = '{memory_limit}'")
+        try:
+            _tables(con, files, heads)
+        except BaseException:
+            con.close()
+            raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     for name, sql in FRAME_SQL.items():

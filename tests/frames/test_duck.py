@@ -315,3 +315,28 @@ def test_big_inputs_are_checked_in_worker_processes(
     assert pools == [3]
     for name in frames.Frames._fields:
         assert_frame_equal(small[name], big[name])
+
+
+def test_a_big_read_shows_its_progress_on_stderr_and_nothing_on_stdout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """From PARALLEL_BYTES of logs a tqdm bar of the logs read goes to stderr; DuckDB's own
+    bar (stdout, which a piped report holds) is off."""
+    from boxmaker.frames import _build
+
+    _zoo(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", frames.LogReadWarning)
+        frames.load(tmp_path, engine="duckdb")
+        assert "reading logs" not in capfd.readouterr().err
+        monkeypatch.setattr(_build, "PARALLEL_BYTES", 1)
+        con = frames.connect(tmp_path, workers=1)
+    try:
+        con.execute("SET progress_bar_time = 0")  # DuckDB's bar at once, if it were on
+        con.execute(f"COPY (SELECT * FROM turns) TO '{tmp_path / 't.parquet'}'")
+    finally:
+        con.close()
+    out, err = capfd.readouterr()
+    n = len(list(tmp_path.glob("*.jsonl")))
+    assert "reading logs" in err and f"0/{n} " in err  # the bar, with its total
+    assert out == ""
