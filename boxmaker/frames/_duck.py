@@ -512,6 +512,7 @@ def connect(
         # DuckDB's own bar writes to stdout (a report piped to a file would hold it): the
         # frames show their reading's progress on stderr instead (vet_logs)
         con.execute("SET enable_progress_bar = false")
+        con.execute("SET enable_progress_bar_print = false")  # even if a query turns it on
         spill = temp_directory or os.path.join(
             tempfile.gettempdir(), f"boxmaker-duckdb-{os.getpid()}"
         )

@@ -332,7 +332,7 @@ def test_a_big_read_shows_its_progress_on_stderr_and_nothing_on_stdout(
         monkeypatch.setattr(_build, "PARALLEL_BYTES", 1)
         con = frames.connect(tmp_path, workers=1)
     try:
-        con.execute("SET progress_bar_time = 0")  # DuckDB's bar at once, if it were on
+        con.execute("SET progress_bar_time = 0")  # turns DuckDB's bar on: never printed
         con.execute(f"COPY (SELECT * FROM turns) TO '{tmp_path / 't.parquet'}'")
     finally:
         con.close()
