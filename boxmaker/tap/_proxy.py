@@ -19,7 +19,8 @@ reaches the agent when it reaches the tap). A client that disconnects closes the
 connection (llama-server then stops generating); an upstream that is not reached gets the
 agent an HTTP 502 whose JSON body says so, in OpenAI's error shape. Chat requests
 (:data:`CHAT_PATHS`, :data:`ANTHROPIC_PATHS`) are also handed to the :class:`TapLog` after
-the answer ended (a queue put: logging never delays the agent).
+the answer ended (a queue put: logging never delays the agent), and with a cassette every
+exchange the upstream answered is handed to the :class:`TapCassette` the same way.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ import json
 import socket
 import threading
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,7 @@ import uvicorn
 
 from ..errors import BoxmakerError
 from ..records import utc_now
+from ._cassette import Recorded, TapCassette
 from ._log import Exchange, TapLog
 from ._wire import ANTHROPIC_PATHS, CHAT_PATHS
 
@@ -75,10 +79,11 @@ def _bearer(headers: list[tuple[bytes, bytes]]) -> str | None:
 
 
 def make_app(
-    upstream: str, log: TapLog | None
+    upstream: str, log: TapLog | None, cassette: TapCassette | None = None
 ) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
-    """The ASGI app forwarding every request to ``upstream`` (``http://host:port``) and
-    handing chat exchanges to ``log`` (``None``: forward only)."""
+    """The ASGI app forwarding every request to ``upstream`` (``http://host:port``),
+    handing chat exchanges to ``log`` and every exchange the upstream answered to
+    ``cassette`` (``None``: neither)."""
     base = upstream.rstrip("/")
     state: dict[str, httpx.AsyncHTTPTransport] = {}
 
@@ -126,32 +131,92 @@ def make_app(
         request = httpx.Request(
             scope["method"], url, headers=headers, content=body, extensions=_TIMEOUTS
         )
-        if log is None or not logged:
+        if not logged and cassette is None:
             await _forward(upstream, request, receive, send, keep=False)
             return
-        log.begin()  # counted now: TapLog.wait also waits for an answer still streaming
+        # counted now, so that wait() also waits for an answer still streaming
+        if log is not None and logged:
+            log.begin()
+        if cassette is not None:
+            cassette.begin()
+        answer: _Answer | None = None
         try:
-            status, streamed, answer, error, gone = await _forward(
-                upstream, request, receive, send, keep=True
-            )
-        except BaseException:
-            log.drop()
-            raise
-        log.submit(
-            Exchange(
-                path=path,
-                body=body,
-                status=status,
-                streamed=streamed,
-                answer=answer,
-                error=error,
-                disconnected=gone,
-                api_key=_bearer(headers),
-                started=started,
-            )
-        )
+            answer = await _forward(upstream, request, receive, send, keep=True)
+        finally:  # handed over after the answer ended: queue puts, nothing waits
+            if log is not None and logged:
+                _to_log(log, answer, path, body, headers, started)
+            if cassette is not None:
+                _to_cassette(cassette, answer, scope["method"], url, body, headers)
 
     return app
+
+
+def _to_log(
+    log: TapLog,
+    answer: _Answer | None,
+    path: str,
+    body: bytes,
+    headers: list[tuple[bytes, bytes]],
+    started: datetime,
+) -> None:
+    if answer is None:  # the request was cancelled before an answer
+        log.drop()
+        return
+    exchange = Exchange(
+        path=path,
+        body=body,
+        status=answer.status,
+        streamed=answer.streamed,
+        answer=answer.body,
+        error=answer.error,
+        disconnected=answer.gone,
+        api_key=_bearer(headers),
+        started=started,
+    )
+    log.submit(exchange)
+
+
+def _to_cassette(
+    cassette: TapCassette,
+    answer: _Answer | None,
+    method: str,
+    url: str,
+    body: bytes,
+    headers: list[tuple[bytes, bytes]],
+) -> None:
+    if answer is None or answer.status is None:  # the upstream answered nothing to record
+        cassette.drop()
+        return
+    recorded = Recorded(
+        method=method,
+        uri=url,
+        request_headers=headers,
+        request_body=body,
+        status=answer.status,
+        reason=answer.reason,
+        response_headers=answer.headers,
+        body=answer.body,
+        error=answer.broke,
+    )
+    cassette.submit(recorded)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Answer:
+    """What :func:`_forward` saw: the upstream's ``status`` (``None``: not reached, the agent
+    got a 502), ``reason`` phrase and ``headers``, whether it ``streamed`` SSE, the ``body``
+    bytes forwarded (``b""`` unless kept), what went wrong (``error``, in words), the httpx
+    error that broke the answer off (``broke``, ``"ReadError: ..."``), and whether the agent
+    went away before the answer ended (``gone``)."""
+
+    status: int | None = None
+    reason: str | None = None
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    streamed: bool = False
+    body: bytes = b""
+    error: str | None = None
+    broke: str | None = None
+    gone: bool = False
 
 
 async def _forward(
@@ -161,13 +226,9 @@ async def _forward(
     send: Send,
     *,
     keep: bool,
-) -> tuple[int | None, bool, bytes, str | None, bool]:
-    """Send ``request`` upstream and its answer to the agent, each read as it arrives.
-
-    Returns ``(status, streamed, answer, error, disconnected)``: the upstream's status
-    (``None``: not reached, the agent got a 502), whether it streamed SSE, the bytes
-    forwarded (``b""`` unless ``keep``), what went wrong, and whether the agent went away
-    before the answer ended (the upstream connection is then closed)."""
+) -> _Answer:
+    """Send ``request`` upstream and its answer to the agent, each read as it arrives
+    (the agent going away closes the upstream connection)."""
     try:
         response = await upstream.handle_async_request(request)
     except httpx.HTTPError as exc:
@@ -177,10 +238,11 @@ async def _forward(
         head = [(b"content-type", b"application/json")]
         await send({"type": "http.response.start", "status": 502, "headers": head})
         await send({"type": "http.response.body", "body": json.dumps(answer).encode()})
-        return None, False, b"", why, False
+        return _Answer(error=why)
     kept: list[bytes] = []
     disconnected = asyncio.Event()
     problem: str | None = None
+    broke: str | None = None
     streamed = response.headers.get("content-type", "").startswith("text/event-stream")
 
     async def forward() -> None:
@@ -238,7 +300,8 @@ async def _forward(
         except asyncio.CancelledError:
             pass
         except httpx.HTTPError as exc:
-            problem = f"the upstream's answer broke off: {type(exc).__name__}: {exc}"
+            broke = f"{type(exc).__name__}: {exc}"
+            problem = f"the upstream's answer broke off: {broke}"
         except OSError:  # the agent's socket failed under a write: it is gone
             disconnected.set()
     finally:
@@ -248,7 +311,17 @@ async def _forward(
         await response.aclose()  # closes the upstream connection when cut short
     gone = disconnected.is_set() and not forwarding_done_cleanly(forwarding)
     error = problem or ("the agent disconnected mid-answer" if gone else None)
-    return response.status_code, streamed, b"".join(kept), error, gone
+    reason = response.extensions.get("reason_phrase", b"")
+    return _Answer(
+        status=response.status_code,
+        reason=reason.decode("latin-1") if isinstance(reason, bytes) else None,
+        headers=response.headers.raw,
+        streamed=streamed,
+        body=b"".join(kept),
+        error=error,
+        broke=broke,
+        gone=gone,
+    )
 
 
 def forwarding_done_cleanly(task: asyncio.Future[None]) -> bool:
@@ -266,11 +339,16 @@ class Tap:
         port: the port on 127.0.0.1 to listen on; ``0`` picks a free one (read :attr:`url`).
         forensics: explain each cache loss through the upstream (``/apply-template``,
             ``/tokenize``), on the log's writer thread.
+        cassette: also record every exchange the upstream answered into this cassette file
+            (:class:`TapCassette`: vcrpy's YAML in boxmaker's readable form, scrubbed as
+            :func:`boxmaker.cassettes.use_cassette` scrubs, replayable by it); ``None``: no
+            cassette. Written on a thread of its own, never delaying the agent.
 
     Attributes:
         url: ``"http://127.0.0.1:PORT"``, the address to point the agent at (its OpenAI base
             URL is ``url + "/v1"``); set by :meth:`start`.
         log: the :class:`TapLog` (``None`` without a directory).
+        cassette: the :class:`TapCassette` (``None`` without one).
 
     Example::
 
@@ -289,6 +367,7 @@ class Tap:
         directory: str | Path | None = None,
         port: int = 0,
         forensics: bool = True,
+        cassette: str | Path | None = None,
     ) -> None:
         self.upstream = upstream.rstrip("/")
         self.port = port
@@ -296,13 +375,14 @@ class Tap:
         self.log = (
             TapLog(directory, self.upstream, forensics=forensics) if directory is not None else None
         )
+        self.cassette = TapCassette(cassette) if cassette is not None else None
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._socket: socket.socket | None = None
 
     def _config(self) -> uvicorn.Server:
         config = uvicorn.Config(
-            make_app(self.upstream, self.log),
+            make_app(self.upstream, self.log, self.cassette),
             log_level="warning",
             access_log=False,
             lifespan="on",
@@ -357,7 +437,7 @@ class Tap:
 
     def serve_forever(self) -> None:
         """Listen and serve on this thread until Ctrl-C (the command line's way), then close
-        the logs."""
+        the logs and the cassette."""
         self.bind()
         assert self._socket is not None
         self._server = self._config()
@@ -366,11 +446,11 @@ class Tap:
         finally:
             self._socket.close()
             self._socket = None
-            if self.log is not None:
-                self.log.close()
+            self._close_records()
 
     def stop(self) -> None:
-        """Stop serving, write what is queued, end open turns and close the logs."""
+        """Stop serving, write what is queued, end open turns and close the logs and the
+        cassette."""
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:
@@ -379,8 +459,13 @@ class Tap:
         if self._socket is not None:
             self._socket.close()
             self._socket = None
+        self._close_records()
+
+    def _close_records(self) -> None:
         if self.log is not None:
             self.log.close()
+        if self.cassette is not None:
+            self.cassette.close()
 
     def __enter__(self) -> Tap:
         return self.start()
