@@ -262,7 +262,7 @@ def _tap(args: argparse.Namespace) -> int:
     for path in tap.log.sessions if tap.log else ():
         print(path)
     if tap.cassette is not None and tap.cassette.recorded:
-        print(f"{tap.cassette.path} ({tap.cassette.recorded} interactions)")
+        print(f"{tap.cassette.path}: {tap.cassette.recorded} interaction(s) recorded")
     return 0
 
 
