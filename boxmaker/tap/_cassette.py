@@ -2,7 +2,8 @@
 
 The proxy hands each exchange it forwarded (the request as sent upstream, the answer's status,
 headers and bytes as the agent got them) to :meth:`TapCassette.submit`, a queue put; the
-thread scrubs and appends it with :class:`boxmaker.cassettes.CassetteWriter` (the rules of
+thread, in a quiet moment (no request in flight: :mod:`~boxmaker.tap._traffic`), scrubs and
+appends it with :class:`boxmaker.cassettes.CassetteWriter` (the rules of
 :func:`boxmaker.cassettes.use_cassette`: no credential, no header but ``Accept`` and
 ``Content-Type`` reaches the file). The tap's own side requests (cache forensics asking the
 template and the tokenizer) are not the agent's traffic and are not recorded, as inside
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CassetteError
+from ._traffic import Traffic
 
 __all__ = ["Recorded", "TapCassette"]
 
@@ -50,6 +52,8 @@ class TapCassette:
         path: the cassette file (YAML, boxmaker's readable form; replaced by the first
             exchange; read it with :func:`boxmaker.cassettes.use_cassette`, the pytest plugin
             or ``boxmaker cassette show``).
+        traffic: the tap's requests in flight: each exchange is written in a quiet moment
+            (:class:`~boxmaker.tap._traffic.Traffic`; ``None``: at once).
 
     Attributes:
         path: the file.
@@ -57,13 +61,14 @@ class TapCassette:
         problems: what could not be recorded, in words (a write failure is said once).
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, traffic: Traffic | None = None) -> None:
         from ..cassettes import CassetteWriter  # vcrpy: imported only when a cassette is asked
 
         self.path = Path(path)
         self.problems: list[str] = []
         self._writer: Any = CassetteWriter(self.path)
         self._failed = False
+        self._traffic = traffic
         self._queue: queue.SimpleQueue[Recorded | None] = queue.SimpleQueue()
         self._idle = threading.Condition()
         self._pending = 0
@@ -116,6 +121,8 @@ class TapCassette:
             if exchange is None:
                 return
             try:
+                if self._traffic is not None:
+                    self._traffic.wait_quiet()
                 if not self._failed:
                     self._writer.add(
                         method=exchange.method,

@@ -43,6 +43,7 @@ from ..errors import BoxmakerError
 from ..records import utc_now
 from ._cassette import Recorded, TapCassette
 from ._log import Exchange, TapLog
+from ._traffic import Traffic
 from ._wire import ANTHROPIC_PATHS, CHAT_PATHS
 
 __all__ = ["HOP_BY_HOP", "Tap", "make_app"]
@@ -79,11 +80,15 @@ def _bearer(headers: list[tuple[bytes, bytes]]) -> str | None:
 
 
 def make_app(
-    upstream: str, log: TapLog | None, cassette: TapCassette | None = None
+    upstream: str,
+    log: TapLog | None,
+    cassette: TapCassette | None = None,
+    traffic: Traffic | None = None,
 ) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
     """The ASGI app forwarding every request to ``upstream`` (``http://host:port``),
     handing chat exchanges to ``log`` and every exchange the upstream answered to
-    ``cassette`` (``None``: neither)."""
+    ``cassette`` (``None``: neither); each request is counted in ``traffic`` while in flight
+    (the writers wait for a quiet moment)."""
     base = upstream.rstrip("/")
     state: dict[str, httpx.AsyncHTTPTransport] = {}
 
@@ -107,6 +112,16 @@ def make_app(
             return
         if scope["type"] != "http":
             return
+        if traffic is None:
+            await handle(scope, receive, send)
+            return
+        traffic.enter()
+        try:
+            await handle(scope, receive, send)
+        finally:
+            traffic.leave()
+
+    async def handle(scope: Scope, receive: Receive, send: Send) -> None:
         upstream = state["upstream"]
         parts = []
         while True:
@@ -372,17 +387,22 @@ class Tap:
         self.upstream = upstream.rstrip("/")
         self.port = port
         self.url = ""
+        self._traffic = Traffic()
         self.log = (
-            TapLog(directory, self.upstream, forensics=forensics) if directory is not None else None
+            TapLog(directory, self.upstream, forensics=forensics, traffic=self._traffic)
+            if directory is not None
+            else None
         )
-        self.cassette = TapCassette(cassette) if cassette is not None else None
+        self.cassette = (
+            TapCassette(cassette, traffic=self._traffic) if cassette is not None else None
+        )
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._socket: socket.socket | None = None
 
     def _config(self) -> uvicorn.Server:
         config = uvicorn.Config(
-            make_app(self.upstream, self.log, self.cassette),
+            make_app(self.upstream, self.log, self.cassette, self._traffic),
             log_level="warning",
             access_log=False,
             lifespan="on",
@@ -462,6 +482,7 @@ class Tap:
         self._close_records()
 
     def _close_records(self) -> None:
+        self._traffic.close()  # nothing flies now: the writers drain without waiting
         if self.log is not None:
             self.log.close()
         if self.cassette is not None:
