@@ -430,3 +430,19 @@ def test_the_command_serves_until_interrupted_and_names_its_logs_and_cassette(
     assert f"{cassette}: 1 interaction(s) recorded" in out
     with use_cassette(cassette, "none"):  # the answer the agent got, replayed
         assert _post("http://127.0.0.1:9", [ASK]).content == r.content
+
+
+def test_the_listening_socket_says_tcp_so_each_agent_connection_has_nagle_off() -> None:
+    import socket
+
+    # asyncio sets TCP_NODELAY on an accepted connection only when the listening socket's
+    # proto is IPPROTO_TCP; with 0, Nagle held an event sent right after the head until the
+    # agent's delayed ACK (about 40 ms to the first event)
+    tap = Tap("http://127.0.0.1:9")
+    tap.bind()
+    try:
+        sock = tap._socket
+        assert sock is not None and sock.proto == socket.IPPROTO_TCP
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    finally:
+        tap.stop()
