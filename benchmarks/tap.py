@@ -9,15 +9,20 @@ write, ``--pace-us`` between events (0: as fast as the socket takes them) after
 ``--first-ms`` before the first (the prompt's processing). The agent is an ``httpx.Client``
 reading raw bytes; an event counts as arrived when its closing blank line has.
 
-Both paths run alternately ``--repeat`` times (the machine is shared: load changes hit both
-alike), the stand-in and the tap (``boxmaker tap``) each in a process of its own, as in
-use; the medians are compared, in wall-clock time (a proxy is about latency):
+Both paths run ``--repeat`` times, interleaved in ABBA order (direct-tap, tap-direct, ...:
+load changes on the shared machine hit both alike, and each path follows itself as often as
+the other, so the tap's writer thread, busy with the previous exchange, lands on both paths'
+runs), over connections kept alive and warmed first on both paths (the tap's pool to the
+stand-in included); the stand-in and the tap (``boxmaker tap``) each in a process of its own,
+as in use. The medians are compared (the quartiles are printed too), in wall-clock time (a
+proxy is about latency):
 
 - first event: from sending the request to the first whole event, in ms;
 - events/s: events over the time from sending the request to the last event.
 
 The tap runs with its log on (a temporary directory; each exchange parsed and written on
-the writer thread, as in use), forensics off (the stand-in serves no template).
+the writer thread, as in use), forensics off (the stand-in serves no template); with
+``--cassette`` it also records every exchange into a cassette (``boxmaker tap --cassette``).
 
 The last line printed is::
 
@@ -31,7 +36,8 @@ tokens/s, llama.cpp's ``predicted_per_second``; real models stream slower). ``--
 extra hop's socket writes and reads per event (one event per chunk, none coalesced) are what
 one measures.
 
-Run: ``PYTHONPATH=. python benchmarks/tap.py [--repeat 15] [--pace-us 2000] [--first-ms 20]``
+Run: ``PYTHONPATH=. python benchmarks/tap.py [--repeat 20] [--pace-us 2000] [--first-ms 20]
+[--cassette]``
 (from the repo root, so that this checkout's ``boxmaker`` is imported).
 """
 
@@ -161,9 +167,10 @@ def read(client: httpx.Client, url: str, n_events: int) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--stream", type=Path, default=DEFAULT_STREAM)
-    parser.add_argument("--repeat", type=int, default=15, help="runs of each path")
+    parser.add_argument("--repeat", type=int, default=20, help="runs of each path")
     parser.add_argument("--pace-us", type=float, default=2000.0, help="between events (µs)")
     parser.add_argument("--first-ms", type=float, default=20.0, help="before the first (ms)")
+    parser.add_argument("--cassette", action="store_true", help="the tap also writes a cassette")
     args = parser.parse_args()
     body = args.stream.read_bytes()
     events = [part + b"\n\n" for part in body.split(b"\n\n") if part.strip()]
@@ -189,6 +196,8 @@ def main() -> None:
             logs,
             "--no-forensics",
         ]
+        if args.cassette:
+            command += ["--cassette", str(Path(logs) / "tapped.yaml")]
         tap = subprocess.Popen(command, stdout=subprocess.DEVNULL, env=os.environ.copy())
         try:
             tap_url = f"http://127.0.0.1:{port}"
@@ -196,9 +205,10 @@ def main() -> None:
             for _ in range(2):  # warm both paths (the tap's imports and pool)
                 read(client, upstream, len(events))
                 read(client, tap_url, len(events))
-            for _ in range(args.repeat):
-                results["direct"].append(read(client, upstream, len(events)))
-                results["tap"].append(read(client, tap_url, len(events)))
+            for n in range(args.repeat):
+                order = [("direct", upstream), ("tap", tap_url)]
+                for name, url in order if n % 2 == 0 else order[::-1]:
+                    results[name].append(read(client, url, len(events)))
         finally:
             tap.terminate()  # SIGTERM: uvicorn stops, the tap writes and closes its logs
             tap.wait(timeout=30)
@@ -212,9 +222,14 @@ def main() -> None:
     print(
         f"{len(events)} events, pace {args.pace_us:.0f} µs, first after {args.first_ms:.0f} ms, "
         f"{args.repeat} runs each; {logged} session logs written by the tap"
+        + (", and a cassette" if args.cassette else "")
     )
     for name, (first, rate) in medians.items():
-        print(f"  {name:6}: first event {first * 1000:8.2f} ms, {rate:10.0f} events/s")
+        q1, _, q3 = statistics.quantiles([f * 1000 for f, _ in results[name]], n=4)
+        print(
+            f"  {name:6}: first event {first * 1000:8.2f} ms (quartiles {q1:.2f}-{q3:.2f}), "
+            f"{rate:10.0f} events/s"
+        )
     first_ratio = medians["tap"][0] / medians["direct"][0]
     rate_ratio = medians["tap"][1] / medians["direct"][1]
     print(f"first_event_ratio {first_ratio:.2f} events_per_s_ratio {rate_ratio:.2f}")

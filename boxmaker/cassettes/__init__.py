@@ -13,6 +13,8 @@ The parts, one role each:
 - :mod:`~boxmaker.cassettes`: :func:`use_cassette` and :func:`make_vcr`, a streaming
   record/replay patch of the httpx transports, sync and async (the widgets, Stop and the
   thinking cap see the stream as it arrives while it is recorded);
+- :mod:`~boxmaker.cassettes`: :class:`CassetteWriter`, a cassette written from exchanges
+  seen elsewhere (``boxmaker tap --cassette``), scrubbed the same way;
 - :mod:`~boxmaker.cassettes`: the teed and replayed response streams, for httpx and
   the openai SDK's ``httpx2``;
 - :mod:`~boxmaker.cassettes`: a :func:`transcript`, the prefix check
@@ -65,6 +67,7 @@ from ._transport import (
     unplayed_message,
     use_cassette,
 )
+from ._writer import CassetteWriter
 from .whatif import WhatIf, what_if
 
 __all__ = [
@@ -76,6 +79,7 @@ __all__ = [
     "SECRET_HEADERS",
     "SECRET_PLACEHOLDER",
     "SECRET_QUERY_PARAMETERS",
+    "CassetteWriter",
     "PrefixCheck",
     "RecordMode",
     "RecordedSession",

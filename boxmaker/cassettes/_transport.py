@@ -52,6 +52,7 @@ __all__ = [
     "RecordMode",
     "UnrecordedRequest",
     "make_vcr",
+    "recorded_response",
     "streaming_into",
     "unplayed_message",
     "use_cassette",
@@ -236,24 +237,14 @@ class _Run:
         """Append one interaction: the body as it reached the client (decoded with httpx's
         own decoders, ``Content-Encoding`` dropped) and the error that broke it, if any, with
         the request's credentials ``known`` hidden."""
-        if not decoded and "content-encoding" in response.headers:
-            try:  # the same decoding httpx applied for the client (gzip, deflate, br, zstd)
-                plain = httpx.Response(200, headers=response.headers, stream=httpx.ByteStream(body))
-                body = plain.read()
-                decoded = True
-            except httpx.DecodingError:
-                pass  # a compressed body cut mid-way is stored as it came
-        headers: dict[str, list[str]] = {}
-        for name, value in response.headers.multi_items():
-            if not (decoded and name.lower() in ("content-encoding", "content-length")):
-                headers.setdefault(name, []).append(value)
-        data: dict[str, Any] = {
-            "status": {"code": response.status_code, "message": response.reason_phrase},
-            "headers": headers,
-            "body": {"string": body},
-        }
-        if error is not None:
-            data["error"] = f"{type(error).__name__}: {error}"
+        data = recorded_response(
+            response.status_code,
+            response.reason_phrase,
+            response.headers.multi_items(),
+            body,
+            f"{type(error).__name__}: {error}" if error is not None else None,
+            decoded=decoded,
+        )
         hide_in_response(data, known)
         with self.lock:
             self.cassette.append(vreq, data)
@@ -281,6 +272,51 @@ class _Run:
                 f"(the next unplayed, {unplayed[0] + 1}, is {nxt.method} {nxt.path})"
             )
         return f"{what} interaction: all {len(cassette.data)} recorded interactions were played"
+
+
+def recorded_response(
+    status: int,
+    reason: str | None,
+    headers: Sequence[tuple[str, str]],
+    body: bytes,
+    error: str | None = None,
+    *,
+    decoded: bool = False,
+) -> dict[str, Any]:
+    """A response as vcrpy's cassette stores it (``status``, ``headers``, ``body.string``,
+    boxmaker's ``error``), before scrubbing: a body sent compressed (``Content-Encoding``) is
+    stored as the client read it, decoded with httpx's own decoders (gzip, deflate, br, zstd),
+    its ``Content-Encoding`` and ``Content-Length`` dropped; one cut mid-way that does not
+    decode is stored as it came.
+
+    Args:
+        status: the HTTP status code.
+        reason: the reason phrase (``None``: none).
+        headers: the response's headers, in order, repeats kept.
+        body: the bytes that arrived.
+        error: the transport error that broke the body off (``"RemoteProtocolError: ..."``,
+            the httpx class name first: replay raises that class), ``None`` when it ended.
+        decoded: ``body`` is already decoded.
+    """
+    if not decoded and any(name.lower() == "content-encoding" for name, _ in headers):
+        try:  # the same decoding httpx applied for the client (gzip, deflate, br, zstd)
+            plain = httpx.Response(200, headers=list(headers), stream=httpx.ByteStream(body))
+            body = plain.read()
+            decoded = True
+        except httpx.DecodingError:
+            pass  # a compressed body cut mid-way is stored as it came
+    kept: dict[str, list[str]] = {}
+    for name, value in headers:
+        if not (decoded and name.lower() in ("content-encoding", "content-length")):
+            kept.setdefault(name, []).append(value)
+    data: dict[str, Any] = {
+        "status": {"code": status, "message": reason},
+        "headers": kept,
+        "body": {"string": body},
+    }
+    if error is not None:
+        data["error"] = error
+    return data
 
 
 def _refuse_side_request(request: Any, library: Library) -> Any:

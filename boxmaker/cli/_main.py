@@ -26,9 +26,10 @@
 - ``boxmaker replay LOG.jsonl [--tool-iterations N] ...``: the same limits over a session
   log's own calls (a tapped agent's too; :func:`boxmaker.tap.what_if_log`): which would have
   fired, and where.
-- ``boxmaker tap --upstream URL [--port P] [--dir DIR] [--no-forensics]``: a pass-through
-  proxy on 127.0.0.1 in front of a llama-server, writing boxmaker session logs of the agents
-  pointed at it, until Ctrl-C (:mod:`boxmaker.tap`).
+- ``boxmaker tap --upstream URL [--port P] [--dir DIR] [--no-forensics] [--cassette PATH]``:
+  a pass-through proxy on 127.0.0.1 in front of a llama-server, writing boxmaker session logs
+  of the agents pointed at it (and, with ``--cassette``, a scrubbed cassette of every
+  exchange), until Ctrl-C (:mod:`boxmaker.tap`).
 - ``boxmaker doctor --url URL [--api-key KEY] [--json]``: probe a llama-server with small
   requests and say what is set up right for agent loops, and what to change (exit 1 if a
   check failed).
@@ -246,14 +247,23 @@ def _tap(args: argparse.Namespace) -> int:
     from ..tap import Tap  # uvicorn, httpx: imported only when the tap runs
 
     logging.basicConfig(format="boxmaker tap: %(message)s")
-    tap = Tap(args.upstream, directory=args.dir, port=args.port, forensics=not args.no_forensics)
+    tap = Tap(
+        args.upstream,
+        directory=args.dir,
+        port=args.port,
+        forensics=not args.no_forensics,
+        cassette=args.cassette,
+    )
     tap.bind()
     print(f"boxmaker tap: listening on {tap.url} -> {tap.upstream}", flush=True)
-    print(f"  point the agent at {tap.url}/v1; logs in {args.dir}", flush=True)
+    also = f"; cassette {args.cassette}" if args.cassette else ""
+    print(f"  point the agent at {tap.url}/v1; logs in {args.dir}{also}", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         tap.serve_forever()
     for path in tap.log.sessions if tap.log else ():
         print(path)
+    if tap.cassette is not None and tap.cassette.recorded:
+        print(f"{tap.cassette.path}: {tap.cassette.recorded} interaction(s) recorded")
     return 0
 
 
@@ -575,6 +585,11 @@ def _parser() -> argparse.ArgumentParser:
     tap.add_argument("--dir", default="sessions", help="where session logs go (./sessions)")
     tap.add_argument(
         "--no-forensics", action="store_true", help="log cache losses without asking why"
+    )
+    tap.add_argument(
+        "--cassette",
+        metavar="PATH",
+        help="also record every exchange, scrubbed, into this cassette (YAML; replaced)",
     )
     tap.set_defaults(run=_tap)
 

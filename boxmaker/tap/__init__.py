@@ -9,10 +9,14 @@ completion's ``Usage`` with llama.cpp's ``timings``, and each ``CacheLoss`` with
 token position boxmaker's cache forensics find (:mod:`boxmaker.cache`), all written off the
 request path. The logs read as boxmaker's own: :class:`boxmaker.session.Session`, the frames,
 ``boxmaker report``, ``boxmaker cache explain``; :func:`what_if_log` (``boxmaker replay
-LOG.jsonl``) says which loop limit would have stopped the agent.
+LOG.jsonl``) says which loop limit would have stopped the agent. With a cassette
+(``Tap(..., cassette=PATH)``, ``boxmaker tap --cassette PATH``) every exchange is also
+recorded, scrubbed, into a cassette that :func:`boxmaker.cassettes.use_cassette` replays
+(:class:`TapCassette`).
 """
 
 from .._public import publish
+from ._cassette import Recorded, TapCassette
 from ._log import REPLY_SLACK, Exchange, TapLog
 from ._proxy import HOP_BY_HOP, Tap, make_app
 from ._whatif import LogWhatIf, what_if_log
@@ -25,8 +29,10 @@ __all__ = [
     "REPLY_SLACK",
     "Exchange",
     "LogWhatIf",
+    "Recorded",
     "Reply",
     "Tap",
+    "TapCassette",
     "TapLog",
     "anthropic_body",
     "make_app",

@@ -3,7 +3,9 @@
 The proxy hands each finished exchange (the request's bytes, the answer's bytes as the agent
 got them, what went wrong) to :meth:`TapLog.submit`, which only puts it on a queue: parsing,
 grouping, cache forensics (extra requests to the upstream) and the fsynced appends all run on
-the writer thread, never on the agent's request path.
+the writer thread, never on the agent's request path, and in a quiet moment (no request in
+flight through the tap, :mod:`~boxmaker.tap._traffic`), so the GIL they hold does not slow the
+agent's next request.
 
 Grouping (one session per conversation): each request's messages are compared with every
 conversation's last request, message by message as the model sees them
@@ -56,6 +58,7 @@ from ..records import (
     utc_now,
 )
 from ..session import Session, message_of
+from ._traffic import Traffic
 from ._wire import (
     ANTHROPIC_PATHS,
     CHAT_PATHS,
@@ -135,6 +138,8 @@ class TapLog:
         upstream: the llama-server's base URL, asked for cache forensics
             (``/apply-template``, ``/tokenize``, ``/props``) after a loss.
         forensics: explain each cache loss (``False``: the ``CacheLoss`` without a cause).
+        traffic: the tap's requests in flight: each exchange is written in a quiet moment
+            (:class:`~boxmaker.tap._traffic.Traffic`, at most 2 s later; ``None``: at once).
 
     Attributes:
         sessions: the log of each conversation, in the order they began.
@@ -142,7 +147,14 @@ class TapLog:
         skipped: requests forwarded but not logged (not JSON, no ``messages``).
     """
 
-    def __init__(self, directory: str | Path, upstream: str, *, forensics: bool = True) -> None:
+    def __init__(
+        self,
+        directory: str | Path,
+        upstream: str,
+        *,
+        forensics: bool = True,
+        traffic: Traffic | None = None,
+    ) -> None:
         self.directory = Path(directory)
         self.upstream = upstream.rstrip("/")
         self.forensics = forensics
@@ -154,6 +166,7 @@ class TapLog:
         self._idle = threading.Condition()
         self._pending = 0
         self._disk_said = False
+        self._traffic = traffic
         self._thread = threading.Thread(target=self._run, name="boxmaker-tap-log", daemon=True)
         self._thread.start()
 
@@ -208,6 +221,8 @@ class TapLog:
             if exchange is None:
                 return
             try:
+                if self._traffic is not None:
+                    self._traffic.wait_quiet()
                 self._write(exchange)
             except Exception as exc:  # the writer never dies: the agent's traffic goes on
                 self._problem(f"{exchange.path}: not logged: {type(exc).__name__}: {exc}")

@@ -1,10 +1,16 @@
 """The tap's pass-through proxy: an ASGI app served by uvicorn, httpx to the upstream.
 
 Why these: uvicorn is a well-kept HTTP/1.1 server that hands the app each body write as it
-comes and reports a client's disconnect (``http.disconnect``); httpx's async client streams
+comes and reports a client's disconnect (``http.disconnect``); httpx's async transport streams
 the upstream's answer as raw bytes (``aiter_raw``: not decoded, not re-chunked). The app is
 plain ASGI (no framework): it only moves bytes, so it is short, and nothing between the two
 sockets parses or buffers.
+
+The upstream is asked through httpx's connection-pooling transport itself
+(``AsyncHTTPTransport``), not an ``AsyncClient``: a client would add its default headers
+(``User-Agent``, ``Accept-Encoding``) to a request that lacks them, keep the upstream's
+cookies and send them with every agent's requests, and costs about 0.2 ms a request on the way
+to the first event (merging, auth and redirect handling a proxy does not want).
 
 What passes: the method, path, query, body and headers of every request (less the hop-by-hop
 ones of RFC 9110 7.6.1 and ``Host``, which httpx sets to the upstream's); the status, headers
@@ -13,7 +19,8 @@ reaches the agent when it reaches the tap). A client that disconnects closes the
 connection (llama-server then stops generating); an upstream that is not reached gets the
 agent an HTTP 502 whose JSON body says so, in OpenAI's error shape. Chat requests
 (:data:`CHAT_PATHS`, :data:`ANTHROPIC_PATHS`) are also handed to the :class:`TapLog` after
-the answer ended (a queue put: logging never delays the agent).
+the answer ended (a queue put: logging never delays the agent), and with a cassette every
+exchange the upstream answered is handed to the :class:`TapCassette` the same way.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ import json
 import socket
 import threading
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +41,9 @@ import uvicorn
 
 from ..errors import BoxmakerError
 from ..records import utc_now
+from ._cassette import Recorded, TapCassette
 from ._log import Exchange, TapLog
+from ._traffic import Traffic
 from ._wire import ANTHROPIC_PATHS, CHAT_PATHS
 
 __all__ = ["HOP_BY_HOP", "Tap", "make_app"]
@@ -53,6 +64,7 @@ HOP_BY_HOP = frozenset(
 
 _HOP = frozenset(h.encode() for h in HOP_BY_HOP)
 _LOGGED = CHAT_PATHS | ANTHROPIC_PATHS
+_TIMEOUTS = {"timeout": {"connect": 10.0, "read": None, "write": 60.0, "pool": None}}
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -68,25 +80,29 @@ def _bearer(headers: list[tuple[bytes, bytes]]) -> str | None:
 
 
 def make_app(
-    upstream: str, log: TapLog | None
+    upstream: str,
+    log: TapLog | None,
+    cassette: TapCassette | None = None,
+    traffic: Traffic | None = None,
 ) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
-    """The ASGI app forwarding every request to ``upstream`` (``http://host:port``) and
-    handing chat exchanges to ``log`` (``None``: forward only)."""
+    """The ASGI app forwarding every request to ``upstream`` (``http://host:port``),
+    handing chat exchanges to ``log`` and every exchange the upstream answered to
+    ``cassette`` (``None``: neither); each request is counted in ``traffic`` while in flight
+    (the writers wait for a quiet moment)."""
     base = upstream.rstrip("/")
-    state: dict[str, httpx.AsyncClient] = {}
+    state: dict[str, httpx.AsyncHTTPTransport] = {}
 
     async def lifespan(receive: Receive, send: Send) -> None:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                timeout = httpx.Timeout(connect=10.0, read=None, write=60.0, pool=None)
                 limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
-                state["client"] = httpx.AsyncClient(timeout=timeout, limits=limits)
+                state["upstream"] = httpx.AsyncHTTPTransport(limits=limits)
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                client = state.pop("client", None)
-                if client is not None:
-                    await client.aclose()
+                transport = state.pop("upstream", None)
+                if transport is not None:
+                    await transport.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -96,7 +112,17 @@ def make_app(
             return
         if scope["type"] != "http":
             return
-        client = state["client"]
+        if traffic is None:
+            await handle(scope, receive, send)
+            return
+        traffic.enter()
+        try:
+            await handle(scope, receive, send)
+        finally:
+            traffic.leave()
+
+    async def handle(scope: Scope, receive: Receive, send: Send) -> None:
+        upstream = state["upstream"]
         parts = []
         while True:
             message = await receive()
@@ -117,46 +143,109 @@ def make_app(
             if k.lower() not in _HOP and k.lower() not in (b"host", b"content-length")
         ]
         logged = log is not None and path in _LOGGED and scope["method"] == "POST"
-        request = client.build_request(scope["method"], url, headers=headers, content=body)
-        if log is None or not logged:
-            await _forward(client, request, receive, send, keep=False)
-            return
-        log.begin()  # counted now: TapLog.wait also waits for an answer still streaming
-        try:
-            status, streamed, answer, error, gone = await _forward(
-                client, request, receive, send, keep=True
-            )
-        except BaseException:
-            log.drop()
-            raise
-        log.submit(
-            Exchange(
-                path=path,
-                body=body,
-                status=status,
-                streamed=streamed,
-                answer=answer,
-                error=error,
-                disconnected=gone,
-                api_key=_bearer(headers),
-                started=started,
-            )
+        request = httpx.Request(
+            scope["method"], url, headers=headers, content=body, extensions=_TIMEOUTS
         )
+        if not logged and cassette is None:
+            await _forward(upstream, request, receive, send, keep=False)
+            return
+        # counted now, so that wait() also waits for an answer still streaming
+        if log is not None and logged:
+            log.begin()
+        if cassette is not None:
+            cassette.begin()
+        answer: _Answer | None = None
+        try:
+            answer = await _forward(upstream, request, receive, send, keep=True)
+        finally:  # handed over after the answer ended: queue puts, nothing waits
+            if log is not None and logged:
+                _to_log(log, answer, path, body, headers, started)
+            if cassette is not None:
+                _to_cassette(cassette, answer, scope["method"], url, body, headers)
 
     return app
 
 
-async def _forward(
-    client: httpx.AsyncClient, request: httpx.Request, receive: Receive, send: Send, *, keep: bool
-) -> tuple[int | None, bool, bytes, str | None, bool]:
-    """Send ``request`` upstream and its answer to the agent, each read as it arrives.
+def _to_log(
+    log: TapLog,
+    answer: _Answer | None,
+    path: str,
+    body: bytes,
+    headers: list[tuple[bytes, bytes]],
+    started: datetime,
+) -> None:
+    if answer is None:  # the request was cancelled before an answer
+        log.drop()
+        return
+    exchange = Exchange(
+        path=path,
+        body=body,
+        status=answer.status,
+        streamed=answer.streamed,
+        answer=answer.body,
+        error=answer.error,
+        disconnected=answer.gone,
+        api_key=_bearer(headers),
+        started=started,
+    )
+    log.submit(exchange)
 
-    Returns ``(status, streamed, answer, error, disconnected)``: the upstream's status
-    (``None``: not reached, the agent got a 502), whether it streamed SSE, the bytes
-    forwarded (``b""`` unless ``keep``), what went wrong, and whether the agent went away
-    before the answer ended (the upstream connection is then closed)."""
+
+def _to_cassette(
+    cassette: TapCassette,
+    answer: _Answer | None,
+    method: str,
+    url: str,
+    body: bytes,
+    headers: list[tuple[bytes, bytes]],
+) -> None:
+    if answer is None or answer.status is None:  # the upstream answered nothing to record
+        cassette.drop()
+        return
+    recorded = Recorded(
+        method=method,
+        uri=url,
+        request_headers=headers,
+        request_body=body,
+        status=answer.status,
+        reason=answer.reason,
+        response_headers=answer.headers,
+        body=answer.body,
+        error=answer.broke,
+    )
+    cassette.submit(recorded)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Answer:
+    """What :func:`_forward` saw: the upstream's ``status`` (``None``: not reached, the agent
+    got a 502), ``reason`` phrase and ``headers``, whether it ``streamed`` SSE, the ``body``
+    bytes forwarded (``b""`` unless kept), what went wrong (``error``, in words), the httpx
+    error that broke the answer off (``broke``, ``"ReadError: ..."``), and whether the agent
+    went away before the answer ended (``gone``)."""
+
+    status: int | None = None
+    reason: str | None = None
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    streamed: bool = False
+    body: bytes = b""
+    error: str | None = None
+    broke: str | None = None
+    gone: bool = False
+
+
+async def _forward(
+    upstream: httpx.AsyncHTTPTransport,
+    request: httpx.Request,
+    receive: Receive,
+    send: Send,
+    *,
+    keep: bool,
+) -> _Answer:
+    """Send ``request`` upstream and its answer to the agent, each read as it arrives
+    (the agent going away closes the upstream connection)."""
     try:
-        response = await client.send(request, stream=True)
+        response = await upstream.handle_async_request(request)
     except httpx.HTTPError as exc:
         base = f"{request.url.scheme}://{request.url.netloc.decode('latin-1')}"
         why = f"the tap could not reach the upstream {base}: {type(exc).__name__}: {exc}"
@@ -164,10 +253,11 @@ async def _forward(
         head = [(b"content-type", b"application/json")]
         await send({"type": "http.response.start", "status": 502, "headers": head})
         await send({"type": "http.response.body", "body": json.dumps(answer).encode()})
-        return None, False, b"", why, False
+        return _Answer(error=why)
     kept: list[bytes] = []
     disconnected = asyncio.Event()
     problem: str | None = None
+    broke: str | None = None
     streamed = response.headers.get("content-type", "").startswith("text/event-stream")
 
     async def forward() -> None:
@@ -225,7 +315,8 @@ async def _forward(
         except asyncio.CancelledError:
             pass
         except httpx.HTTPError as exc:
-            problem = f"the upstream's answer broke off: {type(exc).__name__}: {exc}"
+            broke = f"{type(exc).__name__}: {exc}"
+            problem = f"the upstream's answer broke off: {broke}"
         except OSError:  # the agent's socket failed under a write: it is gone
             disconnected.set()
     finally:
@@ -235,7 +326,17 @@ async def _forward(
         await response.aclose()  # closes the upstream connection when cut short
     gone = disconnected.is_set() and not forwarding_done_cleanly(forwarding)
     error = problem or ("the agent disconnected mid-answer" if gone else None)
-    return response.status_code, streamed, b"".join(kept), error, gone
+    reason = response.extensions.get("reason_phrase", b"")
+    return _Answer(
+        status=response.status_code,
+        reason=reason.decode("latin-1") if isinstance(reason, bytes) else None,
+        headers=response.headers.raw,
+        streamed=streamed,
+        body=b"".join(kept),
+        error=error,
+        broke=broke,
+        gone=gone,
+    )
 
 
 def forwarding_done_cleanly(task: asyncio.Future[None]) -> bool:
@@ -253,11 +354,16 @@ class Tap:
         port: the port on 127.0.0.1 to listen on; ``0`` picks a free one (read :attr:`url`).
         forensics: explain each cache loss through the upstream (``/apply-template``,
             ``/tokenize``), on the log's writer thread.
+        cassette: also record every exchange the upstream answered into this cassette file
+            (:class:`TapCassette`: vcrpy's YAML in boxmaker's readable form, scrubbed as
+            :func:`boxmaker.cassettes.use_cassette` scrubs, replayable by it); ``None``: no
+            cassette. Written on a thread of its own, never delaying the agent.
 
     Attributes:
         url: ``"http://127.0.0.1:PORT"``, the address to point the agent at (its OpenAI base
             URL is ``url + "/v1"``); set by :meth:`start`.
         log: the :class:`TapLog` (``None`` without a directory).
+        cassette: the :class:`TapCassette` (``None`` without one).
 
     Example::
 
@@ -276,12 +382,19 @@ class Tap:
         directory: str | Path | None = None,
         port: int = 0,
         forensics: bool = True,
+        cassette: str | Path | None = None,
     ) -> None:
         self.upstream = upstream.rstrip("/")
         self.port = port
         self.url = ""
+        self._traffic = Traffic()
         self.log = (
-            TapLog(directory, self.upstream, forensics=forensics) if directory is not None else None
+            TapLog(directory, self.upstream, forensics=forensics, traffic=self._traffic)
+            if directory is not None
+            else None
+        )
+        self.cassette = (
+            TapCassette(cassette, traffic=self._traffic) if cassette is not None else None
         )
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -289,7 +402,7 @@ class Tap:
 
     def _config(self) -> uvicorn.Server:
         config = uvicorn.Config(
-            make_app(self.upstream, self.log),
+            make_app(self.upstream, self.log, self.cassette, self._traffic),
             log_level="warning",
             access_log=False,
             lifespan="on",
@@ -305,8 +418,12 @@ class Tap:
             self._socket = self._bind()
 
     def _bind(self) -> socket.socket:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP named, not 0: asyncio sets TCP_NODELAY on an accepted connection only
+        # when the socket says it is TCP (base_events._set_nodelay); without it Nagle holds
+        # an event written right after the head until the agent's delayed ACK (about 40 ms)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             sock.bind(("127.0.0.1", self.port))
         except OSError as exc:
@@ -340,7 +457,7 @@ class Tap:
 
     def serve_forever(self) -> None:
         """Listen and serve on this thread until Ctrl-C (the command line's way), then close
-        the logs."""
+        the logs and the cassette."""
         self.bind()
         assert self._socket is not None
         self._server = self._config()
@@ -349,11 +466,11 @@ class Tap:
         finally:
             self._socket.close()
             self._socket = None
-            if self.log is not None:
-                self.log.close()
+            self._close_records()
 
     def stop(self) -> None:
-        """Stop serving, write what is queued, end open turns and close the logs."""
+        """Stop serving, write what is queued, end open turns and close the logs and the
+        cassette."""
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:
@@ -362,8 +479,14 @@ class Tap:
         if self._socket is not None:
             self._socket.close()
             self._socket = None
+        self._close_records()
+
+    def _close_records(self) -> None:
+        self._traffic.close()  # nothing flies now: the writers drain without waiting
         if self.log is not None:
             self.log.close()
+        if self.cassette is not None:
+            self.cassette.close()
 
     def __enter__(self) -> Tap:
         return self.start()

@@ -18,6 +18,7 @@ import httpx
 import pytest
 from fake_llama import SSE_HEAD, FakeLlama, Raw, Reply, Stall, chunk, running
 
+from boxmaker.cassettes import use_cassette
 from boxmaker.cli import main
 from boxmaker.records import Assistant, CacheLoss, ToolResult, TurnEnd, Usage, User
 from boxmaker.session import Session
@@ -388,7 +389,9 @@ def test_a_reply_sent_back_altered_is_not_logged_twice(tmp_path: Path) -> None:
     assert [r.content for r in session.records if isinstance(r, Assistant)] == ["Sunny."] * 2
 
 
-def test_the_command_serves_until_interrupted_and_names_its_logs(tmp_path: Path) -> None:
+def test_the_command_serves_until_interrupted_and_names_its_logs_and_cassette(
+    tmp_path: Path,
+) -> None:
     import signal
     import socket
     import sys
@@ -398,9 +401,10 @@ def test_the_command_serves_until_interrupted_and_names_its_logs(tmp_path: Path)
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with running([ANSWER]) as up:
-        logs = str(tmp_path / "logs")
+        logs, cassette = str(tmp_path / "logs"), tmp_path / "tapped.yaml"
         command = [sys.executable, "-m", "boxmaker.cli", "tap", "--upstream", up.url,
-                   "--port", str(port), "--dir", logs, "--no-forensics"]  # fmt: skip
+                   "--port", str(port), "--dir", logs, "--no-forensics",
+                   "--cassette", str(cassette)]  # fmt: skip
         tap = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         try:
             assert tap.stdout is not None
@@ -408,6 +412,7 @@ def test_the_command_serves_until_interrupted_and_names_its_logs(tmp_path: Path)
             assert head.startswith(
                 f"boxmaker tap: listening on http://127.0.0.1:{port} -> {up.url}"
             )
+            assert tap.stdout.readline().rstrip().endswith(f"; cassette {cassette}")
             for _ in range(100):
                 with contextlib.suppress(httpx.TransportError):
                     r = _post(f"http://127.0.0.1:{port}", [ASK])
@@ -422,3 +427,22 @@ def test_the_command_serves_until_interrupted_and_names_its_logs(tmp_path: Path)
     assert str(log) in out
     with Session.open(log, read_only=True) as session:
         assert_log_well_formed(session)
+    assert f"{cassette}: 1 interaction(s) recorded" in out
+    with use_cassette(cassette, "none"):  # the answer the agent got, replayed
+        assert _post("http://127.0.0.1:9", [ASK]).content == r.content
+
+
+def test_the_listening_socket_says_tcp_so_each_agent_connection_has_nagle_off() -> None:
+    import socket
+
+    # asyncio sets TCP_NODELAY on an accepted connection only when the listening socket's
+    # proto is IPPROTO_TCP; with 0, Nagle held an event sent right after the head until the
+    # agent's delayed ACK (about 40 ms to the first event)
+    tap = Tap("http://127.0.0.1:9")
+    tap.bind()
+    try:
+        sock = tap._socket
+        assert sock is not None and sock.proto == socket.IPPROTO_TCP
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    finally:
+        tap.stop()

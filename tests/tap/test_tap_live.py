@@ -249,3 +249,62 @@ def test_a_harness_that_drops_reasoning_is_named_history_rewritten_at_the_reply_
     with Tap(server.url, directory=tmp_path / "keep") as tap:
         _harness(tap.url, keep_reasoning=True)
     assert _kinds(_only_session(tap), CacheLoss) == []
+
+
+def test_an_agents_sdk_stream_recorded_by_the_tap_replays_offline_live(
+    server: EmbeddedServer | GivenServer, tmp_path: Path
+) -> None:
+    _shipped("the shipped model's answers")
+    pytest.importorskip("agents")
+    from agents import (
+        Agent,
+        ModelSettings,
+        OpenAIChatCompletionsModel,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
+    from agents.exceptions import MaxTurnsExceeded
+    from openai import AsyncOpenAI
+
+    from boxmaker.cassettes import load_interactions, use_cassette
+
+    set_tracing_disabled(True)  # no traces sent anywhere
+
+    async def run(url: str) -> list[tuple[str, str]]:
+        """The SDK's streamed events (type, text delta or item), as its caller sees them."""
+        client = AsyncOpenAI(base_url=url + "/v1", api_key="sk-live-secret-0123456789")
+        agent = Agent(
+            name="weather",
+            model=OpenAIChatCompletionsModel(model="tiny", openai_client=client),
+            tools=[function_tool(get_weather)],
+            model_settings=ModelSettings(temperature=0.0),
+        )
+        seen: list[tuple[str, str]] = []
+        result = Runner.run_streamed(agent, "What is the weather in Lisbon?", max_turns=2)
+        with pytest.raises(MaxTurnsExceeded):
+            async for event in result.stream_events():
+                data = getattr(event, "data", None)
+                item = getattr(event, "item", None)
+                seen.append(
+                    (event.type, str(getattr(data, "delta", "") or getattr(item, "type", "")))
+                )
+        await client.close()
+        return seen
+
+    cassette = tmp_path / "agents.yaml"
+    with Tap(server.url, cassette=cassette) as tap:
+        live = asyncio.run(run(tap.url))
+    assert tap.cassette is not None and tap.cassette.problems == []
+    interactions = load_interactions(cassette)
+    assert [i["request"]["uri"].removeprefix(server.url) for i in interactions] == [
+        "/v1/chat/completions"
+    ] * 2
+    assert "sk-live-secret" not in cassette.read_text()
+    deltas = [d for kind, d in live if kind == "raw_response_event" and d]
+    assert len(deltas) > 5  # streamed: many events
+    # offline: the tap and the server are gone; the SDK reads the cassette, event by event
+    with use_cassette(cassette, "none") as played:
+        replayed = asyncio.run(run("http://127.0.0.1:9"))
+    assert played.all_played
+    assert replayed == live
