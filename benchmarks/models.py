@@ -1,10 +1,12 @@
 """Benchmark: a 3-turn session on each shipped and real model on the embedded server.
 
-Models: the shipped ``tiny-agent`` (the demo's three prompts with its two tools, the only
-model whose template takes tools), and the real models of :data:`boxmaker.model.real.REAL_MODELS`
-that ``scripts/fetch_models.py`` fetched (three short prompts, no tools, 16 tokens a reply):
-SmolLM2-135M-Instruct, Gemma 3 270M, and Gemma again with ``swa_full=True`` (``--swa-full``,
-the remedy for its sliding-window ``checkpoint`` losses). One slot, llama-server's other
+Models: the shipped ``tiny-agent`` and its multi-format retraining ``tiny-agent-qwen3`` and
+``tiny-agent-llama3`` (Qwen3's and Llama 3.1's real templates; the demo's three prompts with
+its two tools: the models whose templates take tools), and the real models of
+:data:`boxmaker.model.real.REAL_MODELS` that ``scripts/fetch_models.py`` fetched (three short
+prompts, no tools, 16 tokens a reply): SmolLM2-135M-Instruct, Gemma 3 270M, and Gemma again
+with ``swa_full=True`` (``--swa-full``, the remedy for its sliding-window ``checkpoint``
+losses). One slot, llama-server's other
 defaults. For each: generation and prompt tokens/s (llama.cpp's ``timings``), the cache reuse
 at each later turn (its first request's ``cache_n`` over the tokens the slot held after the
 turn before: prompt and reply) and the losses by cause (``CacheLoss`` records).
@@ -13,8 +15,8 @@ turn before: prompt and reply) and the losses by cause (``CacheLoss`` records).
 
 The last line printed is ``real_models N tool_formats M checkpoint_reuse_after_fix X.XX``:
 N real models that ran the session, M tool-call formats that llama.cpp parsed into
-``tool_calls`` (one per model whose template takes tools and whose model called one; the
-shipped model speaks one format until it is retrained), X the mean reuse of Gemma's later
+``tool_calls`` (one per model whose template takes tools and whose model called one: the
+three tiny files speak three formats), X the mean reuse of Gemma's later
 turns with ``swa_full`` (goals N >= 2, M >= 3, X >= 0.95).
 """
 
@@ -31,6 +33,7 @@ from boxmaker.client import Client
 from boxmaker.config import ClientConfig, Config, SamplingConfig
 from boxmaker.demo import DEMO_PROMPTS, DEMO_SYSTEM, demo_registry
 from boxmaker.errors import TurnLimit
+from boxmaker.model import model_file
 from boxmaker.model.real import real_model_path
 from boxmaker.records import Assistant, Baseline, CacheLoss, Capabilities, TurnEnd, Usage, User
 from boxmaker.server import EmbeddedServer
@@ -124,6 +127,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     setups = [Setup("tiny-agent (shipped)", None, tools=True)]
+    for name in ("qwen3", "llama3"):
+        if model_file(name).exists():
+            setups.append(Setup(f"tiny-agent-{name} (shipped)", model_file(name), tools=True))
     smollm2, gemma3 = real_model_path("smollm2"), real_model_path("gemma3")
     if smollm2 is None or gemma3 is None:
         print("real models missing: run scripts/fetch_models.py")

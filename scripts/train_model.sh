@@ -22,12 +22,33 @@
 #      nudge, "not run: the turn ended (...); answer the user now ..."), on which phase 6
 #      still wrote a tool call as text; lr 1.5e-4 -> 1e-5 over 400 steps;
 #   8. the same mix with fewer after_nudge, lr 6e-5 -> 1e-5 over 250 steps.
+#   9. the multi-format files (boxmaker/model/tiny-agent-qwen3.gguf, tiny-agent-llama3.gguf):
+#      a fine-tune of the shipped file (the phase-8 output) in the extended vocab (Llama 3's
+#      special tokens and accented letters appended, existing ids unchanged), each sample
+#      rendered in one chat format: boxmaker's own template 20%, Qwen3's real template 35%,
+#      Llama 3.1's 45% (reasoning families only where the template renders reasoning), 15% of
+#      the random names with diacritics; lr 1e-3 -> 3e-5 over 1300 steps. One run, one GGUF
+#      per format (the same weights, each with its template and special tokens). It does not
+#      touch tiny-agent.gguf; run it alone with `scripts/train_model.sh --phase9`.
 # 8,927 steps: about 138 minutes on one free core. Phases 5 to 8 alone (from the phase-4
-# file: train --init accepts a .gguf) take about 38.
+# file: train --init accepts a .gguf) take about 38; phase 9 about 30 (longer on a busy one).
 set -euo pipefail
-OUT="${1:-boxmaker/model/tiny-agent.gguf}"
 WORK="${TMPDIR:-/tmp}/boxmaker-train"
 mkdir -p "$WORK"
+phase9() {
+    python -m boxmaker.model.train --seed 9 --steps 1300 --threads 1 \
+        --init "$1" --lr 1e-3 --lr-floor 3e-5 --warmup 30 \
+        --formats tiny=20,qwen3=35,llama3=45 \
+        --mix weather=12,time=10,two_city=18,lookup=10,think_cut=3,think_budget=5,cut_answer=5,think_long=2,repeat=4,cycle=8,after_limit=5,after_nudge=6,kept=5,small_talk=4,copy=6 \
+        --snapshot-every 8 --out "$WORK/phase9-{format}.gguf" --checkpoint "$WORK/phase9.pt"
+    cp "$WORK/phase9-qwen3.gguf" boxmaker/model/tiny-agent-qwen3.gguf
+    cp "$WORK/phase9-llama3.gguf" boxmaker/model/tiny-agent-llama3.gguf
+}
+if [ "${1:-}" = "--phase9" ]; then
+    phase9 boxmaker/model/tiny-agent.gguf
+    exit 0
+fi
+OUT="${1:-boxmaker/model/tiny-agent.gguf}"
 python -m boxmaker.model.train --seed 0 --steps 6203 --stop-at 2415 --threads 1 \
     --out "$WORK/phase1.gguf" --checkpoint "$WORK/phase1.pt"
 python -m boxmaker.model.train --seed 1 --steps 1812 --stop-at 445 --threads 1 \
@@ -58,3 +79,4 @@ python -m boxmaker.model.train --seed 8 --steps 250 --threads 1 \
     --init "$WORK/phase7.pt" --lr 6e-5 --lr-floor 1e-5 --warmup 5 \
     --mix weather=12,time=10,two_city=16,lookup=10,think_cut=3,think_budget=5,cut_answer=5,think_long=2,repeat=4,cycle=8,after_limit=5,after_nudge=6,kept=5,small_talk=4,copy=6 \
     --out "$OUT" --checkpoint "$WORK/phase8.pt"
+phase9 "$OUT"

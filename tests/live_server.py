@@ -10,7 +10,8 @@ it states with ``@pytest.mark.needs(...)`` (checked against its ``server`` fixtu
 the unmet need, so the live suite is green against any server and model.
 
 ``BOXMAKER_TEST_MODEL`` may also be a short name of :data:`boxmaker.model.real.REAL_MODELS`
-(``smollm2``, ``gemma3``): the fetched copy (``scripts/fetch_models.py``)."""
+(``smollm2``, ``gemma3``): the fetched copy (``scripts/fetch_models.py``), or of a shipped
+multi-format file (``tiny-qwen3``, ``tiny-llama3``: :data:`boxmaker.model.MODEL_FILES`)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import httpx
 import pytest
 
 from boxmaker.client import capabilities_of
-from boxmaker.model import MODEL_FILENAME
+from boxmaker.model import MODEL_FILENAME, MODEL_FILES, model_file
 from boxmaker.model.real import REAL_MODELS, models_dir, real_model_path
 from boxmaker.records import Capabilities
 from boxmaker.server import EmbeddedServer
@@ -43,6 +44,8 @@ def _test_model(given: str | None) -> str | None:
                 f"BOXMAKER_TEST_MODEL={given}: not in {MODELS_DIR}; run scripts/fetch_models.py"
             )
         return str(path)
+    if given is not None and given.startswith("tiny-") and given[5:] in MODEL_FILES:
+        return str(model_file(given))
     return given
 
 

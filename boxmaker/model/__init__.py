@@ -5,7 +5,11 @@ The package data beside this module holds:
 - ``tiny-agent.gguf``: a small char-level llama model in GGUF format (see ``MODEL_CARD.md``),
   loaded by default by :class:`boxmaker.server.EmbeddedServer`;
 - ``chat_template.jinja``: its Qwen3-style ChatML chat template (also stored inside the GGUF
-  as ``tokenizer.chat_template``).
+  as ``tokenizer.chat_template``);
+- ``tiny-agent-qwen3.gguf`` and ``tiny-agent-llama3.gguf``: one retraining of it that also
+  speaks Qwen3's and Llama 3.x's tool-call formats, each file carrying that family's real chat
+  template (``templates/``, as llama.cpp ships them) and special tokens (:data:`MODEL_FILES`,
+  :func:`model_file`; ``MODEL_CARD.md``, "The multi-format files").
 
 Writing and training the model lives in :mod:`boxmaker.model.format` (vocab, rendering, GGUF
 writer; needs the ``dev`` or ``train`` extra), :mod:`boxmaker.model.make` (a random, loadable
@@ -21,8 +25,11 @@ from typing import BinaryIO
 
 __all__ = [
     "MODEL_FILENAME",
+    "MODEL_FILES",
     "TEMPLATE_FILENAME",
     "default_model_path",
+    "model_file",
+    "model_format",
     "sliding_window",
     "template_path",
 ]
@@ -41,6 +48,42 @@ def default_model_path() -> Path:
     raises :class:`boxmaker.errors.ServerError` naming the path when it is missing.
     """
     return Path(__file__).resolve().parent / MODEL_FILENAME
+
+
+MODEL_FILES: dict[str, str] = {
+    "tiny": MODEL_FILENAME,
+    "qwen3": "tiny-agent-qwen3.gguf",
+    "llama3": "tiny-agent-llama3.gguf",
+}
+"""The shipped model files by the name of the tool-call format (chat template) they speak:
+``tiny`` (boxmaker's own Qwen3-style template, the default model), ``qwen3`` (Qwen3's real
+template: ``<tool_call>`` JSON, ``<think>`` reasoning, earlier turns' reasoning dropped),
+``llama3`` (Llama 3.1's real template: JSON calls after ``<|start_header_id|>assistant``,
+``<|eot_id|>``, no reasoning). ``BOXMAKER_TEST_MODEL=tiny-qwen3`` (or ``tiny-llama3``) runs
+the live suite on one of them."""
+
+
+def model_file(chat_format: str = "tiny") -> Path:
+    """Path of the shipped model file that speaks ``chat_format`` (a key of
+    :data:`MODEL_FILES`; also accepted with a ``tiny-`` prefix: ``"tiny-qwen3"``).
+
+    Raises:
+        KeyError: the name is not a key of :data:`MODEL_FILES`, naming the keys.
+    """
+    name = chat_format.removeprefix("tiny-") if chat_format != "tiny" else chat_format
+    if name not in MODEL_FILES:
+        raise KeyError(f"no shipped model speaks {chat_format!r}: one of {sorted(MODEL_FILES)}")
+    return Path(__file__).resolve().parent / MODEL_FILES[name]
+
+
+def model_format(path: str | Path) -> str | None:
+    """The format name (a key of :data:`MODEL_FILES`) of a shipped model file's path, or
+    ``None`` when ``path`` is not one of the shipped files."""
+    resolved = Path(path).resolve()
+    for name in MODEL_FILES:
+        if model_file(name) == resolved:
+            return name
+    return None
 
 
 def template_path() -> Path:

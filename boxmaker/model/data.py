@@ -47,10 +47,11 @@ from boxmaker.model.dialogue import (
     one_call,
     tool_message,
 )
-from boxmaker.model.format import EOS_TOKEN, encode, render
+from boxmaker.model.format import CHAT_FORMATS, LLAMA3_TOKENS, encode, render
 from boxmaker.model.words import (
     HELD_OUT_CITIES,
     TOOLS,
+    accented_names,
     random_city,
     random_phrase,
     system_messages,
@@ -65,15 +66,20 @@ from boxmaker.model.words import (
 )
 
 __all__ = [
+    "ACCENT_SHARE",
     "COPY_WEIGHT",
     "FAMILIES",
     "HELD_OUT_CITIES",
+    "NO_REASONING",
     "TOOLS",
     "Sample",
     "make_sample",
     "random_city",
     "tools_variant",
 ]
+
+ACCENT_SHARE = 0.15
+"""Share of random names given diacritics in multi-format samples (``formats`` given)."""
 
 COPY_WEIGHT = 5.0
 """Loss weight of copied spans (names, values) relative to other assistant tokens."""
@@ -248,7 +254,7 @@ def _fam_lookup(rng: random.Random, conv: Conv) -> None:
         conv.copies += [city, clock]
         label = "Time"
     if '"city"' not in result:
-        result = '{"city": ' + json.dumps(city) + ", " + result[1:]
+        result = '{"city": ' + json.dumps(city, ensure_ascii=False) + ", " + result[1:]
     form = rng.choice(("{label} data: {r}", "{label} for {c}: {r}", "Answer from this: {r}"))
     conv.add({"role": "user", "content": form.format(label=label, c=city, r=result)})
     conv.add(assistant(f"I read the data for {city}. I will answer.", answer), True)
@@ -286,6 +292,18 @@ FAMILIES: dict[str, tuple[float, Callable[[random.Random, Conv], None]]] = {
 }
 """Family name -> (default share of samples, builder); ``--mix`` overrides the shares."""
 
+NO_REASONING = frozenset({"think_long", "think_cut", "think_budget", "cut_answer", "kept"})
+"""Families that exist for reasoning (its length, its cut or its preservation): not drawn
+for a chat format that renders none (``llama3``); ``kept`` is drawn only for ``tiny`` (the
+one template that reads ``preserve_thinking``)."""
+
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def _date_string(rng: random.Random) -> str:
+    """A ``date_string`` as llama.cpp passes it (``strftime("%d %b %Y")``)."""
+    return f"{rng.randint(1, 28):02d} {rng.choice(_MONTHS)} {rng.randint(2024, 2030)}"
+
 
 @dataclass
 class Sample:
@@ -300,6 +318,9 @@ class Sample:
         tools: the tools offered, or ``None``.
         trained: indices of the assistant messages the loss is on.
         preserve_thinking: rendered with the template kwarg ``preserve_thinking`` (``kept``).
+        chat_format: the key of :data:`boxmaker.model.format.CHAT_FORMATS` it is rendered in.
+        date_string: the ``date_string`` it was rendered with (``llama3``), else ``None``.
+        extended: tokenised in the extended vocab (:func:`boxmaker.model.format.vocab`).
     """
 
     family: str
@@ -310,6 +331,9 @@ class Sample:
     tools: list[dict[str, Any]] | None = None
     trained: list[int] = field(default_factory=list)
     preserve_thinking: bool = False
+    chat_format: str = "tiny"
+    date_string: str | None = None
+    extended: bool = False
 
 
 def _prior_exchange(rng: random.Random, conv: Conv) -> None:
@@ -331,7 +355,10 @@ def _prior_exchange(rng: random.Random, conv: Conv) -> None:
 
 
 def make_sample(
-    rng: random.Random, family: str | None = None, shares: dict[str, float] | None = None
+    rng: random.Random,
+    family: str | None = None,
+    shares: dict[str, float] | None = None,
+    formats: dict[str, float] | None = None,
 ) -> Sample:
     """Build, render and weight one sample.
 
@@ -339,9 +366,21 @@ def make_sample(
         rng: the random source (the sample is a function of its state).
         family: the family to build, or ``None`` to draw one by ``shares``.
         shares: family -> relative share; ``None`` uses the shares of :data:`FAMILIES`.
+        formats: chat format (a key of :data:`boxmaker.model.format.CHAT_FORMATS`) ->
+            relative share; the sample is rendered in one drawn format and tokenised in the
+            extended vocab. ``None``: the ``tiny`` format in the shipped vocab (as the shipped
+            model was trained; the rng draws are then those of that training).
     """
+    chat_format = "tiny"
+    if formats is not None:
+        names = list(formats)
+        chat_format = rng.choices(names, weights=[formats[n] for n in names])[0]
     if family is None:
         table = shares if shares is not None else {n: f[0] for n, f in FAMILIES.items()}
+        if chat_format != "tiny":
+            thinks = CHAT_FORMATS[chat_format].thinks
+            table = {n: v for n, v in table.items()
+                     if n != "kept" and (thinks or n not in NO_REASONING)}  # fmt: skip
         names = list(table)
         family = rng.choices(names, weights=[table[n] for n in names])[0]
     build = FAMILIES[family][1]
@@ -354,17 +393,32 @@ def make_sample(
         with_tools = rng.random() < 0.5
     for m in system_messages(rng):
         conv.add(m)
-    if family not in ("copy", "lookup") and rng.random() < 0.15:
-        _prior_exchange(rng, conv)
-    build(rng, conv)
+    with accented_names(ACCENT_SHARE if formats is not None else 0.0):
+        if family not in ("copy", "lookup") and rng.random() < 0.15:
+            _prior_exchange(rng, conv)
+        build(rng, conv)
     tools = tools_variant(rng) if with_tools else None
-    return _weigh(family, conv, tools)
+    date = _date_string(rng) if chat_format == "llama3" else None
+    return _weigh(family, conv, tools, chat_format, date, formats is not None)
 
 
-def _weigh(family: str, conv: Conv, tools: list[dict[str, Any]] | None) -> Sample:
+def _weigh(
+    family: str,
+    conv: Conv,
+    tools: list[dict[str, Any]] | None,
+    chat_format: str = "tiny",
+    date: str | None = None,
+    extended: bool = False,
+) -> Sample:
     msgs = conv.messages
     keep = conv.preserve
-    text = render(msgs, tools, preserve_thinking=keep)
+    eos = CHAT_FORMATS[chat_format].eos
+
+    def draw(messages: list[dict[str, Any]], gen: bool = False) -> str:
+        return render(messages, tools, add_generation_prompt=gen, preserve_thinking=keep,
+                      chat_format=chat_format, date_string=date)  # fmt: skip
+
+    text = draw(msgs)
     injected: tuple[int, int] | None = None
     if CUT_MARK in text:
         at = text.index(CUT_MARK + "\n" + INJECTED)
@@ -382,11 +436,11 @@ def _weigh(family: str, conv: Conv, tools: list[dict[str, Any]] | None) -> Sampl
         injected = (at, at + len(FORCED))
     char_w = [0.0] * len(text)
     for i in conv.trained:
-        prefix = render(msgs[:i], tools, add_generation_prompt=True, preserve_thinking=keep)
+        prefix = draw(msgs[:i], True)
         if not text.startswith(prefix):
             raise AssertionError(f"render of {family} is not prefix-stable at message {i}")
         start = len(prefix)
-        end = text.index(EOS_TOKEN, start) + len(EOS_TOKEN)
+        end = text.index(eos, start) + len(eos)
         for k in range(start, end):
             char_w[k] = 1.0
         span = text[start:end]
@@ -405,7 +459,7 @@ def _weigh(family: str, conv: Conv, tools: list[dict[str, Any]] | None) -> Sampl
     weights: list[float] = []
     pos = 0
     for piece in _pieces(text):
-        piece_ids = encode(piece)
+        piece_ids = encode(piece, extended)
         ids.extend(piece_ids)
         if len(piece_ids) == 1:
             weights.append(char_w[pos])
@@ -414,12 +468,13 @@ def _weigh(family: str, conv: Conv, tools: list[dict[str, Any]] | None) -> Sampl
                 raise AssertionError(f"non-ASCII text in sample: {piece!r}")
             weights.extend(char_w[pos : pos + len(piece)])
         pos += len(piece)
-    return Sample(family, text, ids, weights, msgs, tools, list(conv.trained), keep)
+    return Sample(family, text, ids, weights, msgs, tools, list(conv.trained), keep,
+                  chat_format, date, extended)  # fmt: skip
 
 
 _SPECIAL_STRINGS = (
     "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>",
-    "<tool_response>", "</tool_response>", "<s>", "</s>",
+    "<tool_response>", "</tool_response>", "<s>", "</s>", *LLAMA3_TOKENS,
 )  # fmt: skip
 
 

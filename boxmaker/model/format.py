@@ -47,11 +47,15 @@ import numpy.typing as npt
 from boxmaker.model import template_path
 
 __all__ = [
+    "ACCENTED",
     "ARCH",
     "BYTE_OFFSET",
+    "CHAT_FORMATS",
     "CONTROL_TOKENS",
     "EOS_TOKEN",
+    "LLAMA3_TOKENS",
     "USER_DEFINED_TOKENS",
+    "ChatFormat",
     "ModelConfig",
     "decode",
     "encode",
@@ -92,6 +96,27 @@ BYTE_OFFSET = 1 + len(CONTROL_TOKENS) + len(USER_DEFINED_TOKENS)
 
 _SPECIALS: tuple[str, ...] = CONTROL_TOKENS + USER_DEFINED_TOKENS
 
+LLAMA3_TOKENS: tuple[str, ...] = (
+    "<|begin_of_text|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|python_tag|>",
+)
+"""Control tokens of Llama 3.x's template, appended to the extended vocab (ids 363-368)."""
+
+ACCENTED = (
+    "\u00e0\u00e1\u00e2\u00e3\u00e4\u00e5\u00e6\u00e7\u00e8\u00e9\u00ea\u00eb\u00ec\u00ed\u00ee\u00ef"
+    "\u00f1\u00f2\u00f3\u00f4\u00f5\u00f6\u00f8\u00f9\u00fa\u00fb\u00fc\u00fd\u00ff\u00df"
+    "\u00c0\u00c1\u00c2\u00c3\u00c4\u00c5\u00c6\u00c7\u00c8\u00c9\u00ca\u00cb\u00cc\u00cd\u00ce\u00cf"
+    "\u00d1\u00d2\u00d3\u00d4\u00d5\u00d6\u00d8\u00d9\u00da\u00db\u00dc\u00dd"
+    "\u0105\u0107\u0119\u0142\u0144\u015b\u017a\u017c\u010d\u011b\u0148\u0159\u0161\u017e\u0151\u0171"
+    "\u011f\u0131\u015f\u0103\u0219\u021b\u0141\u0160\u017d\u010c\u015a\u0130\u00f0\u00fe\u00d0\u00de"
+)
+"""Latin letters with diacritics, one NORMAL token each in the extended vocab (after
+:data:`LLAMA3_TOKENS`); other non-ASCII text falls back to byte tokens."""
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -122,9 +147,14 @@ class ModelConfig:
         return self.dim // self.n_heads
 
 
-@lru_cache(maxsize=1)
-def vocab() -> tuple[tuple[str, ...], tuple[int, ...]]:
-    """The vocab as (token texts, GGUF token types), in id order (see the module table)."""
+@lru_cache(maxsize=2)
+def vocab(extended: bool = False) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The vocab as (token texts, GGUF token types), in id order (see the module table).
+
+    ``extended``: the vocab of the retrained multi-format files (``tiny-agent-qwen3.gguf``,
+    ``tiny-agent-llama3.gguf``): the shipped 363 tokens with their ids unchanged, then
+    :data:`LLAMA3_TOKENS` (CONTROL) and :data:`ACCENTED` (NORMAL).
+    """
     tokens: list[str] = [UNK_TOKEN]
     types: list[int] = [int(gguf.TokenType.UNKNOWN)]
     for tok in CONTROL_TOKENS:
@@ -141,12 +171,19 @@ def vocab() -> tuple[tuple[str, ...], tuple[int, ...]]:
     for c in range(32, 127):
         tokens.append(SPACE if c == 32 else chr(c))
         types.append(int(gguf.TokenType.NORMAL))
+    if extended:
+        for tok in LLAMA3_TOKENS:
+            tokens.append(tok)
+            types.append(int(gguf.TokenType.CONTROL))
+        for ch in ACCENTED:
+            tokens.append(ch)
+            types.append(int(gguf.TokenType.NORMAL))
     return tuple(tokens), tuple(types)
 
 
-@lru_cache(maxsize=1)
-def _char_ids() -> dict[str, int]:
-    tokens, types = vocab()
+@lru_cache(maxsize=2)
+def _char_ids(extended: bool = False) -> dict[str, int]:
+    tokens, types = vocab(extended)
     ids: dict[str, int] = {}
     for i, (tok, typ) in enumerate(zip(tokens, types, strict=True)):
         if typ == int(gguf.TokenType.NORMAL):
@@ -154,22 +191,23 @@ def _char_ids() -> dict[str, int]:
     return ids
 
 
-def encode(text: str) -> list[int]:
+def encode(text: str, extended: bool = False) -> list[int]:
     """Token ids of ``text`` as llama.cpp tokenises it with special-token parsing on.
 
     Control and user-defined token texts become their one token; every other character is
     its own token, or its UTF-8 bytes as byte tokens when it is not in the vocab. No BOS is
-    added and no space prefix.
+    added and no space prefix. ``extended``: in the extended vocab (see :func:`vocab`).
     """
-    chars = _char_ids()
-    tokens, _ = vocab()
-    special_ids = {tok: tokens.index(tok) for tok in _SPECIALS}
+    chars = _char_ids(extended)
+    tokens, _ = vocab(extended)
+    specials = _SPECIALS + LLAMA3_TOKENS if extended else _SPECIALS
+    special_ids = {tok: tokens.index(tok) for tok in specials}
     out: list[int] = []
     i = 0
     n = len(text)
     while i < n:
         if text[i] == "<":
-            for tok in _SPECIALS:
+            for tok in specials:
                 if text.startswith(tok, i):
                     out.append(special_ids[tok])
                     i += len(tok)
@@ -188,9 +226,9 @@ def encode(text: str) -> list[int]:
     return out
 
 
-def decode(ids: Iterable[int]) -> str:
+def decode(ids: Iterable[int], extended: bool = False) -> str:
     """Text of token ids (inverse of :func:`encode`; byte tokens are joined as UTF-8)."""
-    tokens, types = vocab()
+    tokens, types = vocab(extended)
     parts: list[str] = []
     pending = bytearray()
     for i in ids:
@@ -207,17 +245,91 @@ def decode(ids: Iterable[int]) -> str:
     return "".join(parts)
 
 
-def read_template() -> str:
-    """The chat template's Jinja source (``boxmaker/model/chat_template.jinja``)."""
-    return template_path().read_text(encoding="utf-8")
+@dataclass(frozen=True)
+class ChatFormat:
+    """A chat template the model is trained on and shipped with, and its special tokens.
+
+    Attributes:
+        name: the format's short name (``"tiny"``, ``"qwen3"``, ``"llama3"``).
+        template: the template file's path inside this package (``boxmaker/model/...``).
+        eos: the end-of-generation token written as ``tokenizer.ggml.eos_token_id``.
+        bos: the token written as ``tokenizer.ggml.bos_token_id`` (the template's
+            ``bos_token``; never added by the tokenizer: ``add_bos`` is false).
+        object_arguments: the template writes ``tool_calls[i].function.arguments`` with
+            ``tojson``, so llama.cpp passes them as an object, not a JSON text (Llama 3.x).
+        thinks: the template renders ``<think>`` reasoning.
+    """
+
+    name: str
+    template: str
+    eos: str
+    bos: str
+    object_arguments: bool = False
+    thinks: bool = True
 
 
-@lru_cache(maxsize=1)
-def _jinja_template() -> jinja2.Template:
+CHAT_FORMATS: dict[str, ChatFormat] = {
+    "tiny": ChatFormat("tiny", "chat_template.jinja", "<|im_end|>", "<s>"),
+    "qwen3": ChatFormat("qwen3", "templates/qwen3.jinja", "<|im_end|>", "<s>"),
+    "llama3": ChatFormat(
+        "llama3",
+        "templates/llama3.jinja",
+        "<|eot_id|>",
+        "<|begin_of_text|>",
+        object_arguments=True,
+        thinks=False,
+    ),
+}
+"""The chat formats by name: ``tiny`` is boxmaker's own Qwen3-style template (the shipped
+``tiny-agent.gguf``); ``qwen3`` and ``llama3`` are the real templates of Qwen3-0.6B and
+Llama-3.1-8B-Instruct as llama.cpp ships them (``boxmaker/model/templates/README.md``)."""
+
+
+def read_template(chat_format: str = "tiny") -> str:
+    """The Jinja source of a chat format's template (default: the shipped model's
+    ``boxmaker/model/chat_template.jinja``).
+
+    Raises:
+        KeyError: ``chat_format`` is not a key of :data:`CHAT_FORMATS`.
+    """
+    rel = CHAT_FORMATS[chat_format].template
+    return (template_path().parent / rel).read_text(encoding="utf-8")
+
+
+def _tojson(value: Any, indent: int | None = None) -> str:
+    """llama.cpp's ``tojson``: key order kept, non-ASCII kept, no HTML escaping."""
+    return json.dumps(value, indent=indent, ensure_ascii=False)
+
+
+def _raise(message: str) -> str:
+    raise jinja2.TemplateError(message)
+
+
+@lru_cache(maxsize=4)
+def _jinja_template(chat_format: str = "tiny") -> jinja2.Template:
     env = jinja2.Environment(undefined=jinja2.Undefined, autoescape=False)
     # llama.cpp's tojson keeps key order; jinja2 sorts keys unless told not to.
     env.policies["json.dumps_kwargs"] = {"sort_keys": False}
-    return env.from_string(read_template())
+    if chat_format != "tiny":  # the shipped model's rendering stays as it was trained
+        env.filters["tojson"] = _tojson
+        env.globals["raise_exception"] = _raise
+    return env.from_string(read_template(chat_format))
+
+
+def _object_arguments(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for m in messages:
+        msg = dict(m)
+        if msg.get("tool_calls"):
+            calls = []
+            for call in msg["tool_calls"]:
+                fn = dict(call["function"])
+                if isinstance(fn.get("arguments"), str):
+                    fn["arguments"] = json.loads(fn["arguments"])
+                calls.append({**call, "function": fn})
+            msg["tool_calls"] = calls
+        out.append(msg)
+    return out
 
 
 def render(
@@ -226,6 +338,8 @@ def render(
     *,
     add_generation_prompt: bool = False,
     preserve_thinking: bool = False,
+    chat_format: str = "tiny",
+    date_string: str | None = None,
 ) -> str:
     """Render a conversation with the model's chat template, as llama.cpp's jinja does.
 
@@ -234,16 +348,29 @@ def render(
             ``reasoning_content`` and ``tool_calls`` whose ``function.arguments`` may be a
             JSON text or an object).
         tools: OpenAI-style tool definitions, or ``None``/empty for no tools prefix.
-        add_generation_prompt: end with ``<|im_start|>assistant\\n``.
+        add_generation_prompt: end with the assistant's header (``<|im_start|>assistant\\n``).
         preserve_thinking: the template kwarg (llama.cpp's ``chat_template_kwargs``) that
             renders the reasoning of every earlier assistant message, not only those after
-            the last user message (what the history option ``keep`` asks for).
+            the last user message (what the history option ``keep`` asks for; only the
+            ``tiny`` template reads it).
+        chat_format: a key of :data:`CHAT_FORMATS`; its ``bos_token`` and ``eos_token`` are
+            passed as llama.cpp passes them.
+        date_string: the ``date_string`` llama.cpp passes (today as ``"%d %b %Y"``, e.g.
+            ``"03 Dec 2026"``; only Llama 3.x's template reads it); ``None``: not passed.
+
+    Raises:
+        KeyError: ``chat_format`` is unknown.
     """
-    return _jinja_template().render(
-        messages=list(messages),
+    fmt = CHAT_FORMATS[chat_format]
+    msgs = _object_arguments(messages) if fmt.object_arguments else list(messages)
+    return _jinja_template(chat_format).render(
+        messages=msgs,
         tools=list(tools) if tools else None,
         add_generation_prompt=add_generation_prompt,
         preserve_thinking=preserve_thinking,
+        bos_token=fmt.bos,
+        eos_token=fmt.eos,
+        **({} if date_string is None else {"date_string": date_string}),
     )
 
 
@@ -304,6 +431,8 @@ def write_gguf(
     *,
     name: str = "boxmaker-tiny-agent",
     description: str = "",
+    chat_format: str = "tiny",
+    extended: bool = False,
 ) -> Path:
     """Write a llama-architecture GGUF with the char vocab and the chat template.
 
@@ -313,6 +442,9 @@ def write_gguf(
         weights: every tensor of :func:`tensor_shapes`, as float32 arrays of those shapes.
         name: ``general.name``.
         description: ``general.description`` (e.g. how it was trained), omitted when empty.
+        chat_format: a key of :data:`CHAT_FORMATS`: the template stored as
+            ``tokenizer.chat_template`` and its bos and eos tokens.
+        extended: write the extended vocab (see :func:`vocab`); ``weights`` must match it.
 
     Returns:
         The path written.
@@ -320,7 +452,8 @@ def write_gguf(
     Raises:
         ValueError: a tensor is missing or has the wrong shape.
     """
-    tokens, types = vocab()
+    fmt = CHAT_FORMATS[chat_format]
+    tokens, types = vocab(extended)
     shapes = tensor_shapes(config, len(tokens))
     for tname, shape in shapes.items():
         if tname not in weights:
@@ -348,12 +481,12 @@ def write_gguf(
     writer.add_token_scores([0.0] * len(tokens))
     writer.add_token_types(list(types))
     writer.add_unk_token_id(0)
-    writer.add_bos_token_id(tokens.index("<s>"))
-    writer.add_eos_token_id(tokens.index(EOS_TOKEN))
+    writer.add_bos_token_id(tokens.index(fmt.bos))
+    writer.add_eos_token_id(tokens.index(fmt.eos))
     writer.add_add_bos_token(False)
     writer.add_add_eos_token(False)
     writer.add_add_space_prefix(False)
-    writer.add_chat_template(read_template())
+    writer.add_chat_template(read_template(chat_format))
     writer.add_string("boxmaker.model_config", json.dumps(asdict(config)))
     for tname in shapes:
         writer.add_tensor(tname, np.ascontiguousarray(weights[tname], dtype=np.float32))

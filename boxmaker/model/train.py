@@ -34,6 +34,9 @@ from torch import nn
 from boxmaker.model import default_model_path
 from boxmaker.model.data import COPY_WEIGHT, FAMILIES, Sample, make_sample
 from boxmaker.model.format import (
+    ACCENTED,
+    CHAT_FORMATS,
+    LLAMA3_TOKENS,
     ModelConfig,
     read_gguf_weights,
     tensor_shapes,
@@ -139,21 +142,64 @@ def _gguf_to_torch(n_layers: int) -> dict[str, str]:
     return names
 
 
-def export(model: TinyLlama, path: str | Path, description: str) -> Path:
-    """Write ``model`` as a GGUF (see :func:`boxmaker.model.format.write_gguf`)."""
+def export(model: TinyLlama, path: str | Path, description: str, chat_format: str = "tiny") -> Path:
+    """Write ``model`` as a GGUF (see :func:`boxmaker.model.format.write_gguf`) with the
+    template and special tokens of ``chat_format``; a model of the extended vocab's size is
+    written with the extended vocab."""
     sd = {k: v.detach().cpu().numpy().astype(np.float32) for k, v in model.state_dict().items()}
     w: dict[str, Any] = {g: sd[t] for g, t in _gguf_to_torch(model.config.n_layers).items()}
-    assert set(w) == set(tensor_shapes(model.config, len(vocab()[0])))
-    return write_gguf(path, model.config, w, description=description)
+    extended = model.embed.num_embeddings == len(vocab(True)[0])
+    assert set(w) == set(tensor_shapes(model.config, len(vocab(extended)[0])))
+    return write_gguf(path, model.config, w, description=description,
+                      chat_format=chat_format, extended=extended)  # fmt: skip
+
+
+_LIKE = {"<|begin_of_text|>": "<s>", "<|start_header_id|>": "<|im_start|>",
+         "<|end_header_id|>": "\n", "<|eot_id|>": "<|im_end|>", "<|eom_id|>": "<|im_end|>",
+         "<|python_tag|>": "<tool_call>"}  # fmt: skip
+"""A new special token of the extended vocab -> the shipped token its embedding starts from."""
+
+
+def _extend_embedding(embed: np.ndarray[Any, Any], seed: int) -> np.ndarray[Any, Any]:
+    """The shipped vocab's embedding (363 rows) grown to the extended vocab: a new special
+    token starts as the shipped token of the same role (:data:`_LIKE`), an accented letter as
+    its base letter, each plus noise of 0.1 of the rows' spread (ids 0-362 unchanged)."""
+    import unicodedata
+
+    tokens = vocab(True)[0]
+    base_tokens = vocab()[0]
+    rng = np.random.default_rng(seed)
+    rows = [embed]
+    spread = float(embed.std())
+    bases = {"\u00df": "s", "\u00e6": "a", "\u00c6": "A", "\u00f8": "o", "\u00d8": "O",
+             "\u0142": "l", "\u0141": "L", "\u0131": "i", "\u00f0": "d", "\u00d0": "D",
+             "\u00fe": "t", "\u00de": "T"}  # fmt: skip
+    for tok in tokens[len(base_tokens) :]:
+        if tok in LLAMA3_TOKENS:
+            like = _LIKE[tok]
+        else:
+            assert tok in ACCENTED
+            like = bases.get(tok) or unicodedata.normalize("NFD", tok)[0]
+        row = embed[base_tokens.index(like)] + rng.normal(0, 0.1 * spread, embed.shape[1])
+        rows.append(row[None, :].astype(np.float32))
+    return np.concatenate(rows)
 
 
 def load_gguf(model: TinyLlama, path: str | Path) -> None:
     """Set ``model``'s weights from a GGUF written by :func:`export` (the shipped file).
 
+    A shipped-vocab file loaded into an extended-vocab model has its embedding grown (see
+    :func:`_extend_embedding`): the fine-tune of the multi-format files starts there.
+
     Raises:
         ValueError: a tensor is missing, not float32, or of another shape than the model's.
     """
     weights = read_gguf_weights(path)
+    embed = weights.get("token_embd.weight")
+    if embed is not None and embed.shape[0] < model.embed.num_embeddings:
+        if embed.shape[0] != len(vocab()[0]) or model.embed.num_embeddings != len(vocab(True)[0]):
+            raise ValueError(f"{path}: {embed.shape[0]} tokens, want {model.embed.num_embeddings}")
+        weights["token_embd.weight"] = _extend_embedding(embed, 0)
     state = {t: torch.from_numpy(weights[g].copy())
              for g, t in _gguf_to_torch(model.config.n_layers).items() if g in weights}  # fmt: skip
     missing = set(model.state_dict()) - set(state)
@@ -168,11 +214,12 @@ def _batches(
     max_len: int,
     pool: int = 256,
     shares: dict[str, float] | None = None,
+    formats: dict[str, float] | None = None,
 ) -> list[list[Sample]]:
     """A pool of samples grouped by length into padded batches of <= max_tokens tokens."""
     samples: list[Sample] = []
     while len(samples) < pool:
-        s = make_sample(rng, shares=shares)
+        s = make_sample(rng, shares=shares, formats=formats)
         if len(s.ids) <= max_len:
             samples.append(s)
     samples.sort(key=lambda s: len(s.ids))
@@ -249,6 +296,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="",
         help="family shares, e.g. 'weather=3,time=3,copy=1' (default: data.FAMILIES)",
     )
+    ap.add_argument(
+        "--formats",
+        default="",
+        help="chat-format shares, e.g. 'tiny=20,qwen3=35,llama3=45' (CHAT_FORMATS): the "
+        "extended vocab, samples rendered in those formats, one GGUF per format written to "
+        "--out with {format} replaced (default: the shipped tiny format and vocab)",
+    )
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--heads", type=int, default=4)
@@ -261,11 +315,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         unknown = set(shares) - set(FAMILIES)
         if unknown:
             ap.error(f"unknown families in --mix: {sorted(unknown)}")
+    formats: dict[str, float] | None = None
+    if args.formats:
+        formats = {k: float(v) for k, v in (kv.split("=") for kv in args.formats.split(","))}
+        if set(formats) - set(CHAT_FORMATS):
+            ap.error(f"unknown formats in --formats: {sorted(set(formats) - set(CHAT_FORMATS))}")
+        if "{format}" not in args.out:
+            ap.error("--formats needs an --out with {format} in it")
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     config = ModelConfig(dim=args.dim, n_layers=args.layers, n_heads=args.heads, ffn=args.ffn)
-    model = TinyLlama(config, len(vocab()[0]))
+    model = TinyLlama(config, len(vocab(formats is not None)[0]))
     if args.init.endswith(".gguf"):
         load_gguf(model, args.init)
     elif args.init:
@@ -274,7 +335,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"model {config} params {n_params:,}", flush=True)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95),
                             weight_decay=0.01)  # fmt: skip
-    out = Path(args.out)
+    names = list(formats) if formats else ["tiny"]
+
+    def outputs(path: str) -> dict[str, Path]:
+        return {n: Path(path.replace("{format}", n)) for n in names}
+
+    out = Path(args.out.replace("{format}", names[0]))
     total = args.steps if args.steps > 0 else 10**9
     start = time.monotonic()
     last_snap = start
@@ -284,7 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     step = 0
     while step < total and not (args.stop_at and step >= args.stop_at):
         if not queue:
-            queue = _batches(rng, args.batch_tokens, args.max_len, shares=shares)
+            queue = _batches(rng, args.batch_tokens, args.max_len, shares=shares, formats=formats)
         batch = queue.pop()
         x, y, w = _tensors(batch)
         lr = _lr(step, total if total < 10**9 else 10**6, args.lr, args.lr_floor, args.warmup)
@@ -320,14 +386,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             acc_n = 0
         if args.snapshot_every > 0 and time.monotonic() - last_snap > args.snapshot_every * 60:
             last_snap = time.monotonic()
-            snap = out.with_suffix(".snapshot.gguf")
-            export(model, snap, f"snapshot at step {step}")
+            for n, o in outputs(args.out).items():
+                snap = o.with_suffix(".snapshot.gguf")
+                export(model, snap, f"snapshot at step {step}", n)
             torch.save(model.state_dict(), out.with_suffix(".snapshot.pt"))
             print(f"snapshot {snap} at step {step}", flush=True)
     minutes = (time.monotonic() - start) / 60
     desc = (f"trained {step} steps ({minutes:.1f} min, 1 CPU thread) with seed {args.seed}, "
             f"lr {args.lr} -> {args.lr_floor}, {n_params} params")  # fmt: skip
-    export(model, out, desc)
+    for n, o in outputs(args.out).items():
+        export(model, o, desc, n)
+        print(f"wrote {o} ({o.stat().st_size} bytes) in format {n}", flush=True)
     ckpt = Path(args.checkpoint or Path(tempfile.gettempdir()) / (out.stem + ".pt"))
     torch.save(model.state_dict(), ckpt)
     print(f"checkpoint {ckpt}", flush=True)

@@ -8,14 +8,20 @@ real names are held out for evaluation (:data:`HELD_OUT_CITIES`, used by
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import string
+import unicodedata
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
 __all__ = [
+    "HELD_OUT_ACCENTED",
     "HELD_OUT_CITIES",
     "TOOLS",
+    "accented_names",
     "random_city",
     "random_phrase",
     "system_messages",
@@ -69,7 +75,55 @@ HELD_OUT_CITIES: tuple[str, ...] = (
 )  # fmt: skip
 """Real city names never produced by :func:`random_city`; the evaluation uses them."""
 
-_HELD_OUT_LOWER = {c.lower() for c in HELD_OUT_CITIES}
+HELD_OUT_ACCENTED: tuple[str, ...] = (
+    "Reykjav\u00edk", "S\u00e3o Paulo", "Z\u00fcrich", "Krak\u00f3w", "M\u00e1laga",
+    "Besan\u00e7on", "Bras\u00edlia", "G\u00f6teborg", "\u0141\u00f3d\u017a", "M\u00fcnchen",
+    "Bogot\u00e1", "Mont\u00e9al", "Malm\u00f6", "A Coru\u00f1a", "\u0130zmir", "Bra\u0219ov",
+    "Dubrovn\u00edk", "Troms\u00f8", "K\u00f8benhavn", "San Jos\u00e9",
+)  # fmt: skip
+"""Real city names with diacritics, held out like :data:`HELD_OUT_CITIES` (the retrained
+multi-format files are evaluated on them; their letters are in the extended vocab)."""
+
+_HELD_OUT_LOWER = {c.lower() for c in HELD_OUT_CITIES + HELD_OUT_ACCENTED}
+
+_ACCENT_SHARE: ContextVar[float] = ContextVar("accent_share", default=0.0)
+_ACCENTS: dict[str, str] = {}
+
+
+def _accent_table() -> dict[str, str]:
+    """Base letter -> the letters of the extended vocab that decompose to it."""
+    if not _ACCENTS:
+        from boxmaker.model.format import ACCENTED
+
+        extra = {"\u00df": "s", "\u00e6": "a", "\u00c6": "A", "\u00f8": "o", "\u00d8": "O",
+                 "\u0142": "l", "\u0141": "L", "\u0131": "i", "\u00f0": "d", "\u00d0": "D",
+                 "\u00fe": "t", "\u00de": "T"}  # fmt: skip
+        for ch in ACCENTED:
+            base = extra.get(ch) or unicodedata.normalize("NFD", ch)[0]
+            _ACCENTS[base] = _ACCENTS.get(base, "") + ch
+    return _ACCENTS
+
+
+@contextlib.contextmanager
+def accented_names(share: float) -> Iterator[None]:
+    """Within the block, :func:`random_city` puts diacritics into ``share`` of its names
+    (1-3 letters each, from the extended vocab's :data:`boxmaker.model.format.ACCENTED`);
+    outside it (share 0) it draws exactly what it drew for the shipped model."""
+    token = _ACCENT_SHARE.set(share)
+    try:
+        yield
+    finally:
+        _ACCENT_SHARE.reset(token)
+
+
+def _accent(rng: random.Random, name: str) -> str:
+    table = _accent_table()
+    chars = list(name)
+    spots = [i for i, c in enumerate(chars) if c in table]
+    for i in rng.sample(spots, min(len(spots), rng.randint(1, 3))):
+        chars[i] = rng.choice(table[chars[i]])
+    return "".join(chars)
+
 
 _CONSONANTS = "bcdfghjklmnprstvwz"
 _VOWELS = "aeiou"
@@ -129,6 +183,9 @@ def random_city(rng: random.Random) -> str:
             name = rng.choice(("St. ", "Ft. ", "Mt. ")) + name
         elif p < 0.14:
             name = name + " " + str(rng.randint(1, 99))
+        share = _ACCENT_SHARE.get()
+        if share and rng.random() < share:
+            name = _accent(rng, name)
         if name.lower() not in _HELD_OUT_LOWER and 3 <= len(name) <= 24:
             return name
 
@@ -218,7 +275,7 @@ def tool_call(rng: random.Random, name: str, city: str) -> dict[str, Any]:
     return {
         "id": call_id,
         "type": "function",
-        "function": {"name": name, "arguments": json.dumps({"city": city})},
+        "function": {"name": name, "arguments": json.dumps({"city": city}, ensure_ascii=False)},
     }
 
 
@@ -239,7 +296,7 @@ def weather_result(rng: random.Random, city: str) -> tuple[str, int, str]:
     items = list(obj.items())
     if rng.random() < 0.3:
         rng.shuffle(items)
-    return json.dumps(dict(items)), temp, sky
+    return json.dumps(dict(items), ensure_ascii=False), temp, sky
 
 
 def time_result(rng: random.Random, city: str) -> tuple[str, str]:
@@ -255,7 +312,7 @@ def time_result(rng: random.Random, city: str) -> tuple[str, str]:
     items = list(obj.items())
     if rng.random() < 0.3:
         rng.shuffle(items)
-    return json.dumps(dict(items)), clock
+    return json.dumps(dict(items), ensure_ascii=False), clock
 
 
 def _end(rng: random.Random, mark: str) -> str:

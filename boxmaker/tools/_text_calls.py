@@ -10,7 +10,10 @@ seen in public reports (the markup is the models' own, from their chat templates
 - ``qwen3_coder``: Qwen3-Coder's XML, ``<tool_call><function=NAME><parameter=KEY>value
   </parameter></function></tool_call>``;
 - ``hermes``: Hermes, Qwen 2.5/3 and most ChatML tool templates, ``<tool_call>{"name": NAME,
-  "arguments": {...}}</tool_call>``.
+  "arguments": {...}}</tool_call>``;
+- ``llama3``: Llama 3.x (its template's custom-tool format), the whole content one JSON
+  object ``{"name": NAME, "parameters": {...}}``, maybe after ``<|python_tag|>``;
+- ``mistral``: Mistral, ``[TOOL_CALLS][{"name": NAME, "arguments": {...}}]``.
 
 :func:`find_text_tool_call` looks for each in the whole content (so a tag split across
 deltas is found). Pure logic.
@@ -28,6 +31,10 @@ _HARMONY = re.compile(r"<\|channel\|>\s*commentary\s+to=functions\.([A-Za-z0-9_.
 _HARMONY_MESSAGE = "<|message|>"
 _QWEN3_CODER = re.compile(r"<function=([^>\s]+)>")
 _HERMES = re.compile(r"<tool_call>\s*(\{.*?)(?:</tool_call>|$)", re.DOTALL)
+_LLAMA3 = re.compile(
+    r'\A\s*(?:<\|python_tag\|>)?\s*\{\s*"name"\s*:\s*"([^"]+)"\s*,\s*"parameters"\s*:'
+)
+_MISTRAL = re.compile(r'\[TOOL_CALLS\]\s*\[?\s*\{\s*"name"\s*:\s*"([^"]+)"')
 
 TEXT_TOOL_CALL_FORMATS = {
     "harmony": (
@@ -48,6 +55,16 @@ TEXT_TOOL_CALL_FORMATS = {
         "(--chat-template-file with the model's tool-calling template when the GGUF's lacks "
         "it; GET /props shows chat_template_caps.supports_tool_calls)",
     ),
+    "llama3": (
+        "Llama 3.x JSON",
+        "run llama-server with --jinja and the model's Llama 3.x chat template (llama.cpp "
+        "parses its JSON calls only when the template renders <|start_header_id|>ipython)",
+    ),
+    "mistral": (
+        "Mistral [TOOL_CALLS]",
+        "run llama-server with --jinja and the model's Mistral chat template (with "
+        "[AVAILABLE_TOOLS]; GET /props shows chat_template_caps.supports_tool_calls)",
+    ),
 }
 """Each format's key -> (its name for people, the llama-server flag or template that fixes it)."""
 
@@ -57,7 +74,8 @@ class TextToolCall:
     """A tool call found written in content.
 
     Attributes:
-        format: ``"harmony"``, ``"qwen3_coder"`` or ``"hermes"`` (:data:`TEXT_TOOL_CALL_FORMATS`).
+        format: ``"harmony"``, ``"qwen3_coder"``, ``"hermes"``, ``"llama3"`` or ``"mistral"``
+            (:data:`TEXT_TOOL_CALL_FORMATS`).
         name: the tool named in the markup (``""`` when it could not be read).
         label: the format's name for people (``"gpt-oss harmony"``...).
         fix: the llama-server flag or template that makes the server parse it.
@@ -80,10 +98,19 @@ def find_text_tool_call(content: str | None) -> TextToolCall | None:
 
     Harmony needs ``<|channel|>commentary to=functions.NAME`` followed by ``<|message|>``;
     Qwen3-Coder ``<function=NAME>``; Hermes ``<tool_call>`` followed by a JSON object (its
-    ``name`` read when the object is whole). Prose that merely mentions a tag (``"use
-    <tool_call>"``) is no call.
+    ``name`` read when the object is whole); Llama 3.x a content that is, from its start, an
+    object with ``"name"`` then ``"parameters"``; Mistral ``[TOOL_CALLS]`` before such an
+    object. Prose that merely mentions a tag (``"use <tool_call>"``) is no call.
     """
-    if not content or "<" not in content:
+    if not content:
+        return None
+    found = _LLAMA3.search(content)
+    if found is not None:
+        return _call("llama3", found[1])
+    found = _MISTRAL.search(content)
+    if found is not None:
+        return _call("mistral", found[1])
+    if "<" not in content:
         return None
     found = _HARMONY.search(content)
     if found is not None and _HARMONY_MESSAGE in content[found.end() :]:

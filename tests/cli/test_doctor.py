@@ -140,6 +140,8 @@ TEXT_CALLS = {
     "Hermes <tool_call>": (
         '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
     ),
+    "Llama 3.x JSON": '{"name": "get_weather", "parameters": {"city": "Paris"}}',
+    "Mistral [TOOL_CALLS]": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]',
 }
 
 

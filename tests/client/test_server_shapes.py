@@ -480,6 +480,8 @@ TEXT_CALLS = {
         "</function>\n</tool_call>"
     ),
     "hermes": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+    "llama3": '{"name": "get_weather", "parameters": {"city": "Paris"}}',
+    "mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]',
 }
 
 
@@ -519,6 +521,7 @@ def test_a_tool_call_in_content_split_anywhere_is_flagged_not_answered(
         "Functions look like <function> in C.",
         "The <|channel|> token starts a harmony message.",
         "Sunny in Paris.",
+        'The call looks like {"name": "get_weather", "parameters": {}}.',
     ],
 )
 def test_prose_that_mentions_a_tag_is_an_answer(tmp_path: Path, content: str) -> None:
