@@ -159,6 +159,7 @@ def _finish(frame: str, df: pd.DataFrame, parts: Mapping[str, pd.DataFrame]) -> 
             if c.where is not None:
                 src = src[src[c.where[0]] == c.where[1]]
             src = src[src[key] >= 0]
+            src = src[_same_origin(src, df, key, c.copied)]
             grouped = src.groupby(key)
             values = grouped.size() if column is None else grouped[column].sum()
             full = values.reindex(range(len(df)), fill_value=0)
@@ -166,6 +167,18 @@ def _finish(frame: str, df: pd.DataFrame, parts: Mapping[str, pd.DataFrame]) -> 
         elif c.derive is not None:
             df[c.name] = pd.array(c.derive(df), dtype=_dtype(c.dtype))
     return df
+
+
+def _same_origin(src: pd.DataFrame, df: pd.DataFrame, key: str, copied: bool) -> Any:
+    """Which rows of ``src`` an aggregated column of ``df`` counts (a boolean array): into a
+    turn, the rows whose ``from_parent`` is the turn's; into a summary, a log's own rows
+    (``copied``: its rows copied from the parent), so a row is never counted twice over a
+    parent and its forks."""
+    mine = src["from_parent"].to_numpy(dtype=bool)
+    if key == "_turn_row":
+        turn_copied = df["from_parent"].to_numpy(dtype=bool)
+        return mine == turn_copied[src[key].to_numpy()]
+    return mine if copied else ~mine
 
 
 def _public(frame: str, df: pd.DataFrame) -> pd.DataFrame:
@@ -553,7 +566,12 @@ def summary(source: Source, *, engine: Engine = "pandas") -> pd.DataFrame:
     Warns:
         LogReadWarning: as for :func:`requests`.
 
-    Totals are over all of the session's records (the sums of the other frames' columns).
+    Totals are over the session's own records (the sums of the other frames' columns over
+    their rows with ``from_parent`` false): a fork's log holds its parent's records up to
+    the fork point, counted in ``inherited_turns`` and ``inherited_requests`` only, so that
+    summing the summary over a parent and its forks counts each completion once.
+    ``records``, ``started`` (the baseline's time, the parent's for a fork) and ``ended`` are
+    the log's as a whole.
 
     Columns:
     {columns}
