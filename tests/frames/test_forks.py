@@ -116,18 +116,15 @@ def test_a_parent_and_its_forks_count_each_completion_once(
     by_session = req.groupby("session", observed=True).from_parent.agg(list).to_dict()
     assert by_session == {"p": [False] * 3, "edited": [True, False], "after": [True, True, False]}
 
-    turns = got.turns.set_index(["session", "turn"])
+    columns = ["from_parent", "requests", "iterations", "tool_results", "processed_tokens"]
+    turns = {
+        (str(r["session"]), int(r["turn"])): [r[c] for c in columns]
+        for r in got.turns.to_dict("records")
+    }
     # the edited fork's turn 1 straddles the fork point: the fork's own, its own part counted
-    assert not turns.loc[("edited", 1), "from_parent"]
-    assert turns.loc[("edited", 1), ["requests", "iterations", "tool_results"]].tolist() == [
-        1,
-        0,
-        1,
-    ]
-    assert turns.loc[("edited", 1), "processed_tokens"] == 25
-    assert turns.loc[("after", 1), "from_parent"] and turns.loc[("after", 1), "requests"] == 2
-    assert turns.loc[("after", 1), ["iterations", "tool_results"]].tolist() == [1, 1]
-    assert not turns.loc[("after", 2), "from_parent"]
+    assert turns[("edited", 1)] == [False, 1, 0, 1, 25]
+    assert turns[("after", 1)] == [True, 2, 1, 1, 120]  # the parent's turn 1, copied whole
+    assert turns[("after", 2)] == [False, 1, 0, 0, 40]
     calls_frame = got.tool_calls.set_index("session")
     assert calls_frame.loc["edited", "from_parent"] == False  # noqa: E712 (the edited result)
     assert calls_frame.loc["after", "from_parent"] == True  # noqa: E712 (the parent's result)
@@ -152,15 +149,13 @@ def test_the_report_and_exports_of_a_parent_and_its_forks_count_once(
     folder = _fork_folder(tmp_path)
     total = sum(map(sum, _own_completions(folder).values()))
     tables = report.tables(frames.load(folder))
-    sessions = tables["Sessions"].set_index("session")
-    assert sessions.loc["total", "requests"] == 5
-    assert (
-        sessions.loc["total", "cached_tokens"] + sessions.loc["total", "processed_tokens"] == total
-    )
+    sessions = {str(r["session"]): r for r in tables["Sessions"].to_dict("records")}
+    assert sessions["total"]["requests"] == 5
+    assert sessions["total"]["cached_tokens"] + sessions["total"]["processed_tokens"] == total
     assert tables["Turns by outcome"].turns.sum() == 4  # p's two, one of each fork
     assert tables["Tool calls by tool"].calls.sum() == 2  # p's call, the edited result
-    forks_table = tables["Forks"].set_index("session")
-    assert forks_table.loc["after", ["inherited_turns", "inherited_requests"]].tolist() == [1, 2]
+    forks_table = {str(r["session"]): r for r in tables["Forks"].to_dict("records")}
+    assert [forks_table["after"][c] for c in ("inherited_turns", "inherited_requests")] == [1, 2]
     assert main(["report", str(folder)]) == 0
     assert "3 session logs, 5 requests (and 3 a fork copied from its parent)" in (
         capsys.readouterr().out
