@@ -472,6 +472,13 @@ def requests(source: Source, *, engine: Engine = "pandas") -> pd.DataFrame:
     counts the calls of the ``Assistant`` record it follows. Values the server did not send
     (older llama.cpp builds send no ``timings``) are ``<NA>``.
 
+    In a fork's log (:meth:`boxmaker.session.Session.fork`) the rows of the records copied
+    from its parent (records 1..``Forked.record - 1``) have ``from_parent`` true, in this
+    frame and in ``turns``, ``tool_calls``, ``cache_losses`` and ``limit_hits``; they keep the
+    numbers (``request``, ``turn``, ``turn_request``) the parent gave them, and the fork's own
+    rows go on from there. Leave them out (``frame[~frame.from_parent]``) to sum over a parent
+    and its forks.
+
     Columns:
     {columns}
     """
@@ -497,6 +504,15 @@ def turns(source: Source, *, engine: Engine = "pandas") -> pd.DataFrame:
     ``cancelled`` when a tool call was answered with ``not_run: "cancelled"``, else
     ``no_answer`` (schema 1 recorded nothing for a failed request or a cancel during a
     completion).
+
+    A turn of a fork's log is ``from_parent`` when every record of it is a copy of the
+    parent's. A turn that straddles the fork point (a fork at an edited tool result: its
+    user message, first completions and earlier results copied, the edited result and what
+    follows the fork's own) is the fork's own; its counts and sums (``requests``, tokens,
+    ``iterations``, ``tool_results``, cache losses, limit hits) are over its own records
+    only, its copied completions being ``requests`` rows with ``from_parent``. A turn's counts
+    are always over its rows of its own ``from_parent``, so summing turns over
+    ``~from_parent`` gives the summary's totals.
 
     Columns:
     {columns}

@@ -115,7 +115,7 @@ class Column:
             frame, column = self.agg
             what = f"sum of {frame}.{column}" if column else f"count of {frame} rows"
             what += f" where {self.where[0]} == {self.where[1]!r}" if self.where else ""
-            return what + (" (copied: from_parent)" if self.copied else "")
+            return what + (" where from_parent" if self.copied else "")
         if self.derive is not None:
             return "derived"
         return self.source
