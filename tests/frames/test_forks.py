@@ -199,3 +199,22 @@ def test_the_report_and_exports_of_a_parent_and_its_forks_count_once(
     }
     tools = [conversation[s["traceId"]] for s in spans if s["name"].startswith("execute_tool")]
     assert sorted(tools) == ["edited", "p"]  # the parent's call; the fork's edited result
+
+    pytest.importorskip("inspect_ai")
+    import warnings
+
+    from boxmaker.export import export_inspect
+
+    written_eval = export_inspect(folder, tmp_path / "forks.eval")
+    with warnings.catch_warnings():  # inspect_ai's own import-time deprecations are not ours
+        warnings.simplefilter("ignore")
+        from inspect_ai.log import read_eval_log
+
+        log = read_eval_log(str(written_eval))
+    assert log.samples is not None
+    usage = {str(s.id): next(iter(s.model_usage.values())).input_tokens for s in log.samples}
+    assert usage == {s: sum(v) for s, v in _own_completions(folder).items()}
+    meta = {str(s.id): s.metadata for s in log.samples}
+    assert [meta["after"][k] for k in ("boxmaker_turns", "boxmaker_inherited_turns")] == [1, 1]
+    assert meta["after"]["boxmaker_outcomes"] == ["answered"]  # its own turn only
+    assert meta["edited"]["boxmaker_inherited_requests"] == 1
