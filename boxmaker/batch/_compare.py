@@ -7,8 +7,9 @@ values of the ``by`` columns); the success rate's interval comes from
 :func:`boxmaker.score.paired_bootstrap`, which resamples tasks, the same tasks for every setting
 (paired by task); the seed, the number of resamples and the confidence are arguments and are
 kept in ``frame.attrs``, so a table can be made again exactly. In a batch of forks
-(:class:`~boxmaker.batch.ForkTask`) the costs are each fork's own (:func:`own_costs`): the
-parent's copied records are left out, so the settings compare from the fork point on.
+(:class:`~boxmaker.batch.ForkTask`) the costs are each fork's own (the frames' summary leaves
+the parent's copied records out, ``from_parent``; :func:`own_costs` starts a fork's wall time
+when it was made), so the settings compare from the fork point on.
 """
 
 from __future__ import annotations
@@ -89,50 +90,24 @@ def compare(
 
 
 def own_costs(batch_dir: str | Path, summary: pd.DataFrame) -> pd.DataFrame:
-    """``summary`` (the batch ``summary`` frame) with each fork's costs its own: a fork's log
-    holds its parent's records up to the fork point, and its summary counts them (and starts
-    at the parent's baseline). For the rows of forks, ``generated_tokens``,
-    ``processed_tokens``, ``prompt_ms``, ``lost_tokens`` and the ``<kind>_hits`` are summed
-    over the fork's own turns only (after ``fork_turn``; from it for a re-run turn), read
-    from the ``requests``, ``cache_losses`` and ``limit_hits`` frames, and ``started`` is
-    its ``Forked`` record's time. Other rows are as they were.
+    """``summary`` (the batch ``summary`` frame) with each fork's costs its own. The frames'
+    summary totals (tokens, ``prompt_ms``, lost tokens, ``<kind>_hits``) already count a
+    fork's own records only (the records it copied from its parent are rows with
+    ``from_parent``, counted in ``inherited_turns`` / ``inherited_requests``); what is left
+    is ``started``, the baseline's time, which a fork shares with its parent: for the rows of
+    forks it becomes the ``Forked`` record's time (when the fork was made), so ``wall_s`` is
+    the fork's own. Other rows are as they were.
 
     Raises:
-        SessionError: a log cannot be read.
+        SessionError: a fork's log cannot be read.
     """
     import pandas as pd
 
     if "parent_session" not in summary.columns or not summary["parent_session"].notna().any():
         return summary
     out = summary.copy()
-    forked = out["parent_session"].notna()
-    first = {
-        row["run"]: int(row["fork_turn"]) + (row["fork_point"] == "after_turn")
-        for row in out[forked].to_dict("records")
-    }
-
-    def own(name: str) -> pd.DataFrame:
-        frame = frames(batch_dir, name)
-        frame = frame[frame["run"].isin(first)]
-        return frame[frame["turn"].astype(float) >= frame["run"].map(first).astype(float)]
-
-    rows = out.index[forked]
-    runs = out.loc[rows, "run"]
-    requests, losses, hits = own("requests"), own("cache_losses"), own("limit_hits")
-    sums = {
-        "generated_tokens": requests.groupby("run")["generated_tokens"].sum(),
-        "processed_tokens": requests.groupby("run")["processed_tokens"].sum(),
-        "prompt_ms": requests.groupby("run")["prompt_ms"].sum(),
-        "lost_tokens": losses.groupby("run")["lost_tokens"].sum(),
-    }
-    for column in [c for c in out.columns if c.endswith("_hits") and c != "limit_hits"]:
-        sums[column] = hits[hits["kind"] == column[: -len("_hits")]].groupby("run").size()
-    for column, values in sums.items():
-        if column in out.columns:
-            out[column] = out[column].astype(float)
-            out.loc[rows, column] = runs.map(values).astype(float).fillna(0.0)
     if "started" in out.columns:
-        for row in rows:
+        for row in out.index[out["parent_session"].notna()]:
             with Session.open(str(out.at[row, "path"]), read_only=True) as log:
                 fork = log.forked
             if fork is not None:

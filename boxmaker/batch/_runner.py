@@ -540,8 +540,9 @@ def frames(batch_dir: str | Path, name: str = "turns") -> pd.DataFrame:
     ``task`` and the grid setting columns of :func:`manifest` joined in by session id, so
     results can be grouped by task and setting (in a batch of :class:`ForkTask` runs, the forks
     of one parent by setting: ``forks`` has one row per run, its own usage beside the
-    parent's). A fork's log holds its parent's records up to the fork point: in every frame
-    but ``forks`` they count as the run's (the same for every setting of a task).
+    parent's). A fork's log holds its parent's records up to the fork point: their rows carry
+    ``from_parent`` (true) and the ``summary`` totals leave them out (``inherited_turns``,
+    ``inherited_requests`` count them), so sums over the runs count each completion once.
 
     Raises:
         ConfigError: ``name`` is not a frame.

@@ -33,7 +33,10 @@ def run_report(args: argparse.Namespace) -> int:
         if found.logs or not found.left_out:  # else the paths' own problems said it all
             print(terminal_safe(f"boxmaker report: {found.error}"), file=sys.stderr)
         return 1
-    print(f"{len(found.loaded.summary)} session logs, {len(found.loaded.requests)} requests\n")
+    copied = int(found.loaded.requests["from_parent"].sum())
+    own = len(found.loaded.requests) - copied
+    inherited = f" (and {copied} a fork copied from its parent)" if copied else ""
+    print(f"{len(found.loaded.summary)} session logs, {own} requests{inherited}\n")
     print(terminal_safe(format_text(found.loaded)))
     batches = [_Batch.read(where) for where in _batch_dirs(args.paths)]
     for batch in batches:

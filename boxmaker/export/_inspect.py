@@ -6,10 +6,14 @@ message, ``messages`` the whole conversation as Inspect chat messages (system, u
 assistant with ``tool_calls`` and ``reasoning``, tool results by ``tool_call_id``),
 ``output`` the last answer, ``model_usage`` the run's tokens (``input_tokens`` = cached +
 processed prompt tokens, ``output_tokens`` = generated, ``input_tokens_cache_read`` = cached,
-``reasoning_tokens``: the frames' ``summary`` totals), ``scores`` from the batch's
+``reasoning_tokens``: the frames' ``summary`` totals, a fork's own records only: its copies of
+its parent's records are the parent's sample's usage, so summing over a batch of forks counts
+each completion once), ``scores`` from the batch's
 ``scores.ndjson`` (:func:`boxmaker.batch.read_scores`; the latest value of each scorer), and
 boxmaker's facts in ``metadata`` (``boxmaker_*``: outcomes, requests, cache losses, lost tokens,
-limit hits, the log file). ``inspect_ai.log.read_eval_log`` and
+limit hits, the log file, own records only like the usage; ``boxmaker_inherited_turns`` and
+``boxmaker_inherited_requests``: what a fork copied from its parent). The ``messages`` are the
+whole conversation, a fork's copied part included. ``inspect_ai.log.read_eval_log`` and
 ``inspect_ai.analysis.samples_df`` read the file; ``inspect view`` shows it.
 """
 
@@ -153,7 +157,7 @@ def export_inspect(source: Logs, out: str | Path, *, task: str = "boxmaker") -> 
         messages = _messages(run)
         answers = [m for m in messages if m.role == "assistant"]
         first = next((m.text for m in messages if m.role == "user"), "")
-        mine = turns[turns.session == run.session]
+        mine = turns[(turns.session == run.session) & ~turns.from_parent]
         run_scores = {
             name: Score(
                 value=line["value"],
@@ -181,6 +185,8 @@ def export_inspect(source: Logs, out: str | Path, *, task: str = "boxmaker") -> 
                     "boxmaker_log": run.path.name,
                     "boxmaker_schema": run.data.schema,
                     "boxmaker_turns": int(row["turns"]),
+                    "boxmaker_inherited_turns": int(row["inherited_turns"]),
+                    "boxmaker_inherited_requests": int(row["inherited_requests"]),
                     "boxmaker_outcomes": [str(o) for o in mine.outcome],
                     "boxmaker_requests": int(row["requests"]),
                     "boxmaker_tool_calls": int(row["tool_calls"]),

@@ -33,6 +33,15 @@ Message content is off by default (it may be private): with ``content=True``,
 ``gen_ai.tool.call.arguments`` / ``gen_ai.tool.call.result`` on tool spans. Every text is an
 attribute value (data, never markup): a receiver shows it as the string it is.
 
+A fork's log (:meth:`boxmaker.session.Session.fork`) holds its parent's records before its
+own: spans are emitted for the fork's own records only, so a backend that sums
+``gen_ai.usage.*`` over a parent and its forks counts each completion once, as the frames'
+``summary`` does (rows with ``from_parent`` left out). A turn copied whole gives no span (the
+parent's export has it); a turn that straddles the fork point (an edited tool result) gives
+its turn span (from its copied ``User`` record's time) with only its own chat and tool spans
+and events. The turns keep their numbers (``boxmaker.turn``), so a fork's first span says
+where it branched.
+
 The exporter reads finished logs: it is never on a turn's hot path.
 """
 
@@ -136,6 +145,8 @@ def session_spans(
         history.append({"role": "system", "parts": [{"type": "text", "content": head["system"]}]})
     spans = 0
     records = run.records
+    # records before this index are copies of a fork's parent's (Forked.record; 0: no fork)
+    copied = int(records[0]["record"]) if records and records[0]["type"] == "forked" else 0
     starts = [i for i, r in enumerate(records) if r["type"] == "user"]
     request = sum(
         1 for r in records[: starts[0] if starts else len(records)] if r["type"] == "usage"
@@ -143,6 +154,10 @@ def session_spans(
     for number, first in enumerate(starts, 1):
         last = starts[number] if number < len(starts) else len(records)
         turn = records[first:last]
+        if last <= copied:  # copied whole from the parent: its spans are the parent's
+            history += [_message(r) for r in turn if r["type"] in _MESSAGES]
+            request += sum(1 for r in turn if r["type"] == "usage")
+            continue
         end = max(nanos(r["time"]) for r in turn)
         outcome = next((r for r in reversed(turn) if r["type"] == "turn_end"), None)
         attrs: dict[str, Any] = {
@@ -169,12 +184,18 @@ def session_spans(
         inside = trace.set_span_in_context(root)
         approvals: dict[int, dict[str, Any]] = {}
         previous = begin = nanos(turn[0]["time"])
-        for rec in turn:
+        for index, rec in enumerate(turn, first):
             kind, t = rec["type"], nanos(rec["time"])
-            if kind in ("user", "assistant", "tool_result"):
+            if kind in _MESSAGES:
                 history.append(_message(rec))
             if kind == "usage":
                 request += 1
+            if index < copied:  # the copied part of a straddling turn: the parent's spans
+                if kind == "approval":
+                    approvals[rec["call"]] = rec
+                previous = t
+                continue
+            if kind == "usage":
                 timings = rec.get("timings") or {}
                 took = int((timings.get("prompt_ms", 0) + timings.get("predicted_ms", 0)) * 1e6)
                 cache_n, prompt_n = timings.get("cache_n"), timings.get("prompt_n")
@@ -276,6 +297,10 @@ def session_spans(
             previous = t
         root.end(end_time=end)
     return spans
+
+
+_MESSAGES = ("user", "assistant", "tool_result")
+"""The record types that are messages of the conversation."""
 
 
 def _arguments(turn: Sequence[dict[str, Any]], call_id: str) -> str | None:

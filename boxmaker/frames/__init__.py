@@ -2,8 +2,11 @@
 ``cache_losses``, ``limit_hits``, ``tool_calls``, ``summary`` (``load`` reads each log once
 and gives all six). Columns are data (``COLUMNS``). ``forks``: one row per fork (its parent,
 turn and point, the first record that differs from the parent, usage, limit hits and answer
-compared); the summary carries ``parent_session``, ``fork_turn`` and ``fork_point``.
-and gives all six). Columns are data (``COLUMNS``). Two engines compute them: pandas (in
+compared); the summary carries ``parent_session``, ``fork_turn`` and ``fork_point``. A fork's
+log begins with copies of its parent's records: their rows in the per-row frames have
+``from_parent`` true and the summary's totals leave them out (``inherited_turns``,
+``inherited_requests``), so sums over a parent and its forks count each record once. Two
+engines compute the frames: pandas (in
 memory, the default) and DuckDB (``engine="duckdb"``, the ``duckdb`` extra: the same columns and
 values, SQL over the same validated records, past memory); :func:`connect` gives the frames as
 DuckDB views and :func:`query` runs ad-hoc SQL over them.

@@ -161,6 +161,7 @@ def _finish(frame: str, df: pd.DataFrame, parts: Mapping[str, pd.DataFrame]) -> 
             if c.where is not None:
                 src = src[src[c.where[0]] == c.where[1]]
             src = src[src[key] >= 0]
+            src = src[_same_origin(src, df, key, c.copied)]
             grouped = src.groupby(key)
             values = grouped.size() if column is None else grouped[column].sum()
             full = values.reindex(range(len(df)), fill_value=0)
@@ -168,6 +169,18 @@ def _finish(frame: str, df: pd.DataFrame, parts: Mapping[str, pd.DataFrame]) -> 
         elif c.derive is not None:
             df[c.name] = pd.array(c.derive(df), dtype=_dtype(c.dtype))
     return df
+
+
+def _same_origin(src: pd.DataFrame, df: pd.DataFrame, key: str, copied: bool) -> Any:
+    """Which rows of ``src`` an aggregated column of ``df`` counts (a boolean array): into a
+    turn, the rows whose ``from_parent`` is the turn's; into a summary, a log's own rows
+    (``copied``: its rows copied from the parent), so a row is never counted twice over a
+    parent and its forks."""
+    mine = src["from_parent"].to_numpy(dtype=bool)
+    if key == "_turn_row":
+        turn_copied = df["from_parent"].to_numpy(dtype=bool)
+        return mine == turn_copied[src[key].to_numpy()]
+    return mine if copied else ~mine
 
 
 def _public(frame: str, df: pd.DataFrame) -> pd.DataFrame:
@@ -485,6 +498,13 @@ def requests(source: Source, *, engine: Engine = "pandas") -> pd.DataFrame:
     counts the calls of the ``Assistant`` record it follows. Values the server did not send
     (older llama.cpp builds send no ``timings``) are ``<NA>``.
 
+    In a fork's log (:meth:`boxmaker.session.Session.fork`) the rows of the records copied
+    from its parent (records 1..``Forked.record - 1``) have ``from_parent`` true, in this
+    frame and in ``turns``, ``tool_calls``, ``cache_losses`` and ``limit_hits``; they keep the
+    numbers (``request``, ``turn``, ``turn_request``) the parent gave them, and the fork's own
+    rows go on from there. Leave them out (``frame[~frame.from_parent]``) to sum over a parent
+    and its forks.
+
     Columns:
     {columns}
     """
@@ -510,6 +530,15 @@ def turns(source: Source, *, engine: Engine = "pandas") -> pd.DataFrame:
     ``cancelled`` when a tool call was answered with ``not_run: "cancelled"``, else
     ``no_answer`` (schema 1 recorded nothing for a failed request or a cancel during a
     completion).
+
+    A turn of a fork's log is ``from_parent`` when every record of it is a copy of the
+    parent's. A turn that straddles the fork point (a fork at an edited tool result: its
+    user message, first completions and earlier results copied, the edited result and what
+    follows the fork's own) is the fork's own; its counts and sums (``requests``, tokens,
+    ``iterations``, ``tool_results``, cache losses, limit hits) are over its own records
+    only, its copied completions being ``requests`` rows with ``from_parent``. A turn's counts
+    are always over its rows of its own ``from_parent``, so summing turns over
+    ``~from_parent`` gives the summary's totals.
 
     Columns:
     {columns}
@@ -579,7 +608,12 @@ def summary(source: Source, *, engine: Engine = "pandas") -> pd.DataFrame:
     Warns:
         LogReadWarning: as for :func:`requests`.
 
-    Totals are over all of the session's records (the sums of the other frames' columns).
+    Totals are over the session's own records (the sums of the other frames' columns over
+    their rows with ``from_parent`` false): a fork's log holds its parent's records up to
+    the fork point, counted in ``inherited_turns`` and ``inherited_requests`` only, so that
+    summing the summary over a parent and its forks counts each completion once.
+    ``records``, ``started`` (the baseline's time, the parent's for a fork) and ``ended`` are
+    the log's as a whole.
 
     Columns:
     {columns}

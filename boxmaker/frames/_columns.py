@@ -28,6 +28,7 @@ __all__ = [
     "CACHE_LOSS_COLUMNS",
     "COLUMNS",
     "ENDING_LIMITS",
+    "FROM_PARENT_DOC",
     "LIMIT_HIT_COLUMNS",
     "REQUEST_COLUMNS",
     "ROW_RECORD",
@@ -83,6 +84,11 @@ class Column:
         agg: ``(frame, column)``: the sum of ``column`` (with ``None``: the count) over
             another frame's rows that belong to this row (its turn or its session).
         where: with ``agg``: only rows whose ``column`` equals ``value``.
+        copied: with ``agg``: over the rows copied from a fork's parent (``from_parent``)
+            instead of the own ones. Without it a ``summary`` column counts a log's own rows
+            only (``from_parent`` false) and a ``turns`` column the turn's rows of the turn's
+            own ``from_parent``, so that summing any frame over a batch of forks counts each
+            completion once (see :data:`FROM_PARENT_DOC`).
         derive: computed from this frame's other columns.
         categories: for ``"category"``: the known categories, in order (values outside them
             are added after).
@@ -96,6 +102,7 @@ class Column:
     field: str | None = None
     agg: tuple[str, str | None] | None = None
     where: tuple[str, str] | None = None
+    copied: bool = False
     derive: Callable[[pd.DataFrame], Any] | None = None
     categories: tuple[str, ...] = ()
     source: str = "log position"
@@ -107,7 +114,8 @@ class Column:
         if self.agg is not None:
             frame, column = self.agg
             what = f"sum of {frame}.{column}" if column else f"count of {frame} rows"
-            return what + (f" where {self.where[0]} == {self.where[1]!r}" if self.where else "")
+            what += f" where {self.where[0]} == {self.where[1]!r}" if self.where else ""
+            return what + (" where from_parent" if self.copied else "")
         if self.derive is not None:
             return "derived"
         return self.source
@@ -120,6 +128,23 @@ def ratio(num: Any, den: Any) -> Any:
 
 
 TIME = "datetime64[ns, UTC]"
+
+FROM_PARENT_DOC = (
+    "the row is made of records copied from the parent of a fork (a fork's log holds its "
+    "parent's records 1..Forked.record-1 before its own; boxmaker.session.Session.fork): "
+    "they count for the parent, so leave them out (~from_parent) when summing over a parent "
+    "and its forks; False in logs that are no fork"
+)
+"""The doc of the ``from_parent`` column of the per-row frames."""
+
+
+def _from_parent(more: str = "") -> Column:
+    """The ``from_parent`` column (``more``: what it means in this frame)."""
+    doc = FROM_PARENT_DOC + (f"; {more}" if more else "")
+    return Column(
+        name="from_parent", dtype="boolean", doc=doc, source="record index < forked.record"
+    )
+
 
 REQUEST_COLUMNS: tuple[Column, ...] = (
     Column(name="session", dtype="category", doc="session id (the baseline's session_id)"),
@@ -215,6 +240,7 @@ REQUEST_COLUMNS: tuple[Column, ...] = (
         doc="tool calls in the completion (its Assistant record)",
         source="assistant.tool_calls (count)",
     ),
+    _from_parent(),
 )
 
 
@@ -276,7 +302,12 @@ TURN_COLUMNS: tuple[Column, ...] = (
         "no response came)",
         source="turn_end.status",
     ),
-    Column(name="requests", dtype="Int64", doc="completions", agg=("requests", None)),
+    Column(
+        name="requests",
+        dtype="Int64",
+        doc="the log's own completions (a fork's copied ones are inherited_requests)",
+        agg=("requests", None),
+    ),
     Column(
         name="iterations",
         dtype="Int64",
@@ -316,6 +347,12 @@ TURN_COLUMNS: tuple[Column, ...] = (
         agg=("cache_losses", "lost_tokens"),
     ),
     Column(name="limit_hits", dtype="Int64", doc="LimitHit records", agg=("limit_hits", None)),
+    _from_parent(
+        "every record of the turn copied from the parent: a turn that straddles the fork point "
+        "(edited_result: its first records copied, the edited result and what follows the "
+        "fork's) is the fork's own, its counts and sums over its own records only (its copied "
+        "completions are requests rows with from_parent)"
+    ),
 )
 
 CACHE_LOSS_COLUMNS: tuple[Column, ...] = (
@@ -409,6 +446,7 @@ CACHE_LOSS_COLUMNS: tuple[Column, ...] = (
         doc="what forensics saw, in words, or why it could not look",
         field="detail",
     ),
+    _from_parent(),
 )
 
 LIMIT_HIT_COLUMNS: tuple[Column, ...] = (
@@ -430,6 +468,7 @@ LIMIT_HIT_COLUMNS: tuple[Column, ...] = (
         doc="the limit ended the turn (all kinds but thinking_cap and tool_result_cap)",
         derive=lambda f: f.kind.isin(list(ENDING_LIMITS)).astype("boolean"),
     ),
+    _from_parent(),
 )
 
 TOOL_CALL_COLUMNS: tuple[Column, ...] = (
@@ -504,6 +543,7 @@ TOOL_CALL_COLUMNS: tuple[Column, ...] = (
         doc="time from asking to the decision",
         source="approval.waited_ms (by call)",
     ),
+    _from_parent(),
 )
 
 SUMMARY_COLUMNS: tuple[Column, ...] = (
@@ -511,7 +551,12 @@ SUMMARY_COLUMNS: tuple[Column, ...] = (
     Column(name="path", dtype="string", doc="the log file", source="file"),
     Column(name="started", dtype=TIME, doc="the baseline's time", source="baseline.time"),
     Column(name="ended", dtype=TIME, doc="the last record's time", source="*.time"),
-    Column(name="records", dtype="Int64", doc="records after the baseline", source="lines"),
+    Column(
+        name="records",
+        dtype="Int64",
+        doc="records after the baseline (a fork's: its Forked, copied and own records)",
+        source="lines",
+    ),
     Column(name="unknown_records", dtype="Int64", doc="records of unknown type (skipped)"),
     Column(
         name="parent_session",
@@ -532,7 +577,28 @@ SUMMARY_COLUMNS: tuple[Column, ...] = (
         doc="where in that turn (boxmaker.records.FORK_POINTS)",
         source="forked.point",
     ),
-    Column(name="turns", dtype="Int64", doc="turns (User records)", agg=("turns", None)),
+    Column(
+        name="inherited_turns",
+        dtype="Int64",
+        doc="turns copied from the parent (turns rows with from_parent; 0: no fork); the "
+        "other totals count the log's own records only",
+        agg=("turns", None),
+        copied=True,
+    ),
+    Column(
+        name="inherited_requests",
+        dtype="Int64",
+        doc="completions copied from the parent (requests rows with from_parent), a straddling "
+        "turn's included",
+        agg=("requests", None),
+        copied=True,
+    ),
+    Column(
+        name="turns",
+        dtype="Int64",
+        doc="the log's own turns (User records; a fork's copied ones are inherited_turns)",
+        agg=("turns", None),
+    ),
     *(
         Column(
             name=f"{o}_turns",

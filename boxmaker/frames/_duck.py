@@ -177,6 +177,11 @@ def _sums(alias: str) -> str:
 _WALL = "(CAST((epoch_ns(f.ended) - epoch_ns(f.started)) AS DOUBLE) / 1e9 * 1000)"
 """``wall_ms`` as pandas computes it: nanoseconds / 1e9 (``total_seconds``) * 1000."""
 
+_OWN_OUTCOMES = ", ".join(
+    f"count(*) FILTER (WHERE outcome = '{o}' AND NOT from_parent) AS {o}" for o in TURN_OUTCOMES
+)
+"""The summary's ``<outcome>_turns`` counts: a log's own turns of each outcome."""
+
 _PROMPT_SUM = "coalesce(q.cached_tokens, 0) + coalesce(q.processed_tokens, 0)"
 
 _WINDOWS = """
@@ -198,9 +203,10 @@ WINDOW s AS (PARTITION BY _l, turn0 ORDER BY _i ROWS BETWEEN UNBOUNDED PRECEDING
 """
 """Each record's place, computed once when the ``records`` table is made (every frame reads
 it; as views they were computed again by each frame): ``turn0`` its turn (0: before the first
-user message), ``req0`` the completions (``Usage``) of its session up to it, and within its
-turn ``a_i``/``a_n`` the last assistant record before it and its tool calls, ``p_i`` the last
-``Usage`` before it, ``turn_req`` the turn's completions up to it."""
+user message), ``req0`` the completions (``Usage``) of its session up to it, ``copied``
+whether it is a copy of a fork's parent's record (its index below the log's ``fork_record``),
+and within its turn ``a_i``/``a_n`` the last assistant record before it and its tool calls,
+``p_i`` the last ``Usage`` before it, ``turn_req`` the turn's completions up to it."""
 
 FRAME_SQL: dict[str, str] = {
     "_w": "SELECT * FROM records",
@@ -216,6 +222,7 @@ SELECT g.session AS session, req0 AS request, nullif(turn0, 0) AS turn,
   {_ratio("cache_n", "cache_n + prompt_n")} AS cache_reuse_ratio,
   thinking_capped, finish_reason,
   CASE WHEN a_i IS NOT NULL AND (p_i IS NULL OR a_i > p_i) THEN a_n END AS tool_calls,
+  u.copied AS from_parent,
   u._l AS _l, u._i AS _i, u.turn0 AS _turn
 FROM _u u JOIN logs g ON g._l = u._l
 WHERE type = 'usage'
@@ -227,7 +234,7 @@ SELECT g.session AS session, nullif(req0, 0) AS request, nullif(turn0, 0) AS tur
   q.per_token AS prompt_ms_per_token,
   coalesce(reprocessed_ms, CAST(coalesce(reprocessed, expected - reused) AS DOUBLE)
     * q.per_token) AS lost_ms,
-  position, cause, old_window, new_window, detail,
+  position, cause, old_window, new_window, detail, w.copied AS from_parent,
   w._l AS _l, w._i AS _i, w.turn0 AS _turn
 FROM _w w JOIN logs g ON g._l = w._l
 LEFT JOIN (SELECT _l, request, {_ratio("prompt_ms", "processed_tokens")} AS per_token
@@ -236,7 +243,7 @@ WHERE type = 'cache_loss'
 """,
     "limit_hits": f"""
 SELECT g.session AS session, nullif(turn0, 0) AS turn, nullif(req0, 0) AS request, t AS time,
-  kind, detail, kind IN {_ENDING} AS ended_turn,
+  kind, detail, kind IN {_ENDING} AS ended_turn, w.copied AS from_parent,
   w._l AS _l, w._i AS _i, w.turn0 AS _turn
 FROM _w w JOIN logs g ON g._l = w._l
 WHERE type = 'limit_hit'
@@ -257,7 +264,7 @@ SELECT g.session AS session, nullif(w.turn0, 0) AS turn, w.t AS time, w.call AS 
   CASE WHEN ok THEN a.decision END AS approval,
   CASE WHEN ok THEN a.decided_by END AS approved_by,
   CASE WHEN ok THEN a.reason END AS approval_reason,
-  CASE WHEN ok THEN a.waited_ms END AS approval_wait_ms,
+  CASE WHEN ok THEN a.waited_ms END AS approval_wait_ms, w.copied AS from_parent,
   w._l AS _l, w._i AS _i, w.turn0 AS _turn
 FROM (
   SELECT x.*, a._i AS approval_i, (a._i IS NOT NULL AND (x.prev_i IS NULL OR x.prev_i < a._i)) AS ok
@@ -278,8 +285,11 @@ SELECT _l, turn0,
   arg_max(coalesce(finish_reason = 'length', false), _i) FILTER (WHERE type = 'usage') AS cut,
   bool_or(type = 'tool_result' AND not_run = 'cancelled') AS cancelled,
   arg_max(kind, _i) FILTER (WHERE type = 'limit_hit' AND kind IN {_ENDING}) AS ending,
-  count(*) FILTER (WHERE type = 'assistant' AND n_calls > 0) AS iterations,
-  count(*) FILTER (WHERE type = 'tool_result') AS tool_results
+  bool_and(copied) AS from_parent,
+  count(*) FILTER (WHERE type = 'assistant' AND n_calls > 0) AS iterations_all,
+  count(*) FILTER (WHERE type = 'assistant' AND n_calls > 0 AND NOT copied) AS iterations_own,
+  count(*) FILTER (WHERE type = 'tool_result') AS tool_results_all,
+  count(*) FILTER (WHERE type = 'tool_result' AND NOT copied) AS tool_results_own
 FROM _w WHERE turn0 > 0 GROUP BY _l, turn0
 """,
     "turns": f"""
@@ -292,28 +302,35 @@ SELECT g.session AS session, f.turn0 AS turn, f.started AS started, f.ended AS e
     WHEN coalesce(cancelled, false) THEN 'cancelled'
     ELSE 'no_answer' END) AS outcome,
   te.d AS end_detail, te.s AS http_status,
-  coalesce(q.n, 0) AS requests, iterations, coalesce(q.tool_calls, 0) AS tool_calls,
-  tool_results,
+  coalesce(q.n, 0) AS requests,
+  CASE WHEN f.from_parent THEN iterations_all ELSE iterations_own END AS iterations,
+  coalesce(q.tool_calls, 0) AS tool_calls,
+  CASE WHEN f.from_parent THEN tool_results_all ELSE tool_results_own END AS tool_results,
   {", ".join(f"coalesce(q.{n}, 0) AS {n}" for n, _ in _SUMS)},
   coalesce(q.thinking_capped, 0) AS thinking_capped,
   coalesce(c.n, 0) AS cache_losses, coalesce(c.lost_tokens, 0) AS lost_tokens,
-  coalesce(h.n, 0) AS limit_hits,
+  coalesce(h.n, 0) AS limit_hits, f.from_parent AS from_parent,
   f._l AS _l, f.turn0 AS _turn
 FROM _turn_facts f JOIN logs g ON g._l = f._l
-LEFT JOIN (SELECT _l, _turn, count(*) AS n, CAST(coalesce(sum(r.tool_calls), 0) AS BIGINT)
-             AS tool_calls, count(*) FILTER (WHERE thinking_capped) AS thinking_capped,
-             {_sums("r")}
-           FROM requests r GROUP BY _l, _turn) q ON q._l = f._l AND q._turn = f.turn0
-LEFT JOIN (SELECT _l, _turn, count(*) AS n, CAST(sum(lost_tokens) AS BIGINT) AS lost_tokens
-           FROM cache_losses GROUP BY _l, _turn) c ON c._l = f._l AND c._turn = f.turn0
-LEFT JOIN (SELECT _l, _turn, count(*) AS n FROM limit_hits GROUP BY _l, _turn) h
-  ON h._l = f._l AND h._turn = f.turn0
+LEFT JOIN (SELECT _l, _turn, from_parent, count(*) AS n,
+             CAST(coalesce(sum(r.tool_calls), 0) AS BIGINT) AS tool_calls,
+             count(*) FILTER (WHERE thinking_capped) AS thinking_capped, {_sums("r")}
+           FROM requests r GROUP BY _l, _turn, from_parent) q
+  ON q._l = f._l AND q._turn = f.turn0 AND q.from_parent = f.from_parent
+LEFT JOIN (SELECT _l, _turn, from_parent, count(*) AS n,
+             CAST(sum(lost_tokens) AS BIGINT) AS lost_tokens
+           FROM cache_losses GROUP BY _l, _turn, from_parent) c
+  ON c._l = f._l AND c._turn = f.turn0 AND c.from_parent = f.from_parent
+LEFT JOIN (SELECT _l, _turn, from_parent, count(*) AS n
+           FROM limit_hits GROUP BY _l, _turn, from_parent) h
+  ON h._l = f._l AND h._turn = f.turn0 AND h.from_parent = f.from_parent
 """,
     "summary": f"""
 SELECT g.session AS session, g.path AS path, g.started AS started,
   coalesce(e.ended, g.started) AS ended, g.records AS records,
   g.unknown_records AS unknown_records,
   g.parent_session AS parent_session, g.fork_turn AS fork_turn, g.fork_point AS fork_point,
+  coalesce(tu.inherited, 0) AS inherited_turns, coalesce(qi.n, 0) AS inherited_requests,
   coalesce(tu.n, 0) AS turns,
   {", ".join(f"coalesce(tu.{o}, 0) AS {o}_turns" for o in TURN_OUTCOMES)},
   coalesce(q.n, 0) AS requests, coalesce(q.tool_calls, 0) AS tool_calls,
@@ -326,18 +343,21 @@ SELECT g.session AS session, g.path AS path, g.started AS started,
   g._l AS _l
 FROM logs g
 LEFT JOIN (SELECT _l, arg_max(t, _i) AS ended FROM records GROUP BY _l) e ON e._l = g._l
-LEFT JOIN (SELECT _l, count(*) AS n,
-             {", ".join(f"count(*) FILTER (WHERE outcome = '{o}') AS {o}" for o in TURN_OUTCOMES)}
+LEFT JOIN (SELECT _l, count(*) FILTER (WHERE NOT from_parent) AS n,
+             count(*) FILTER (WHERE from_parent) AS inherited,
+             {_OWN_OUTCOMES}
            FROM turns GROUP BY _l) tu ON tu._l = g._l
 LEFT JOIN (SELECT _l, count(*) AS n, CAST(coalesce(sum(r.tool_calls), 0) AS BIGINT)
              AS tool_calls, {_sums("r")}
-           FROM requests r GROUP BY _l) q ON q._l = g._l
+           FROM requests r WHERE NOT r.from_parent GROUP BY _l) q ON q._l = g._l
+LEFT JOIN (SELECT _l, count(*) AS n FROM requests WHERE from_parent GROUP BY _l) qi
+  ON qi._l = g._l
 LEFT JOIN (SELECT _l, count(*) AS n, CAST(sum(lost_tokens) AS BIGINT) AS lost_tokens,
              coalesce(sum(lost_ms), 0) AS lost_ms
-           FROM cache_losses GROUP BY _l) c ON c._l = g._l
+           FROM cache_losses WHERE NOT from_parent GROUP BY _l) c ON c._l = g._l
 LEFT JOIN (SELECT _l, count(*) AS n,
              {", ".join(f"count(*) FILTER (WHERE kind = '{k}') AS {k}" for k in LIMIT_KINDS)}
-           FROM limit_hits GROUP BY _l) h ON h._l = g._l
+           FROM limit_hits WHERE NOT from_parent GROUP BY _l) h ON h._l = g._l
 """,
 }
 """The SQL of each frame (a view of the connection :func:`connect` gives), over the tables
@@ -404,6 +424,7 @@ class _Vetted(NamedTuple):
     parent_session: str | None  # a fork's origin (None: not a fork)
     fork_turn: int | None
     fork_point: str | None
+    fork_record: int | None  # records before this index are the parent's copies (Forked.record)
 
 
 def _vet(item: Path | Session, *, scratch: str) -> _Vetted:
@@ -438,6 +459,7 @@ def _vet(item: Path | Session, *, scratch: str) -> _Vetted:
         forked.get("parent_session"),
         forked.get("turn"),
         forked.get("point"),
+        forked.get("record"),
     )
 
 
@@ -503,6 +525,7 @@ def connect(
                     log.parent_session,
                     log.fork_turn,
                     log.fork_point,
+                    log.fork_record,
                 )
             )
         # connected once the logs are read: worker processes are never forked from a process
@@ -532,9 +555,12 @@ def connect(
     return connection
 
 
-_Head: TypeAlias = tuple[int, str, str, str | None, int, int, str | None, int | None, str | None]
+_Head: TypeAlias = tuple[
+    int, str, str, str | None, int, int, str | None, int | None, str | None, int | None
+]
 """A row of the ``logs`` table: its number, session, path, baseline time, records, unknown
-records, and the fork's parent session, turn and point (``None``: not a fork)."""
+records, and the fork's parent session, turn, point and ``Forked.record`` (``None``: not a
+fork)."""
 
 
 def _tables(
@@ -546,9 +572,10 @@ def _tables(
     con.execute(
         "CREATE TABLE logs (_l BIGINT, session VARCHAR, path VARCHAR, time VARCHAR, "
         "records BIGINT, unknown_records BIGINT, parent_session VARCHAR, fork_turn BIGINT, "
-        "fork_point VARCHAR)"
+        "fork_point VARCHAR, fork_record BIGINT)"
     )
-    con.executemany("INSERT INTO logs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", heads) if heads else None
+    if heads:
+        con.executemany("INSERT INTO logs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", heads)
     con.execute("CREATE TABLE files (file VARCHAR, _l BIGINT, skip BIGINT, n BIGINT)")
     if files:
         con.executemany("INSERT INTO files VALUES (?, ?, ?, ?)", files)
@@ -569,8 +596,9 @@ WHERE l.idx > m.skip AND l.idx <= m.n + m.skip"""
             f"from_json('{{}}', '{struct}') AS j WHERE false"
         )
     con.execute(
-        f"CREATE TABLE records AS WITH base AS (SELECT _l, _i, {columns} FROM _lines "
-        f"WHERE j.type <> '_unknown'), {_WINDOWS}"
+        f"CREATE TABLE records AS WITH base AS (SELECT _lines._l AS _l, _lines._i AS _i, "
+        f"{columns}, coalesce(_lines._i < lg.fork_record, false) AS copied FROM _lines "
+        f"JOIN logs lg ON lg._l = _lines._l WHERE j.type <> '_unknown'), {_WINDOWS}"
     )
     con.execute(
         """CREATE TABLE calls AS

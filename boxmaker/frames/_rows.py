@@ -185,12 +185,15 @@ def _inferred_outcome(turn: Turn) -> str:
 
 
 class _Place(NamedTuple):
-    """Where one log's rows go: its session id and the first row of the log in each frame."""
+    """Where one log's rows go: its session id and the first row of the log in each frame;
+    ``copied``: the log's records before this index (after the baseline) are copies of a
+    fork's parent (``Forked.record``; 0: no fork)."""
 
     session: str
     session_row: int
     first_turn_row: int
     first_request_row: int
+    copied: int = 0
 
     def turn_row(self, number: int | None) -> int:
         """The ``turns`` row of turn ``number`` of this log (-1: before the first turn)."""
@@ -241,7 +244,9 @@ class Rows:
     def add(self, log: Log) -> None:
         """Add one log's rows (its records were checked by :func:`read_log`)."""
         sizes = self.sizes()
-        place = _Place(log.session, sizes["summary"], sizes["turns"], sizes["requests"])
+        place = _Place(
+            log.session, sizes["summary"], sizes["turns"], sizes["requests"], copied_before(log)
+        )
         self.taken = {frame: [] for frame in self.getters if frame != "summary"}
         unknown: dict[str, int] = {}
         turns = list(split_turns(log.records, unknown))
@@ -273,17 +278,32 @@ class Rows:
             self.cols["summary"][name].append(value)
 
 
+def copied_before(log: Log) -> int:
+    """The records of ``log`` before this index (after the baseline) are copies of its
+    parent's: ``Forked.record`` when the log is a fork (its first record a ``forked``; the
+    copies are records 1..record-1), else 0. A fork of a fork copies its parent's ``Forked``
+    record too, as any other."""
+    first = log.records[0] if log.records else None
+    return int(first["record"]) if first is not None and first["type"] == "forked" else 0
+
+
 _Writer: TypeAlias = Callable[[Rows, _Place, Log, list[Turn]], None]
 """A frame's row writer: adds the rows of one log (its turns) to the frame's column lists."""
 
 
 def _place_rows(
-    cols: dict[str, list[Any]], place: _Place, numbers: list[int | None], requests: list[int]
+    cols: dict[str, list[Any]],
+    place: _Place,
+    numbers: list[int | None],
+    requests: list[int],
+    copied: list[bool],
 ) -> None:
     """The position columns of a log's rows: session, turn, request (when the frame has it),
-    hidden; ``numbers`` the turn of each row, ``requests`` the session's latest completion."""
+    ``from_parent``, hidden; ``numbers`` the turn of each row, ``requests`` the session's
+    latest completion, ``copied`` whether the row's record is a copy of the parent's."""
     n = len(requests)
     cols["session"] += [place.session] * n
+    cols["from_parent"] += copied
     cols["turn"] += numbers
     if "request" in cols:
         cols["request"] += [r or None for r in requests]
@@ -298,7 +318,9 @@ def _write_requests(rows: Rows, place: _Place, log: Log, turns: list[Turn]) -> N
     numbers: list[int | None] = []
     turn_requests: list[int | None] = []
     counts: list[int | None] = []
-    for number, _start, records, types, usages, _ in turns:
+    copied: list[bool] = []
+    for number, start, records, types, usages, _ in turns:
+        copied += [start + k < place.copied for k in usages]
         after = -1  # the previous usage: an assistant before it belongs to that one
         for k in usages:
             j = k - 1
@@ -320,6 +342,7 @@ def _write_requests(rows: Rows, place: _Place, log: Log, turns: list[Turn]) -> N
     cols["turn"] += numbers
     cols["turn_request"] += turn_requests
     cols["tool_calls"] += counts
+    cols["from_parent"] += copied
     cols["_session_row"] += [place.session_row] * n
     cols["_turn_row"] += [place.turn_row(number) for number in numbers]
     cols["_request_row"] += range(place.first_request_row, place.first_request_row + n)
@@ -336,8 +359,10 @@ def _write_turns(rows: Rows, place: _Place, log: Log, turns: list[Turn]) -> None
         detail = status = None
         iterations = 0
         end: tuple[str, str | None, int | None] | None = None
+        from_parent = _last_known(turn) < place.copied
+        own = 0 if from_parent else place.copied - turn.start  # count records from this one
         for k, kind in enumerate(turn.types):
-            if kind == "assistant" and turn.records[k].get("tool_calls"):
+            if kind == "assistant" and k >= own and turn.records[k].get("tool_calls"):
                 iterations += 1
             elif kind == "turn_end":
                 end = _turn_end(turn.records[k])
@@ -354,11 +379,20 @@ def _write_turns(rows: Rows, place: _Place, log: Log, turns: list[Turn]) -> None
             ("end_detail", detail),
             ("http_status", status),
             ("iterations", iterations),
+            ("from_parent", from_parent),
             ("_session_row", place.session_row),
             ("_turn_row", -1),
             ("_request_row", -1),
         ):
             cols[name].append(value)
+
+
+def _last_known(turn: Turn) -> int:
+    """The index (after the baseline) of the turn's last record of a type the frames read."""
+    for k in range(len(turn.types) - 1, -1, -1):
+        if turn.types[k] in _KNOWN:
+            return turn.start + k
+    return turn.start
 
 
 def _at_request(frame: str, kind: str) -> _Writer:
@@ -368,7 +402,8 @@ def _at_request(frame: str, kind: str) -> _Writer:
         recs = rows.taken[frame]
         numbers: list[int | None] = []
         requests: list[int] = []
-        for number, _start, records, types, _, request in turns:
+        copied: list[bool] = []
+        for number, start, records, types, _, request in turns:
             if kind not in types:
                 continue
             for k, t in enumerate(types):
@@ -378,7 +413,8 @@ def _at_request(frame: str, kind: str) -> _Writer:
                     recs.append(records[k])
                     numbers.append(number)
                     requests.append(request)
-        _place_rows(rows.cols[frame], place, numbers, requests)
+                    copied.append(start + k < place.copied)
+        _place_rows(rows.cols[frame], place, numbers, requests, copied)
 
     return write
 
@@ -392,7 +428,8 @@ def _write_tool_calls(rows: Rows, place: _Place, log: Log, turns: list[Turn]) ->
     approvals: dict[int, dict[str, Any]] = {}  # call number -> its Approval record
     numbers: list[int | None] = []
     requests: list[int] = []
-    for number, _start, records, types, _, request in turns:
+    copied: list[bool] = []
+    for number, start, records, types, _, request in turns:
         for k, kind in enumerate(types):
             if kind == "usage":
                 request += 1
@@ -405,12 +442,13 @@ def _write_tool_calls(rows: Rows, place: _Place, log: Log, turns: list[Turn]) ->
                 recs.append(rec)
                 numbers.append(number)
                 requests.append(request)
+                copied.append(start + k < place.copied)
                 cols["arguments_chars"].append(arguments.get(rec["tool_call_id"]))
                 cols["result_chars"].append(len(rec["content"]))
                 decided = approvals.pop(rec["call"], None) or {}
                 for column, key in _APPROVAL_COLUMNS:
                     cols[column].append(decided.get(key))
-    _place_rows(cols, place, numbers, requests)
+    _place_rows(cols, place, numbers, requests, copied)
 
 
 _APPROVAL_COLUMNS = (

@@ -52,15 +52,17 @@ FORK_REPORT_COLUMNS = (
     "parent_session",
     "fork_turn",
     "fork_point",
+    "inherited_turns",
+    "inherited_requests",
     "turns",
     "requests",
     "processed_tokens",
     "cache_reuse_ratio",
     "limit_hits",
 )
-"""The summary columns of the report's ``Forks`` table (shown when a log is a fork; the
-records a fork copied from its parent are counted in its rows: ``frames.forks`` gives its
-own part next to the parent's)."""
+"""The summary columns of the report's ``Forks`` table (shown when a log is a fork): what it
+copied from its parent (``inherited_*``), then its own turns, completions and costs (the
+summary's totals leave the copies out)."""
 
 PER_REQUEST_PLOTS = 4
 """The per-request plots show at most this many sessions (the ones with most requests)."""
@@ -74,6 +76,10 @@ def tables(loaded: frames.Frames) -> dict[str, pd.DataFrame]:
     ``Cache losses by session``, ``Cache losses by cause`` (losses without a cause as
     ``not explained``), ``Tool calls by tool``, and ``Forks`` when a log is a fork.
     Milliseconds are rounded to 0.1, ratios to 0.001.
+
+    Every record is counted once: a fork's rows copied from its parent (``from_parent``) are
+    left out of every table (they are the parent's), and the summary's totals are a log's
+    own already.
     """
     s = loaded.summary
     sessions = s[list(SESSION_COLUMNS)].copy()
@@ -89,7 +95,7 @@ def tables(loaded: frames.Frames) -> dict[str, pd.DataFrame]:
     total_row = pd.DataFrame([total], columns=list(SESSION_COLUMNS)).astype(sessions.dtypes)
     sessions = pd.concat([sessions, total_row], ignore_index=True)
 
-    t = loaded.turns
+    t = _own(loaded.turns)
     outcomes = t.groupby("outcome", observed=False).agg(
         turns=("turn", "size"),
         requests=("requests", "sum"),
@@ -97,12 +103,16 @@ def tables(loaded: frames.Frames) -> dict[str, pd.DataFrame]:
         generated_tokens=("generated_tokens", "sum"),
         mean_wall_ms=("wall_ms", "mean"),
     )
-    hits = loaded.limit_hits.groupby("kind", observed=False).agg(
-        hits=("kind", "size"),
-        sessions=("session", "nunique"),
-        ended_turns=("ended_turn", "sum"),
+    hits = (
+        _own(loaded.limit_hits)
+        .groupby("kind", observed=False)
+        .agg(
+            hits=("kind", "size"),
+            sessions=("session", "nunique"),
+            ended_turns=("ended_turn", "sum"),
+        )
     )
-    c = loaded.cache_losses
+    c = _own(loaded.cache_losses)
     losses = c.groupby("session", observed=True).agg(
         losses=("lost_tokens", "size"),
         lost_tokens=("lost_tokens", "sum"),
@@ -116,7 +126,7 @@ def tables(loaded: frames.Frames) -> dict[str, pd.DataFrame]:
         lost_tokens=("lost_tokens", "sum"),
         lost_ms=("lost_ms", "sum"),
     )
-    tc = loaded.tool_calls
+    tc = _own(loaded.tool_calls)
     tools = tc.groupby("name", observed=True).agg(
         calls=("call", "size"),
         ran=("ran", "sum"),
@@ -136,6 +146,11 @@ def tables(loaded: frames.Frames) -> dict[str, pd.DataFrame]:
         forked = s[s["parent_session"].notna()]
         out["Forks"] = forked[list(FORK_REPORT_COLUMNS)].astype({"session": "string"})
     return {title: _rounded(df) for title, df in out.items()}
+
+
+def _own(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a per-row frame that are not copies of a fork's parent's records."""
+    return df[~df["from_parent"].to_numpy(dtype=bool)]
 
 
 def _rounded(df: pd.DataFrame) -> pd.DataFrame:
@@ -233,13 +248,14 @@ def format_html(
         body.append(f"<h2>{html_lib.escape(name)}</h2>")
         body.append(df.to_html(index=False, na_rep="", border=0) if len(df) else "<p>(none)</p>")
     body.append("<h2>Plots</h2>")
-    req = loaded.requests
+    req = loaded.requests  # per-session curves: a fork's whole conversation, copies included
+    own_losses = _own(loaded.cache_losses)
     figures = [
-        plots.limit_hits_per_kind(loaded.limit_hits),
+        plots.limit_hits_per_kind(_own(loaded.limit_hits)),
         plots.cache_reuse(req, loaded.cache_losses),
     ]
-    if len(loaded.cache_losses):
-        figures.append(plots.lost_tokens_by_cause(loaded.cache_losses))
+    if len(own_losses):
+        figures.append(plots.lost_tokens_by_cause(own_losses))
     busiest = req.groupby("session", observed=True).size().sort_values(ascending=False)
     for session in list(busiest.index[:PER_REQUEST_PLOTS]):
         rows = req[req["session"] == session]

@@ -397,10 +397,16 @@ def test_each_setting_forks_the_parent_and_runs_the_new_turns_live(
     assert sorted(scored["value"]) == [1.0, 1.0]
     table = compare(batch, seed=1, resamples=50)
     assert list(table["runs"]) == [1, 1] and list(table["success"]) == [1.0, 1.0]
-    # the costs compared are the forks' own: 3 requests of 10 prompt tokens each (the
-    # summary counts the parent's 2 copied requests too), from the fork's making on
+    # the costs compared are the forks' own: 3 requests of 10 prompt tokens each; the
+    # summary counts them only, the parent's 2 copied requests apart; from the fork's making on
     assert list(table["processed_tokens"]) == [30.0, 30.0]
-    assert list(summary["processed_tokens"]) == [50, 50]
+    assert list(summary["processed_tokens"]) == [30, 30]
+    assert list(summary["inherited_requests"]) == [2, 2]
+    requests = frames(batch, "requests")
+    assert requests[~requests["from_parent"]].groupby("run")["processed_tokens"].sum().tolist() == [
+        30,
+        30,
+    ]
     costs = own_costs(batch, summary).set_index("run")
     for path in _runs(batch):
         forked = _records(path)[0]

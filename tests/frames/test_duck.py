@@ -22,6 +22,7 @@ from boxmaker import frames
 from boxmaker.errors import SessionError
 from boxmaker.frames import _duck
 from boxmaker.records import (
+    FORK_POINTS,
     LIMIT_KINDS,
     NOT_RUN_REASONS,
     SCHEMA_VERSION,
@@ -29,6 +30,7 @@ from boxmaker.records import (
     Approval,
     Assistant,
     CacheLoss,
+    Forked,
     LimitHit,
     Record,
     ToolCall,
@@ -129,9 +131,9 @@ def _lines(sid: str, records: list[Record], unknown: bool) -> list[dict[str, Any
     return out
 
 
-def assert_engines_agree(source: Any) -> None:
+def assert_engines_agree(source: Any) -> frames.Frames:
     """Both engines: equal frames (floats summed in another order: to 1e-9) and the same
-    warnings, in the same words."""
+    warnings, in the same words; the frames."""
     with warnings.catch_warnings(record=True) as by_pandas:
         warnings.simplefilter("always")
         a = frames.load(source)
@@ -141,6 +143,7 @@ def assert_engines_agree(source: Any) -> None:
     assert sorted(str(w.message) for w in by_pandas) == sorted(str(w.message) for w in by_duckdb)
     for name in frames.Frames._fields:
         assert_frame_equal(getattr(a, name), getattr(b, name), check_exact=False, rtol=1e-9)
+    return a
 
 
 @settings(
@@ -151,18 +154,84 @@ def assert_engines_agree(source: Any) -> None:
         st.tuples(st.lists(a_record, max_size=20), st.booleans(), st.booleans()),
         min_size=1,
         max_size=3,
-    )
+    ),
+    forks=st.lists(
+        st.tuples(
+            st.integers(0, 5),  # which log (a later fork may fork an earlier one)
+            st.integers(0, 20),  # how many of its records are copied
+            st.sampled_from(FORK_POINTS),
+            st.lists(a_record, max_size=8),
+        ),
+        max_size=3,
+    ),
 )
 def test_both_engines_give_equal_frames(
-    tmp_path: Path, sessions: list[tuple[list[Record], bool, bool]]
+    tmp_path: Path,
+    sessions: list[tuple[list[Record], bool, bool]],
+    forks: list[tuple[int, int, str, list[Record]]],
 ) -> None:
     folder = tmp_path / f"case{len(list(tmp_path.iterdir()))}"
     folder.mkdir()
+    logs: list[list[dict[str, Any]]] = []
     for n, (records, unknown, torn) in enumerate(sessions):
         lines = _lines(f"g{n}", records, unknown)
+        logs.append(lines)
         body = "".join(json.dumps(o, ensure_ascii=n % 2 == 0) + "\n" for o in lines)
         (folder / f"g{n}.jsonl").write_text(body + ('{"type": "us' if torn else ""), "utf-8")
-    assert_engines_agree(folder)
+    for n, (of, cut, point, own) in enumerate(forks):
+        lines = fork_lines(logs[of % len(logs)], f"f{n}", cut, point, own)
+        logs.append(lines)  # a later fork may fork this one
+        (folder / f"f{n}.jsonl").write_text("".join(json.dumps(o) + "\n" for o in lines))
+    got = assert_engines_agree(folder)
+    # the summary counts each log's own rows, its copied ones apart; a turn its rows' origin
+    summary = got.summary.set_index("session")
+    for frame, total, inherited in (
+        (got.requests, "requests", "inherited_requests"),
+        (got.turns, "turns", "inherited_turns"),
+        (got.limit_hits, "limit_hits", None),
+        (got.cache_losses, "cache_losses", None),
+    ):
+        for copied, column in ((False, total), (True, inherited)):
+            counted = frame[frame.from_parent == copied].groupby("session", observed=False)
+            if column is not None:
+                want = counted.size().reindex(summary.index, fill_value=0)
+                assert summary[column].tolist() == want.tolist()
+    by_turn = got.requests.groupby(["session", "turn", "from_parent"], observed=True).size()
+    sizes: dict[Any, int] = {k: int(v) for k, v in by_turn.items()}
+    for row in got.turns.itertuples():
+        assert row.requests == sizes.get((row.session, row.turn, row.from_parent), 0)
+    assert not any(got.summary.inherited_requests[got.summary.parent_session.isna()])
+
+
+def fork_lines(
+    parent: list[dict[str, Any]], sid: str, cut: int, point: str, own: list[Record]
+) -> list[dict[str, Any]]:
+    """A fork's log of the log ``parent`` (its JSON lines, the baseline first), as
+    :meth:`Session.fork` writes one: the baseline, a ``Forked`` record, the parent's records
+    before ``cut`` (clipped to them; the parent's own ``Forked`` record too, for a fork of a
+    fork), an edited tool result for ``edited_result``, then ``own`` (later times)."""
+    copied = [dict(r) for r in parent[1 : 1 + cut]]
+    turns = sum(1 for r in copied if r["type"] == "user")
+    edited = [
+        {**record_to_json(ToolResult(call=1, tool_call_id="c1", name="f", content="edited",
+                                     source="edited")), "time": format_time(T0)}
+    ] if point == "edited_result" else []  # fmt: skip
+    forked = record_to_json(
+        Forked(
+            parent_session=parent[0]["session_id"],
+            parent_path="x.jsonl",
+            parent_schema=SCHEMA_VERSION,
+            turn=max(turns, 1),
+            point=point,  # type: ignore[arg-type]
+            record=len(copied) + 1,
+            edited_call=1 if edited else None,
+        )
+    )
+    forked["time"] = format_time(T0)
+    later = _lines(sid, own, False)[1:]
+    for k, rec in enumerate(later):
+        rec["time"] = format_time(T0 + timedelta(hours=1, seconds=k))
+    return [{**parent[0], "session_id": sid}, forked, *copied, *edited, *later]
 
 
 def _zoo(tmp_path: Path) -> None:

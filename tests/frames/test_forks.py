@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from boxmaker import frames
 from boxmaker.config import Config
 from boxmaker.demo import demo_registry
 from boxmaker.records import Baseline
-from boxmaker.session import Session
+from boxmaker.session import Session, read_log
 from boxmaker.testing import ScriptedClient, Step, answer, call, calls, timings
 from boxmaker.turn import Replay, Runtime, continue_fork, run_turn
 
@@ -62,3 +65,156 @@ def test_the_report_has_a_forks_table_only_when_there_are_forks() -> None:
     assert list(with_fork["Forks"]["session"]) == ["schema-4"]
     assert with_fork["Forks"]["parent_session"].tolist() == ["schema-3"]
     assert "Forks" not in report.tables(frames.load(data / "schema-3.jsonl"))
+
+
+def _fork_folder(tmp_path: Path) -> Path:
+    """A parent of two turns and two forks of it: one at an edited tool result of turn 1
+    (the turn straddles the fork point) and one after turn 1, each with its own completions."""
+    registry = demo_registry()
+    folder = tmp_path / "logs"
+    parent = Session.create(folder, Baseline(tools=registry.definitions()), session_id="p")
+    oslo = calls(call("get_weather", {"city": "Oslo"}), timings=timings(0, 100))
+    run_turn(parent, runtime([oslo, answer("Mild.", timings=timings(100, 20))]), "Oslo?")
+    run_turn(parent, runtime([answer("Wet.", timings=timings(120, 30))]), "Bergen?")
+    edited = parent.fork(call=1, result='{"temperature": -30}', session_id="edited")
+    continue_fork(edited, runtime([answer("Freezing.", timings=timings(100, 25))]))
+    after = parent.fork(at=1, session_id="after")
+    run_turn(after, runtime([answer("Cold.", timings=timings(120, 40))]), "Tromsø?")
+    for s in (parent, edited, after):
+        s.close()
+    return folder
+
+
+def _own_completions(folder: Path) -> dict[str, list[int]]:
+    """Each log's own completions' prompt tokens (cache_n + prompt_n), read from the file:
+    a fork's records from its ``Forked.record`` on."""
+    out = {}
+    for path in sorted(folder.glob("*.jsonl")):
+        data = read_log(path, repair=False)
+        first = data.records[0]
+        start = int(first["record"]) if first["type"] == "forked" else 0
+        out[data.session_id] = [
+            r["timings"]["cache_n"] + r["timings"]["prompt_n"]
+            for r in data.records[start:]
+            if r["type"] == "usage"
+        ]
+    return out
+
+
+@pytest.mark.parametrize("engine", ["pandas", "duckdb"])
+def test_a_parent_and_its_forks_count_each_completion_once(
+    tmp_path: Path, engine: frames.Engine
+) -> None:
+    folder = _fork_folder(tmp_path)
+    own = _own_completions(folder)
+    assert own == {"p": [100, 120, 150], "edited": [125], "after": [160]}
+    got = frames.load(folder, engine=engine)
+    req = got.requests
+    mine = req[~req.from_parent].groupby("session", observed=True).prompt_tokens.sum()
+    assert mine.to_dict() == {s: sum(v) for s, v in own.items()}
+    assert req.prompt_tokens[~req.from_parent].sum() == sum(map(sum, own.values()))
+    by_session = req.groupby("session", observed=True).from_parent.agg(list).to_dict()
+    assert by_session == {"p": [False] * 3, "edited": [True, False], "after": [True, True, False]}
+
+    columns = ["from_parent", "requests", "iterations", "tool_results", "processed_tokens"]
+    turns = {
+        (str(r["session"]), int(r["turn"])): [r[c] for c in columns]
+        for r in got.turns.to_dict("records")
+    }
+    # the edited fork's turn 1 straddles the fork point: the fork's own, its own part counted
+    assert turns[("edited", 1)] == [False, 1, 0, 1, 25]
+    assert turns[("after", 1)] == [True, 2, 1, 1, 120]  # the parent's turn 1, copied whole
+    assert turns[("after", 2)] == [False, 1, 0, 0, 40]
+    calls_frame = got.tool_calls.set_index("session")
+    assert calls_frame.loc["edited", "from_parent"] == False  # noqa: E712 (the edited result)
+    assert calls_frame.loc["after", "from_parent"] == True  # noqa: E712 (the parent's result)
+
+    s = got.summary.set_index("session")
+    assert s.requests.to_dict() == {k: len(v) for k, v in own.items()}
+    assert s.inherited_requests.to_dict() == {"p": 0, "edited": 1, "after": 2}
+    assert s.turns.to_dict() == {"p": 2, "edited": 1, "after": 1}
+    assert s.inherited_turns.to_dict() == {"p": 0, "edited": 0, "after": 1}
+    assert s.answered_turns.to_dict() == {"p": 2, "edited": 1, "after": 1}
+    assert (s.cached_tokens + s.processed_tokens).to_dict() == mine.to_dict()
+    assert s.tool_calls.to_dict() == {"p": 1, "edited": 0, "after": 0}
+    assert s.records.to_dict()["after"] == len(read_log(folder / "after.jsonl").records)
+
+
+def test_the_report_and_exports_of_a_parent_and_its_forks_count_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from boxmaker.cli import main
+    from boxmaker.frames import report
+
+    folder = _fork_folder(tmp_path)
+    total = sum(map(sum, _own_completions(folder).values()))
+    tables = report.tables(frames.load(folder))
+    sessions = {str(r["session"]): r for r in tables["Sessions"].to_dict("records")}
+    assert sessions["total"]["requests"] == 5
+    assert sessions["total"]["cached_tokens"] + sessions["total"]["processed_tokens"] == total
+    assert tables["Turns by outcome"].turns.sum() == 4  # p's two, one of each fork
+    assert tables["Tool calls by tool"].calls.sum() == 2  # p's call, the edited result
+    forks_table = {str(r["session"]): r for r in tables["Forks"].to_dict("records")}
+    assert [forks_table["after"][c] for c in ("inherited_turns", "inherited_requests")] == [1, 2]
+    assert main(["report", str(folder)]) == 0
+    assert "3 session logs, 5 requests (and 3 a fork copied from its parent)" in (
+        capsys.readouterr().out
+    )
+
+    pq = pytest.importorskip("pyarrow.parquet")
+    from boxmaker.export import export_otel, write_parquet
+
+    written = write_parquet(folder, tmp_path / "parquet")
+    table = pq.read_table(written["requests"]).to_pandas()
+    assert table.prompt_tokens[~table.from_parent].sum() == total
+    assert pq.read_table(written["summary"]).to_pandas().requests.sum() == 5
+
+    pytest.importorskip("opentelemetry.sdk")
+    out = tmp_path / "spans.json"
+    export_otel(folder, file=out)
+    spans = [
+        span
+        for line in out.read_text().splitlines()
+        for resource in json.loads(line)["resourceSpans"]
+        for scope in resource["scopeSpans"]
+        for span in scope["spans"]
+    ]
+
+    def attrs(span: dict[str, Any]) -> dict[str, Any]:
+        return {kv["key"]: next(iter(kv["value"].values())) for kv in span["attributes"]}
+
+    chats = [attrs(s) for s in spans if s["name"].startswith("chat ")]
+    assert sum(int(a["gen_ai.usage.input_tokens"]) for a in chats) == total  # copies skipped
+    turn_spans = [attrs(s) for s in spans if s["name"] == "invoke_agent boxmaker"]
+    assert sorted((a["gen_ai.conversation.id"], int(a["boxmaker.turn"])) for a in turn_spans) == [
+        ("after", 2),
+        ("edited", 1),
+        ("p", 1),
+        ("p", 2),
+    ]
+    conversation = {
+        s["traceId"]: attrs(s)["gen_ai.conversation.id"]
+        for s in spans
+        if s["name"] == "invoke_agent boxmaker"
+    }
+    tools = [conversation[s["traceId"]] for s in spans if s["name"].startswith("execute_tool")]
+    assert sorted(tools) == ["edited", "p"]  # the parent's call; the fork's edited result
+
+    pytest.importorskip("inspect_ai")
+    import warnings
+
+    from boxmaker.export import export_inspect
+
+    written_eval = export_inspect(folder, tmp_path / "forks.eval")
+    with warnings.catch_warnings():  # inspect_ai's own import-time deprecations are not ours
+        warnings.simplefilter("ignore")
+        from inspect_ai.log import read_eval_log
+
+        log = read_eval_log(str(written_eval))
+    assert log.samples is not None
+    usage = {str(s.id): next(iter(s.model_usage.values())).input_tokens for s in log.samples}
+    assert usage == {s: sum(v) for s, v in _own_completions(folder).items()}
+    meta = {str(s.id): s.metadata for s in log.samples}
+    assert [meta["after"][k] for k in ("boxmaker_turns", "boxmaker_inherited_turns")] == [1, 1]
+    assert meta["after"]["boxmaker_outcomes"] == ["answered"]  # its own turn only
+    assert meta["edited"]["boxmaker_inherited_requests"] == 1

@@ -161,9 +161,15 @@ def cat(values: list[Any], categories: list[str]) -> pd.Series:
 
 
 def frame(data: dict[str, Any], name: str) -> pd.DataFrame:
-    """An expected frame: values with the dtypes COLUMNS gives."""
+    """An expected frame: values with the dtypes COLUMNS gives (a log that is no fork: no row
+    from a parent, nothing inherited, unless ``data`` says)."""
     out = {}
+    rows = len(next(iter(data.values())))
     for c in COLUMNS[name]:
+        if c.name not in data and c.name == "from_parent":
+            data = {**data, c.name: [False] * rows}
+        elif c.name not in data and c.name.startswith("inherited_"):
+            data = {**data, c.name: [0] * rows}
         value = data[c.name]
         out[c.name] = value if isinstance(value, pd.Series) else pd.array(value, dtype=c.dtype)
     return pd.DataFrame(out)
