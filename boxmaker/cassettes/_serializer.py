@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 from vcr.persisters.filesystem import CassetteNotFoundError, FilesystemPersister
 from vcr.serialize import deserialize as vcr_deserialize
@@ -333,7 +334,8 @@ def load_interactions(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
     Raises:
         CassetteError: the file does not exist, is not UTF-8 or valid YAML, or is not shaped
-            like a cassette; the message starts with the file name.
+            like a cassette (a request without a method, or whose ``uri`` is not a URL); the
+            message starts with the file name.
     """
     p = Path(path)
     text = _read(p)
@@ -345,6 +347,13 @@ def load_interactions(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         request = item["request"]
         if not isinstance(request.get("method"), str) or not isinstance(request.get("uri"), str):
             raise CassetteError(f"{p}: not a cassette: request {number} has no method or uri")
+        try:
+            httpx.URL(request["uri"])
+        except (httpx.InvalidURL, ValueError) as exc:
+            raise CassetteError(
+                f"{p}: not a cassette: request {number}'s uri {request['uri']!r} is not a URL: "
+                f"{exc}"
+            ) from exc
     return list(data["interactions"])
 
 

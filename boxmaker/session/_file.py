@@ -34,7 +34,6 @@ import json
 import os
 import warnings
 from dataclasses import dataclass
-from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +150,9 @@ def read_log(path: str | os.PathLike[str], *, repair: bool = False) -> LogData:
     elif unterminated and repair:
         _append_bytes(p, b"\n")
     schema = head.get("schema")
+    # repeats found before the upgrade: a step may read a record's neighbours (schema 1's
+    # not_run looks ahead), so two copies of one line can differ once upgraded
+    twice = _repeats(records)
     try:
         records, migrated = upgrade(schema, records)
         check_baseline(head)
@@ -164,27 +166,40 @@ def read_log(path: str | os.PathLike[str], *, repair: bool = False) -> LogData:
         check_records(records)
     except RecordError as exc:
         raise SessionError(f"{p}:{exc.index + 2}: {exc}") from exc
-    records = _once(p, records)
+    records = _once(p, records, twice)
     return LogData(p, head, schema, records, tuple(migrated), sid)
 
 
-def _once(path: Path, records: list[Any]) -> list[Any]:
-    """``records`` without those that repeat an earlier record (the same JSON value, its
-    microsecond ``time`` included: a record written twice), with a :class:`LogReadWarning`
-    naming their lines. Records were checked: each is an object with ``type`` and ``time``."""
-    types = map(dict.get, records, repeat("type"))
-    keys = list(zip(types, map(dict.get, records, repeat("time")), strict=True))
+def _repeats(records: list[Any]) -> list[tuple[int, int]]:
+    """``(record, the earlier record it repeats)`` index pairs of ``records`` as read (before
+    any upgrade): the same JSON value, its microsecond ``time`` included (a record written
+    twice). Records that are not objects with a string ``type`` and ``time`` are left to
+    :func:`check_records`, which refuses them."""
+    keys = [
+        (r.get("type"), r.get("time"))
+        if type(r) is dict and type(r.get("type")) is str and type(r.get("time")) is str
+        else None
+        for r in records
+    ]
     if len(set(keys)) == len(keys):  # the usual case: no two records of a type share a time
-        return records
+        return []
     seen: dict[Any, list[int]] = {}
-    twice: list[tuple[int, int]] = []  # (record, the earlier record it repeats)
+    twice: list[tuple[int, int]] = []
     for i, key in enumerate(keys):
+        if key is None:
+            continue
         same = seen.setdefault(key, [])
         earlier = next((j for j in same if records[j] == records[i]), None)
         if earlier is None:
             same.append(i)
         else:
             twice.append((i, earlier))
+    return twice
+
+
+def _once(path: Path, records: list[Any], twice: list[tuple[int, int]]) -> list[Any]:
+    """``records`` without the repeats ``twice`` (from :func:`_repeats`, found before the
+    upgrade), with a :class:`LogReadWarning` naming their lines."""
     if not twice:
         return records
     shown = ", ".join(f"line {i + 2} (= line {j + 2})" for i, j in twice[:5])
