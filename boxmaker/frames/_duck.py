@@ -581,34 +581,39 @@ def _tables(
         con.executemany("INSERT INTO files VALUES (?, ?, ?, ?)", files)
     struct = "{" + ", ".join(f'"{k}": "{v}"' for k, v in _FIELDS.items()) + "}"
     columns = ", ".join(f"{sql} AS {name}" for name, sql in _RECORD_COLUMNS)
+    # one table, made in one pass over the lines: the parsed record (every text field) is
+    # never stored, only the frames' columns, and the assistant's tool calls (``_tc``, for
+    # ``calls``) until ``calls`` is made (at 50M records a table of the parsed lines beside
+    # ``records`` filled 32 GB of DuckDB's spill files)
+    tool_calls = (
+        "CASE WHEN j.type = 'assistant' AND json_array_length(j.tool_calls) > 0 "
+        "THEN j.tool_calls END AS _tc"
+    )
     if files:
         listed = "[" + ", ".join("'" + f[0].replace("'", "''") + "'" for f in files) + "]"
         lines = f"""
 WITH t AS (SELECT filename, string_split(content, chr(10)) AS ls FROM read_text({listed})),
 l AS (SELECT filename, generate_subscripts(ls, 1) AS idx, unnest(ls) AS line FROM t)
-SELECT m._l AS _l, l.idx - 1 - m.skip AS _i, from_json(l.line, '{struct}') AS j
+SELECT m._l AS _l, l.idx - 1 - m.skip AS _i, from_json(nullif(l.line, ''), '{struct}') AS j
 FROM l JOIN files m ON m.file = l.filename
 WHERE l.idx > m.skip AND l.idx <= m.n + m.skip"""
-        con.execute(f"CREATE TEMP TABLE _lines AS {lines}")
     else:
-        con.execute(
-            f"CREATE TEMP TABLE _lines AS SELECT 0 AS _l, 0 AS _i, "
-            f"from_json('{{}}', '{struct}') AS j WHERE false"
-        )
+        lines = f"SELECT 0 AS _l, 0 AS _i, from_json('{{}}', '{struct}') AS j WHERE false"
     con.execute(
-        f"CREATE TABLE records AS WITH base AS (SELECT _lines._l AS _l, _lines._i AS _i, "
-        f"{columns}, coalesce(_lines._i < lg.fork_record, false) AS copied FROM _lines "
-        f"JOIN logs lg ON lg._l = _lines._l WHERE j.type <> '_unknown'), {_WINDOWS}"
+        f"CREATE TABLE records AS WITH base AS (SELECT p._l AS _l, p._i AS _i, "
+        f"{columns}, coalesce(p._i < lg.fork_record, false) AS copied, {tool_calls} "
+        f"FROM ({lines}) p JOIN logs lg ON lg._l = p._l WHERE j.type <> '_unknown'), "
+        f"{_WINDOWS}"
     )
     con.execute(
         """CREATE TABLE calls AS
 SELECT _l, _i, c.id AS id, arg_max(length(c.arguments), k) AS chars FROM (
   SELECT _l, _i, unnest(cs) AS c, generate_subscripts(cs, 1) AS k FROM (
-    SELECT _l, _i, from_json(j.tool_calls, '[{"id": "VARCHAR", "arguments": "VARCHAR"}]') AS cs
-    FROM _lines WHERE j.type = 'assistant' AND json_array_length(j.tool_calls) > 0))
+    SELECT _l, _i, from_json(_tc, '[{"id": "VARCHAR", "arguments": "VARCHAR"}]') AS cs
+    FROM records WHERE _tc IS NOT NULL))
 GROUP BY _l, _i, c.id"""
     )
-    con.execute("DROP TABLE _lines")
+    con.execute("ALTER TABLE records DROP COLUMN _tc")
     _fix_times(con)
     con.execute("ALTER TABLE logs ADD COLUMN started TIMESTAMPTZ")
     con.execute("UPDATE logs SET started = try_cast(time AS TIMESTAMPTZ)")

@@ -200,6 +200,8 @@ def _harness(url: str, *, keep_reasoning: bool) -> list[dict[str, Any]]:
             body = {"messages": messages, "tools": tools, "stream": True, "temperature": 0}
             decoder = StreamDecoder()
             with client.stream("POST", "/v1/chat/completions", json=body) as r:
+                if r.status_code != 200:
+                    raise AssertionError(f"HTTP {r.status_code}: {r.read()!r}")
                 for raw in r.iter_raw():
                     decoder.feed(raw)
             got = decoder.chunks.finish()
