@@ -581,39 +581,44 @@ def _tables(
         con.executemany("INSERT INTO files VALUES (?, ?, ?, ?)", files)
     struct = "{" + ", ".join(f'"{k}": "{v}"' for k, v in _FIELDS.items()) + "}"
     columns = ", ".join(f"{sql} AS {name}" for name, sql in _RECORD_COLUMNS)
-    # one table, made in one pass over the lines: the parsed record (every text field) is
-    # never stored, only the frames' columns, and the assistant's tool calls (``_tc``, for
-    # ``calls``) until ``calls`` is made (at 50M records a table of the parsed lines beside
-    # ``records`` filled 32 GB of DuckDB's spill files)
-    tool_calls = (
-        "CASE WHEN j.type = 'assistant' AND json_array_length(j.tool_calls) > 0 "
-        "THEN j.tool_calls END AS _tc"
-    )
-    if files:
-        listed = "[" + ", ".join("'" + f[0].replace("'", "''") + "'" for f in files) + "]"
-        lines = f"""
+    # the lines parsed once into a table (``j``), a batch of logs at a time: the records and
+    # the calls of each batch added, the batch's table dropped; so the parsed lines (every
+    # text field) are never held for all the logs at once beside ``records`` (at 50M request
+    # records they were, and DuckDB's spill files filled 32 GB). Each log is in one batch:
+    # the windows are per log.
+    empty = f"SELECT 0 AS _l, 0 AS _i, from_json('{{}}', '{struct}') AS j WHERE false"
+    made = False
+    for batch in _batches(files) or [[]]:  # no log: the tables made empty
+        if batch:
+            listed = "[" + ", ".join("'" + f[0].replace("'", "''") + "'" for f in batch) + "]"
+            lines = f"""
 WITH t AS (SELECT filename, string_split(content, chr(10)) AS ls FROM read_text({listed})),
 l AS (SELECT filename, generate_subscripts(ls, 1) AS idx, unnest(ls) AS line FROM t)
-SELECT m._l AS _l, l.idx - 1 - m.skip AS _i, from_json(nullif(l.line, ''), '{struct}') AS j
+SELECT m._l AS _l, l.idx - 1 - m.skip AS _i, from_json(l.line, '{struct}') AS j
 FROM l JOIN files m ON m.file = l.filename
 WHERE l.idx > m.skip AND l.idx <= m.n + m.skip"""
-    else:
-        lines = f"SELECT 0 AS _l, 0 AS _i, from_json('{{}}', '{struct}') AS j WHERE false"
-    con.execute(
-        f"CREATE TABLE records AS WITH base AS (SELECT p._l AS _l, p._i AS _i, "
-        f"{columns}, coalesce(p._i < lg.fork_record, false) AS copied, {tool_calls} "
-        f"FROM ({lines}) p JOIN logs lg ON lg._l = p._l WHERE j.type <> '_unknown'), "
-        f"{_WINDOWS}"
-    )
-    con.execute(
-        """CREATE TABLE calls AS
+        else:
+            lines = empty
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _lines AS {lines}")
+        rows = (
+            f"WITH base AS (SELECT _lines._l AS _l, _lines._i AS _i, {columns}, "
+            f"coalesce(_lines._i < lg.fork_record, false) AS copied FROM _lines "
+            f"JOIN logs lg ON lg._l = _lines._l WHERE j.type <> '_unknown'), {_WINDOWS}"
+        )
+        calls = """
 SELECT _l, _i, c.id AS id, arg_max(length(c.arguments), k) AS chars FROM (
   SELECT _l, _i, unnest(cs) AS c, generate_subscripts(cs, 1) AS k FROM (
-    SELECT _l, _i, from_json(_tc, '[{"id": "VARCHAR", "arguments": "VARCHAR"}]') AS cs
-    FROM records WHERE _tc IS NOT NULL))
+    SELECT _l, _i, from_json(j.tool_calls, '[{"id": "VARCHAR", "arguments": "VARCHAR"}]') AS cs
+    FROM _lines WHERE j.type = 'assistant' AND json_array_length(j.tool_calls) > 0))
 GROUP BY _l, _i, c.id"""
-    )
-    con.execute("ALTER TABLE records DROP COLUMN _tc")
+        if made:
+            con.execute(f"INSERT INTO records {rows}")
+            con.execute(f"INSERT INTO calls {calls}")
+        else:
+            con.execute(f"CREATE TABLE records AS {rows}")
+            con.execute(f"CREATE TABLE calls AS {calls}")
+            made = True
+    con.execute("DROP TABLE _lines")
     _fix_times(con)
     con.execute("ALTER TABLE logs ADD COLUMN started TIMESTAMPTZ")
     con.execute("UPDATE logs SET started = try_cast(time AS TIMESTAMPTZ)")
@@ -621,6 +626,26 @@ GROUP BY _l, _i, c.id"""
         "SELECT time FROM logs WHERE started IS NULL AND time IS NOT NULL"
     ).fetchall():
         con.execute("UPDATE logs SET started = ? WHERE time = ?", [parse_time(text), text])
+
+
+BATCH_BYTES = 512 * 2**20
+"""Bytes of log files parsed into one DuckDB table at a time when the records are made."""
+
+
+def _batches(
+    files: list[tuple[str, int, int, int]],
+) -> list[list[tuple[str, int, int, int]]]:
+    """``files`` in runs of about :data:`BATCH_BYTES` (a file larger than that alone)."""
+    out: list[list[tuple[str, int, int, int]]] = []
+    size = 0
+    for f in files:
+        here = os.path.getsize(f[0])
+        if not out or size + here > BATCH_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(f)
+        size += here
+    return out
 
 
 def _fix_times(con: Any) -> None:
