@@ -116,10 +116,11 @@ def child(engine: str, folder: str, memory_limit: str) -> None:
 def measure(engine: str, folder: Path, memory_limit: str) -> dict[str, float]:
     out = subprocess.run(
         [sys.executable, __file__, "--child", engine, str(folder), "--memory-limit", memory_limit],
-        check=True,
         capture_output=True,
         text=True,
     )
+    if out.returncode != 0:  # the child's own error said, not only its exit status
+        sys.exit(f"{engine} on {folder} failed ({out.returncode}):\n{out.stderr[-4000:]}")
     result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 

@@ -542,6 +542,12 @@ def connect(
         # connected once the logs are read: worker processes are never forked from a process
         # running DuckDB's threads
         con = duckdb_module.connect()
+        # the tables in a compressed in-memory database (DuckDB >= 1.4), compressed at each
+        # checkpoint: a log's records are mostly NULL columns, so 1M request records hold
+        # 81 MiB instead of 830 MiB (memory and spill; at 50M the uncompressed tables'
+        # spill files filled the disk)
+        con.execute("ATTACH ':memory:' AS frames (COMPRESS)")
+        con.execute("USE frames")
         con.execute("SET TimeZone = 'UTC'")
         # DuckDB's own bar writes to stdout (a report piped to a file would hold it): the
         # frames show their reading's progress on stderr instead (vet_logs)
@@ -629,6 +635,7 @@ GROUP BY _l, _i, c.id"""
             con.execute(f"CREATE TABLE records AS {rows}")
             con.execute(f"CREATE TABLE calls AS {calls}")
             made = True
+        con.execute("CHECKPOINT frames")  # the batch's rows compressed
     con.execute("DROP TABLE _lines")
     _fix_times(con)
     con.execute("ALTER TABLE logs ADD COLUMN started TIMESTAMPTZ")
