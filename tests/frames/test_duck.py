@@ -262,6 +262,47 @@ def test_logs_of_every_schema_and_refused_logs_agree(tmp_path: Path) -> None:
     assert turns.wall_ms.tolist() == [0.0, 0.0]
 
 
+@pytest.mark.parametrize("checkpoint", [1, 3])
+def test_logs_read_a_batch_at_a_time_and_compressed_give_the_same_frames(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, checkpoint: int
+) -> None:
+    """Every log its own batch (BATCH_BYTES 1), the rows compressed after each batch or after
+    every few batches and at the end: the frames equal the pandas engine's, and the
+    ``records`` table holds compressed columns."""
+    _zoo(tmp_path)
+    sizes = sorted(p.stat().st_size for p in tmp_path.iterdir())
+    monkeypatch.setattr(_duck, "BATCH_BYTES", 1)
+    monkeypatch.setattr(_duck, "CHECKPOINT_BYTES", sum(sizes[:checkpoint]))
+    assert_engines_agree(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", frames.LogReadWarning)
+        con = _duck.connect(tmp_path)
+        want = len(frames.requests(tmp_path))
+    try:
+        kinds = {k for (k,) in con.execute(
+            "SELECT DISTINCT compression FROM pragma_storage_info('records')"
+        ).fetchall()}  # fmt: skip
+        assert {"Constant", "RLE"} <= kinds, kinds  # (a tiny column may stay uncompressed)
+        assert con.execute("SELECT count(*) FROM requests").fetchone() == (want,) != (0,)
+    finally:
+        con.close()
+
+
+def test_small_logs_rows_are_not_compressed(tmp_path: Path) -> None:
+    """Below CHECKPOINT_BYTES of logs no checkpoint is made (it costs more than it saves)."""
+    _zoo(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", frames.LogReadWarning)
+        con = _duck.connect(tmp_path)
+    try:
+        kinds = con.execute(
+            "SELECT DISTINCT compression FROM pragma_storage_info('records')"
+        ).fetchall()
+        assert kinds == [("Uncompressed",)]
+    finally:
+        con.close()
+
+
 def test_query_runs_sql_over_the_frames() -> None:
     got = frames.query(
         "SELECT session, sum(generated_tokens) AS n FROM requests GROUP BY session ORDER BY 1",
