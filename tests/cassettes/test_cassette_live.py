@@ -59,8 +59,10 @@ def test_thinking_cap_fires_while_recording_and_the_recording_replays(tmp_path: 
                 events.append(event)
                 if isinstance(event, Reasoning | Content) and not pending_at_first_token:
                     # the first token reached the loop while its response was still open:
-                    # nothing of this completion is in the cassette yet
-                    pending_at_first_token.append(len(cassette.data))
+                    # nothing of this completion is in the cassette yet, only the ones
+                    # before it (none, unless a first reply was a tool call alone)
+                    done = sum(isinstance(r, Usage) for r in session.records)
+                    pending_at_first_token.append(len(cassette.data) - done)
 
             with Client(config.client) as client, contextlib.suppress(TurnError):
                 runtime = Runtime(config=config, client=client, registry=demo_registry())

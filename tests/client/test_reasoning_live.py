@@ -84,7 +84,7 @@ def test_thinking_cap_is_exact_with_tags_in_content_live(
 def test_cap_without_visible_reasoning_warns_once_live(tmp_path: Path) -> None:
     # thinking disabled on a server that separates reasoning: no reasoning field, no tag
     with live_server(n_ctx=4096) as server:
-        require(server, "tools")
+        require(server, "tools", "reasoning")  # without it the cap says the model cannot reason
         session, events = _turn(server.url, tmp_path, 10, thinking=False)
     warnings = [e for e in events if isinstance(e, CapNotEnforced)]
     assert len(warnings) == 1 and "no reasoning seen" in warnings[0].detail

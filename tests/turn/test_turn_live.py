@@ -120,7 +120,8 @@ def test_thinking_cap_live_through_reasoning_control(
         u.reasoning_tokens for u in session.records if isinstance(u, Usage)
     )
     hits = [r for r in session.records if isinstance(r, LimitHit)]
-    assert [h.kind for h in hits if h.kind == "thinking_cap"] == ["thinking_cap"] * len(capped)
+    # one LimitHit a turn, however many of its completions the cap ended
+    assert [h.kind for h in hits if h.kind == "thinking_cap"] == ["thinking_cap"]
     # and the model went on after reasoning was ended: an answer or a tool call
     assistant = next(r for r in session.records if isinstance(r, Assistant))
     assert assistant.content or assistant.tool_calls
@@ -176,7 +177,13 @@ def test_cancel_live_stops_the_stream_and_the_server_serves_on(
         with pytest.raises(TurnCancelled):
             run_turn(session, runtime, "What is the weather in Paris?", stop_at_first_token)
         kinds = [type(r).__name__ for r in session.records]
-        assert kinds == ["Capabilities", "User", "TurnEnd"]
+        # the completion stopped mid-stream left no record: the turn's last is its TurnEnd
+        end = session.records[-1]
+        assert isinstance(end, TurnEnd) and end.outcome == "cancelled"
+        assert kinds[-2] in ("User", "ToolResult")
+        if kinds != ["Capabilities", "User", "TurnEnd"]:
+            # a first reply that was a tool call alone streams no text to stop at
+            not_on_the_shipped_model(f"no text before the first tool call: {kinds}")
         runtime.cancel.clear()  # the caller's switch: the loop never clears it
         with contextlib.suppress(TurnLimit):
             run_turn(session, runtime, "Hello!")
@@ -242,16 +249,23 @@ def test_loop_guard_live_stale_results_nudge_then_stop(
     loop = LoopLimits(tool_iterations=6, repeat_detection=False, stale_results_at=2)
     runtime.config = dataclasses.replace(runtime.config, loop=loop)
     session = _session(tmp_path)
-    with client, pytest.raises(TurnLimit) as info:
-        run_turn(session, runtime, "Keep checking the weather in Paris.")
-    if info.value.kind != "loop":
-        not_on_the_shipped_model(f"this model stopped otherwise: {info.value}")
+    limit: TurnLimit | None = None
+    with client:
+        try:
+            run_turn(session, runtime, "Keep checking the weather in Paris.")
+        except TurnLimit as exc:
+            limit = exc
+    if limit is None or limit.kind != "loop":
+        ended = session.records[-1]
+        outcome = ended.outcome if isinstance(ended, TurnEnd) else type(ended).__name__
+        not_on_the_shipped_model(f"this model stopped otherwise: {limit or outcome}")
+    assert limit is not None
     results = [r for r in session.records if isinstance(r, ToolResult)]
     assert [r.not_run for r in results] == [None, None, "loop", "loop"]
     assert results[2].content.startswith("Loop guard: get_weather returned the same result 2")
     end = session.records[-1]
     assert isinstance(end, TurnEnd) and end.outcome == "loop"
-    assert info.value.detail.startswith("rule stale_result: get_weather returned")
+    assert limit.detail.startswith("rule stale_result: get_weather returned")
 
 
 @pytest.mark.needs("tools", "shipped_model")
