@@ -94,9 +94,15 @@ def unmet(
             missing.append(f"one slot (total_slots {caps.slots})")
         elif need == "cold_cache" and isinstance(server, GivenServer):
             missing.append("a cold cache (a given server may hold earlier prompts)")
-        elif need == "shipped_model" and caps.model != Path(MODEL_FILENAME).stem:
+        elif need == "shipped_model" and _served(caps.model) != Path(MODEL_FILENAME).stem:
             missing.append(f"the shipped model (serving {caps.model})")
     return missing
+
+
+def _served(model: str | None) -> str | None:
+    """The model's name as ``GET /props`` gives it, without folder and ``.gguf``: the
+    embedded server names its alias, an upstream llama-server the ``-m`` path it was given."""
+    return Path(model).name.removesuffix(".gguf") if model else None
 
 
 def require(
