@@ -272,7 +272,13 @@ def _request_sums(scope: str) -> tuple[Column, ...]:
 TURN_COLUMNS: tuple[Column, ...] = (
     Column(name="session", dtype="category", doc="session id"),
     Column(name="turn", dtype="Int64", doc="number of the turn in the session, from 1"),
-    Column(name="started", dtype=TIME, doc="the User record's time", source="user.time"),
+    Column(
+        name="started",
+        dtype=TIME,
+        doc="the User record's time; a turn a fork continues from its parent's copied "
+        "records (a rerun, an edited result): the fork's Forked record time, if later",
+        source="user.time",
+    ),
     Column(name="ended", dtype=TIME, doc="time of the turn's last record", source="*.time"),
     Column(
         name="wall_ms",

@@ -288,7 +288,8 @@ JOIN logs g ON g._l = w._l
 """,
     "_turn_facts": f"""
 SELECT _l, turn0,
-  arg_min(t, _i) AS started, arg_max(t, _i) AS ended,
+  arg_min(t, _i) AS first_t, arg_max(t, _i) AS ended,
+  bool_or(copied) AND NOT bool_and(copied) AS straddles,
   arg_max(struct_pack(o := outcome, d := detail, s := status), _i)
     FILTER (WHERE type = 'turn_end') AS te,
   arg_max(CASE WHEN type = 'assistant' THEN n_calls = 0 ELSE false END, _i)
@@ -322,7 +323,13 @@ SELECT g.session AS session, f.turn0 AS turn, f.started AS started, f.ended AS e
   coalesce(c.n, 0) AS cache_losses, coalesce(c.lost_tokens, 0) AS lost_tokens,
   coalesce(h.n, 0) AS limit_hits, f.from_parent AS from_parent,
   f._l AS _l, f.turn0 AS _turn
-FROM _turn_facts f JOIN logs g ON g._l = f._l
+FROM (
+  -- a turn a fork continues from copied records started no earlier than its Forked record
+  SELECT tf.* EXCLUDE (first_t, straddles),
+    CASE WHEN tf.straddles AND fk.t > tf.first_t THEN fk.t ELSE tf.first_t END AS started
+  FROM _turn_facts tf
+  LEFT JOIN (SELECT _l, t FROM records WHERE type = 'forked' AND _i = 0) fk ON fk._l = tf._l
+) f JOIN logs g ON g._l = f._l
 LEFT JOIN (SELECT _l, _turn, from_parent, count(*) AS n,
              CAST(coalesce(sum(r.tool_calls), 0) AS BIGINT) AS tool_calls,
              count(*) FILTER (WHERE thinking_capped) AS thinking_capped, {_sums("r")}

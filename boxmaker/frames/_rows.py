@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple, TypeAlias
 
-from ..records import record_to_json
+from ..records import parse_time, record_to_json
 from ..session import LogReadWarning, Session, read_log
 from ._columns import COLUMNS, ENDING_LIMITS
 
@@ -370,10 +370,13 @@ def _write_turns(rows: Rows, place: _Place, log: Log, turns: list[Turn]) -> None
             outcome, detail, status = end
         else:
             outcome = _inferred_outcome(turn)
+        started = turn.records[0].get("time")
+        if not from_parent and turn.start < place.copied:
+            started = _fork_start(log, started)
         for name, value in (
             ("session", place.session),
             ("turn", turn.number),
-            ("started", turn.records[0].get("time")),
+            ("started", started),
             ("ended", last_time),
             ("outcome", outcome),
             ("end_detail", detail),
@@ -385,6 +388,16 @@ def _write_turns(rows: Rows, place: _Place, log: Log, turns: list[Turn]) -> None
             ("_request_row", -1),
         ):
             cols[name].append(value)
+
+
+def _fork_start(log: Log, started: Any) -> Any:
+    """When a turn a fork continues from copied records (a rerun, an edited tool result)
+    started: not before the fork was made (its ``Forked`` record's time), so that the gap
+    between the parent's run and the fork's is not counted as the turn's wall time."""
+    forked = log.records[0].get("time") if log.records else None
+    if not isinstance(forked, str) or not isinstance(started, str):
+        return started
+    return forked if parse_time(forked) > parse_time(started) else started
 
 
 def _last_known(turn: Turn) -> int:

@@ -4,15 +4,17 @@ first differs from its parent, what it replayed, its answer next to the parent's
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from boxmaker import frames
 from boxmaker.config import Config
 from boxmaker.demo import demo_registry
-from boxmaker.records import Baseline
+from boxmaker.records import Baseline, format_time, parse_time
 from boxmaker.session import Session, read_log
 from boxmaker.testing import ScriptedClient, Step, answer, call, calls, timings
 from boxmaker.turn import Replay, Runtime, continue_fork, run_turn
@@ -218,3 +220,38 @@ def test_the_report_and_exports_of_a_parent_and_its_forks_count_once(
     assert [meta["after"][k] for k in ("boxmaker_turns", "boxmaker_inherited_turns")] == [1, 1]
     assert meta["after"]["boxmaker_outcomes"] == ["answered"]  # its own turn only
     assert meta["edited"]["boxmaker_inherited_requests"] == 1
+
+
+def _copied_an_hour_earlier(path: Path) -> None:
+    """Move the times of a fork's copied records (its records 1..record-1) an hour back, as if
+    the parent had run an hour before the fork was made."""
+    lines = path.read_text().splitlines()
+    records = [json.loads(line) for line in lines[1:]]
+    copied = int(records[0]["record"])
+    for k in range(1, copied):
+        records[k]["time"] = format_time(parse_time(records[k]["time"]) - timedelta(hours=1))
+    path.write_text("\n".join([lines[0], *(json.dumps(r) for r in records)]) + "\n")
+
+
+@pytest.mark.parametrize("engine", ["pandas", "duckdb"])
+def test_a_turn_a_fork_continues_is_timed_from_the_fork_not_the_parents_run(
+    tmp_path: Path, engine: frames.Engine
+) -> None:
+    folder = _fork_folder(tmp_path)
+    _copied_an_hour_earlier(folder / "edited.jsonl")
+    _copied_an_hour_earlier(folder / "after.jsonl")
+    turns = frames.turns(folder, engine=engine).set_index(["session", "turn"])
+    forked = {
+        s: pd.Timestamp(read_log(folder / f"{s}.jsonl", repair=False).records[0]["time"])
+        for s in ("edited", "after")
+    }
+    # the edited fork's turn 1 straddles the fork point: timed from the Forked record, not
+    # from the parent's user message an hour before (that wall time was ~3,600,000 ms)
+    edited = turns.loc[("edited", 1)]
+    assert edited.started == forked["edited"]
+    assert 0 <= edited.wall_ms < 60_000
+    # a turn copied whole keeps the parent's times; a turn of the fork's own its user's
+    after = turns.loc[("after", 1)]
+    assert after.started < forked["after"] and after.wall_ms < 60_000
+    assert turns.loc[("after", 2)].started >= forked["after"]
+    assert (turns.loc["p"].wall_ms < 60_000).all()
