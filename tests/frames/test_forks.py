@@ -240,18 +240,21 @@ def test_a_turn_a_fork_continues_is_timed_from_the_fork_not_the_parents_run(
     folder = _fork_folder(tmp_path)
     _copied_an_hour_earlier(folder / "edited.jsonl")
     _copied_an_hour_earlier(folder / "after.jsonl")
-    turns = frames.turns(folder, engine=engine).set_index(["session", "turn"])
+    turns = {
+        (str(r["session"]), int(r["turn"])): (r["started"], float(r["wall_ms"]))
+        for r in frames.turns(folder, engine=engine).to_dict("records")
+    }
     forked = {
         s: pd.Timestamp(read_log(folder / f"{s}.jsonl", repair=False).records[0]["time"])
         for s in ("edited", "after")
     }
     # the edited fork's turn 1 straddles the fork point: timed from the Forked record, not
     # from the parent's user message an hour before (that wall time was ~3,600,000 ms)
-    edited = turns.loc[("edited", 1)]
-    assert edited.started == forked["edited"]
-    assert 0 <= edited.wall_ms < 60_000
+    started, wall_ms = turns[("edited", 1)]
+    assert started == forked["edited"]
+    assert 0 <= wall_ms < 60_000
     # a turn copied whole keeps the parent's times; a turn of the fork's own its user's
-    after = turns.loc[("after", 1)]
-    assert after.started < forked["after"] and after.wall_ms < 60_000
-    assert turns.loc[("after", 2)].started >= forked["after"]
-    assert (turns.loc["p"].wall_ms < 60_000).all()
+    started, wall_ms = turns[("after", 1)]
+    assert started < forked["after"] and wall_ms < 60_000
+    assert turns[("after", 2)][0] >= forked["after"]
+    assert all(wall < 60_000 for (s, _), (_, wall) in turns.items() if s == "p")
