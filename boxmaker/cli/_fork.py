@@ -4,8 +4,9 @@ The fork is made by :meth:`boxmaker.session.Session.fork` (the parent is only re
 ``--set KEY=VALUE`` pairs are recorded in its ``Forked`` record and laid on the config the
 fork runs with (:meth:`boxmaker.config.Config.with_settings`). With ``--rerun``, ``--edit``
 or ``--say`` a turn runs on the server (``--url``, else the ``--config`` file's), with the
-parent's tool results replayed while the calls match (``--replay``); without, only the log
-is made. Exit 0 on an answer, 1 when the turn ended otherwise.
+parent's tool results replayed while the calls match (``--replay``), once the server has
+answered ``GET /health`` (a wrong URL or no server makes no log); without, only the log is
+made. Exit 0 on an answer, 1 when the turn ended otherwise.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ..config import Config, load_config
 from ..errors import ConfigError, TurnError
 from ..session import Session
 from ..turn import Replay, Runtime, continue_fork
+from ._chat import check_server
 from ._terminal import _tools
 
 __all__ = ["parse_settings", "run_fork"]
@@ -75,6 +77,11 @@ def run_fork(args: argparse.Namespace) -> int:
     config = load_config(args.config) if args.config else Config()
     config = config.with_settings(settings, source="--set")
     call, result = (int(args.edit[0]), args.edit[1]) if args.edit else (None, None)
+    runs = bool(args.rerun or args.edit or args.say)
+    if runs:  # the URL checked and the server asked before the fork's log is made
+        url = args.url or config.client.url
+        config = dataclasses.replace(config, client=dataclasses.replace(config.client, url=url))
+        check_server(config.client)
     with Session.open(args.log, read_only=True) as parent:
         fork = parent.fork(
             args.at,
@@ -88,10 +95,8 @@ def run_fork(args: argparse.Namespace) -> int:
         print(
             f"fork {fork.path} of {parent.path} (turn {fork.forked.turn if fork.forked else '?'})"
         )
-        if not (args.rerun or args.edit or args.say):
+        if not runs:
             return 0
-        url = args.url or config.client.url
-        config = dataclasses.replace(config, client=dataclasses.replace(config.client, url=url))
         with Client(config.client) as client, contextlib.ExitStack() as stack:
             print(_warm(fork, client, args.slot_save_path))
             registry, port = _tools(config, stack)

@@ -136,6 +136,17 @@ def _at_least_one(text: str) -> int:
     return value
 
 
+def _coverage(text: str) -> float:
+    """An argparse type: an interval's coverage, a number strictly between 0 and 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"{value} is out of range: it must be between 0 and 1")
+    return value
+
+
 def _export(args: argparse.Namespace) -> int:
     """``export``: logs as Parquet frames, OpenTelemetry spans or an Inspect eval log (the
     libraries are imported here: ``boxmaker --help`` stays fast)."""
@@ -581,7 +592,7 @@ def _parser() -> argparse.ArgumentParser:
         "tap", help="a logging pass-through proxy in front of a llama-server, for any agent"
     )
     tap.add_argument("--upstream", required=True, help="the llama-server's base URL")
-    tap.add_argument("--port", type=int, default=8089, help="port on 127.0.0.1 (8089; 0: free)")
+    _number(tap, "--port", "port", 8089, "port on 127.0.0.1, 0 picks a free one")
     tap.add_argument("--dir", default="sessions", help="where session logs go (./sessions)")
     tap.add_argument(
         "--no-forensics", action="store_true", help="log cache losses without asking why"
@@ -678,9 +689,13 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--by", action="append", default=None, help="a setting key (repeatable)")
     compare.add_argument("--scorer", default="target", help="whose scores to compare")
     compare.add_argument("--baseline", default=None, help="the baseline setting's label")
-    compare.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples")
+    compare.add_argument(
+        "--resamples", type=_at_least_one, default=2000, help="bootstrap resamples (at least 1)"
+    )
     compare.add_argument("--seed", type=int, default=0, help="the bootstrap's seed")
-    compare.add_argument("--confidence", type=float, default=0.95, help="interval coverage")
+    compare.add_argument(
+        "--confidence", type=_coverage, default=0.95, help="interval coverage (between 0 and 1)"
+    )
     compare.add_argument("--json", action="store_true", help="print the table as JSON")
     compare.set_defaults(run=_compare)
     for command in [*sub.choices.values(), *actions.choices.values()]:

@@ -30,6 +30,7 @@ import contextlib
 import json
 import socket
 import threading
+import urllib.parse
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -371,8 +372,10 @@ class Tap:
             run_my_agent(base_url=tap.url + "/v1")
         print(tap.log.sessions)
 
-    Raises (:meth:`start`):
-        BoxmakerError: the port cannot be bound, or the server did not start in 10 s.
+    Raises:
+        BoxmakerError: ``upstream`` is not an http(s) URL with a host, or ``port`` is not
+            0 to 65535; (:meth:`start`) the port cannot be bound, or the server did not start
+            in 10 s.
     """
 
     def __init__(
@@ -384,6 +387,14 @@ class Tap:
         forensics: bool = True,
         cassette: str | Path | None = None,
     ) -> None:
+        parts = urllib.parse.urlsplit(upstream)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise BoxmakerError(
+                f"the tap's upstream {upstream!r} is not an http(s) URL with a host "
+                "(the llama-server's base URL: http://127.0.0.1:8080)"
+            )
+        if not 0 <= port <= 65_535:
+            raise BoxmakerError(f"the tap's port {port} is out of range: 0 to 65535")
         self.upstream = upstream.rstrip("/")
         self.port = port
         self.url = ""

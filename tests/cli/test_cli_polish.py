@@ -264,3 +264,29 @@ def test_ctrl_c_while_the_server_starts_exits_130_without_a_traceback(
     out, err = capsys.readouterr()
     assert out.startswith("starting the embedded llama.cpp server")
     assert err == "boxmaker: interrupted\n"  # one line (issue 21)
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["tap", "--upstream", "http://127.0.0.1:8080", "--port", "99999"], "--port: 99999 is out"),
+        (["tap", "--upstream", "http://127.0.0.1:8080", "--port", "-1"], "--port: -1 is out"),
+        (["compare", "batch", "--resamples", "0"], "--resamples: 0 is out of range"),
+        (["compare", "batch", "--confidence", "1.5"], "--confidence: 1.5 is out of range"),
+        (["compare", "batch", "--confidence", "0"], "--confidence: 0.0 is out of range"),
+        (["compare", "batch", "--confidence", "x"], "--confidence: not a number: 'x'"),
+    ],
+)
+def test_numbers_out_of_range_are_usage_errors_not_tracebacks(
+    args: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    assert info.value.code == 2
+    assert said in capsys.readouterr().err
+
+
+def test_the_tap_refuses_an_upstream_that_is_no_url(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tap", "--upstream", "notaurl", "--port", "0"]) == 1
+    err = capsys.readouterr().err
+    assert "the tap's upstream 'notaurl' is not an http(s) URL with a host" in err

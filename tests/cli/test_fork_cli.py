@@ -111,3 +111,18 @@ def test_fork_restores_the_parents_saved_slot_from_the_command_line(
     out = capsys.readouterr().out
     assert f"cache: restored {parent.id}.turn-1.bin into slot 0 (" in out
     assert "Fine." in out
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("notaurl", "is not an http(s) URL with a host"),
+        ("http://127.0.0.1:9", "cannot reach a llama-server at http://127.0.0.1:9"),
+    ],
+)
+def test_a_fork_whose_turn_cannot_run_makes_no_log(
+    parent: Path, capsys: pytest.CaptureFixture[str], url: str, said: str
+) -> None:
+    assert main(["fork", str(parent), "--at", "1", "--rerun", "--url", url]) == 1
+    assert said in capsys.readouterr().err
+    assert list(parent.parent.glob("*.jsonl")) == [parent]
