@@ -175,3 +175,5 @@ def test_the_readme_task_with_a_target_is_a_line_the_batch_reads(tmp_path: Path)
     fork, task = load_tasks(tmp_path / "tasks.jsonl")
     assert task.id == "lisbon" and task.target is not None
     assert isinstance(fork, ForkTask) and fork.at == 1 and fork.target is not None
+    # its target is about its own message: the demo's later ones would end in Oslo
+    assert fork.messages == ("What time is it in Tokyo?",)
