@@ -76,6 +76,8 @@ def run_fork(args: argparse.Namespace) -> int:
     settings = parse_settings(args.set)
     config = load_config(args.config) if args.config else Config()
     config = config.with_settings(settings, source="--set")
+    if args.at is None and not args.edit:
+        raise ConfigError("say where to fork: --at TURN (or --edit CALL TEXT)")
     call, result = (int(args.edit[0]), args.edit[1]) if args.edit else (None, None)
     runs = bool(args.rerun or args.edit or args.say)
     if runs:  # the URL checked and the server asked before the fork's log is made

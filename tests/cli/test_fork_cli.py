@@ -126,3 +126,11 @@ def test_a_fork_whose_turn_cannot_run_makes_no_log(
     assert main(["fork", str(parent), "--at", "1", "--rerun", "--url", url]) == 1
     assert said in capsys.readouterr().err
     assert list(parent.parent.glob("*.jsonl")) == [parent]
+
+
+def test_a_fork_without_a_point_says_how_to_give_one(
+    parent: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["fork", str(parent)]) == 1
+    assert "say where to fork: --at TURN (or --edit CALL TEXT)" in capsys.readouterr().err
+    assert list(parent.parent.glob("*.jsonl")) == [parent]
