@@ -91,11 +91,16 @@ class StreamReading:
 def read_stream(body: bytes) -> StreamReading:
     """Read a recorded chat-completion body with the client's own decoder
     (:class:`~boxmaker.client.StreamDecoder`), keeping what arrived before an error or a cut
-    (an unterminated last event is not parsed)."""
+    (an unterminated last event is not parsed). A body that is one JSON object is a whole
+    ``chat.completion`` (a request sent with ``stream: false``, as a tapped agent may send it,
+    or a server that answered ``application/json``): read as the client reads one."""
     decoder = StreamDecoder()
     out = StreamReading()
     try:
-        decoder.feed(body)
+        if body.lstrip()[:1] == b"{":
+            decoder.feed_completion(body.decode("utf-8", "replace"))
+        else:
+            decoder.feed(body)
         if not decoder.chunks.finished:
             cut = body.rfind(b"\n\n")
             tail = len(body) - cut - 2 if cut >= 0 else len(body)

@@ -189,3 +189,20 @@ def test_files_that_are_not_cassettes_are_refused(
     for action in ("show", "check"):
         assert main(["cassette", action, str(path)]) == 1
         assert "not a cassette" in capsys.readouterr().err
+
+
+def test_read_stream_reads_a_whole_json_completion() -> None:
+    """A non-streamed answer (a tapped agent's ``stream: false``) is a completion, not a cut
+    stream (``cassette show`` said "ended without finish_reason or [DONE]")."""
+    body = (
+        b'{"object": "chat.completion", "id": "chatcmpl-1", "choices": [{"index": 0,'
+        b' "finish_reason": "tool_calls", "message": {"role": "assistant", "content": "Hm.",'
+        b' "reasoning_content": "look it up", "tool_calls": [{"id": "c1", "type": "function",'
+        b' "function": {"name": "get_weather", "arguments": "{\\"city\\": \\"Oslo\\"}"}}]}}],'
+        b' "timings": {"cache_n": 3, "prompt_n": 40, "predicted_n": 9}}'
+    )
+    reading = read_stream(body)
+    assert reading.problem is None
+    assert (reading.content, reading.reasoning) == ("Hm.", "look it up")
+    assert reading.tool_calls == [("c1", "get_weather", '{"city": "Oslo"}')]
+    assert reading.finish_reason == "tool_calls" and reading.timings["prompt_n"] == 40
