@@ -100,11 +100,17 @@ class WhatIf:
         stopped: why the replay stopped early (the loop needed traffic the cassette does not
             hold), ``None`` when every turn ran.
         hits: ``(turn, completion, kind, detail)`` of each limit that fired.
+        played: recorded interactions the replay used (of ``total``); ``0`` with ``stopped``
+            set: the loop's very first request matched nothing (a cassette of other traffic
+            than boxmaker's loop, such as a tapped agent's).
+        total: recorded interactions in the cassette.
     """
 
     lines: list[str] = field(default_factory=list)
     stopped: str | None = None
     hits: list[tuple[int, int, str, str]] = field(default_factory=list)
+    played: int = 0
+    total: int = 0
 
 
 def what_if(
@@ -245,4 +251,5 @@ def what_if(
             "uncapped model would have reasoned)"
         )
     report.lines.append(f"played {played} of {total} recorded interactions")
+    report.played, report.total = played, total
     return report

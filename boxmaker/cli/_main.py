@@ -227,7 +227,8 @@ def _cassette(args: argparse.Namespace) -> int:
 
 def _replay(args: argparse.Namespace) -> int:
     """``replay``: print the what-if report (exit 0 also when the replay stopped where the
-    cassette ends: that is a finding, printed last)."""
+    cassette ends: that is a finding, printed last; exit 1 when nothing of the cassette could
+    be played: its first request is not one boxmaker's loop sends)."""
     from ..cassettes import what_if  # vcrpy: imported only when a cassette command runs
 
     given = {
@@ -248,6 +249,14 @@ def _replay(args: argparse.Namespace) -> int:
         return 0
     report = what_if(args.cassette, limits, registry=demo_registry() if args.demo_tools else None)
     print(terminal_safe("\n".join(report.lines)))
+    if report.stopped is not None and report.played == 0 and report.total:
+        print(
+            f"boxmaker replay: nothing of {args.cassette} could be replayed: its first request "
+            "is not one boxmaker's loop sends (a tapped agent's traffic: replay the tap's "
+            "session log instead, boxmaker replay LOG.jsonl)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -212,3 +212,19 @@ def test_cassette_show_reads_what_the_command_recorded(
     assert main(["cassette", "show", str(cassette)]) == 0
     out = capsys.readouterr().out
     assert ASK in out and "Sunny." in out and SECRET not in out
+
+
+def test_replay_of_an_agents_cassette_says_nothing_could_be_played(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An agent's requests are not the ones boxmaker's loop sends: the what-if replay of its
+    cassette plays nothing, and the command says so and fails (it exited 0 on 'played 0')."""
+    cassette = tmp_path / "agent.yaml"
+    with running([ANSWER]) as up, Tap(up.url, cassette=cassette) as tap:
+        body = {"messages": [{"role": "user", "content": ASK}], "stream": True, "n_probs": 2}
+        httpx.post(tap.url + CHAT, json=body, timeout=10).raise_for_status()
+    assert main(["replay", str(cassette)]) == 1
+    captured = capsys.readouterr()
+    assert "played 0 of 1 recorded interactions" in captured.out
+    assert f"nothing of {cassette} could be replayed" in captured.err
+    assert "boxmaker replay LOG.jsonl" in captured.err
