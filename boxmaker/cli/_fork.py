@@ -113,7 +113,11 @@ def run_fork(args: argparse.Namespace) -> int:
                 return 1
             print(outcome.content)
             if replay is not None:
-                where = "none" if replay.diverged_at is None else f"call {replay.diverged_at + 1}"
+                where = (
+                    "none"
+                    if replay.diverged_at is None
+                    else f"call {replay.diverged_at + 1} ({replay.why})"
+                )
                 n = replay.position - (replay.diverged_at is not None)
                 results = "tool result" if n == 1 else "tool results"
                 print(f"replayed {n} {results}; first differing call: {where}")

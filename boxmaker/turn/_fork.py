@@ -38,12 +38,16 @@ class Replay:
         position: calls answered so far (replayed, or the one that diverged).
         diverged_at: the position of the first call that differed; ``None`` while the fork
             follows its parent.
+        why: why the replay stopped following the parent there, in words (``None`` while
+            it follows): the call differs, the parent made no more calls, or the parent's
+            result of the same call was an edit (never replayed as a tool's output).
     """
 
     calls: Sequence[tuple[ToolCall, ToolResult]]
     stop: bool = False
     position: int = 0
     diverged_at: int | None = None
+    why: str | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
@@ -80,11 +84,13 @@ class Replay:
         with self._lock:
             position = self.position
             self.position += 1
+            why = "the parent made no more calls"
             if self.diverged_at is None and position < len(self.calls):
                 theirs, result = self.calls[position]
-                if theirs.name == call.name and canonical_arguments(
+                same = theirs.name == call.name and canonical_arguments(
                     theirs.arguments
-                ) == canonical_arguments(call.arguments):
+                ) == canonical_arguments(call.arguments)
+                if same and result.source != "edited":
                     return Dispatched(
                         content=result.content,
                         data_class=result.data_class,
@@ -92,10 +98,22 @@ class Replay:
                         server=result.server,
                         source="replayed",
                     )
+                why = (
+                    "the parent's result of this call was edited: never replayed as a tool's"
+                    " output, so it runs live"
+                    if same
+                    else f"it differs from the parent's call ({theirs.name})"
+                )
             first = self.diverged_at is None
             if first:
-                self.diverged_at = position
+                self.diverged_at, self.why = position, why
         if self.stop and first:
+            if why.startswith("the parent's result of this call was edited"):
+                raise ForkDiverged(
+                    f"the fork's call {position + 1} since the fork point ({call.name}) is its "
+                    f"parent's, but {why.removeprefix('the ')}",
+                    position=position,
+                )
             parent = (
                 f"the parent's was {self.calls[position][0].name}"
                 if position < len(self.calls)
@@ -121,7 +139,9 @@ def _parent_calls(records: Sequence[Record], forked: Forked) -> list[tuple[ToolC
         elif isinstance(record, ToolResult):
             call = calls[answered] if answered < len(calls) else None
             answered += 1
-            ran = record.not_run is None and record.source != "edited"
+            # an edited result keeps its place (the fork's calls are compared by position)
+            # but is never replayed (Replay.answer)
+            ran = record.not_run is None
             if i >= start and call is not None and ran:
                 out.append((call, record))
     return out

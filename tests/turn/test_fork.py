@@ -215,3 +215,32 @@ def test_going_on_needs_an_open_turn(parent: Session) -> None:
     rt, _ = runtime([])
     with pytest.raises(SessionError, match="no open turn"):
         run_turn(parent, rt, None)
+
+
+def test_a_call_whose_parent_result_was_edited_runs_live_and_says_why(parent: Session) -> None:
+    """A fork of an edited fork: the same call keeps its place but is never answered with the
+    edit (it is no tool's output); the later calls are compared by position, not shifted."""
+    edited = parent.fork(call=1, result='{"city": "Oslo", "temperature": -30}')
+    rt, _ = runtime([calls(call("weather", {"city": "Bergen"})), answer("Cold.")])
+    continue_fork(edited, rt)
+    RAN.clear()
+    again = edited.fork(at=1, rerun=True)
+    rt2, _ = runtime(
+        [
+            calls(call("weather", {"city": "Oslo"})),
+            calls(call("weather", {"city": "Bergen"})),
+            answer("Done."),
+        ]
+    )
+    rt2.replay = Replay.of(again)
+    continue_fork(again, rt2)
+    results = [r for r in again.records if isinstance(r, ToolResult)][-2:]
+    assert [r.source for r in results] == [None, None]  # neither the edit nor after it
+    assert RAN == ["Oslo", "Bergen"]
+    assert rt2.replay.diverged_at == 0
+    assert rt2.replay.why is not None and "was edited" in rt2.replay.why
+    stopped = edited.fork(at=1, rerun=True)
+    rt3, _ = runtime([calls(call("weather", {"city": "Oslo"}))])
+    rt3.replay = Replay.of(stopped, stop=True)
+    with pytest.raises(ForkDiverged, match="is its parent's, but parent's result of this call"):
+        continue_fork(stopped, rt3)
