@@ -480,8 +480,9 @@ def _parser() -> argparse.ArgumentParser:
         "--replay",
         choices=("on", "off", "stop"),
         default="on",
-        help="the parent's tool results while the calls match (on), never (off), or stop at "
-        "the first call that differs (stop)",
+        help="the parent's tool results while the calls match (on: the default here; a "
+        "batch's fork tasks default to off), never (off), or stop at the first call that "
+        "differs (stop)",
     )
     fork.add_argument("--config", default=None, help="TOML config file")
     fork.add_argument("--url", default=None, help="llama-server base URL for the fork's turn")
