@@ -84,7 +84,7 @@ class Replay:
         with self._lock:
             position = self.position
             self.position += 1
-            why = "the parent made no more calls"
+            why, edited = "the parent made no more calls", False
             if self.diverged_at is None and position < len(self.calls):
                 theirs, result = self.calls[position]
                 same = theirs.name == call.name and canonical_arguments(
@@ -98,17 +98,18 @@ class Replay:
                         server=result.server,
                         source="replayed",
                     )
+                edited = same  # the same call: only its result was an edit
                 why = (
                     "the parent's result of this call was edited: never replayed as a tool's"
                     " output, so it runs live"
-                    if same
+                    if edited
                     else f"it differs from the parent's call ({theirs.name})"
                 )
             first = self.diverged_at is None
             if first:
                 self.diverged_at, self.why = position, why
         if self.stop and first:
-            if why.startswith("the parent's result of this call was edited"):
+            if edited:
                 raise ForkDiverged(
                     f"the fork's call {position + 1} since the fork point ({call.name}) is its "
                     f"parent's, but {why.removeprefix('the ')}",
