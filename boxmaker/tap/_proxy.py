@@ -30,7 +30,6 @@ import contextlib
 import json
 import socket
 import threading
-import urllib.parse
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -40,7 +39,8 @@ from typing import Any
 import httpx
 import uvicorn
 
-from ..errors import BoxmakerError
+from ..config import ClientConfig
+from ..errors import BoxmakerError, ConfigError
 from ..records import utc_now
 from ._cassette import Recorded, TapCassette
 from ._log import Exchange, TapLog
@@ -350,7 +350,8 @@ class Tap:
     boxmaker session logs of the chat traffic (a context manager; a thread of its own).
 
     Args:
-        upstream: the llama-server's base URL (``http://host:port``).
+        upstream: the llama-server's base URL (``http://host:port``; an OpenAI base URL
+            ending in ``/v1`` is taken too).
         directory: where the session logs go (``None``: forward only, log nothing).
         port: the port on 127.0.0.1 to listen on; ``0`` picks a free one (read :attr:`url`).
         forensics: explain each cache loss through the upstream (``/apply-template``,
@@ -373,7 +374,8 @@ class Tap:
         print(tap.log.sessions)
 
     Raises:
-        BoxmakerError: ``upstream`` is not an http(s) URL with a host, or ``port`` is not
+        BoxmakerError: ``upstream`` is not an http(s) URL with a host (a trailing ``/v1``
+            is dropped, as :class:`~boxmaker.config.ClientConfig` drops it), or ``port`` is not
             0 to 65535; (:meth:`start`) the port cannot be bound, or the server did not start
             in 10 s.
     """
@@ -387,15 +389,16 @@ class Tap:
         forensics: bool = True,
         cassette: str | Path | None = None,
     ) -> None:
-        parts = urllib.parse.urlsplit(upstream)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        try:  # the client's own rule for a llama-server's URL (a trailing /v1 dropped)
+            base = ClientConfig(url=upstream).url
+        except ConfigError:
             raise BoxmakerError(
                 f"the tap's upstream {upstream!r} is not an http(s) URL with a host "
                 "(the llama-server's base URL: http://127.0.0.1:8080)"
-            )
+            ) from None
         if not 0 <= port <= 65_535:
             raise BoxmakerError(f"the tap's port {port} is out of range: 0 to 65535")
-        self.upstream = upstream.rstrip("/")
+        self.upstream = base
         self.port = port
         self.url = ""
         self._traffic = Traffic()

@@ -290,3 +290,9 @@ def test_the_tap_refuses_an_upstream_that_is_no_url(capsys: pytest.CaptureFixtur
     assert main(["tap", "--upstream", "notaurl", "--port", "0"]) == 1
     err = capsys.readouterr().err
     assert "the tap's upstream 'notaurl' is not an http(s) URL with a host" in err
+
+
+def test_the_tap_takes_an_upstream_given_as_an_openai_base_url() -> None:
+    from boxmaker.tap import Tap
+
+    assert Tap("http://127.0.0.1:8080/v1/").upstream == "http://127.0.0.1:8080"
