@@ -80,45 +80,51 @@ def run_fork(args: argparse.Namespace) -> int:
         raise ConfigError("say where to fork: --at TURN (or --edit CALL TEXT)")
     call, result = (int(args.edit[0]), args.edit[1]) if args.edit else (None, None)
     runs = bool(args.rerun or args.edit or args.say)
-    if runs:  # the URL checked and the server asked before the fork's log is made
-        url = args.url or config.client.url
-        config = dataclasses.replace(config, client=dataclasses.replace(config.client, url=url))
-        check_server(config.client)
-    with Session.open(args.log, read_only=True) as parent:
-        fork = parent.fork(
-            args.at,
-            rerun=args.rerun,
-            call=call,
-            result=result,
-            settings=settings,
-            directory=args.dir,
-        )
-    with fork:
-        print(
-            f"fork {fork.path} of {parent.path} (turn {fork.forked.turn if fork.forked else '?'})"
-        )
-        if not runs:
-            return 0
-        with Client(config.client) as client, contextlib.ExitStack() as stack:
-            print(_warm(fork, client, args.slot_save_path))
+    code = 0
+    with contextlib.ExitStack() as stack:
+        runtime: Runtime | None = None
+        if runs:  # all before the fork's log is made: a failure leaves no log, and the
+            # tools' set-up (seconds of imports) is not counted in the fork's turn time
+            url = args.url or config.client.url
+            config = dataclasses.replace(config, client=dataclasses.replace(config.client, url=url))
+            check_server(config.client)
             registry, port = _tools(config, stack)
-            replay = None if args.replay == "off" else Replay.of(fork, stop=args.replay == "stop")
-            runtime = Runtime(
-                config=config, client=client, registry=registry, port=port, replay=replay
+            client = stack.enter_context(Client(config.client))
+            runtime = Runtime(config=config, client=client, registry=registry, port=port)
+        with Session.open(args.log, read_only=True) as parent:
+            fork = parent.fork(
+                args.at,
+                rerun=args.rerun,
+                call=call,
+                result=result,
+                settings=settings,
+                directory=args.dir,
             )
-            try:
-                outcome = continue_fork(fork, runtime, args.say)
-            except TurnError as exc:
-                print(f"the fork's turn ended without an answer: {exc}")
-                return 1
-            print(outcome.content)
-            if replay is not None:
-                where = (
-                    "none"
-                    if replay.diverged_at is None
-                    else f"call {replay.diverged_at + 1} ({replay.why})"
-                )
-                n = replay.position - (replay.diverged_at is not None)
-                results = "tool result" if n == 1 else "tool results"
-                print(f"replayed {n} {results}; first differing call: {where}")
+        with fork:
+            turn = fork.forked.turn if fork.forked else "?"
+            print(f"fork {fork.path} of {parent.path} (turn {turn})")
+            if runtime is not None:
+                code = _run(fork, args, runtime, client)
+    return code
+
+
+def _run(fork: Session, args: argparse.Namespace, runtime: Runtime, client: Client) -> int:
+    """The fork's turn: its cache warmed (:func:`_warm`), the parent's tool results replayed
+    as ``--replay`` asks; print the answer and how far the replay followed the parent; 0 on an
+    answer, else 1."""
+    print(_warm(fork, client, args.slot_save_path))
+    replay = None if args.replay == "off" else Replay.of(fork, stop=args.replay == "stop")
+    runtime.replay = replay
+    try:
+        outcome = continue_fork(fork, runtime, args.say)
+    except TurnError as exc:
+        print(f"the fork's turn ended without an answer: {exc}")
+        return 1
+    print(outcome.content)
+    if replay is not None:
+        at = replay.diverged_at
+        where = "none" if at is None else f"call {at + 1} ({replay.why})"
+        n = replay.position - (replay.diverged_at is not None)
+        results = "tool result" if n == 1 else "tool results"
+        print(f"replayed {n} {results}; first differing call: {where}")
     return 0

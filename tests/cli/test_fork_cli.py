@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fake_llama import Reply, running
@@ -134,3 +135,23 @@ def test_a_fork_without_a_point_says_how_to_give_one(
     assert main(["fork", str(parent)]) == 1
     assert "say where to fork: --at TURN (or --edit CALL TEXT)" in capsys.readouterr().err
     assert list(parent.parent.glob("*.jsonl")) == [parent]
+
+
+def test_the_tools_are_set_up_before_the_fork_is_made(
+    parent: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fork's turn is timed from its Forked record: the tools' set-up (seconds of
+    jsonschema imports on a cold process) must come before it, not inside the turn."""
+    import boxmaker.cli._fork as fork_cli
+
+    logs_then: list[int] = []
+    real = fork_cli._tools  # type: ignore[attr-defined]
+
+    def tools(config: Config, stack: Any) -> Any:
+        logs_then.append(len(list(parent.parent.glob("*.jsonl"))))
+        return real(config, stack)
+
+    monkeypatch.setattr(fork_cli, "_tools", tools)
+    with running([Reply(content="Cold.")]) as server:
+        code = main(["fork", str(parent), "--at", "2", "--say", "Hi", "--url", server.url])
+    assert code == 0 and logs_then == [1]  # only the parent when the tools were made
