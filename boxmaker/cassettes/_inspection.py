@@ -70,7 +70,8 @@ class StreamReading:
 
     Attributes:
         reasoning: joined ``delta.reasoning_content`` (``""`` if none).
-        reasoning_tokens: reasoning deltas (llama.cpp sends about one token each).
+        reasoning_tokens: reasoning deltas (llama.cpp sends about one token each); ``0`` for
+            a whole ``chat.completion``, whose one message says nothing of its tokens.
         content: joined ``delta.content`` (``""`` if none).
         tool_calls: ``(id, name, arguments)`` per ``delta.tool_calls`` index, arguments joined.
         finish_reason: the ``finish_reason`` of the stream, ``None`` if none came.
@@ -96,8 +97,9 @@ def read_stream(body: bytes) -> StreamReading:
     or a server that answered ``application/json``): read as the client reads one."""
     decoder = StreamDecoder()
     out = StreamReading()
+    whole = body.lstrip()[:1] == b"{"
     try:
-        if body.lstrip()[:1] == b"{":
+        if whole:
             decoder.feed_completion(body.decode("utf-8", "replace"))
         else:
             decoder.feed(body)
@@ -109,7 +111,7 @@ def read_stream(body: bytes) -> StreamReading:
         out.problem = str(exc)
     got = decoder.chunks.partial()
     out.reasoning, out.content = got.reasoning or "", got.content or ""
-    out.reasoning_tokens = got.reasoning_tokens
+    out.reasoning_tokens = got.reasoning_tokens if not whole else 0
     out.tool_calls = [(c.id, c.name, c.arguments) for c in got.tool_calls]
     out.finish_reason, out.timings = got.finish_reason, dict(got.timings)
     return out
@@ -228,6 +230,8 @@ def transcript(path: str | os.PathLike[str]) -> str:
         if reading.reasoning:
             out.append(
                 f"  = reasoning ({reading.reasoning_tokens} tokens): {_clip(reading.reasoning)}"
+                if reading.reasoning_tokens
+                else f"  = reasoning: {_clip(reading.reasoning)}"
             )
         if reading.content:
             out.append(f"  = content: {_clip(reading.content)}")

@@ -204,5 +204,6 @@ def test_read_stream_reads_a_whole_json_completion() -> None:
     reading = read_stream(body)
     assert reading.problem is None
     assert (reading.content, reading.reasoning) == ("Hm.", "look it up")
+    assert reading.reasoning_tokens == 0  # one message: no token count to give (it said 1)
     assert reading.tool_calls == [("c1", "get_weather", '{"city": "Oslo"}')]
     assert reading.finish_reason == "tool_calls" and reading.timings["prompt_n"] == 40
