@@ -116,6 +116,31 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert f"\n{match.group(1)}\n" in readme
 
 
+def test_tests_of_an_optional_extra_skip_naming_it_and_ci_proves_it_on_dev_alone() -> None:
+    """The README installs ``.[dev]`` alone: a test of an optional extra skips through
+    ``tests/extras.py`` (its reason names the extra), never through a bare importorskip or an
+    engine list that fails without duckdb; ``.ci/run`` runs the quick suite on ``.[dev]`` alone."""
+    from extras import EXTRA_OF
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = set(project["optional-dependencies"])
+    assert set(EXTRA_OF.values()) <= extras
+    bare = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        text = path.read_text()
+        for match in re.finditer(r"pytest\.importorskip\(([^)]*)\)", text):
+            if "reason=" not in match.group(1):
+                bare.append(f"{path.relative_to(ROOT)}: {match.group(0)}")
+        if re.search(r"parametrize\(\s*\"engine\",\s*\[", text):
+            bare.append(f"{path.relative_to(ROOT)}: an engine list (use extras.ENGINES)")
+    assert bare == []
+    ci = (ROOT / ".ci" / "run").read_text()
+    quick = re.search(r"^QUICK_COMMAND='(.+)'$", ci, re.M)
+    assert quick and quick.group(1).startswith('.venv-dev/bin/python -m pytest -m "not live"')
+    assert re.search(r'^\.venv-dev/bin/pip install .*-e "\.\[dev\]"', ci, re.M)
+    assert 'eval "$QUICK_COMMAND"' in ci
+
+
 @pytest.mark.live
 def test_readme_api_snippets_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]

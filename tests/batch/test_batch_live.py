@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from extras import need
 
 import boxmaker.batch._runner
 from boxmaker.batch import Task, frames, manifest, run_batch
@@ -162,7 +163,7 @@ def test_resume_after_sigkill_loses_and_repeats_nothing(
 def test_ray_executor_gives_the_same_manifest_and_frames(
     server: EmbeddedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ray = pytest.importorskip("ray")
+    ray = need("ray")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # Ray's workers import this boxmaker
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:

@@ -10,11 +10,12 @@ import warnings
 from pathlib import Path
 
 import pytest
+from extras import need
 
 from boxmaker import frames
 from boxmaker.cli import main
 
-pytest.importorskip("inspect_ai")
+need("inspect_ai")
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = [
     ROOT / "cassettes" / "demo-turns.session.jsonl",  # recorded from the embedded server

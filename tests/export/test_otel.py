@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from extras import reason
 
 from boxmaker import frames
 from boxmaker.cli import main
 from boxmaker.export import SEMCONV, export_otel
 
-pytest.importorskip("opentelemetry.sdk")
+pytest.importorskip("opentelemetry.sdk", reason=reason("opentelemetry.sdk"))
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )

@@ -18,12 +18,13 @@ from typing import Any
 
 import httpx
 import pytest
+from extras import need
 
 from boxmaker import frames
 from boxmaker.export import export_otel
 
 pytestmark = pytest.mark.live
-pytest.importorskip("mlflow")
+need("mlflow")
 ROOT = Path(__file__).resolve().parents[2]
 
 

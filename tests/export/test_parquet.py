@@ -7,17 +7,18 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from extras import ENGINES, need
 from pandas.testing import assert_frame_equal
 
 from boxmaker import frames
 from boxmaker.cli import main
 from boxmaker.export import write_parquet
 
-pq = pytest.importorskip("pyarrow.parquet")
+pq = need("pyarrow.parquet")
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 
-@pytest.mark.parametrize("engine", ["pandas", "duckdb"])
+@pytest.mark.parametrize("engine", ENGINES)
 def test_every_frame_reads_back_equal_with_units(tmp_path: Path, engine: str) -> None:
     written = write_parquet(DATA, tmp_path / "out", engine=engine)
     assert set(written) == set(frames.Frames._fields)

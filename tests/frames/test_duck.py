@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from extras import need
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pandas.testing import assert_frame_equal
@@ -43,7 +44,7 @@ from boxmaker.records import (
     record_to_json,
 )
 
-pytest.importorskip("duckdb")
+need("duckdb")
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 T0 = datetime(2026, 11, 30, 7, 0, 0, tzinfo=UTC)

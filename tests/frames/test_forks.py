@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from extras import ENGINES, need
 
 from boxmaker import frames
 from boxmaker.config import Config
@@ -103,7 +104,7 @@ def _own_completions(folder: Path) -> dict[str, list[int]]:
     return out
 
 
-@pytest.mark.parametrize("engine", ["pandas", "duckdb"])
+@pytest.mark.parametrize("engine", ENGINES)
 def test_a_parent_and_its_forks_count_each_completion_once(
     tmp_path: Path, engine: frames.Engine
 ) -> None:
@@ -163,7 +164,7 @@ def test_the_report_and_exports_of_a_parent_and_its_forks_count_once(
         capsys.readouterr().out
     )
 
-    pq = pytest.importorskip("pyarrow.parquet")
+    pq = need("pyarrow.parquet")
     from boxmaker.export import export_otel, write_parquet
 
     written = write_parquet(folder, tmp_path / "parquet")
@@ -171,7 +172,7 @@ def test_the_report_and_exports_of_a_parent_and_its_forks_count_once(
     assert table.prompt_tokens[~table.from_parent].sum() == total
     assert pq.read_table(written["summary"]).to_pandas().requests.sum() == 5
 
-    pytest.importorskip("opentelemetry.sdk")
+    need("opentelemetry.sdk")
     out = tmp_path / "spans.json"
     export_otel(folder, file=out)
     spans = [
@@ -202,7 +203,7 @@ def test_the_report_and_exports_of_a_parent_and_its_forks_count_once(
     tools = [conversation[s["traceId"]] for s in spans if s["name"].startswith("execute_tool")]
     assert sorted(tools) == ["edited", "p"]  # the parent's call; the fork's edited result
 
-    pytest.importorskip("inspect_ai")
+    need("inspect_ai")
     import warnings
 
     from boxmaker.export import export_inspect
@@ -233,7 +234,7 @@ def _copied_an_hour_earlier(path: Path) -> None:
     path.write_text("\n".join([lines[0], *(json.dumps(r) for r in records)]) + "\n")
 
 
-@pytest.mark.parametrize("engine", ["pandas", "duckdb"])
+@pytest.mark.parametrize("engine", ENGINES)
 def test_a_turn_a_fork_continues_is_timed_from_the_fork_not_the_parents_run(
     tmp_path: Path, engine: frames.Engine
 ) -> None:

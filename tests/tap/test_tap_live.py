@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from extras import need
 from live_server import MODEL, GivenServer, embedded_only, live_server
 
 from boxmaker import frames
@@ -68,7 +69,7 @@ def test_pydantic_ai_two_turns_with_tools_are_one_session_live(
     server: EmbeddedServer | GivenServer, tmp_path: Path
 ) -> None:
     _shipped("the shipped model's answers")
-    pytest.importorskip("pydantic_ai")
+    need("pydantic_ai")
     from pydantic_ai import Agent
     from pydantic_ai.models.openai import OpenAIChatModel
     from pydantic_ai.providers.openai import OpenAIProvider
@@ -121,7 +122,7 @@ def test_openai_agents_streamed_loop_and_its_dropped_reasoning_are_in_the_log_li
     server: EmbeddedServer | GivenServer, tmp_path: Path
 ) -> None:
     _shipped("the shipped model's answers")
-    pytest.importorskip("agents")
+    need("agents")
     from agents import (
         Agent,
         ModelSettings,
@@ -257,7 +258,7 @@ def test_an_agents_sdk_stream_recorded_by_the_tap_replays_offline_live(
     server: EmbeddedServer | GivenServer, tmp_path: Path
 ) -> None:
     _shipped("the shipped model's answers")
-    pytest.importorskip("agents")
+    need("agents")
     from agents import (
         Agent,
         ModelSettings,
