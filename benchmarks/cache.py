@@ -4,8 +4,8 @@ Runs the three prompts of ``boxmaker demo`` as one session on the embedded serve
 model, one slot), once with ``history.reasoning = "drop"`` (today's requests: the template
 drops every earlier reasoning at a new user turn) and once with ``"keep"`` (the reasoning is
 rendered back), and sums the ``CacheLoss`` records of each: tokens the server had to process
-again, the time that cost (``lost_ms`` as :func:`boxmaker.frames.cache_losses` computes it) and
-each loss's cause as forensics found it.
+again (``reprocessed_tokens``, the replies included) and the time that cost (``reprocessed_ms``,
+as :func:`boxmaker.frames.cache_losses` gives them), and each loss's cause as forensics found it.
 
     python benchmarks/cache.py [--threads 1]
 
@@ -53,13 +53,14 @@ def main() -> None:
             with server:
                 log = run_session(server.url, Path(tmp) / reasoning, reasoning)
             frame = cache_losses(log)
-            lost[reasoning] = int(frame["lost_tokens"].sum())
-            ms = float(frame["lost_ms"].fillna(0).sum())
+            lost[reasoning] = int(frame["reprocessed_tokens"].sum(skipna=False))
+            ms = float(frame["reprocessed_ms"].sum(skipna=False))
             print(f"{reasoning}: {len(frame)} loss(es), {lost[reasoning]} tokens, {ms:.1f} ms")
             for row in frame.itertuples():
                 print(
                     f"  request {row.request}: {row.cause} at token {row.position}, "
-                    f"{row.lost_tokens} tokens lost"
+                    f"{row.lost_tokens} tokens of the prompt lost, "
+                    f"{row.reprocessed_tokens} re-processed"
                 )
     print(f"lost_drop {lost['drop']} lost_keep {lost['keep']}")
 

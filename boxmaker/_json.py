@@ -69,7 +69,10 @@ def loads(data: bytes) -> Any:
         except orjson.JSONDecodeError:
             pass
         else:
-            for _ in range(_PAD):
+            for _ in range(_PAD):  # text that closes and reopens the brackets ("1], [2") or
+                # is empty gives more or fewer than one value a level: json decides it
+                if type(value) is not list or len(value) != 1:
+                    return json.loads(data)
                 value = value[0]
             return value
     return json.loads(data)

@@ -78,6 +78,17 @@ def test_loads_reads_what_json_reads(obj: Any) -> None:
     assert same(fastjson.loads(text), json.loads(text))
 
 
+@pytest.mark.parametrize("text", [b"", b"  \n", b"1], [2", b"{}], [{}", b"]]], [[[1"])
+def test_loads_refuses_what_json_refuses_however_it_meets_the_padding(text: bytes) -> None:
+    """Text that is empty, or closes and reopens orjson's padding brackets, is no JSON value:
+    before, an IndexError (the session-id reader of a folder with an empty log) or a wrong
+    value ("1], [2" read as 1)."""
+    with pytest.raises(ValueError):
+        json.loads(text)
+    with pytest.raises(ValueError):
+        fastjson.loads(text)
+
+
 def test_loads_keeps_integers_beyond_64_bits_and_json_s_depth_limit() -> None:
     assert fastjson.loads(f"[{BIG}, {-BIG}, 1e400, -9223372036854775809]".encode()) == [
         BIG,

@@ -528,6 +528,12 @@ def _parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="usage, cache loss and limit hits of session logs")
     report.add_argument("paths", nargs="+", help="session logs or directories (recursive)")
     report.add_argument("--html", default=None, help="write a self-contained HTML report here")
+    report.add_argument(
+        "--json",
+        action="store_true",
+        help="print the sessions, turns, cache losses and limit hits as JSON (the frames' "
+        "columns; unknown values null) instead of the text tables",
+    )
     report.set_defaults(run=_report)
 
     exporting = sub.add_parser("export", help="logs as Parquet, OpenTelemetry spans, Inspect logs")

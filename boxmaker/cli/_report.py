@@ -21,7 +21,7 @@ __all__ = ["run_report"]
 def run_report(args: argparse.Namespace) -> int:
     """``report``: the text tables on stdout, what was left out on stderr; exit 1 when there is
     nothing to report or the HTML file cannot be written."""
-    from ..frames.report import format_html, format_text, gather  # pandas, matplotlib: here
+    from ..frames.report import format_html, format_json, format_text, gather  # pandas: here
 
     if args.html is not None and not Path(args.html).absolute().parent.is_dir():
         print(f"boxmaker report: cannot write {args.html}: no such directory", file=sys.stderr)
@@ -33,6 +33,9 @@ def run_report(args: argparse.Namespace) -> int:
         if found.logs or not found.left_out:  # else the paths' own problems said it all
             print(terminal_safe(f"boxmaker report: {found.error}"), file=sys.stderr)
         return 1
+    if args.json:
+        print(format_json(found.loaded, left_out=found.left_out))
+        return 0
     copied = int(found.loaded.requests["from_parent"].sum())
     own = len(found.loaded.requests) - copied
     inherited = f" (and {copied} a fork copied from its parent)" if copied else ""

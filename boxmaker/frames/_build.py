@@ -38,25 +38,17 @@ is constructed once.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
-import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
-from typing import Any, Literal, NamedTuple, Protocol, TypeAlias, TypeVar
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, NamedTuple, TypeAlias
 
 import numpy as np
 import pandas as pd
-from tqdm import tqdm
 
-from ..errors import SessionError
 from ..records import parse_time
-from ..session import LogReadWarning, Session
-from ._columns import COLUMNS, ENDING_LIMITS, ROW_RECORD, TIME, TURN_OUTCOMES, Column, ratio
+from ..session import ENDING_LIMITS, LogReadWarning, Source, find_logs, read_logs
+from ._columns import COLUMNS, ROW_RECORD, TIME, TURN_OUTCOMES, Column
 from ._columns import doc_table as _doc_table
-from ._rows import HIDDEN, Log, Rows, file_log, session_log
+from ._rows import HIDDEN, Rows
 
 __all__ = [
     "COLUMNS",
@@ -78,39 +70,8 @@ __all__ = [
     "turns",
 ]
 
-Source: TypeAlias = "str | os.PathLike[str] | Session | Iterable[str | os.PathLike[str] | Session]"
-"""What the frame functions read: a log file, a directory (recursive ``*.jsonl``), a
-:class:`Session`, or a list of these."""
-
 _KEY = {"turns": "_turn_row", "summary": "_session_row"}
 """The hidden column that ties another frame's rows to a row of this frame."""
-
-
-# -- finding and reading logs ------------------------------------------------------------------
-
-
-def find_logs(source: Source) -> list[Path | Session]:
-    """The logs a source names, in order: files as given, directories searched recursively
-    for ``*.jsonl`` (sorted), :class:`Session` objects as they are.
-
-    A path that does not exist is left out with a :class:`LogReadWarning` (the lenient
-    finder, for ``boxmaker report`` which lists what it left out; the frame functions raise
-    :class:`~boxmaker.errors.SessionError` for such a path instead).
-    """
-    items: Iterable[Any] = [source] if isinstance(source, str | os.PathLike | Session) else source
-    out: list[Path | Session] = []
-    for item in items:
-        if isinstance(item, Session):
-            out.append(item)
-            continue
-        path = Path(item)
-        if path.is_dir():
-            out.extend(sorted(p for p in path.rglob("*.jsonl") if p.is_file()))
-        elif path.is_file():
-            out.append(path)
-        else:
-            warnings.warn(f"{path}: no such file or directory", LogReadWarning, stacklevel=2)
-    return out
 
 
 # -- building frames -------------------------------------------------------------------------
@@ -162,13 +123,27 @@ def _finish(frame: str, df: pd.DataFrame, parts: Mapping[str, pd.DataFrame]) -> 
                 src = src[src[c.where[0]] == c.where[1]]
             src = src[src[key] >= 0]
             src = src[_same_origin(src, df, key, c.copied)]
-            grouped = src.groupby(key)
-            values = grouped.size() if column is None else grouped[column].sum()
-            full = values.reindex(range(len(df)), fill_value=0)
-            df[c.name] = pd.array(full.to_numpy(), dtype=_dtype(c.dtype))
+            df[c.name] = pd.array(_aggregate(src, key, column, len(df)), dtype=_dtype(c.dtype))
         elif c.derive is not None:
             df[c.name] = pd.array(c.derive(df), dtype=_dtype(c.dtype))
     return df
+
+
+def _aggregate(src: pd.DataFrame, key: str, column: str | None, rows: int) -> Any:
+    """The count of ``src`` rows per ``key`` (``column`` ``None``), or the sum of ``column``:
+    0 for a row without any, ``<NA>`` where a summed value is unknown (a total over an unknown
+    is unknown: never 0, never the sum of the known part)."""
+    keys = src[key].to_numpy()
+    if column is None:
+        return np.bincount(keys, minlength=rows)[:rows] if len(keys) else np.zeros(rows, int)
+    floats = pd.api.types.is_float_dtype(src[column].dtype)
+    values = src[column].astype("Float64" if floats else "Int64")  # booleans counted
+    unknown = values.isna().to_numpy()
+    total = values.fillna(0).groupby(keys).sum().reindex(range(rows), fill_value=0)
+    out: Any = total.astype(values.dtype).array.copy()
+    if unknown.any():
+        out[np.unique(keys[unknown])] = pd.NA
+    return out
 
 
 def _same_origin(src: pd.DataFrame, df: pd.DataFrame, key: str, copied: bool) -> Any:
@@ -190,194 +165,9 @@ def _public(frame: str, df: pd.DataFrame) -> pd.DataFrame:
 def _needs(want: Iterable[str]) -> set[str]:
     """The frames to build for ``want``: the wanted ones and those they aggregate."""
     need = set(want)
-    if "cache_losses" in need:
-        need.add("requests")
     if need & {"turns", "summary"}:
         need |= {"requests", "cache_losses", "limit_hits", "tool_calls", "turns"}
     return need
-
-
-def _check_paths(source: Source) -> None:
-    """Refuse a path of ``source`` that names no log: a misspelled path, or a directory
-    without any ``*.jsonl`` (an analysis of nothing would read as "no usage").
-
-    Raises:
-        SessionError: the first such path, named with what was found there.
-    """
-    items: Iterable[Any] = [source] if isinstance(source, str | os.PathLike | Session) else source
-    for item in items:
-        if isinstance(item, Session):
-            continue
-        path = Path(item)
-        if path.is_dir():
-            if not any(p.is_file() for p in path.rglob("*.jsonl")):
-                raise SessionError(f"{path}: no session logs (*.jsonl) in this directory")
-        elif not path.is_file():
-            raise SessionError(f"{path}: no such file or directory")
-
-
-def read_logs(source: Source) -> Iterator[Log]:
-    """The logs of ``source`` that the session reads, one at a time: the one acceptance rule
-    of both engines (pandas and DuckDB).
-
-    A log :func:`boxmaker.session.read_log` refuses, or a second copy of a session already
-    read, is left out with a :class:`LogReadWarning` in the session's words.
-
-    Raises:
-        SessionError: a path of ``source`` names no log (see :func:`_check_paths`).
-    """
-    return vet_logs(source, open_log, workers=1)
-
-
-def open_log(item: Path | Session) -> Log:
-    """One item of :func:`find_logs` as a :class:`Log` (a file read by
-    :func:`boxmaker.session.read_log`, read-only).
-
-    Raises:
-        SessionError: as :func:`~boxmaker.session.read_log`.
-    """
-    return session_log(item) if isinstance(item, Session) else file_log(item)
-
-
-class Vetted(Protocol):
-    """What a vetting function of :func:`vet_logs` returns: at least the log's session id and
-    path (a second log of the same session is left out)."""
-
-    @property
-    def session(self) -> str: ...
-
-    @property
-    def path(self) -> str: ...
-
-
-V = TypeVar("V", bound=Vetted)
-
-PARALLEL_BYTES = 64 * 2**20
-"""Below this many bytes of log files (or with one file) :func:`vet_logs` with ``workers=None``
-reads in this process: starting worker processes costs more than it saves."""
-
-
-def vet_logs(
-    source: Source,
-    vet: Callable[[Path | Session], V],
-    *,
-    workers: int | None = 1,
-    progress: bool | None = None,
-) -> Iterator[V]:
-    """The logs of ``source`` that the session reads, each passed through ``vet``, in order.
-
-    ``vet`` reads one item of :func:`find_logs` (a file: with :func:`open_log`, that is
-    :func:`boxmaker.session.read_log`) and returns what the caller keeps of it; it raises
-    :class:`~boxmaker.errors.SessionError` for a log the session refuses, which is left out
-    with a :class:`LogReadWarning` in the session's words, as is a second log of a session
-    already read.
-
-    Args:
-        source: as for :func:`requests`.
-        vet: a module-level function (or a :func:`functools.partial` of one) when
-            ``workers`` is not 1: files are then vetted in worker processes and what they
-            warned (:class:`LogReadWarning` only) is warned again here, in the logs' order.
-        workers: processes that read files at once (1: this process; ``None``: the CPUs this
-            process may use, when the files hold at least :data:`PARALLEL_BYTES` and there are
-            two or more; in-memory sessions are always read in this process).
-        progress: a tqdm bar of the logs read, on stderr (``None``: when the files hold at
-            least :data:`PARALLEL_BYTES`, a read of several seconds).
-
-    Raises:
-        SessionError: a path of ``source`` names no log (see :func:`_check_paths`).
-    """
-    seen: dict[str, str] = {}  # session id -> the log it came from
-    _check_paths(source)
-    items = find_logs(source)
-    big = _big(items)
-    bar = tqdm(
-        total=len(items),
-        desc="reading logs",
-        unit="log",
-        file=sys.stderr,
-        leave=False,
-        disable=not (big if progress is None else progress),
-    )
-    try:
-        for value, error, told in _vet_each(items, vet, _workers(items, workers, big)):
-            bar.update()
-            for message in told:
-                warnings.warn(message, LogReadWarning, stacklevel=3)
-            if value is not None and value.session in seen:  # a copy of a log (a backup)
-                error = (
-                    f"{value.path}: session {value.session} was read already from "
-                    f"{seen[value.session]} (a copy?)"
-                )
-            if error is not None or value is None:
-                warnings.warn(f"{error}; the log is left out", LogReadWarning, stacklevel=3)
-                continue
-            seen[value.session] = value.path
-            yield value
-    finally:
-        bar.close()
-
-
-def _big(items: list[Path | Session]) -> bool:
-    """Whether the files of ``items`` hold :data:`PARALLEL_BYTES` or more (two or more)."""
-    files = [item for item in items if isinstance(item, Path)]
-    size = 0
-    for path in files if len(files) >= 2 else ():
-        with contextlib.suppress(OSError):
-            size += path.stat().st_size
-        if size >= PARALLEL_BYTES:
-            return True
-    return False
-
-
-def _workers(items: list[Path | Session], workers: int | None, big: bool) -> int:
-    if workers is not None:
-        return max(1, workers)
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if not big or not cpus or cpus < 2:
-        return 1
-    return min(cpus, sum(isinstance(item, Path) for item in items), 8)
-
-
-_Outcome: TypeAlias = "tuple[V | None, str | None, list[str]]"
-"""A vetted log, or why it is left out, and the :class:`LogReadWarning` messages its reading
-gave (from a worker process; empty when read here, where they were warned already)."""
-
-
-def _vet_each(
-    items: list[Path | Session], vet: Callable[[Path | Session], V], workers: int
-) -> Iterator[_Outcome[V]]:
-    if workers == 1:
-        for item in items:
-            try:
-                yield vet(item), None, []
-            except SessionError as exc:
-                yield None, str(exc), []
-        return
-    with ProcessPoolExecutor(workers) as pool:
-        futures = [
-            pool.submit(_caught, vet, item) if isinstance(item, Path) else item for item in items
-        ]
-        for pending in futures:
-            if isinstance(pending, Session):
-                try:
-                    yield vet(pending), None, []
-                except SessionError as exc:
-                    yield None, str(exc), []
-            else:
-                yield pending.result()
-
-
-def _caught(vet: Callable[[Path | Session], V], item: Path) -> _Outcome[V]:
-    """``vet(item)`` in a worker process: its result or why it refused, and its warnings."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", LogReadWarning)
-        try:
-            value: V | None = vet(item)
-            error = None
-        except SessionError as exc:
-            value, error = None, str(exc)
-    told = [str(w.message) for w in caught if issubclass(w.category, LogReadWarning)]
-    return value, error, told
 
 
 def _read(source: Source, want: Iterable[str]) -> Rows:
@@ -409,15 +199,6 @@ def _build(rows: Rows, want: Iterable[str]) -> dict[str, pd.DataFrame]:
         if frame not in need:
             continue
         df = _base(rows, frame)
-        if frame == "cache_losses":
-            req = parts["requests"]
-            per_token = ratio(req.prompt_ms, req.processed_tokens).to_numpy(
-                dtype=object, na_value=pd.NA
-            )
-            idx = df["_request_row"].to_numpy()
-            df["prompt_ms_per_token"] = pd.array(
-                [per_token[j] if j >= 0 else pd.NA for j in idx], dtype="Float64"
-            )
         parts[frame] = _finish(frame, df, parts)
     return {frame: _public(frame, parts[frame]) for frame in want}
 
@@ -556,8 +337,11 @@ def cache_losses(source: Source, *, engine: Engine = "pandas") -> pd.DataFrame:
     Warns:
         LogReadWarning: as for :func:`requests`.
 
-    ``lost_ms`` prices the lost tokens at the losing request's own prompt rate
-    (``prompt_ms / processed_tokens``); ``<NA>`` when that request processed no tokens.
+    A loss has two quantities, each under one name in every view (the frames, ``report``,
+    ``cache explain``, the exports): ``lost_tokens``, the previous prompt's tokens the server
+    did not reuse (``expected - reused``), and ``reprocessed_tokens``, what it processed
+    again of what its slot held, the reply included (:func:`boxmaker.cache.reprocessed`), with
+    ``reprocessed_ms``, what that cost; ``<NA>`` where the log does not say (older logs).
 
     Columns:
     {columns}

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..records import FORK_POINTS, LIMIT_KINDS, NOT_RUN_REASONS, TURN_END_OUTCOMES
+from ..session import CALL_SOURCES, ENDING_LIMITS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -51,20 +52,6 @@ TURN_OUTCOMES: tuple[str, ...] = (*TURN_END_OUTCOMES, "no_answer")
 turn without a ``TurnEnd`` record (a log of schema 1, or a turn still running) whose records do
 not say how it ended; see :func:`boxmaker.frames.turns`."""
 
-ENDING_LIMITS: Mapping[str, str] = {
-    "tool_iterations": "tool_iterations",
-    "repeated_call": "repeated_call",
-    "context_full": "session_full",
-    "loop": "loop",
-    "completion_tokens": "completion_tokens",
-    "completions": "completions",
-    "turn_deadline": "turn_deadline",
-    "tool_calls": "tool_calls",
-    "tool_arguments": "tool_arguments",
-}
-"""The limit kinds that end a turn, and the turn outcome each gives (for turns without a
-``TurnEnd`` record)."""
-
 
 @dataclass(frozen=True, kw_only=True)
 class Column:
@@ -81,6 +68,9 @@ class Column:
         unit: ``"tokens"``, ``"ms"``, ``"chars"``, ``"tokens/s"``, ``"ratio"`` or ``""``.
         doc: what the value means.
         field: a key (or ``"outer.inner"`` path) of the frame's record JSON, read as is.
+        fallback: with ``field``: another key of the record, read where ``field`` is missing
+            (a figure the server sent another way: OpenAI ``usage`` without llama.cpp's
+            ``timings``).
         agg: ``(frame, column)``: the sum of ``column`` (with ``None``: the count) over
             another frame's rows that belong to this row (its turn or its session).
         where: with ``agg``: only rows whose ``column`` equals ``value``.
@@ -100,6 +90,7 @@ class Column:
     unit: str = ""
     doc: str
     field: str | None = None
+    fallback: str | None = None
     agg: tuple[str, str | None] | None = None
     where: tuple[str, str] | None = None
     copied: bool = False
@@ -110,7 +101,8 @@ class Column:
     def origin(self, record: str) -> str:
         """Where the value comes from, as the docs show it."""
         if self.field is not None:
-            return f"{record}.{self.field}"
+            also = f", else {record}.{self.fallback}" if self.fallback else ""
+            return f"{record}.{self.field}{also}"
         if self.agg is not None:
             frame, column = self.agg
             what = f"sum of {frame}.{column}" if column else f"count of {frame} rows"
@@ -122,7 +114,7 @@ class Column:
 
 
 def ratio(num: Any, den: Any) -> Any:
-    """``num / den`` as Float64, ``<NA>`` where ``den`` is 0 or missing."""
+    """``num / den`` as Float64, ``<NA>`` where either is missing or ``den`` is 0."""
     den = den.astype("Float64")
     return (num.astype("Float64") / den.where(den != 0)).astype("Float64")
 
@@ -167,18 +159,35 @@ REQUEST_COLUMNS: tuple[Column, ...] = (
         field="timings.prompt_n",
     ),
     Column(
+        name="usage_prompt_tokens",
+        dtype="Int64",
+        unit="tokens",
+        doc="the OpenAI usage.prompt_tokens as the server sent it (<NA>: not sent)",
+        field="prompt_tokens",
+    ),
+    Column(
+        name="usage_completion_tokens",
+        dtype="Int64",
+        unit="tokens",
+        doc="the OpenAI usage.completion_tokens as the server sent it (<NA>: not sent)",
+        field="completion_tokens",
+    ),
+    Column(
         name="prompt_tokens",
         dtype="Int64",
         unit="tokens",
-        doc="prompt size: cached + processed",
-        derive=lambda f: f.cached_tokens + f.processed_tokens,
+        doc="prompt size: cached + processed, else (no timings: vLLM, proxies) "
+        "usage_prompt_tokens; <NA> when neither was sent",
+        derive=lambda f: (f.cached_tokens + f.processed_tokens).fillna(f.usage_prompt_tokens),
     ),
     Column(
         name="generated_tokens",
         dtype="Int64",
         unit="tokens",
-        doc="tokens generated (reasoning, content and tool calls)",
+        doc="tokens generated (reasoning, content and tool calls): timings.predicted_n, else "
+        "usage.completion_tokens",
         field="timings.predicted_n",
+        fallback="completion_tokens",
     ),
     Column(
         name="reasoning_tokens",
@@ -269,6 +278,37 @@ def _request_sums(scope: str) -> tuple[Column, ...]:
     )
 
 
+def _loss_sums(scope: str) -> tuple[Column, ...]:
+    """The sums over a ``scope``'s (turn's, session's) cache losses: the two quantities of a
+    loss under their one name each (``lost_tokens``, ``reprocessed_tokens``) and the time."""
+    return (
+        Column(
+            name="lost_tokens",
+            dtype="Int64",
+            unit="tokens",
+            doc=f"sum over the {scope}'s cache losses of expected - reused (the previous "
+            "prompts' tokens not reused)",
+            agg=("cache_losses", "lost_tokens"),
+        ),
+        Column(
+            name="reprocessed_tokens",
+            dtype="Int64",
+            unit="tokens",
+            doc=f"sum over the {scope}'s cache losses of the tokens the server processed "
+            "again (prompt and reply; <NA> when a loss does not say)",
+            agg=("cache_losses", "reprocessed_tokens"),
+        ),
+        Column(
+            name="reprocessed_ms",
+            dtype="Float64",
+            unit="ms",
+            doc=f"sum over the {scope}'s cache losses of the time that cost (<NA> when a loss "
+            "does not say)",
+            agg=("cache_losses", "reprocessed_ms"),
+        ),
+    )
+
+
 TURN_COLUMNS: tuple[Column, ...] = (
     Column(name="session", dtype="category", doc="session id"),
     Column(name="turn", dtype="Int64", doc="number of the turn in the session, from 1"),
@@ -345,13 +385,7 @@ TURN_COLUMNS: tuple[Column, ...] = (
         doc="CacheLoss records",
         agg=("cache_losses", None),
     ),
-    Column(
-        name="lost_tokens",
-        dtype="Int64",
-        unit="tokens",
-        doc="prompt tokens processed again after cache losses",
-        agg=("cache_losses", "lost_tokens"),
-    ),
+    *_loss_sums("turn"),
     Column(name="limit_hits", dtype="Int64", doc="LimitHit records", agg=("limit_hits", None)),
     _from_parent(
         "every record of the turn copied from the parent: a turn that straddles the fork point "
@@ -381,43 +415,28 @@ CACHE_LOSS_COLUMNS: tuple[Column, ...] = (
         field="reused",
     ),
     Column(
+        name="lost_tokens",
+        dtype="Int64",
+        unit="tokens",
+        doc="tokens of the previous prompt the server did not reuse: expected - reused "
+        "(boxmaker.cache.CacheOutcome.lost)",
+        derive=lambda f: f.expected_tokens - f.reused_tokens,
+    ),
+    Column(
         name="reprocessed_tokens",
         dtype="Int64",
         unit="tokens",
-        doc="what the server processed again of what its slot held (previous prompt and "
-        "reply; boxmaker.cache.reprocessed); <NA> in older logs",
+        doc="what the server processed again of what its slot held (the previous prompt and "
+        "reply; boxmaker.cache.reprocessed); <NA>: the log does not say (older logs)",
         field="reprocessed",
     ),
     Column(
         name="reprocessed_ms",
         dtype="Float64",
         unit="ms",
-        doc="what processing reprocessed_tokens again cost, at the request's prompt rate",
+        doc="what processing reprocessed_tokens again cost, at the request's prompt rate "
+        "(<NA>: the log does not say)",
         field="reprocessed_ms",
-    ),
-    Column(
-        name="lost_tokens",
-        dtype="Int64",
-        unit="tokens",
-        doc="tokens processed again: reprocessed_tokens, else (older logs) expected - reused",
-        derive=lambda f: f.reprocessed_tokens.fillna(f.expected_tokens - f.reused_tokens),
-    ),
-    Column(
-        name="prompt_ms_per_token",
-        dtype="Float64",
-        unit="ms",
-        doc="the request's prompt time per processed token",
-        source="requests.prompt_ms / requests.processed_tokens",
-    ),
-    Column(
-        name="lost_ms",
-        dtype="Float64",
-        unit="ms",
-        doc="what processing the lost tokens again cost: reprocessed_ms, else lost_tokens * "
-        "prompt_ms_per_token",
-        derive=lambda f: f.reprocessed_ms.fillna(
-            f.lost_tokens.astype("Float64") * f.prompt_ms_per_token
-        ),
     ),
     Column(
         name="position",
@@ -504,10 +523,20 @@ TOOL_CALL_COLUMNS: tuple[Column, ...] = (
     Column(name="data_class", dtype="category", doc="label of the data", field="data_class"),
     Column(name="untrusted", dtype="boolean", doc="content from outside", field="untrusted"),
     Column(
+        name="source",
+        dtype="category",
+        categories=CALL_SOURCES,
+        doc="what answered the call (boxmaker.session.CALL_SOURCES): ran (the tool ran), "
+        "not_run (the loop answered for it), replayed (a fork took its parent's result), "
+        "edited (a researcher's text at a fork point)",
+        source="tool_result.not_run and .source",
+    ),
+    Column(
         name="ran",
         dtype="boolean",
-        doc="the tool ran (False: the loop answered for it: a repeat, or the turn ended)",
-        derive=lambda f: f.not_run.isna().astype("boolean"),
+        doc="the tool ran: source == 'ran' (False: the loop answered for it, or a fork "
+        "replayed or edited its result)",
+        derive=lambda f: (f.source == "ran").astype("boolean"),
     ),
     Column(
         name="not_run",
@@ -555,7 +584,13 @@ TOOL_CALL_COLUMNS: tuple[Column, ...] = (
 SUMMARY_COLUMNS: tuple[Column, ...] = (
     Column(name="session", dtype="category", doc="session id"),
     Column(name="path", dtype="string", doc="the log file", source="file"),
-    Column(name="started", dtype=TIME, doc="the baseline's time", source="baseline.time"),
+    Column(
+        name="started",
+        dtype=TIME,
+        doc="when the log's own part started: the baseline's time, or a fork's Forked record "
+        "time (a fork's baseline is its parent's)",
+        source="baseline.time, forked.time",
+    ),
     Column(name="ended", dtype=TIME, doc="the last record's time", source="*.time"),
     Column(
         name="records",
@@ -636,20 +671,7 @@ SUMMARY_COLUMNS: tuple[Column, ...] = (
         doc="CacheLoss records",
         agg=("cache_losses", None),
     ),
-    Column(
-        name="lost_tokens",
-        dtype="Int64",
-        unit="tokens",
-        doc="prompt tokens processed again after cache losses",
-        agg=("cache_losses", "lost_tokens"),
-    ),
-    Column(
-        name="lost_ms",
-        dtype="Float64",
-        unit="ms",
-        doc="time spent processing them again",
-        agg=("cache_losses", "lost_ms"),
-    ),
+    *_loss_sums("session"),
     Column(name="limit_hits", dtype="Int64", doc="LimitHit records", agg=("limit_hits", None)),
     *(
         Column(

@@ -50,11 +50,10 @@ import pandas as pd
 
 from ..errors import BoxmakerError
 from ..records import LIMIT_KINDS, SCHEMA_VERSION, parse_time
-from ..session import LogReadWarning, Session
-from ._build import open_log, vet_logs
-from ._columns import COLUMNS, ENDING_LIMITS, TIME, TURN_OUTCOMES, Column
-from ._rows import _KNOWN as KNOWN
-from ._rows import Log
+from ..session import ENDING_LIMITS, Log, LogReadWarning, Session
+from ..session._sources import open_log, vet_logs
+from ..session._turns import KNOWN_TYPES as KNOWN
+from ._columns import COLUMNS, TIME, TURN_OUTCOMES, Column
 
 if TYPE_CHECKING:
     import duckdb
@@ -75,6 +74,10 @@ _FIELDS: dict[str, str] = {
     "timings": "JSON",
     **dict.fromkeys(
         ("reasoning_tokens", "finish_reason", "thinking_capped", "expected", "reused"),
+        "VARCHAR",
+    ),
+    **dict.fromkeys(
+        ("prompt_tokens", "completion_tokens", "source"),
         "VARCHAR",
     ),
     **dict.fromkeys(
@@ -108,6 +111,8 @@ _RECORD_COLUMNS: tuple[tuple[str, str], ...] = (
     ("prompt_ms", _typed("usage", "j.timings->>'prompt_ms'", "DOUBLE")),
     ("predicted_ms", _typed("usage", "j.timings->>'predicted_ms'", "DOUBLE")),
     ("reasoning_tokens", _typed("usage", "j.reasoning_tokens", "BIGINT")),
+    ("usage_prompt_tokens", _typed("usage", "j.prompt_tokens", "BIGINT")),
+    ("usage_completion_tokens", _typed("usage", "j.completion_tokens", "BIGINT")),
     ("thinking_capped", _typed("usage", "j.thinking_capped", "BOOLEAN")),
     ("finish_reason", _typed("usage", "j.finish_reason", "VARCHAR")),
     ("expected", _typed("cache_loss", "j.expected", "BIGINT")),
@@ -136,6 +141,11 @@ _RECORD_COLUMNS: tuple[tuple[str, str], ...] = (
     ("data_class", _typed("tool_result", "j.data_class", "VARCHAR")),
     ("untrusted", _typed("tool_result", "j.untrusted", "BOOLEAN")),
     ("not_run", _typed("tool_result", "j.not_run", "VARCHAR")),
+    (
+        "source",
+        "CASE WHEN j.type = 'tool_result' THEN coalesce(CAST(j.source AS VARCHAR), "
+        "CASE WHEN j.not_run IS NULL THEN 'ran' ELSE 'not_run' END) END",
+    ),
     ("server", _typed("tool_result", "j.server", "VARCHAR")),
     ("decision", _typed("approval", "j.decision", "VARCHAR")),
     ("decided_by", _typed("approval", 'j."by"', "VARCHAR")),
@@ -156,11 +166,13 @@ _ENDING_CASE = (
 
 
 def _ratio(num: str, den: str) -> str:
-    """:func:`boxmaker.frames.ratio` in SQL: ``<NA>`` where ``den`` is 0 or missing."""
+    """:func:`boxmaker.frames.ratio` in SQL: ``<NA>`` where either is missing or ``den`` is
+    0."""
     return f"(CAST({num} AS DOUBLE) / CAST(nullif({den}, 0) AS DOUBLE))"
 
 
 _SUMS = (
+    ("tool_calls", "BIGINT"),
     ("cached_tokens", "BIGINT"),
     ("processed_tokens", "BIGINT"),
     ("generated_tokens", "BIGINT"),
@@ -168,10 +180,34 @@ _SUMS = (
     ("prompt_ms", "DOUBLE"),
     ("generation_ms", "DOUBLE"),
 )
+"""The requests' columns that turns and sessions sum."""
+
+_LOSS_SUMS = (
+    ("lost_tokens", "BIGINT"),
+    ("reprocessed_tokens", "BIGINT"),
+    ("reprocessed_ms", "DOUBLE"),
+)
+"""The cache losses' columns that turns and sessions sum."""
 
 
-def _sums(alias: str) -> str:
-    return ", ".join(f"coalesce(CAST(sum({alias}.{n}) AS {t}), 0) AS {n}" for n, t in _SUMS)
+def _usum(expr: str, sql_type: str) -> str:
+    """A sum over a group in which an unknown (NULL) value makes the total unknown (as the
+    pandas engine's ``_aggregate``): never 0, never the sum of the known part."""
+    return (
+        f"CASE WHEN bool_or(({expr}) IS NULL) THEN NULL "
+        f"ELSE CAST(coalesce(sum({expr}), 0) AS {sql_type}) END"
+    )
+
+
+def _sums(alias: str, sums: tuple[tuple[str, str], ...] = _SUMS) -> str:
+    return ", ".join(f"{_usum(f'{alias}.{n}', t)} AS {n}" for n, t in sums)
+
+
+def _joined(alias: str, sums: tuple[tuple[str, str], ...] = _SUMS) -> str:
+    """The sums of a LEFT JOINed group: 0 where the row has no group, the group's sum (NULL
+    when unknown) otherwise."""
+    return ", ".join(f"CASE WHEN {alias}._l IS NULL THEN 0 ELSE {alias}.{n} END AS {n}"
+                     for n, _ in sums)  # fmt: skip
 
 
 _WALL = "(CAST((epoch_ns(f.ended) - epoch_ns(f.started)) AS DOUBLE) / 1e9 * 1000)"
@@ -182,7 +218,7 @@ _OWN_OUTCOMES = ", ".join(
 )
 """The summary's ``<outcome>_turns`` counts: a log's own turns of each outcome."""
 
-_PROMPT_SUM = "coalesce(q.cached_tokens, 0) + coalesce(q.processed_tokens, 0)"
+_PROMPT_SUM = "q.cached_tokens + q.processed_tokens"
 
 _WINDOWS = """
 n AS (SELECT _l, _i, type, n_calls FROM base),
@@ -226,11 +262,14 @@ FRAME_SQL: dict[str, str] = {
 SELECT g.session AS session, req0 AS request, nullif(turn0, 0) AS turn,
   CASE WHEN turn0 > 0 THEN turn_req END AS turn_request, t AS time,
   cache_n AS cached_tokens, prompt_n AS processed_tokens,
-  cache_n + prompt_n AS prompt_tokens, predicted_n AS generated_tokens, reasoning_tokens,
+  usage_prompt_tokens, usage_completion_tokens,
+  coalesce(cache_n + prompt_n, usage_prompt_tokens) AS prompt_tokens,
+  coalesce(predicted_n, usage_completion_tokens) AS generated_tokens, reasoning_tokens,
   prompt_ms, predicted_ms AS generation_ms,
   {_ratio("prompt_n * 1000", "prompt_ms")} AS prompt_tokens_per_s,
-  {_ratio("predicted_n * 1000", "predicted_ms")} AS generation_tokens_per_s,
-  {_ratio("cache_n", "cache_n + prompt_n")} AS cache_reuse_ratio,
+  {_ratio("coalesce(predicted_n, usage_completion_tokens) * 1000", "predicted_ms")}
+    AS generation_tokens_per_s,
+  {_ratio("cache_n", "coalesce(cache_n + prompt_n, usage_prompt_tokens)")} AS cache_reuse_ratio,
   thinking_capped, finish_reason,
   CASE WHEN a_i IS NOT NULL AND (p_i IS NULL OR a_i > p_i) THEN a_n END AS tool_calls,
   u.copied AS from_parent,
@@ -238,18 +277,13 @@ SELECT g.session AS session, req0 AS request, nullif(turn0, 0) AS turn,
 FROM _u u JOIN logs g ON g._l = u._l
 WHERE type = 'usage'
 """,
-    "cache_losses": f"""
+    "cache_losses": """
 SELECT g.session AS session, nullif(req0, 0) AS request, nullif(turn0, 0) AS turn, t AS time,
-  expected AS expected_tokens, reused AS reused_tokens, reprocessed AS reprocessed_tokens,
-  reprocessed_ms, coalesce(reprocessed, expected - reused) AS lost_tokens,
-  q.per_token AS prompt_ms_per_token,
-  coalesce(reprocessed_ms, CAST(coalesce(reprocessed, expected - reused) AS DOUBLE)
-    * q.per_token) AS lost_ms,
+  expected AS expected_tokens, reused AS reused_tokens, expected - reused AS lost_tokens,
+  reprocessed AS reprocessed_tokens, reprocessed_ms,
   position, cause, old_window, new_window, detail, w.copied AS from_parent,
   w._l AS _l, w._i AS _i, w.turn0 AS _turn
 FROM _w w JOIN logs g ON g._l = w._l
-LEFT JOIN (SELECT _l, request, {_ratio("prompt_ms", "processed_tokens")} AS per_token
-           FROM requests) q ON q._l = w._l AND q.request = w.req0
 WHERE type = 'cache_loss'
 """,
     "limit_hits": f"""
@@ -270,7 +304,7 @@ SELECT _l, _i, call, decision, decided_by, reason, waited_ms FROM records WHERE 
 SELECT g.session AS session, nullif(w.turn0, 0) AS turn, w.t AS time, w.call AS call,
   w.name AS name, w.tool_call_id AS tool_call_id, c.chars AS arguments_chars,
   w.content_chars AS result_chars, w.truncated AS truncated, w.data_class AS data_class,
-  w.untrusted AS untrusted, w.not_run IS NULL AS ran, w.not_run AS not_run,
+  w.untrusted AS untrusted, w.source AS source, w.source = 'ran' AS ran, w.not_run AS not_run,
   w.server AS server,
   CASE WHEN ok THEN a.decision END AS approval,
   CASE WHEN ok THEN a.decided_by END AS approved_by,
@@ -316,11 +350,11 @@ SELECT g.session AS session, f.turn0 AS turn, f.started AS started, f.ended AS e
   te.d AS end_detail, te.s AS http_status,
   coalesce(q.n, 0) AS requests,
   CASE WHEN f.from_parent THEN iterations_all ELSE iterations_own END AS iterations,
-  coalesce(q.tool_calls, 0) AS tool_calls,
+  {_joined("q", _SUMS[:1])},
   CASE WHEN f.from_parent THEN tool_results_all ELSE tool_results_own END AS tool_results,
-  {", ".join(f"coalesce(q.{n}, 0) AS {n}" for n, _ in _SUMS)},
-  coalesce(q.thinking_capped, 0) AS thinking_capped,
-  coalesce(c.n, 0) AS cache_losses, coalesce(c.lost_tokens, 0) AS lost_tokens,
+  {_joined("q", _SUMS[1:])},
+  {_joined("q", (("thinking_capped", ""),))},
+  coalesce(c.n, 0) AS cache_losses, {_joined("c", _LOSS_SUMS)},
   coalesce(h.n, 0) AS limit_hits, f.from_parent AS from_parent,
   f._l AS _l, f.turn0 AS _turn
 FROM (
@@ -331,13 +365,12 @@ FROM (
   LEFT JOIN (SELECT _l, t FROM records WHERE type = 'forked' AND _i = 0) fk ON fk._l = tf._l
 ) f JOIN logs g ON g._l = f._l
 LEFT JOIN (SELECT _l, _turn, from_parent, count(*) AS n,
-             CAST(coalesce(sum(r.tool_calls), 0) AS BIGINT) AS tool_calls,
-             count(*) FILTER (WHERE thinking_capped) AS thinking_capped, {_sums("r")}
+             {_usum("CAST(r.thinking_capped AS BIGINT)", "BIGINT")} AS thinking_capped,
+             {_sums("r")}
            FROM requests r GROUP BY _l, _turn, from_parent) q
   ON q._l = f._l AND q._turn = f.turn0 AND q.from_parent = f.from_parent
-LEFT JOIN (SELECT _l, _turn, from_parent, count(*) AS n,
-             CAST(sum(lost_tokens) AS BIGINT) AS lost_tokens
-           FROM cache_losses GROUP BY _l, _turn, from_parent) c
+LEFT JOIN (SELECT _l, _turn, from_parent, count(*) AS n, {_sums("x", _LOSS_SUMS)}
+           FROM cache_losses x GROUP BY _l, _turn, from_parent) c
   ON c._l = f._l AND c._turn = f.turn0 AND c.from_parent = f.from_parent
 LEFT JOIN (SELECT _l, _turn, from_parent, count(*) AS n
            FROM limit_hits GROUP BY _l, _turn, from_parent) h
@@ -351,11 +384,10 @@ SELECT g.session AS session, g.path AS path, g.started AS started,
   coalesce(tu.inherited, 0) AS inherited_turns, coalesce(qi.n, 0) AS inherited_requests,
   coalesce(tu.n, 0) AS turns,
   {", ".join(f"coalesce(tu.{o}, 0) AS {o}_turns" for o in TURN_OUTCOMES)},
-  coalesce(q.n, 0) AS requests, coalesce(q.tool_calls, 0) AS tool_calls,
-  {", ".join(f"coalesce(q.{n}, 0) AS {n}" for n, _ in _SUMS)},
-  {_ratio("coalesce(q.cached_tokens, 0)", _PROMPT_SUM)} AS cache_reuse_ratio,
-  coalesce(c.n, 0) AS cache_losses, coalesce(c.lost_tokens, 0) AS lost_tokens,
-  coalesce(c.lost_ms, 0) AS lost_ms,
+  coalesce(q.n, 0) AS requests, {_joined("q")},
+  CASE WHEN q._l IS NULL THEN NULL ELSE {_ratio("q.cached_tokens", _PROMPT_SUM)} END
+    AS cache_reuse_ratio,
+  coalesce(c.n, 0) AS cache_losses, {_joined("c", _LOSS_SUMS)},
   coalesce(h.n, 0) AS limit_hits,
   {", ".join(f"coalesce(h.{k}, 0) AS {k}_hits" for k in LIMIT_KINDS)},
   g._l AS _l
@@ -365,14 +397,12 @@ LEFT JOIN (SELECT _l, count(*) FILTER (WHERE NOT from_parent) AS n,
              count(*) FILTER (WHERE from_parent) AS inherited,
              {_OWN_OUTCOMES}
            FROM turns GROUP BY _l) tu ON tu._l = g._l
-LEFT JOIN (SELECT _l, count(*) AS n, CAST(coalesce(sum(r.tool_calls), 0) AS BIGINT)
-             AS tool_calls, {_sums("r")}
+LEFT JOIN (SELECT _l, count(*) AS n, {_sums("r")}
            FROM requests r WHERE NOT r.from_parent GROUP BY _l) q ON q._l = g._l
 LEFT JOIN (SELECT _l, count(*) AS n FROM requests WHERE from_parent GROUP BY _l) qi
   ON qi._l = g._l
-LEFT JOIN (SELECT _l, count(*) AS n, CAST(sum(lost_tokens) AS BIGINT) AS lost_tokens,
-             coalesce(sum(lost_ms), 0) AS lost_ms
-           FROM cache_losses WHERE NOT from_parent GROUP BY _l) c ON c._l = g._l
+LEFT JOIN (SELECT _l, count(*) AS n, {_sums("x", _LOSS_SUMS)}
+           FROM cache_losses x WHERE NOT from_parent GROUP BY _l) c ON c._l = g._l
 LEFT JOIN (SELECT _l, count(*) AS n,
              {", ".join(f"count(*) FILTER (WHERE kind = '{k}') AS {k}" for k in LIMIT_KINDS)}
            FROM limit_hits WHERE NOT from_parent GROUP BY _l) h ON h._l = g._l
@@ -434,7 +464,7 @@ class _Vetted(NamedTuple):
 
     session: str
     path: str
-    time: str | None  # the baseline's
+    time: str | None  # when the log's own part started: the baseline's, a fork's Forked time
     records: int
     unknown: dict[str, int]  # records of a type this version does not know, by type
     file: str  # what DuckDB reads: the log itself, or its records re-written in the scratch
@@ -445,7 +475,7 @@ class _Vetted(NamedTuple):
     fork_record: int | None  # records before this index are the parent's copies (Forked.record)
 
 
-def _vet(item: Path | Session, *, scratch: str) -> _Vetted:
+def _vet(item: Path | Session | Log, *, scratch: str) -> _Vetted:
     """Read ``item`` by the session's rule and decide what DuckDB reads of it: the file as it
     is (see :func:`_as_is`) or its validated records re-written into ``scratch``.
 
@@ -469,7 +499,7 @@ def _vet(item: Path | Session, *, scratch: str) -> _Vetted:
     return _Vetted(
         log.session,
         log.path,
-        log.head.get("time"),
+        forked.get("time", log.head.get("time")),
         len(log.records),
         unknown,
         file,

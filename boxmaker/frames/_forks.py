@@ -10,8 +10,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import SessionError
-from ..session import Session, first_difference, read_log
-from ._build import Source, find_logs
+from ..session import Log, Reading, Source, first_difference, read_log, read_logs, split_turns
 
 __all__ = ["FORK_COLUMNS", "forks"]
 
@@ -28,7 +27,8 @@ FORK_COLUMNS: dict[str, str] = {
     "differs and the fork is no longer than its parent)",
     "replayed": "tool results the fork took from its parent (source=replayed)",
     "requests": "the fork's own completions (after the copy)",
-    "prompt_tokens": "prompt tokens processed by its own completions (timings.prompt_n)",
+    "prompt_tokens": "prompt tokens processed by its own completions (timings.prompt_n; "
+    "<NA> when one is unknown)",
     "parent_requests": "the parent's completions after the fork point",
     "parent_prompt_tokens": "prompt tokens the parent processed after the fork point",
     "limit_hits": "the fork's own LimitHit records",
@@ -40,62 +40,74 @@ FORK_COLUMNS: dict[str, str] = {
 """The columns of :func:`forks`, with what each holds."""
 
 
-def _answer(records: list[dict[str, Any]]) -> str | None:
-    for r in reversed(records):
+def _answer(records: list[dict[str, Any]], start: int) -> str | None:
+    """The last answer from index ``start`` on: the content of the last ``Assistant`` without
+    tool calls (``None``: none)."""
+    for r in reversed(records[start:]):
         if r["type"] == "assistant" and not r.get("tool_calls"):
             return str(r.get("content") or "")
     return None
 
 
-def _usage(records: list[dict[str, Any]]) -> tuple[int, int, int]:
-    usages = [r for r in records if r["type"] == "usage"]
-    prompt = sum(int((r.get("timings") or {}).get("prompt_n", 0)) for r in usages)
-    return len(usages), prompt, sum(1 for r in records if r["type"] == "limit_hit")
+def _costs(reading: Reading, start: int) -> tuple[int, int | None, int]:
+    """``(completions, prompt tokens processed, limit hits)`` of ``reading`` from record index
+    ``start`` on; the tokens ``None`` (unknown) when a completion's ``prompt_n`` is unknown."""
+    usages = [c.usage for t in reading.turns for c in t.completions if c.usage >= start]
+    processed = [(reading.records[u].get("timings") or {}).get("prompt_n") for u in usages]
+    known = None if None in processed else sum(int(v) for v in processed if v is not None)
+    hits = sum(1 for t in reading.turns for i, _ in t.limits if i >= start)
+    return len(usages), known, hits
+
+
+def _replayed(reading: Reading) -> int:
+    """The fork's own tool results taken from its parent (``source`` replayed)."""
+    own = [c for t in reading.turns for c in t.calls if not c.from_parent]
+    return sum(1 for c in own if c.source == "replayed")
 
 
 def forks(source: Source) -> pd.DataFrame:
-    """One row per fork among the logs of ``source`` (files, folders, sessions); logs that
-    are no fork are left out. Columns: :data:`FORK_COLUMNS`. The parent is read from the path
-    its fork names; a parent that cannot be read leaves its columns ``<NA>``.
+    """One row per fork among the logs of ``source`` (files, folders, sessions, logs read),
+    read by the one source iterator (:func:`boxmaker.session.read_logs`: a log the session
+    refuses, or a copy of a session, is left out with one warning); logs that are no fork are
+    left out. Columns: :data:`FORK_COLUMNS`. The parent is the log of its session among
+    ``source``, else read from the path its fork names; a parent that cannot be read leaves
+    its columns ``<NA>``. A figure a log does not hold (a completion without ``prompt_n``)
+    makes its total ``<NA>``.
 
     Raises:
-        SessionError: a log of ``source`` cannot be read.
+        SessionError: a path of ``source`` names no log.
     """
+    logs = list(read_logs(source))
+    by_session = {log.session: log for log in logs}
     rows = []
-    for item in find_logs(source):
-        path = item.path if isinstance(item, Session) else Path(item)
-        data = read_log(path, repair=False)
-        if not data.records or data.records[0]["type"] != "forked":
+    for log in logs:
+        reading = split_turns(log)
+        forked = reading.forked
+        if forked is None:
             continue
-        forked = data.records[0]
-        start = int(forked["record"])  # records[start:] are the fork's own
-        own = data.records[start:]
+        start = reading.copied  # records[start:] are the fork's own
+        own = log.records[start:]
         row: dict[str, Any] = {
-            "session": data.session_id,
+            "session": log.session,
             "parent_session": forked["parent_session"],
             "parent_path": forked["parent_path"],
             "fork_turn": forked["turn"],
             "fork_point": forked["point"],
             "edited_call": forked.get("edited_call"),
             "settings": json.dumps(forked.get("settings") or {}, sort_keys=True),
-            "replayed": sum(1 for r in own if r.get("source") == "replayed"),
+            "replayed": _replayed(reading),
         }
-        row["requests"], row["prompt_tokens"], row["limit_hits"] = _usage(own)
-        row["answer"] = _answer(own)
-        parent_path = Path(forked["parent_path"])
-        parent_path = parent_path if parent_path.is_absolute() else path.parent / parent_path
-        try:
-            parent = read_log(parent_path, repair=False).records
-        except SessionError:
-            parent = None
+        row["requests"], row["prompt_tokens"], row["limit_hits"] = _costs(reading, start)
+        row["answer"] = _answer(log.records, start)
+        parent = _parent(log, forked, by_session)
         if parent is not None:
-            theirs = parent[start - 1 :]
+            theirs = parent.records[start - 1 :]
             # an edited result stands where the parent's own result was
             at = first_difference(own, theirs)
             row["first_difference"] = None if at is None else start + at + 1
             (row["parent_requests"], row["parent_prompt_tokens"],
-             row["parent_limit_hits"]) = _usage(theirs)  # fmt: skip
-            row["parent_answer"] = _answer(theirs)
+             row["parent_limit_hits"]) = _costs(split_turns(parent), start - 1)  # fmt: skip
+            row["parent_answer"] = _answer(parent.records, start - 1)
         rows.append(row)
     frame = pd.DataFrame(rows, columns=list(FORK_COLUMNS))
     for name in ("fork_turn", "edited_call", "first_difference", "replayed", "requests",
@@ -107,3 +119,18 @@ def forks(source: Source) -> pd.DataFrame:
         frame[name] = frame[name].astype("string")
     frame["same_answer"] = (frame["answer"] == frame["parent_answer"]).astype("boolean")
     return frame
+
+
+def _parent(log: Log, forked: dict[str, Any], logs: dict[str, Log]) -> Log | None:
+    """A fork's parent: the log of its session among those read, else the file its fork
+    names (read against the fork's folder), ``None`` when it cannot be read."""
+    known = logs.get(forked["parent_session"])
+    if known is not None:
+        return known
+    path = Path(forked["parent_path"])
+    path = path if path.is_absolute() else Path(log.path).parent / path
+    try:
+        data = read_log(path, repair=False)
+    except SessionError:
+        return None
+    return Log(data.session_id, str(path), data.head, data.records, data.schema)

@@ -2,7 +2,12 @@
 
 The text report (printed) has one table per question: the sessions (:func:`boxmaker.frames.
 summary`), turns by outcome, limit hits by kind, cache losses by session and by cause (what
-cache forensics found: lost tokens and lost time of each), tool calls by tool.
+cache forensics found: the tokens of the previous prompts not reused, ``lost_tokens``, and the
+tokens and time the server spent processing again, ``reprocessed_tokens`` and
+``reprocessed_ms``), tool calls by tool. Only what happened is shown (an outcome no turn had, a
+limit that never fired: no row), and a value a log does not hold is ``unknown``, never 0: a
+total over an unknown is unknown (:mod:`boxmaker.frames`' rule). ``--json``
+(:func:`format_json`) gives the sessions and turns as the frames hold them.
 The HTML report holds the same tables and the plots of :mod:`boxmaker.frames.plots`, embedded as
 base64 PNG images, in one self-contained file (no scripts, styles inline, nothing fetched).
 
@@ -24,7 +29,20 @@ import pandas as pd
 
 from . import _build as frames
 
-__all__ = ["Gathered", "Section", "fit_text", "format_html", "format_text", "gather", "tables"]
+__all__ = [
+    "UNKNOWN",
+    "Gathered",
+    "Section",
+    "fit_text",
+    "format_html",
+    "format_json",
+    "format_text",
+    "gather",
+    "tables",
+]
+
+UNKNOWN = "unknown"
+"""How the text and HTML reports show a value the logs do not hold."""
 
 _T = TypeVar("_T")
 
@@ -43,6 +61,7 @@ SESSION_COLUMNS = (
     "cache_reuse_ratio",
     "cache_losses",
     "lost_tokens",
+    "reprocessed_tokens",
     "limit_hits",
 )
 """The summary columns the report's sessions table shows."""
@@ -74,8 +93,10 @@ def tables(loaded: frames.Frames) -> dict[str, pd.DataFrame]:
     ``Sessions`` (a row per session and a ``total`` row), ``Turns by outcome`` (every outcome
     of :data:`boxmaker.frames.TURN_OUTCOMES`), ``Limit hits by kind`` (every kind),
     ``Cache losses by session``, ``Cache losses by cause`` (losses without a cause as
-    ``not explained``), ``Tool calls by tool``, and ``Forks`` when a log is a fork.
-    Milliseconds are rounded to 0.1, ratios to 0.001.
+    ``not explained``), ``Tool calls by tool``, and ``Forks`` when a log is a fork. Only what
+    happened has a row (an outcome of no turn, a kind that never fired: none). A total over a
+    value a log does not hold is ``<NA>`` (shown as :data:`UNKNOWN`). Milliseconds are
+    rounded to 0.1, ratios to 0.001.
 
     Every record is counted once: a fork's rows copied from its parent (``from_parent``) are
     left out of every table (they are the parent's), and the summary's totals are a log's
@@ -84,28 +105,28 @@ def tables(loaded: frames.Frames) -> dict[str, pd.DataFrame]:
     s = loaded.summary
     sessions = s[list(SESSION_COLUMNS)].copy()
     sessions["session"] = sessions["session"].astype("string")
-    prompt = s.cached_tokens.sum() + s.processed_tokens.sum()
+    prompt = s.cached_tokens.sum(skipna=False) + s.processed_tokens.sum(skipna=False)
     total: dict[str, Any] = {
-        name: sessions[name].sum() for name in SESSION_COLUMNS if name != "session"
+        name: sessions[name].sum(skipna=False) for name in SESSION_COLUMNS if name != "session"
     }
     total |= {
         "session": "total",
-        "cache_reuse_ratio": s.cached_tokens.sum() / prompt if prompt else pd.NA,
+        "cache_reuse_ratio": _share(s.cached_tokens.sum(skipna=False), prompt),
     }
     total_row = pd.DataFrame([total], columns=list(SESSION_COLUMNS)).astype(sessions.dtypes)
     sessions = pd.concat([sessions, total_row], ignore_index=True)
 
     t = _own(loaded.turns)
-    outcomes = t.groupby("outcome", observed=False).agg(
+    outcomes = t.groupby("outcome", observed=True).agg(
         turns=("turn", "size"),
-        requests=("requests", "sum"),
-        tool_calls=("tool_calls", "sum"),
-        generated_tokens=("generated_tokens", "sum"),
+        requests=("requests", _total),
+        tool_calls=("tool_calls", _total),
+        generated_tokens=("generated_tokens", _total),
         mean_wall_ms=("wall_ms", "mean"),
     )
     hits = (
         _own(loaded.limit_hits)
-        .groupby("kind", observed=False)
+        .groupby("kind", observed=True)
         .agg(
             hits=("kind", "size"),
             sessions=("session", "nunique"),
@@ -115,16 +136,17 @@ def tables(loaded: frames.Frames) -> dict[str, pd.DataFrame]:
     c = _own(loaded.cache_losses)
     losses = c.groupby("session", observed=True).agg(
         losses=("lost_tokens", "size"),
-        lost_tokens=("lost_tokens", "sum"),
-        lost_ms=("lost_ms", "sum"),
-        mean_lost_tokens=("lost_tokens", "mean"),
+        lost_tokens=("lost_tokens", _total),
+        reprocessed_tokens=("reprocessed_tokens", _total),
+        reprocessed_ms=("reprocessed_ms", _total),
     )
     by_cause = c.assign(cause=c["cause"].astype("string").fillna("not explained"))
     causes = by_cause.groupby("cause").agg(
         losses=("lost_tokens", "size"),
         sessions=("session", "nunique"),
-        lost_tokens=("lost_tokens", "sum"),
-        lost_ms=("lost_ms", "sum"),
+        lost_tokens=("lost_tokens", _total),
+        reprocessed_tokens=("reprocessed_tokens", _total),
+        reprocessed_ms=("reprocessed_ms", _total),
     )
     tc = _own(loaded.tool_calls)
     tools = tc.groupby("name", observed=True).agg(
@@ -146,6 +168,24 @@ def tables(loaded: frames.Frames) -> dict[str, pd.DataFrame]:
         forked = s[s["parent_session"].notna()]
         out["Forks"] = forked[list(FORK_REPORT_COLUMNS)].astype({"session": "string"})
     return {title: _rounded(df) for title, df in out.items()}
+
+
+def _shown(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every missing value as :data:`UNKNOWN` (pandas prints ``<NA>`` for its
+    nullable dtypes whatever ``na_rep`` says)."""
+    return df.astype(object).where(df.notna(), UNKNOWN)
+
+
+def _total(values: pd.Series) -> Any:
+    """A table's total: unknown (``<NA>``) when a value is."""
+    return values.sum(skipna=False)
+
+
+def _share(part: Any, whole: Any) -> Any:
+    """``part / whole``, ``<NA>`` when either is unknown or ``whole`` is 0."""
+    if pd.isna(part) or pd.isna(whole) or not whole:
+        return pd.NA
+    return part / whole
 
 
 def _own(df: pd.DataFrame) -> pd.DataFrame:
@@ -180,6 +220,7 @@ def format_text(loaded: frames.Frames, *, width: int = TEXT_WIDTH) -> str:
 def fit_text(df: pd.DataFrame, width: int = TEXT_WIDTH) -> str:
     """``df`` as text (no index) in blocks of whole columns, each at most ``width`` characters
     wide (a single column wider than that stays whole), each led by the first column."""
+    df = _shown(df)
     first, rest = df.columns[0], list(df.columns[1:])
     blocks: list[list[str]] = [[]]
     for name in rest:
@@ -246,7 +287,7 @@ def format_html(
         body.append(f"<h2>Left out</h2><ul>{items}</ul>")
     for name, df in tables(loaded).items():
         body.append(f"<h2>{html_lib.escape(name)}</h2>")
-        body.append(df.to_html(index=False, na_rep="", border=0) if len(df) else "<p>(none)</p>")
+        body.append(_shown(df).to_html(index=False, border=0) if len(df) else "<p>(none)</p>")
     body.append("<h2>Plots</h2>")
     req = loaded.requests  # per-session curves: a fork's whole conversation, copies included
     own_losses = _own(loaded.cache_losses)
@@ -287,6 +328,44 @@ def _image(figure: Any) -> str:
     return f'<img alt="{alt}" src="{_png(figure)}">'
 
 
+def format_json(loaded: frames.Frames, *, left_out: Sequence[str] = ()) -> str:
+    """The report as JSON: ``sessions`` (the :func:`boxmaker.frames.summary` rows), ``turns``
+    (the :func:`boxmaker.frames.turns` rows), ``cache_losses`` and ``limit_hits`` (their
+    frames' rows), each a list of objects with the frames' column names and units; times as
+    ISO 8601 UTC text, a value the logs do not hold as ``null``; ``left_out``: what could not
+    be read. Copies of a fork's parent's records are rows with ``from_parent`` true, as in the
+    frames."""
+    import json
+
+    def rows(df: pd.DataFrame) -> list[dict[str, Any]]:
+        out = []
+        for row in df.astype(object).to_dict("records"):
+            out.append({str(k): _plain(v) for k, v in row.items()})
+        return out
+
+    body = {
+        "sessions": rows(loaded.summary),
+        "turns": rows(loaded.turns),
+        "cache_losses": rows(loaded.cache_losses),
+        "limit_hits": rows(loaded.limit_hits),
+        "left_out": list(left_out),
+    }
+    return json.dumps(body, ensure_ascii=True, indent=1, allow_nan=False)  # inert in a terminal
+
+
+def _plain(value: Any) -> Any:
+    """A frame's cell as JSON: ``null`` for a missing value, ISO 8601 for a time."""
+    if value is None or value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, pd.Timestamp):
+        return value.isoformat()
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    return value
+
+
 def _collect(call: Callable[[], _T], messages: list[str]) -> _T:
     """Run ``call``, keeping its :class:`~boxmaker.frames.LogReadWarning` messages."""
     with warnings.catch_warnings(record=True) as caught:
@@ -322,7 +401,7 @@ def gather(paths: Sequence[str]) -> Gathered:
     recursively for ``*.jsonl``), keeping the :class:`~boxmaker.frames.LogReadWarning` of each
     log left out as a message instead of warning."""
     problems: list[str] = []
-    logs = _collect(lambda: frames.find_logs(list(paths)), problems)
+    logs = _collect(lambda: frames.find_logs(list(paths), strict=False), problems)
     if not logs:
         error = f"no session logs (*.jsonl) found in {', '.join(paths)}"
         return Gathered(None, tuple(problems), 0, error)
