@@ -44,8 +44,7 @@ SAME_LAYER = {
 }
 
 SHARED_INTERNALS = {
-    "session._sources": "vet_logs, open_log: the source iterator's vetting, for the DuckDB engine",
-    "session._turns": "KNOWN_TYPES: the record types a reading knows, for the DuckDB engine",
+    "session._sources": "vet_logs: the source iterator's vetting in worker processes (DuckDB)",
 }
 """Private modules of a lower part that the library's higher parts may import (never users):
 LAYOUT.md's internal helpers, each named with what is taken from it."""

@@ -3,7 +3,7 @@ x a config grid over every slot of every server (threads or Ray),
 resumable, with a fsynced manifest; ``frames(batch_dir, name)`` with the task and setting
 columns joined in; ``score_batch`` (scores in ``scores.ndjson``, apart from the logs) and
 ``compare`` (success rates with paired bootstrap intervals beside the runs' costs; a fork's
-costs its own, ``own_costs``);
+costs its own: the frames start a fork when it was made);
 ``model_graded``, a scorer whose grades a model gives (its requests kept with the scores).
 """
 
@@ -16,7 +16,6 @@ from ._compare import (
     compare,
     compare_frame,
     format_compare,
-    own_costs,
     success_vs_cost,
 )
 from ._grade import GRADE_TEMPLATE, GRADES, model_graded
@@ -48,7 +47,6 @@ __all__ = [
     "load_tasks",
     "manifest",
     "model_graded",
-    "own_costs",
     "read_scores",
     "rules_fired",
     "run_batch",

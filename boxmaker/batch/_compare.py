@@ -8,8 +8,9 @@ values of the ``by`` columns); the success rate's interval comes from
 (paired by task); the seed, the number of resamples and the confidence are arguments and are
 kept in ``frame.attrs``, so a table can be made again exactly. In a batch of forks
 (:class:`~boxmaker.batch.ForkTask`) the costs are each fork's own (the frames' summary leaves
-the parent's copied records out, ``from_parent``; :func:`own_costs` starts a fork's wall time
-when it was made), so the settings compare from the fork point on.
+the parent's copied records out, ``from_parent``, and starts a fork when it was made), so the
+settings compare from the fork point on. A cost a run's logs do not hold (a server that sent
+no ``timings``) makes its setting's mean unknown (NaN), never a mean of the known runs.
 """
 
 from __future__ import annotations
@@ -21,20 +22,21 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..score import TARGET_SCORER, paired_bootstrap
-from ..session import Session
 from ._runner import frames
 from ._score import scores
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["COST_COLUMNS", "compare", "compare_frame", "format_compare", "own_costs"]
+__all__ = ["COST_COLUMNS", "compare", "compare_frame", "format_compare"]
 
 COST_COLUMNS: dict[str, str] = {
     "generated_tokens": "generated tokens per run (llama.cpp predicted_n, summed)",
     "processed_tokens": "prompt tokens processed per run (prompt_n, summed)",
     "prefill_ms": "prompt processing per run, ms (prompt_ms, summed)",
-    "lost_tokens": "prompt tokens lost to cache misses per run",
+    "lost_tokens": "previous prompts' tokens not reused per run (cache losses, expected - reused)",
+    "reprocessed_tokens": "tokens the server processed again per run (cache losses, the "
+    "replies included)",
     "wall_s": "wall time per run, s (first to last record)",
 }
 """The cost columns of :func:`compare` (means over a setting's runs), and what each holds;
@@ -76,7 +78,7 @@ def compare(
         ConfigError: no scores of ``scorer``, an unknown ``by`` column or baseline.
         SessionError: the manifest, the scores or a log cannot be read.
     """
-    summary = own_costs(batch_dir, frames(batch_dir, "summary"))
+    summary = frames(batch_dir, "summary")
     return compare_frame(
         scores(batch_dir),
         summary,
@@ -87,32 +89,6 @@ def compare(
         resamples=resamples,
         seed=seed,
     )
-
-
-def own_costs(batch_dir: str | Path, summary: pd.DataFrame) -> pd.DataFrame:
-    """``summary`` (the batch ``summary`` frame) with each fork's costs its own. The frames'
-    summary totals (tokens, ``prompt_ms``, lost tokens, ``<kind>_hits``) already count a
-    fork's own records only (the records it copied from its parent are rows with
-    ``from_parent``, counted in ``inherited_turns`` / ``inherited_requests``); what is left
-    is ``started``, the baseline's time, which a fork shares with its parent: for the rows of
-    forks it becomes the ``Forked`` record's time (when the fork was made), so ``wall_s`` is
-    the fork's own. Other rows are as they were.
-
-    Raises:
-        SessionError: a fork's log cannot be read.
-    """
-    import pandas as pd
-
-    if "parent_session" not in summary.columns or not summary["parent_session"].notna().any():
-        return summary
-    out = summary.copy()
-    if "started" in out.columns:
-        for row in out.index[out["parent_session"].notna()]:
-            with Session.open(str(out.at[row, "path"]), read_only=True) as log:
-                fork = log.forked
-            if fork is not None:
-                out.at[row, "started"] = pd.Timestamp(fork.time)
-    return out
 
 
 def compare_frame(
@@ -237,16 +213,22 @@ def _costs(scored: pd.DataFrame, costs: pd.DataFrame) -> pd.DataFrame:
         "processed_tokens": "processed_tokens",
         "prefill_ms": "prompt_ms",
         "lost_tokens": "lost_tokens",
+        "reprocessed_tokens": "reprocessed_tokens",
     }
     for name, source in sources.items():
         if source in data.columns:
-            out[name] = grouped[source].mean().astype(float)
+            out[name] = grouped[source].agg(_mean)
     if {"started", "ended"} <= set(data.columns):
         wall = (data["ended"] - data["started"]).dt.total_seconds()
-        out["wall_s"] = wall.groupby(data["setting"]).mean()
+        out["wall_s"] = wall.groupby(data["setting"]).agg(_mean)
     for column in sorted(c for c in data.columns if c.endswith("_hits") and c != "limit_hits"):
-        out[column] = grouped[column].mean().astype(float)
+        out[column] = grouped[column].agg(_mean)
     return out
+
+
+def _mean(values: pd.Series) -> float:
+    """The mean of a setting's runs, NaN when one is unknown (never the known runs' mean)."""
+    return float(values.astype("Float64").mean(skipna=False))
 
 
 def format_compare(table: pd.DataFrame) -> str:

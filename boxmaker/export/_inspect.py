@@ -1,14 +1,18 @@
 """``boxmaker export inspect``: a batch (or any logs) as an Inspect AI eval log, through
 ``inspect_ai``'s own log API (:func:`inspect_ai.log.write_eval_log`).
 
-One sample per run (session log): its ``id`` the session id, ``input`` the first user
-message, ``messages`` the whole conversation as Inspect chat messages (system, user,
-assistant with ``tool_calls`` and ``reasoning``, tool results by ``tool_call_id``),
-``output`` the last answer, ``model_usage`` the run's tokens (``input_tokens`` = cached +
-processed prompt tokens, ``output_tokens`` = generated, ``input_tokens_cache_read`` = cached,
+The logs are read once, by the one source iterator (:func:`boxmaker.session.read_logs`: a
+log the session refuses, or a copy of a session, is left out with one warning), so every
+sample has its own id. One sample per run (session log): its ``id`` the session id, ``input``
+the first user message, ``messages`` the whole conversation as Inspect chat messages (system,
+user, assistant with ``tool_calls`` and ``reasoning``, tool results by ``tool_call_id``),
+``output`` the last answer, ``model_usage`` the run's tokens (``input_tokens`` = the prompt
+tokens, ``output_tokens`` = generated, ``input_tokens_cache_read`` = cached,
 ``reasoning_tokens``: the frames' ``summary`` totals, a fork's own records only: its copies of
 its parent's records are the parent's sample's usage, so summing over a batch of forks counts
-each completion once), ``scores`` from the batch's
+each completion once; a total the logs do not hold is never written as 0: without the prompt
+or the generated total the sample has no ``model_usage``, and an unknown cached or reasoning
+total is left out), ``scores`` from the batch's
 ``scores.ndjson`` (:func:`boxmaker.batch.read_scores`; the latest value of each scorer), and
 boxmaker's facts in ``metadata`` (``boxmaker_*``: outcomes, requests, cache losses, lost tokens,
 limit hits, the log file, own records only like the usage; ``boxmaker_inherited_turns`` and
@@ -24,13 +28,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..session import Log, Session, Source, read_logs
 from ._errors import ExportError
-from ._logs import Logs, Run, find, nanos, runs
+from ._logs import nanos
 
 __all__ = ["export_inspect"]
 
 
-def _messages(run: Run) -> list[Any]:
+def _messages(log: Log) -> list[Any]:
     from inspect_ai.model import (
         ChatMessageAssistant,
         ChatMessageSystem,
@@ -42,10 +47,10 @@ def _messages(run: Run) -> list[Any]:
     from inspect_ai.tool import ToolCall
 
     out: list[Any] = []
-    system = run.data.head.get("system")
+    system = log.head.get("system")
     if system:
         out.append(ChatMessageSystem(content=system))
-    for rec in run.records:
+    for rec in log.records:
         kind = rec["type"]
         if kind == "user":
             out.append(ChatMessageUser(content=rec["content"]))
@@ -78,7 +83,7 @@ def _arguments(text: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"_text": text}
 
 
-def _scores(source: Logs) -> dict[str, dict[str, Any]]:
+def _scores(source: Source) -> dict[str, dict[str, Any]]:
     """The latest score of each (run, scorer) in the ``scores.ndjson`` of the batch folders
     in ``source``."""
     from ..batch import read_scores
@@ -95,7 +100,7 @@ def _scores(source: Logs) -> dict[str, dict[str, Any]]:
     return out
 
 
-def export_inspect(source: Logs, out: str | Path, *, task: str = "boxmaker") -> Path:
+def export_inspect(source: Source, out: str | Path, *, task: str = "boxmaker") -> Path:
     """Write an Inspect AI eval log (``.eval``) with one sample per run of ``source``.
 
     Args:
@@ -132,72 +137,67 @@ def export_inspect(source: Logs, out: str | Path, *, task: str = "boxmaker") -> 
         ) from exc
     from .. import frames
 
-    logs = [p.parent if p.name == "logs" else p for p in [Path(s) for s in _items(source)]]
-    paths = find([p / "logs" if (p / "manifest.ndjson").exists() else p for p in logs])
+    logs = list(read_logs(source))  # once: what it leaves out is said once
     scores = _scores(source)
-    summary = frames.summary(paths).set_index("session")
-    turns = frames.turns(paths)
+    loaded = frames.load(logs)
+    summary = loaded.summary.set_index("session")
+    turns = loaded.turns
     samples = []
     model = "llama.cpp/boxmaker"
-    started = finished = None
-    for run in runs(paths):
-        row: dict[Any, Any] = summary.loc[run.session].to_dict()
-        usage = ModelUsage(
-            input_tokens=int(row["cached_tokens"] + row["processed_tokens"]),
-            output_tokens=int(row["generated_tokens"]),
-            total_tokens=int(
-                row["cached_tokens"] + row["processed_tokens"] + row["generated_tokens"]
-            ),
-            input_tokens_cache_read=int(row["cached_tokens"]),
-            reasoning_tokens=int(row["reasoning_tokens"]),
-        )
-        for rec in run.records:
+    started: str | None = None
+    finished: str | None = None
+    for log in logs:
+        row: dict[Any, Any] = summary.loc[log.session].to_dict()
+        usage = _usage(row, ModelUsage)
+        for rec in log.records:
             if rec["type"] == "capabilities" and rec.get("model"):
                 model = f"llama.cpp/{rec['model']}"
-        messages = _messages(run)
+        messages = _messages(log)
         answers = [m for m in messages if m.role == "assistant"]
         first = next((m.text for m in messages if m.role == "user"), "")
-        mine = turns[(turns.session == run.session) & ~turns.from_parent]
+        mine = turns[(turns.session == log.session) & ~turns.from_parent]
         run_scores = {
             name: Score(
                 value=line["value"],
                 explanation=line.get("explanation"),
                 metadata={"version": line.get("version")},
             )
-            for name, line in scores.get(run.path.stem, scores.get(run.session, {})).items()
+            for name, line in scores.get(Path(log.path).stem, scores.get(log.session, {})).items()
         }
-        begin = run.data.head.get("time")
-        end = run.records[-1]["time"] if run.records else begin
-        started = begin if started is None else min(started, begin)
-        finished = end if finished is None else max(finished, end)
+        begin, end = _text(row["started"]), _text(row["ended"])
+        if begin is not None:
+            started = begin if started is None else min(started, begin, key=nanos)
+        if end is not None:
+            finished = end if finished is None else max(finished, end, key=nanos)
         samples.append(
             EvalSample(
-                id=run.session,
+                id=log.session,
                 epoch=1,
                 input=first,
                 target="",
                 messages=messages,
                 output=ModelOutput.from_content(model, answers[-1].text if answers else ""),
-                model_usage={model: usage},
+                model_usage={model: usage} if usage is not None else {},
                 scores=run_scores or None,
                 total_time=(nanos(end) - nanos(begin)) / 1e9 if begin and end else None,
                 metadata={
-                    "boxmaker_log": run.path.name,
-                    "boxmaker_schema": run.data.schema,
+                    "boxmaker_log": Path(log.path).name,
+                    "boxmaker_schema": log.schema,
                     "boxmaker_turns": int(row["turns"]),
                     "boxmaker_inherited_turns": int(row["inherited_turns"]),
                     "boxmaker_inherited_requests": int(row["inherited_requests"]),
                     "boxmaker_outcomes": [str(o) for o in mine.outcome],
                     "boxmaker_requests": int(row["requests"]),
-                    "boxmaker_tool_calls": int(row["tool_calls"]),
+                    "boxmaker_tool_calls": _count(row["tool_calls"]),
                     "boxmaker_cache_losses": int(row["cache_losses"]),
                     "boxmaker_lost_tokens": int(row["lost_tokens"]),
+                    "boxmaker_reprocessed_tokens": _count(row["reprocessed_tokens"]),
                     "boxmaker_limit_hits": int(row["limit_hits"]),
                     "boxmaker_cache_reuse_ratio": _number(row["cache_reuse_ratio"]),
                 },
             )
         )
-    log = EvalLog(
+    evaluated = EvalLog(
         status="success",
         eval=EvalSpec(
             created=started or "",
@@ -209,8 +209,44 @@ def export_inspect(source: Logs, out: str | Path, *, task: str = "boxmaker") -> 
         stats=EvalStats(started_at=started or "", completed_at=finished or ""),
         samples=samples,
     )
-    write_eval_log(log, str(out))
+    write_eval_log(evaluated, str(out))
     return Path(out)
+
+
+def _usage(row: dict[Any, Any], model_usage: Any) -> Any:
+    """The sample's ``ModelUsage`` from its summary row, or ``None`` when the prompt or the
+    generated total is unknown (Inspect's fields default to 0: an unknown would read as 0);
+    an unknown cached or reasoning total is left out (``None`` there)."""
+    prompt, generated = _count(row["prompt_tokens"]), _count(row["generated_tokens"])
+    if prompt is None or generated is None:
+        return None
+    return model_usage(
+        input_tokens=prompt,
+        output_tokens=generated,
+        total_tokens=prompt + generated,
+        input_tokens_cache_read=_count(row["cached_tokens"]),
+        reasoning_tokens=_count(row["reasoning_tokens"]),
+    )
+
+
+def _count(value: Any) -> int | None:
+    """A frame's count as an ``int``, ``None`` when it is unknown."""
+    return None if _missing(value) else int(value)
+
+
+def _text(value: Any) -> str | None:
+    """A frame's time as ISO 8601 text (``None``: unknown)."""
+    return None if _missing(value) else str(value.isoformat())
+
+
+def _missing(value: Any) -> bool:
+    """A frame's missing value (``None``, ``NaN``, ``NaT``, ``<NA>``)."""
+    if value is None:
+        return True
+    try:
+        return bool(value != value)
+    except TypeError:  # pd.NA: its comparisons are NA
+        return True
 
 
 def _number(value: Any) -> float | None:
@@ -220,7 +256,10 @@ def _number(value: Any) -> float | None:
         return None
 
 
-def _items(source: Logs) -> list[str]:
+def _items(source: Source) -> list[str]:
+    """The paths among ``source`` (sessions and logs read already name no batch folder)."""
     if isinstance(source, str | os.PathLike):
         return [os.fspath(source)]
-    return [os.fspath(s) for s in source]
+    if isinstance(source, Log | Session):
+        return []
+    return [os.fspath(s) for s in source if isinstance(s, str | os.PathLike)]

@@ -54,8 +54,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..session import KNOWN_TYPES, Call, Reading, Source, Turn, usage_tokens
 from ._errors import ExportError
-from ._logs import Logs, Run, nanos, runs
+from ._logs import nanos, readings
 
 __all__ = ["SEMCONV", "export_otel", "session_spans"]
 
@@ -110,12 +111,13 @@ def _message(rec: dict[str, Any]) -> dict[str, Any]:
 
 
 def session_spans(
-    run: Run, tracer: Any, *, content: bool = False, server: str | None = None
+    reading: Reading, tracer: Any, *, content: bool = False, server: str | None = None
 ) -> int:
-    """Emit the spans of one log (:class:`Run`) through an OpenTelemetry ``tracer``.
+    """Emit the spans of one log, split into turns (:func:`boxmaker.session.split_turns`),
+    through an OpenTelemetry ``tracer``.
 
     Args:
-        run: the log, as read by :func:`boxmaker.session.read_log`.
+        reading: the log and its turns.
         tracer: an ``opentelemetry.trace.Tracer`` (the SDK's).
         content: also export message texts (off by default).
         server: the llama.cpp server's URL (``server.address`` and ``server.port``), if known.
@@ -124,7 +126,6 @@ def session_spans(
         The number of spans emitted.
     """
     from opentelemetry import trace
-    from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ga
     from opentelemetry.semconv.attributes import server_attributes as sa
 
     where: dict[str, Any] = {}
@@ -134,169 +135,242 @@ def session_spans(
             where[sa.SERVER_ADDRESS] = parts.hostname
         if parts.port:
             where[sa.SERVER_PORT] = parts.port
-    model = "llama.cpp"
-    for rec in run.records:
-        if rec["type"] == "capabilities" and rec.get("model"):
-            model = str(rec["model"])
-            break
-    head = run.data.head
+    records = reading.records
+    model = next(
+        (str(r["model"]) for r in records if r["type"] == "capabilities" and r.get("model")),
+        "llama.cpp",
+    )
+    head = reading.log.head
     history: list[dict[str, Any]] = []
     if head.get("system"):
         history.append({"role": "system", "parts": [{"type": "text", "content": head["system"]}]})
     spans = 0
-    records = run.records
-    # records before this index are copies of a fork's parent's (Forked.record; 0: no fork)
-    copied = int(records[0]["record"]) if records and records[0]["type"] == "forked" else 0
-    starts = [i for i, r in enumerate(records) if r["type"] == "user"]
-    request = sum(
-        1 for r in records[: starts[0] if starts else len(records)] if r["type"] == "usage"
-    )
-    for number, first in enumerate(starts, 1):
-        last = starts[number] if number < len(starts) else len(records)
-        turn = records[first:last]
-        if last <= copied:  # copied whole from the parent: its spans are the parent's
-            history += [_message(r) for r in turn if r["type"] in _MESSAGES]
-            request += sum(1 for r in turn if r["type"] == "usage")
+    for turn in reading.turns:
+        turn_history = [_message(records[i]) for i in range(turn.start, turn.stop)
+                        if records[i]["type"] in _MESSAGES]  # fmt: skip
+        if turn.number is None or turn.from_parent:  # copied whole: the parent's spans
+            history += turn_history
             continue
-        end = max(nanos(r["time"]) for r in turn)
-        outcome = next((r for r in reversed(turn) if r["type"] == "turn_end"), None)
-        attrs: dict[str, Any] = {
-            ga.GEN_AI_OPERATION_NAME: "invoke_agent",
-            ga.GEN_AI_AGENT_NAME: "boxmaker",
-            ga.GEN_AI_CONVERSATION_ID: run.session,
-            ga.GEN_AI_PROVIDER_NAME: "llama.cpp",
-            "boxmaker.turn": number,
-            "boxmaker.log": run.path.name,
-        }
-        if outcome is not None:
-            attrs["boxmaker.outcome"] = outcome["outcome"]
-            attrs["boxmaker.end_detail"] = outcome.get("detail") or ""
-            if outcome.get("status") is not None:
-                attrs["boxmaker.http_status"] = outcome["status"]
-        root = tracer.start_span(
-            "invoke_agent boxmaker",
-            kind=trace.SpanKind.INTERNAL,
-            attributes=attrs,
-            start_time=nanos(turn[0]["time"]),
-            context=trace.set_span_in_context(trace.INVALID_SPAN),
-        )
-        spans += 1
-        inside = trace.set_span_in_context(root)
-        approvals: dict[int, dict[str, Any]] = {}
-        previous = begin = nanos(turn[0]["time"])
-        for index, rec in enumerate(turn, first):
-            kind, t = rec["type"], nanos(rec["time"])
-            if kind in _MESSAGES:
-                history.append(_message(rec))
-            if kind == "usage":
-                request += 1
-            if index < copied:  # the copied part of a straddling turn: the parent's spans
-                if kind == "approval":
-                    approvals[rec["call"]] = rec
-                previous = t
-                continue
-            if kind == "usage":
-                timings = rec.get("timings") or {}
-                took = int((timings.get("prompt_ms", 0) + timings.get("predicted_ms", 0)) * 1e6)
-                cache_n, prompt_n = timings.get("cache_n"), timings.get("prompt_n")
-                chat: dict[str, Any] = {
-                    ga.GEN_AI_OPERATION_NAME: "chat",
-                    ga.GEN_AI_PROVIDER_NAME: "llama.cpp",
-                    ga.GEN_AI_REQUEST_MODEL: model,
-                    ga.GEN_AI_CONVERSATION_ID: run.session,
-                    "boxmaker.request": request,
-                    **where,
-                }
-                if cache_n is not None and prompt_n is not None:
-                    chat[ga.GEN_AI_USAGE_INPUT_TOKENS] = int(cache_n + prompt_n)
-                    chat[ga.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = int(cache_n)
-                if timings.get("predicted_n") is not None:
-                    chat[ga.GEN_AI_USAGE_OUTPUT_TOKENS] = int(timings["predicted_n"])
-                if rec.get("reasoning_tokens"):
-                    chat[ga.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] = rec["reasoning_tokens"]
-                if rec.get("finish_reason"):
-                    chat[ga.GEN_AI_RESPONSE_FINISH_REASONS] = [rec["finish_reason"]]
-                for key in ("cache_n", "prompt_n", "predicted_n", "prompt_ms", "predicted_ms"):
-                    if key in timings:
-                        chat[f"boxmaker.{key}"] = timings[key]
-                chat["boxmaker.thinking_capped"] = bool(rec.get("thinking_capped"))
-                if content:  # the completion's reply is the assistant message just before
-                    replied = bool(history) and history[-1]["role"] == "assistant"
-                    asked = history[:-1] if replied else history
-                    chat[ga.GEN_AI_INPUT_MESSAGES] = json.dumps(asked, ensure_ascii=False)
-                    chat[ga.GEN_AI_OUTPUT_MESSAGES] = json.dumps(
-                        history[-1:] if replied else [], ensure_ascii=False
-                    )
-                span = tracer.start_span(
-                    f"chat {model}",
-                    kind=trace.SpanKind.CLIENT,
-                    attributes=chat,
-                    start_time=min(t, max(begin, previous if not took else t - took)),
-                    context=inside,
-                )
-                span.end(end_time=t)
-                spans += 1
-            elif kind == "approval":
-                approvals[rec["call"]] = rec
-            elif kind == "tool_result":
-                tool: dict[str, Any] = {
-                    ga.GEN_AI_OPERATION_NAME: "execute_tool",
-                    ga.GEN_AI_TOOL_NAME: rec["name"],
-                    ga.GEN_AI_TOOL_CALL_ID: rec["tool_call_id"],
-                    ga.GEN_AI_TOOL_TYPE: "function",
-                    "boxmaker.call": rec["call"],
-                    "boxmaker.truncated": bool(rec.get("truncated")),
-                    "boxmaker.ran": rec.get("not_run") is None,
-                }
-                for key in ("not_run", "server", "data_class"):
-                    if rec.get(key) is not None:
-                        tool[f"boxmaker.{key}"] = rec[key]
-                if content:
-                    tool[ga.GEN_AI_TOOL_CALL_RESULT] = rec["content"]
-                    args = _arguments(turn, rec["tool_call_id"])
-                    if args is not None:
-                        tool[ga.GEN_AI_TOOL_CALL_ARGUMENTS] = args
-                span = tracer.start_span(
-                    f"execute_tool {rec['name']}",
-                    kind=trace.SpanKind.INTERNAL,
-                    attributes=tool,
-                    start_time=min(previous, t),
-                    context=inside,
-                )
-                decided = approvals.pop(rec["call"], None)
-                if decided is not None:
-                    span.add_event(
-                        "boxmaker.approval",
-                        {
-                            "boxmaker.decision": decided["decision"],
-                            "boxmaker.by": decided["by"],
-                            "boxmaker.reason": decided.get("reason", ""),
-                            "boxmaker.waited_ms": float(decided.get("waited_ms", 0.0)),
-                        },
-                        timestamp=nanos(decided["time"]),
-                    )
-                if rec.get("not_run") == "loop":
-                    span.add_event("boxmaker.nudge", {"boxmaker.content": rec["content"]}, t)
-                span.end(end_time=t)
-                spans += 1
-            elif kind == "limit_hit":
-                root.add_event(
-                    "boxmaker.limit_hit",
-                    {"boxmaker.kind": rec["kind"], "boxmaker.detail": rec["detail"]},
-                    timestamp=t,
-                )
-            elif kind == "cache_loss":
-                loss = {
-                    f"boxmaker.{key}": rec[key]
-                    for key in ("expected", "reused", "reprocessed", "reprocessed_ms", "position")
-                    if rec.get(key) is not None
-                }
-                loss["boxmaker.cause"] = rec.get("cause") or "unknown"
-                loss["boxmaker.request"] = request
-                root.add_event("boxmaker.cache_loss", loss, timestamp=t)
-            previous = t
-        root.end(end_time=end)
+        spans += _turn_spans(reading, turn, tracer, trace, model, where, history, content=content)
     return spans
+
+
+def _turn_spans(
+    reading: Reading,
+    turn: Turn,
+    tracer: Any,
+    trace: Any,
+    model: str,
+    where: dict[str, Any],
+    history: list[dict[str, Any]],
+    *,
+    content: bool,
+) -> int:
+    """The spans of one of the log's own turns (its copied records, when it straddles a fork
+    point, give no span of their own); ``history`` grows by the turn's messages."""
+    from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ga
+
+    records = reading.records
+    attrs: dict[str, Any] = {
+        ga.GEN_AI_OPERATION_NAME: "invoke_agent",
+        ga.GEN_AI_AGENT_NAME: "boxmaker",
+        ga.GEN_AI_CONVERSATION_ID: reading.session,
+        ga.GEN_AI_PROVIDER_NAME: "llama.cpp",
+        "boxmaker.turn": turn.number,
+        "boxmaker.log": Path(reading.log.path).name,
+        "boxmaker.outcome": turn.outcome,
+    }
+    if turn.detail is not None:
+        attrs["boxmaker.end_detail"] = turn.detail
+    if turn.status is not None:
+        attrs["boxmaker.http_status"] = turn.status
+    begin = nanos(turn.started)
+    root = tracer.start_span(
+        "invoke_agent boxmaker",
+        kind=trace.SpanKind.INTERNAL,
+        attributes=attrs,
+        start_time=begin,
+        context=trace.set_span_in_context(trace.INVALID_SPAN),
+    )
+    inside = trace.set_span_in_context(root)
+    own_completions = {c.usage: c for c in turn.completions if not c.from_parent}
+    own_calls = {c.result: c for c in turn.calls if not c.from_parent}
+    spans = 1
+    previous = begin
+    for index in range(turn.start, turn.stop):
+        rec = records[index]
+        kind = rec["type"]
+        if kind in _MESSAGES:
+            history.append(_message(rec))
+        if kind not in KNOWN_TYPES:
+            continue
+        t = max(begin, nanos(rec["time"]))
+        completion = own_completions.get(index)
+        call = own_calls.get(index)
+        if completion is not None:
+            _chat_span(
+                tracer, trace, inside, rec, completion.number, model, where, reading.session,
+                history if content else None, begin=begin, previous=previous, end=t,
+            )  # fmt: skip
+            spans += 1
+        elif call is not None:
+            _tool_span(tracer, trace, inside, records, turn, call, content, start=previous, end=t)
+            spans += 1
+        elif index >= turn.own and kind == "limit_hit":
+            root.add_event(
+                "boxmaker.limit_hit",
+                {"boxmaker.kind": rec["kind"], "boxmaker.detail": rec["detail"]},
+                timestamp=t,
+            )
+        elif index >= turn.own and kind == "cache_loss":
+            request = next(r for i, r in turn.losses if i == index)
+            root.add_event("boxmaker.cache_loss", _loss(rec, request), timestamp=t)
+        previous = t
+    root.end(end_time=max(begin, nanos(turn.ended)))
+    return spans
+
+
+def _chat_span(
+    tracer: Any,
+    trace: Any,
+    inside: Any,
+    rec: dict[str, Any],
+    request: int,
+    model: str,
+    where: dict[str, Any],
+    session: str,
+    history: list[dict[str, Any]] | None,
+    *,
+    begin: int,
+    previous: int,
+    end: int,
+) -> None:
+    """A completion's ``chat`` span: it ends at its ``Usage`` record and starts ``prompt_ms +
+    predicted_ms`` before (not before its turn's start, ``begin``; without timings, at the
+    record before it, ``previous``); tokens as the frames count them, an unknown one left
+    out."""
+    from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ga
+
+    timings = rec.get("timings") or {}
+    counted = usage_tokens(rec)
+    chat: dict[str, Any] = {
+        ga.GEN_AI_OPERATION_NAME: "chat",
+        ga.GEN_AI_PROVIDER_NAME: "llama.cpp",
+        ga.GEN_AI_REQUEST_MODEL: model,
+        ga.GEN_AI_CONVERSATION_ID: session,
+        "boxmaker.request": request,
+        **where,
+    }
+    if counted.prompt is not None:
+        chat[ga.GEN_AI_USAGE_INPUT_TOKENS] = int(counted.prompt)
+    if counted.cached is not None:
+        chat[ga.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = int(counted.cached)
+    if counted.generated is not None:
+        chat[ga.GEN_AI_USAGE_OUTPUT_TOKENS] = int(counted.generated)
+    if counted.reasoning is not None:
+        chat[ga.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] = int(counted.reasoning)
+    if rec.get("finish_reason"):
+        chat[ga.GEN_AI_RESPONSE_FINISH_REASONS] = [rec["finish_reason"]]
+    for key in ("cache_n", "prompt_n", "predicted_n", "prompt_ms", "predicted_ms"):
+        if timings.get(key) is not None:
+            chat[f"boxmaker.{key}"] = timings[key]
+    chat["boxmaker.thinking_capped"] = bool(rec.get("thinking_capped"))
+    if history is not None:  # the completion's reply is the assistant message just before
+        replied = bool(history) and history[-1]["role"] == "assistant"
+        asked = history[:-1] if replied else history
+        chat[ga.GEN_AI_INPUT_MESSAGES] = json.dumps(asked, ensure_ascii=False)
+        chat[ga.GEN_AI_OUTPUT_MESSAGES] = json.dumps(
+            history[-1:] if replied else [], ensure_ascii=False
+        )
+    took = timings.get("prompt_ms", 0.0) + timings.get("predicted_ms", 0.0)
+    took_ns = int(took * 1e6) if isinstance(took, int | float) and took == took else 0
+    span = tracer.start_span(
+        f"chat {model}",
+        kind=trace.SpanKind.CLIENT,
+        attributes=chat,
+        start_time=min(end, max(begin, end - took_ns) if took_ns else previous),
+        context=inside,
+    )
+    span.end(end_time=end)
+
+
+def _tool_span(
+    tracer: Any,
+    trace: Any,
+    inside: Any,
+    records: list[Any],
+    turn: Turn,
+    call: Call,
+    content: bool,
+    *,
+    start: int,
+    end: int,
+) -> None:
+    """An answered call's ``execute_tool`` span: from the record before it to its result
+    when the tool ran or the loop answered for it; a result a fork replayed or a researcher
+    edited ran nothing here and takes no time (``boxmaker.ran`` false, ``boxmaker.source``
+    says which)."""
+    from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ga
+
+    rec = records[call.result]
+    tool: dict[str, Any] = {
+        ga.GEN_AI_OPERATION_NAME: "execute_tool",
+        ga.GEN_AI_TOOL_NAME: rec["name"],
+        ga.GEN_AI_TOOL_CALL_ID: rec["tool_call_id"],
+        ga.GEN_AI_TOOL_TYPE: "function",
+        "boxmaker.call": rec["call"],
+        "boxmaker.truncated": bool(rec.get("truncated")),
+        "boxmaker.ran": call.source == "ran",
+        "boxmaker.source": call.source,
+    }
+    for key in ("not_run", "server", "data_class"):
+        if rec.get(key) is not None:
+            tool[f"boxmaker.{key}"] = rec[key]
+    if content:
+        tool[ga.GEN_AI_TOOL_CALL_RESULT] = rec["content"]
+        args = _arguments(records[turn.start : turn.stop], rec["tool_call_id"])
+        if args is not None:
+            tool[ga.GEN_AI_TOOL_CALL_ARGUMENTS] = args
+    answered_here = call.source in ("ran", "not_run")
+    span = tracer.start_span(
+        f"execute_tool {rec['name']}",
+        kind=trace.SpanKind.INTERNAL,
+        attributes=tool,
+        start_time=min(start, end) if answered_here else end,
+        context=inside,
+    )
+    if call.approval is not None:
+        decided = records[call.approval]
+        span.add_event(
+            "boxmaker.approval",
+            {
+                "boxmaker.decision": decided["decision"],
+                "boxmaker.by": decided["by"],
+                "boxmaker.reason": decided.get("reason", ""),
+                "boxmaker.waited_ms": float(decided.get("waited_ms", 0.0)),
+            },
+            timestamp=nanos(decided["time"]),
+        )
+    if rec.get("not_run") == "loop":
+        span.add_event("boxmaker.nudge", {"boxmaker.content": rec["content"]}, end)
+    span.end(end_time=end)
+
+
+def _loss(rec: dict[str, Any], request: int) -> dict[str, Any]:
+    """A ``CacheLoss`` record as the attributes of a ``boxmaker.cache_loss`` event, under the
+    frames' names: ``lost_tokens`` (expected - reused) and ``reprocessed_tokens``; what the
+    record does not say is left out."""
+    loss = {
+        f"boxmaker.{key}": rec[key]
+        for key in ("expected", "reused", "position", "reprocessed_ms")
+        if rec.get(key) is not None
+    }
+    loss["boxmaker.lost_tokens"] = rec["expected"] - rec["reused"]
+    if rec.get("reprocessed") is not None:
+        loss["boxmaker.reprocessed_tokens"] = rec["reprocessed"]
+    loss["boxmaker.cause"] = rec.get("cause") or "unknown"
+    loss["boxmaker.request"] = request
+    return loss
 
 
 _MESSAGES = ("user", "assistant", "tool_result")
@@ -334,7 +408,7 @@ def _hex(b64: str) -> str:
 
 
 def export_otel(
-    source: Logs,
+    source: Source,
     *,
     endpoint: str | None = None,
     file: str | Path | None = None,
@@ -385,8 +459,8 @@ def export_otel(
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(Path(file).open("w", encoding="utf-8")) if file else None
         stack.callback(provider.shutdown)
-        for run in runs(source):
-            total += session_spans(run, tracer, content=content, server=server)
+        for reading in readings(source):
+            total += session_spans(reading, tracer, content=content, server=server)
             spans = memory.get_finished_spans()
             memory.clear()
             if not spans:

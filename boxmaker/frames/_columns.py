@@ -256,6 +256,7 @@ REQUEST_COLUMNS: tuple[Column, ...] = (
 _SUMMED = (
     ("cached_tokens", "Int64", "tokens"),
     ("processed_tokens", "Int64", "tokens"),
+    ("prompt_tokens", "Int64", "tokens"),
     ("generated_tokens", "Int64", "tokens"),
     ("reasoning_tokens", "Int64", "tokens"),
     ("prompt_ms", "Float64", "ms"),
@@ -662,8 +663,8 @@ SUMMARY_COLUMNS: tuple[Column, ...] = (
         name="cache_reuse_ratio",
         dtype="Float64",
         unit="ratio",
-        doc="cached_tokens / (cached_tokens + processed_tokens) over the session",
-        derive=lambda f: ratio(f.cached_tokens, f.cached_tokens + f.processed_tokens),
+        doc="cached_tokens / prompt_tokens over the session (<NA> where either is unknown)",
+        derive=lambda f: ratio(f.cached_tokens, f.prompt_tokens),
     ),
     Column(
         name="cache_losses",

@@ -50,9 +50,8 @@ import pandas as pd
 
 from ..errors import BoxmakerError
 from ..records import LIMIT_KINDS, SCHEMA_VERSION, parse_time
-from ..session import ENDING_LIMITS, Log, LogReadWarning, Session
-from ..session._sources import open_log, vet_logs
-from ..session._turns import KNOWN_TYPES as KNOWN
+from ..session import ENDING_LIMITS, KNOWN_TYPES, Log, LogReadWarning, Session, open_log
+from ..session._sources import vet_logs
 from ._columns import COLUMNS, TIME, TURN_OUTCOMES, Column
 
 if TYPE_CHECKING:
@@ -175,6 +174,7 @@ _SUMS = (
     ("tool_calls", "BIGINT"),
     ("cached_tokens", "BIGINT"),
     ("processed_tokens", "BIGINT"),
+    ("prompt_tokens", "BIGINT"),
     ("generated_tokens", "BIGINT"),
     ("reasoning_tokens", "BIGINT"),
     ("prompt_ms", "DOUBLE"),
@@ -218,7 +218,6 @@ _OWN_OUTCOMES = ", ".join(
 )
 """The summary's ``<outcome>_turns`` counts: a log's own turns of each outcome."""
 
-_PROMPT_SUM = "q.cached_tokens + q.processed_tokens"
 
 _WINDOWS = """
 n AS (SELECT _l, _i, type, n_calls FROM base),
@@ -385,7 +384,7 @@ SELECT g.session AS session, g.path AS path, g.started AS started,
   coalesce(tu.n, 0) AS turns,
   {", ".join(f"coalesce(tu.{o}, 0) AS {o}_turns" for o in TURN_OUTCOMES)},
   coalesce(q.n, 0) AS requests, {_joined("q")},
-  CASE WHEN q._l IS NULL THEN NULL ELSE {_ratio("q.cached_tokens", _PROMPT_SUM)} END
+  CASE WHEN q._l IS NULL THEN NULL ELSE {_ratio("q.cached_tokens", "q.prompt_tokens")} END
     AS cache_reuse_ratio,
   coalesce(c.n, 0) AS cache_losses, {_joined("c", _LOSS_SUMS)},
   coalesce(h.n, 0) AS limit_hits,
@@ -453,7 +452,7 @@ def _rewrite(log: Log, into: Path) -> None:
     surrogates as U+FFFD)."""
     with into.open("w", encoding="utf-8") as out:
         for rec in log.records:
-            known = rec["type"] in KNOWN
+            known = rec["type"] in KNOWN_TYPES
             text = json.dumps(rec if known else {"type": "_unknown"}, ensure_ascii=False)
             out.write(_LONE.sub("\ufffd", text) + "\n")
 
@@ -485,7 +484,7 @@ def _vet(item: Path | Session | Log, *, scratch: str) -> _Vetted:
     log = open_log(item)
     unknown: dict[str, int] = {}
     for rec in log.records:
-        if rec["type"] not in KNOWN:
+        if rec["type"] not in KNOWN_TYPES:
             unknown[str(rec["type"])] = unknown.get(str(rec["type"]), 0) + 1
     if not unknown and _as_is(log):
         file, skip = os.path.abspath(log.path), 1

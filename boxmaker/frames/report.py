@@ -105,7 +105,7 @@ def tables(loaded: frames.Frames) -> dict[str, pd.DataFrame]:
     s = loaded.summary
     sessions = s[list(SESSION_COLUMNS)].copy()
     sessions["session"] = sessions["session"].astype("string")
-    prompt = s.cached_tokens.sum(skipna=False) + s.processed_tokens.sum(skipna=False)
+    prompt = s.prompt_tokens.sum(skipna=False)
     total: dict[str, Any] = {
         name: sessions[name].sum(skipna=False) for name in SESSION_COLUMNS if name != "session"
     }

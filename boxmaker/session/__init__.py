@@ -18,21 +18,25 @@ from ._file import LogReadWarning, LogWriter, dumps_line, read_log, upgrade_log
 from ._fork import first_difference
 from ._safe import check_folder
 from ._session import Session, message_of, messages, new_session_id, wire_arguments
-from ._sources import Log, Source, find_logs, read_logs
+from ._sources import Log, Source, find_logs, open_log, read_logs
 from ._turns import (
     CALL_SOURCES,
     ENDING_LIMITS,
+    KNOWN_TYPES,
     Call,
     CallSource,
     Completion,
     Reading,
     Turn,
+    UsageTokens,
     split_turns,
+    usage_tokens,
 )
 
 __all__ = [
     "CALL_SOURCES",
     "ENDING_LIMITS",
+    "KNOWN_TYPES",
     "Call",
     "CallSource",
     "Completion",
@@ -43,6 +47,7 @@ __all__ = [
     "Session",
     "Source",
     "Turn",
+    "UsageTokens",
     "check_folder",
     "dumps_line",
     "find_logs",
@@ -50,10 +55,12 @@ __all__ = [
     "message_of",
     "messages",
     "new_session_id",
+    "open_log",
     "read_log",
     "read_logs",
     "split_turns",
     "upgrade_log",
+    "usage_tokens",
     "wire_arguments",
 ]
 

@@ -6,8 +6,9 @@ a *source* names and reads them through it, so they accept, refuse and leave out
 logs, with the same warnings, once per call:
 
 1. :func:`find_logs`: a source is a log file, a directory (searched recursively for
-   ``*.jsonl``, sorted; a batch folder is such a directory: its ``logs/`` are found), an open
-   :class:`~boxmaker.session.Session`, a :class:`Log` already read, or a list of these.
+   ``*.jsonl``, sorted; a batch folder, one holding ``manifest.ndjson``, names its ``logs/``
+   only, never a task file beside them), an open :class:`~boxmaker.session.Session`, a
+   :class:`Log` already read, or a list of these.
 2. Each file is read by :func:`~boxmaker.session.read_log` (read-only, never repaired): a log
    it refuses is left out with a :class:`~boxmaker.session.LogReadWarning` in its words.
 3. Of several logs with one session id (a backup copy, a copied folder), one is the session:
@@ -75,6 +76,9 @@ Source: TypeAlias = (
 
 _Item: TypeAlias = "Path | Session | Log"
 
+BATCH_MANIFEST = "manifest.ndjson"
+"""The file that makes a folder a batch folder (:mod:`boxmaker.batch` writes it)."""
+
 
 def _items(source: Source) -> list[Any]:
     single = isinstance(source, str | os.PathLike | Session | Log)
@@ -100,6 +104,8 @@ def find_logs(source: Source, *, strict: bool = True) -> list[_Item]:
             out.append(item)
             continue
         path = Path(item)
+        if path.is_dir() and (path / BATCH_MANIFEST).is_file() and (path / "logs").is_dir():
+            path = path / "logs"  # a batch folder: its runs' logs
         if path.is_dir():
             found = sorted(p for p in path.rglob("*.jsonl") if p.is_file())
             if not found and strict:

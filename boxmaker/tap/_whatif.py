@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..config import LoopLimits
-from ..records import Assistant, ToolCall, ToolResult, TurnEnd, User
-from ..session import Session
+from ..records import ToolCall
+from ..session import open_log, split_turns
 from ..turn import LoopGuard
 
 __all__ = ["LogWhatIf", "what_if_log"]
@@ -36,51 +37,64 @@ class LogWhatIf:
 
 def what_if_log(path: str | os.PathLike[str], limits: LoopLimits | None = None) -> LogWhatIf:
     """Run the loop guard and ``tool_iterations`` of ``limits`` (default ``LoopLimits()``)
-    over the calls of a session log (a tapped agent's or boxmaker's own).
+    over the calls of a session log (a tapped agent's or boxmaker's own), turn by turn as
+    :func:`boxmaker.session.split_turns` cuts it (the turns and completions every view counts).
 
     Raises:
         SessionError: the log cannot be read.
     """
     limits = limits or LoopLimits()
-    with Session.open(path, read_only=True) as session:
-        records = session.records
+    reading = split_turns(open_log(Path(path)))
+    records = reading.records
+    turns = [t for t in reading.turns if t.number is not None]
     report = LogWhatIf()
-    turns = sum(isinstance(r, User) for r in records)
-    report.lines.append(f"what-if on the log {path}: {turns} turn(s)")
-    guard, turn, completion, stopped = LoopGuard(limits), 0, 0, False
-    calls: dict[str, ToolCall] = {}
-    for record in records:
-        if isinstance(record, User):
-            guard, turn, completion, stopped = LoopGuard(limits), turn + 1, 0, False
-        elif isinstance(record, Assistant) and not stopped:
-            completion += 1
-            if not record.tool_calls:
+    report.lines.append(f"what-if on the log {path}: {len(turns)} turn(s)")
+    for turn in turns:
+        assert turn.number is not None
+        guard = LoopGuard(limits)
+        calls: dict[str, ToolCall] = {}
+        results = {records[c.result]["tool_call_id"]: c for c in turn.calls}
+        for completion in turn.completions:
+            assert completion.in_turn is not None
+            if completion.assistant is None or not completion.tool_calls:
                 continue
-            limit = guard.completion()
-            if limit is not None:
-                stopped = _hit(report, turn, completion, limit.kind, limit.detail)
-                continue
-            for call in record.tool_calls:
-                verdict = guard.check(call)
-                calls[call.id] = call
-                if verdict.action == "stop" and verdict.limit is not None:
-                    stopped = _hit(
-                        report, turn, completion, verdict.limit.kind, verdict.limit.detail
-                    )
-                    break
-                if verdict.action == "answer":
-                    kind = "repeat" if verdict.not_run == "repeat" else "loop"
-                    stopped = _hit(report, turn, completion, kind, verdict.content)
-                    break
-        elif isinstance(record, ToolResult) and not stopped:
-            made = calls.get(record.tool_call_id)
-            if made is not None and record.not_run is None:
-                guard.ran(made, record.content)
-        elif isinstance(record, TurnEnd):
-            calls.clear()
+            made = [
+                ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"])
+                for c in records[completion.assistant]["tool_calls"]
+            ]
+            if _fires(report, guard, calls, made, turn.number, completion.in_turn):
+                break
+            for call in made:  # what the agent got back, in the guard's memory
+                answered = results.get(call.id)
+                if answered is not None and answered.source != "not_run":
+                    guard.ran(call, records[answered.result]["content"])
     if not report.hits:
         report.lines.append("no limit fires on this log")
     return report
+
+
+def _fires(
+    report: LogWhatIf,
+    guard: LoopGuard,
+    calls: dict[str, ToolCall],
+    made: list[ToolCall],
+    turn: int,
+    completion: int,
+) -> bool:
+    """Check one completion's calls: whether a limit (or a repeat the guard answers) fires,
+    reported as a hit."""
+    limit = guard.completion()
+    if limit is not None:
+        return _hit(report, turn, completion, limit.kind, limit.detail)
+    for call in made:
+        verdict = guard.check(call)
+        calls[call.id] = call
+        if verdict.action == "stop" and verdict.limit is not None:
+            return _hit(report, turn, completion, verdict.limit.kind, verdict.limit.detail)
+        if verdict.action == "answer":
+            kind = "repeat" if verdict.not_run == "repeat" else "loop"
+            return _hit(report, turn, completion, kind, verdict.content)
+    return False
 
 
 def _hit(report: LogWhatIf, turn: int, completion: int, kind: str, detail: str) -> bool:

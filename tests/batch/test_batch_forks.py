@@ -31,7 +31,6 @@ from boxmaker.batch import (
     frames,
     load_tasks,
     manifest,
-    own_costs,
     run_batch,
 )
 from boxmaker.batch import score_batch as score
@@ -50,7 +49,7 @@ from boxmaker.records import (
     Usage,
     User,
 )
-from boxmaker.session import Session
+from boxmaker.session import Session, read_log
 from boxmaker.testing import Reply
 from boxmaker.turn import Replay
 
@@ -407,12 +406,13 @@ def test_each_setting_forks_the_parent_and_runs_the_new_turns_live(
         30,
         30,
     ]
-    costs = own_costs(batch, summary).set_index("run")
+    costs = summary.set_index("run")  # the frames start a fork when it was made (issue 34)
+    parent_start = pd.Timestamp(read_log(task.parent).head["time"])
     for path in _runs(batch):
         forked = _records(path)[0]
         assert isinstance(forked, Forked)
         assert costs.loc[path.stem, "started"] == pd.Timestamp(forked.time)
-        assert costs.loc[path.stem, "started"] > summary["started"].iloc[0]  # the parent's
+        assert costs.loc[path.stem, "started"] > parent_start
     again = run_batch([task], batch, servers=[llama.url], registry=TOOLS, grid=GRID)
     assert (again.done, again.skipped) == (2, 2)
     assert len(llama.bodies) == sent + 6  # a finished batch of forks sends nothing
