@@ -45,7 +45,7 @@ from ..config import ClientConfig, Config
 from ..errors import BoxmakerError, InferError
 from ..records import Assistant, Baseline, CacheLoss, Capabilities, Record, Usage
 from ..session import Session, message_of, messages
-from ._outcome import LossCause, Tokens, cache_loss, classify_loss, history_change, reprocessed
+from ._outcome import LossCause, Tokens, cache_loss, classify_loss, history_change
 
 __all__ = [
     "MAX_REQUESTS",
@@ -270,12 +270,12 @@ def _held(usage: Usage) -> int | None:
         return None
 
 
-def _loss(expected: int, reused: int, found: LossCause | None, detail: str | None) -> CacheLoss:
+def _loss(loss: CacheLoss, found: LossCause | None, detail: str | None) -> CacheLoss:
+    """The rule's ``loss`` with what forensics found (or why it could not look)."""
     if found is None:
-        return CacheLoss(expected=expected, reused=reused, detail=detail)
-    return CacheLoss(
-        expected=expected,
-        reused=reused,
+        return dataclasses.replace(loss, detail=detail)
+    return dataclasses.replace(
+        loss,
         position=found.position,
         cause=found.cause,
         old_window=found.old_window,
@@ -330,30 +330,11 @@ class CacheForensics:
         earlier: Usage | None,
         usage: Usage,
     ) -> list[CacheLoss]:
-        """The ``CacheLoss`` record for the completion of ``body`` (``[]`` when the cache held
-        or either usage lacks timings); called after every completion, before its records are
-        appended; ``runtime`` gives the config and the client. Never raises (a failure goes
-        into the record's ``detail``). ``reprocessed`` / ``reprocessed_ms`` say what the
-        server processed again of the history its slot held
-        (:func:`boxmaker.cache.reprocessed`)."""
-        found = self._losses(session, runtime, body, earlier, usage)
-        if earlier is None:
-            return found
-        out = []
-        for loss in found:
-            again = reprocessed(earlier.timings, usage.timings)
-            tokens, ms = again if again is not None else (None, None)
-            out.append(dataclasses.replace(loss, reprocessed=tokens, reprocessed_ms=ms))
-        return out
-
-    def _losses(
-        self,
-        session: Session,
-        runtime: Runs,
-        body: Mapping[str, Any],
-        earlier: Usage | None,
-        usage: Usage,
-    ) -> list[CacheLoss]:
+        """The ``CacheLoss`` record for the completion of ``body`` by the one rule
+        (:func:`boxmaker.cache.cache_loss`: ``[]`` when the cache held or either usage lacks
+        timings), explained by forensics; called after every completion, before its records
+        are appended; ``runtime`` gives the config and the client. Never raises (a failure
+        goes into the record's ``detail``)."""
         config, client = runtime.config, runtime.client
         new = SentRequest.of(body)
         with self._lock:
@@ -369,11 +350,11 @@ class CacheForensics:
             return [loss]
         server = TemplateServer.of(client)
         if server is None:
-            return [_loss(expected, reused, None, "no server to ask: not a boxmaker Client")]
+            return [_loss(loss, None, "no server to ask: not a boxmaker Client")]
         try:
             rebuilt = _previous_request(session.baseline, session.records, config.template_kwargs())
             if rebuilt is None:
-                return [_loss(expected, reused, None, "no earlier assistant message in the log")]
+                return [_loss(loss, None, "no earlier assistant message in the log")]
             if old is None or list(old.messages) != list(rebuilt[0].messages):
                 old = rebuilt[0]  # not remembered, or remembered by another runtime: stale
             found = explain_loss(
@@ -388,40 +369,45 @@ class CacheForensics:
         except InferError as exc:
             if refused(exc):  # inside a cassette: no side request is sent
                 return [loss]
-            return [_loss(expected, reused, None, f"forensics failed: {exc}")]
+            return [_loss(loss, None, f"forensics failed: {exc}")]
         except Exception as exc:  # forensics never fails the turn
-            return [_loss(expected, reused, None, f"forensics failed: {exc}")]
+            return [_loss(loss, None, f"forensics failed: {exc}")]
         finally:
             server.close()
-        return [_loss(expected, reused, found, None)]
+        return [_loss(loss, found, None)]
 
 
 @dataclass(frozen=True, kw_only=True)
 class ExplainedLoss:
     """One ``CacheLoss`` of a log, explained: ``request`` is the number (1, 2, ...) of the
-    completion whose reuse fell short; ``expected``, ``reused`` and ``lost`` in tokens;
-    ``found`` what forensics says (``None`` with ``error`` when it could not look)."""
+    completion whose reuse fell short; ``expected``, ``reused``, ``lost_tokens`` and
+    ``reprocessed`` in tokens (the loss's two quantities under the frames' names); ``found``
+    what forensics says (``None`` with ``error`` when it could not look)."""
 
     request: int
     expected: int
     reused: int
     found: LossCause | None
     error: str | None = None
+    reprocessed: int | None = None
 
     @property
-    def lost(self) -> int:
-        """Tokens processed again: ``expected - reused`` (at least 0)."""
+    def lost_tokens(self) -> int:
+        """The previous prompt's tokens not reused: ``expected - reused`` (at least 0), the
+        frames' ``lost_tokens``."""
         return max(0, self.expected - self.reused)
 
     def to_json(self) -> dict[str, Any]:
-        """``{"request", "expected", "reused", "lost", "position", "cause", "old_window",
-        "new_window", "detail", "error"}`` (the forensic fields ``None`` when not found)."""
+        """``{"request", "expected", "reused", "lost_tokens", "reprocessed_tokens", "position",
+        "cause", "old_window", "new_window", "detail", "error"}`` (the forensic fields ``None``
+        when not found; ``reprocessed_tokens`` ``None`` when the log does not say)."""
         found = self.found
         return {
             "request": self.request,
             "expected": self.expected,
             "reused": self.reused,
-            "lost": self.lost,
+            "lost_tokens": self.lost_tokens,
+            "reprocessed_tokens": self.reprocessed,
             "position": found.position if found else None,
             "cause": found.cause if found else None,
             "old_window": found.old_window if found else None,
@@ -477,8 +463,9 @@ def explain_log(
             except _Unreachable as exc:
                 unreachable = unreachable or str(exc)
                 n, expected, reused = len(usages), record.expected, record.reused
+                again = record.reprocessed
                 out.append(ExplainedLoss(request=n, expected=expected, reused=reused, found=None,
-                                         error=str(exc)))  # fmt: skip
+                                         error=str(exc), reprocessed=again))  # fmt: skip
     finally:
         server.close()
     return out
@@ -504,7 +491,12 @@ def _explain_at(
 
     def failed(why: str) -> ExplainedLoss:
         return ExplainedLoss(
-            request=number, expected=expected, reused=reused, found=None, error=why
+            request=number,
+            expected=expected,
+            reused=reused,
+            found=None,
+            error=why,
+            reprocessed=loss.reprocessed,
         )
 
     if len(usages) < 2:
@@ -530,4 +522,6 @@ def _explain_at(
         if isinstance(exc.__cause__, httpx.TransportError):
             raise _Unreachable(str(exc)) from exc
         return failed(str(exc))
-    return ExplainedLoss(request=number, expected=expected, reused=reused, found=found)
+    return ExplainedLoss(
+        request=number, expected=expected, reused=reused, found=found, reprocessed=loss.reprocessed
+    )

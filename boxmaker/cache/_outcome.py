@@ -73,14 +73,23 @@ def cache_outcome(
 
 
 def cache_loss(earlier: Usage | None, usage: Usage) -> CacheLoss | None:
-    """The cache rule of the loop (SPEC "Cache outcome"): the ``CacheLoss`` record (``expected``
-    and ``reused`` tokens, no cause yet) when the completion of ``usage`` reused less than the
-    session's earlier completion ``earlier`` made cacheable; ``None`` on a hit, without an
-    earlier completion, or when either lacks ``cache_n``/``prompt_n``."""
+    """The one cache-loss rule (SPEC "Cache outcome"), of the loop and the tap alike: the
+    ``CacheLoss`` record when the completion of ``usage`` reused less than the session's
+    earlier completion ``earlier`` made cacheable (``reused < expected``), with both
+    quantities of the loss: ``expected - reused`` (the previous prompt's tokens not reused)
+    and ``reprocessed`` / ``reprocessed_ms`` (what the server processed again of what its
+    slot held, :func:`reprocessed`; ``None`` when the timings do not say); no cause yet
+    (forensics adds it). ``None`` on a hit, without an earlier completion, or when either
+    lacks ``cache_n``/``prompt_n``. A reply processed again while the prompt held is no loss
+    by this rule."""
     outcome = cache_outcome(earlier.timings, usage.timings) if earlier is not None else None
-    if outcome is None or outcome.hit:
+    if earlier is None or outcome is None or outcome.hit:
         return None
-    return CacheLoss(expected=outcome.expected, reused=outcome.reused)
+    again = reprocessed(earlier.timings, usage.timings)
+    tokens, ms = again if again is not None else (None, None)
+    return CacheLoss(
+        expected=outcome.expected, reused=outcome.reused, reprocessed=tokens, reprocessed_ms=ms
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -108,22 +117,25 @@ def reprocessed(
     """What the server processed again of the history its slot held: ``(tokens, ms)``, or
     ``None`` when the timings lack a count.
 
-    The slot held the previous prompt and reply: ``held = cache_n + prompt_n + predicted_n``
-    of the previous timings. The new prompt is ``cache_n + prompt_n`` of the new ones; its
-    first ``min(held, new length)`` tokens stand for that history (the same tokens, or the
-    same messages rendered anew), and of them the server reused ``cache_n``:
-    ``tokens = max(0, min(held, new length) - cache_n)``. It counts the reply too, which
-    ``expected - reused`` (the previous prompt only) leaves out; when the history renders
-    shorter than it was held, it may count a few tokens of the new message: an upper bound.
+    The slot held the previous prompt and reply but the reply's last token (llama.cpp samples
+    it and never decodes it into the cache): ``held = cache_n + prompt_n + predicted_n - 1``
+    of the previous timings (``predicted_n`` 0: the prompt alone). The new prompt is
+    ``cache_n + prompt_n`` of the new ones; its first ``min(held, new length)`` tokens stand
+    for that history (the same tokens, or the same messages rendered anew), and of them the
+    server reused ``cache_n``: ``tokens = max(0, min(held, new length) - cache_n)``. It counts
+    the reply too, which ``expected - reused`` (the previous prompt only) leaves out; when the
+    history renders shorter than it was held (a template that drops earlier reasoning), the
+    tokens of the new message that fall inside ``held`` are counted too: then an upper bound.
     ``ms`` prices them at the new request's own prompt rate (``prompt_ms / prompt_n``;
     ``None`` without ``prompt_ms`` or with ``prompt_n`` 0).
 
     Example (Gemma 3 270M, window 512, measured): previous prompt 30 tokens and a reply of
-    270; the new request reused 25 and processed 297 in 3.2 s: 275 tokens re-processed, not
-    the 5 that ``expected - reused`` says.
+    270; the new request reused 25 and processed 297 in 3.2 s: 274 tokens re-processed (the
+    prompt's 5 and the reply's 269 the slot held), not the 5 that ``expected - reused`` says.
     """
     try:
-        held = sum(int(previous_timings[k]) for k in ("cache_n", "prompt_n", "predicted_n"))
+        prompt = int(previous_timings["cache_n"]) + int(previous_timings["prompt_n"])
+        held = prompt + max(0, int(previous_timings["predicted_n"]) - 1)
         reused, processed = int(new_timings["cache_n"]), int(new_timings["prompt_n"])
     except (KeyError, TypeError, ValueError):
         return None

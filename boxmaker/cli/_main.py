@@ -308,7 +308,11 @@ def _cache(args: argparse.Namespace) -> int:
         return 1 if any(e.found is None for e in losses) else 0
     print(f"{args.log}: {len(losses)} cache loss(es)")
     for e in losses:
-        head = f"request {e.request}: {e.lost} tokens lost ({e.reused} of {e.expected} reused)"
+        again = "unknown" if e.reprocessed is None else str(e.reprocessed)
+        head = (
+            f"request {e.request}: lost_tokens {e.lost_tokens} ({e.reused} of the previous "
+            f"prompt's {e.expected} reused), reprocessed_tokens {again}"
+        )
         if e.found is None:
             print(f"{head}, not explained: {terminal_safe(e.error or '')}")
             continue

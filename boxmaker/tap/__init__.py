@@ -17,7 +17,7 @@ recorded, scrubbed, into a cassette that :func:`boxmaker.cassettes.use_cassette`
 
 from .._public import publish
 from ._cassette import Recorded, TapCassette
-from ._log import REPLY_SLACK, Exchange, TapLog
+from ._log import Exchange, TapLog
 from ._proxy import HOP_BY_HOP, Tap, make_app
 from ._whatif import LogWhatIf, what_if_log
 from ._wire import ANTHROPIC_PATHS, CHAT_PATHS, Reply, anthropic_body, message_key, read_reply
@@ -26,7 +26,6 @@ __all__ = [
     "ANTHROPIC_PATHS",
     "CHAT_PATHS",
     "HOP_BY_HOP",
-    "REPLY_SLACK",
     "Exchange",
     "LogWhatIf",
     "Recorded",

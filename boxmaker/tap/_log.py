@@ -20,8 +20,11 @@ Records (boxmaker's own, :mod:`boxmaker.records`): the first request's system me
 session's ``Baseline`` (with its tools); after it each new ``user`` message is a ``User``
 (a turn begins), each ``tool`` message a ``ToolResult`` as the agent sent it, each answer an
 ``Assistant`` with its ``Usage`` (llama.cpp's ``timings``) and, when the prompt cache fell
-short, a ``CacheLoss`` with forensics' cause and position (also when the prompt held but
-the server processed the previous reply again, :data:`REPLY_SLACK`). An answer without tool
+short, a ``CacheLoss`` by the loop's own rule (:func:`boxmaker.cache.cache_loss`: the new
+``cache_n`` below the previous ``cache_n + prompt_n``) with forensics' cause and position
+(a reply the agent sent back otherwise, its reasoning dropped, is re-processed without a loss
+by that rule: ``reprocessed_tokens`` of the next loss, or the requests' timings, show it). An
+answer without tool
 calls ends the turn (``TurnEnd`` ``answered``; ``length`` when cut by ``max_tokens``); an
 upstream error ends it as ``infer_error`` (its HTTP status kept), a disconnect as
 ``cancelled``; calls left unanswered when a turn ends are answered ``not_run`` so that
@@ -41,12 +44,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..cache import SentRequest, TemplateServer, cache_loss, explain_loss, reprocessed
+from ..cache import SentRequest, TemplateServer, cache_loss, explain_loss
 from ..errors import BoxmakerError, SessionError
 from ..records import (
     Assistant,
     Baseline,
-    CacheLoss,
     NotRunReason,
     Record,
     ToolCall,
@@ -70,16 +72,9 @@ from ._wire import (
     tool_names,
 )
 
-__all__ = ["REPLY_SLACK", "Exchange", "TapLog"]
+__all__ = ["Exchange", "TapLog"]
 
 LOGGER = logging.getLogger("boxmaker.tap")
-
-REPLY_SLACK = 2
-"""Tokens of the previous reply a server may process again without a loss (llama.cpp
-re-evaluates the last one or two of what its slot held). More re-processed
-(:func:`boxmaker.cache.reprocessed`) while the prompt itself held is logged as a
-``CacheLoss`` too (``reused >= expected``, ``reprocessed`` the tokens): the agent sent the
-reply back other than the server made it (most often: without its reasoning)."""
 
 _Key = tuple[Any, ...]
 
@@ -452,22 +447,11 @@ class TapLog:
         msgs: Sequence[Mapping[str, Any]],
         usage: Usage,
     ) -> list[Record]:
-        """The ``CacheLoss`` of this answer (forensics' cause and position), or nothing."""
-        if conv.usage is None:
-            return []
+        """The ``CacheLoss`` of this answer by the loop's own rule
+        (:func:`boxmaker.cache.cache_loss`), with forensics' cause and position, or nothing."""
         loss = cache_loss(conv.usage, usage)
-        again = reprocessed(conv.usage.timings, usage.timings)
-        tokens, ms = again if again is not None else (None, None)
-        if loss is None and tokens is not None and tokens > REPLY_SLACK:
-            # the prompt held, the reply the slot held did not: an agent that sends the
-            # reply back otherwise (its reasoning dropped) makes the server process it again
-            t, new = conv.usage.timings, usage.timings
-            loss = CacheLoss(
-                expected=int(t["cache_n"]) + int(t["prompt_n"]), reused=int(new["cache_n"])
-            )
-        if loss is None:
+        if loss is None or conv.usage is None:
             return []
-        loss = dataclasses.replace(loss, reprocessed=tokens, reprocessed_ms=ms)
         if not self.forensics or conv.reply is None:
             return [loss]
         server = TemplateServer(self.upstream, api_key=exchange.api_key)

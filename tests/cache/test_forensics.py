@@ -415,9 +415,19 @@ def test_the_cache_rule_is_pure_and_gives_the_record_without_a_cause() -> None:
     assert cache_loss(earlier, Usage(timings=timings(100, 5))) is None  # a hit
     assert cache_loss(None, Usage(timings=timings(0, 5))) is None  # the first completion
     assert cache_loss(earlier, Usage(timings={})) is None  # no timings
-    loss = cache_loss(earlier, Usage(timings=timings(10, 100)))
+    new = Usage(timings=timings(10, 100))
+    loss = cache_loss(earlier, new)
     assert loss is not None and loss.cause is None
-    assert loss == CacheLoss(expected=100, reused=10, time=loss.time)
+    # both quantities of a loss, by the one rule the loop and the tap call (issue 34)
+    again = reprocessed(earlier.timings, new.timings)
+    assert again is not None
+    assert loss == CacheLoss(
+        expected=100, reused=10, reprocessed=again[0], reprocessed_ms=again[1], time=loss.time
+    )
+    # the reply re-processed while the prompt held is no loss by this rule (the tap's slack
+    # rule logged one with reused >= expected, against the frames' definition)
+    held = Usage(timings={"cache_n": 0, "prompt_n": 100, "predicted_n": 50})
+    assert cache_loss(held, Usage(timings={"cache_n": 100, "prompt_n": 60})) is None
 
 
 def test_side_requests_go_through_the_client_and_a_cassette_refuses_them(tmp_path: Path) -> None:
@@ -470,15 +480,17 @@ def test_explain_log_explains_each_loss_of_a_log_made_earlier(tmp_path: Path) ->
     (explained,) = explain_log(
         session.path, "http://llama.test", transport=httpx.MockTransport(toy.handler)
     )
-    assert (explained.request, explained.lost) == (3, 1 + len(old) - at)
+    assert (explained.request, explained.lost_tokens) == (3, 1 + len(old) - at)
     assert explained.found is not None and explained.error is None
     assert (explained.found.cause, explained.found.position) == ("history_rewritten", at)
     assert explained.to_json()["cause"] == "history_rewritten"
+    assert explained.to_json()["reprocessed_tokens"] is None  # the record does not say
     assert set(explained.to_json()) == {
         "request",
         "expected",
         "reused",
-        "lost",
+        "lost_tokens",
+        "reprocessed_tokens",
         "position",
         "cause",
         "old_window",
@@ -617,11 +629,16 @@ def test_a_reply_with_tool_calls_is_rendered_in_a_form_the_server_accepts() -> N
 def test_what_the_server_reprocessed_counts_the_reply_it_held() -> None:
     """Issue 24, measured on Gemma 3 270M (window 512): a prompt of 30 tokens and a reply of
     270, then 25 reused and 297 processed in 3.2 s. ``expected - reused`` said 5 tokens (53
-    ms); the server re-processed 275 of what its slot held."""
+    ms); the server re-processed 274 of what its slot held: the reply's last token was sampled
+    and never entered the cache (issue 34: the count ran 1 token high)."""
     previous = {"cache_n": 0, "prompt_n": 30, "predicted_n": 270, "prompt_ms": 300.0}
     new = {"cache_n": 25, "prompt_n": 297, "prompt_ms": 3200.0}
     tokens, ms = reprocessed(previous, new) or (0, None)
-    assert tokens == 275 and ms == pytest.approx(3200 * 275 / 297)
+    assert tokens == 274 and ms == pytest.approx(3200 * 274 / 297)
+    # a one-token reply left only the prompt in the slot; no reply, the same
+    for predicted in (0, 1):
+        only_prompt = {**previous, "predicted_n": predicted}
+        assert reprocessed(only_prompt, new) == (5, pytest.approx(3200 * 5 / 297))
     assert reprocessed(previous, {**new, "prompt_n": 0}) == (0, None)
     assert reprocessed({"cache_n": 0}, new) is None
     # more reused than the slot held (the cross-request prompt cache): nothing re-processed

@@ -105,7 +105,7 @@ def test_dropped_reasoning_is_history_rewritten_where_the_first_reply_began_live
     (explained,) = explain_log(session.path, server.url, config=config, api_key=SERVER_API_KEY)
     assert explained.found is not None
     assert (explained.found.cause, explained.found.position) == ("history_rewritten", first_prompt)
-    assert explained.lost == loss.expected - loss.reused > 0
+    assert explained.lost_tokens == loss.expected - loss.reused > 0
     # and from the command line, as text and as JSON
     log, url = str(session.path), server.url
     assert main(["cache", "explain", log, "--url", url]) == 0
@@ -116,7 +116,7 @@ def test_dropped_reasoning_is_history_rewritten_where_the_first_reply_began_live
     assert '  old: "' in text and "<think>" in text
     assert main(["cache", "explain", log, "--url", url, "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
-    assert (row["cause"], row["position"], row["lost"]) == ("history_rewritten", first_prompt, lost)
+    assert (row["cause"], row["position"], row["lost_tokens"]) == ("history_rewritten", first_prompt, lost)
 
 
 @pytest.mark.needs("tools")
