@@ -54,7 +54,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..session import KNOWN_TYPES, Call, Reading, Source, Turn, usage_tokens
+from ..records import usage_tokens
+from ..session import KNOWN_TYPES, Call, Reading, Source, Turn
 from ._errors import ExportError
 from ._logs import nanos, readings
 

@@ -76,6 +76,7 @@ from ._types import (
     time_problem,
     utc_now,
 )
+from ._usage import UsageTokens, usage_tokens
 
 __all__ = [
     "APPROVAL_DECISIONS",
@@ -113,6 +114,7 @@ __all__ = [
     "TurnEndOutcome",
     "Unknown",
     "Usage",
+    "UsageTokens",
     "User",
     "baseline_from_json",
     "check_baseline",
@@ -124,6 +126,7 @@ __all__ = [
     "record_to_json",
     "records_from_json",
     "time_problem",
+    "usage_tokens",
     "utc_now",
 ]
 

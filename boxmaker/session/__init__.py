@@ -28,9 +28,7 @@ from ._turns import (
     Completion,
     Reading,
     Turn,
-    UsageTokens,
     split_turns,
-    usage_tokens,
 )
 
 __all__ = [
@@ -47,7 +45,6 @@ __all__ = [
     "Session",
     "Source",
     "Turn",
-    "UsageTokens",
     "check_folder",
     "dumps_line",
     "find_logs",
@@ -60,7 +57,6 @@ __all__ = [
     "read_logs",
     "split_turns",
     "upgrade_log",
-    "usage_tokens",
     "wire_arguments",
 ]
 

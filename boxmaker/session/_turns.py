@@ -47,11 +47,9 @@ __all__ = [
     "Completion",
     "Reading",
     "Turn",
-    "UsageTokens",
     "copied_records",
     "inferred_outcome",
     "split_turns",
-    "usage_tokens",
 ]
 
 KNOWN_TYPES = (
@@ -208,39 +206,6 @@ class Reading(NamedTuple):
     def own_turns(self) -> tuple[Turn, ...]:
         """The numbered turns that are the log's own (not copied whole from a parent)."""
         return tuple(t for t in self.turns if t.number is not None and not t.from_parent)
-
-
-class UsageTokens(NamedTuple):
-    """One completion's tokens, as every view counts them (``None``: unknown, never 0).
-
-    Attributes:
-        prompt: the prompt's size: llama.cpp's ``cache_n + prompt_n``, else the OpenAI
-            ``usage.prompt_tokens`` the server sent (vLLM and proxies send no ``timings``).
-        cached: ``cache_n``, the prompt tokens reused from the slot's cache.
-        processed: ``prompt_n``, the prompt tokens processed anew.
-        generated: ``predicted_n``, else ``usage.completion_tokens``.
-        reasoning: the record's ``reasoning_tokens``.
-    """
-
-    prompt: int | None
-    cached: int | None
-    processed: int | None
-    generated: int | None
-    reasoning: int | None
-
-
-def usage_tokens(usage: Mapping[str, Any]) -> UsageTokens:
-    """The :class:`UsageTokens` of a ``Usage`` record (its JSON): the rule the frames'
-    ``requests`` columns compute too (``prompt_tokens``, ``cached_tokens``, ...)."""
-    timings = usage.get("timings") or {}
-    cached, processed = timings.get("cache_n"), timings.get("prompt_n")
-    prompt = cached + processed if cached is not None and processed is not None else None
-    if prompt is None:
-        prompt = usage.get("prompt_tokens")
-    generated = timings.get("predicted_n")
-    if generated is None:
-        generated = usage.get("completion_tokens")
-    return UsageTokens(prompt, cached, processed, generated, usage.get("reasoning_tokens"))
 
 
 def copied_records(records: list[Any]) -> int:

@@ -18,7 +18,17 @@ from ..events import (
     ToolCallStarted,
     TurnEvent,
 )
-from ..records import Approval, Assistant, CacheLoss, LimitHit, Record, ToolCall, ToolResult, Usage
+from ..records import (
+    Approval,
+    Assistant,
+    CacheLoss,
+    LimitHit,
+    Record,
+    ToolCall,
+    ToolResult,
+    Usage,
+    usage_tokens,
+)
 from ._render import terminal_safe
 
 __all__ = ["USAGE_COLUMNS", "ConsoleView", "format_usage_table", "usage_rows"]
@@ -116,30 +126,37 @@ class ConsoleView:
 USAGE_COLUMNS = ("prompt_n", "cache_n", "predicted_n", "reasoning", "prompt_ms", "predicted_ms")
 
 
-def usage_rows(records: Sequence[Record]) -> list[tuple[int | float, ...]]:
-    """One row per completion: ``prompt_n``, ``cache_n``, ``predicted_n`` (tokens), reasoning
-    tokens, ``prompt_ms``, ``predicted_ms`` (milliseconds), from the ``Usage`` records."""
-    rows: list[tuple[int | float, ...]] = []
+def usage_rows(records: Sequence[Record]) -> list[tuple[int | float | None, ...]]:
+    """One row per completion: ``prompt_n``, ``cache_n``, ``predicted_n`` (tokens; OpenAI
+    ``completion_tokens`` without timings), reasoning tokens, ``prompt_ms``, ``predicted_ms``
+    (milliseconds), from the ``Usage`` records by :func:`boxmaker.records.usage_tokens`;
+    ``None`` where the server did not send a figure."""
+    rows: list[tuple[int | float | None, ...]] = []
     for r in records:
         if isinstance(r, Usage):
-            t = r.timings
+            t, counted = r.timings, usage_tokens(r)
+            ms = [t.get("prompt_ms"), t.get("predicted_ms")]
             rows.append(
                 (
-                    int(t.get("prompt_n", 0)),
-                    int(t.get("cache_n", 0)),
-                    int(t.get("predicted_n", 0)),
-                    r.reasoning_tokens,
-                    round(float(t.get("prompt_ms", 0.0)), 1),
-                    round(float(t.get("predicted_ms", 0.0)), 1),
+                    counted.processed,
+                    counted.cached,
+                    counted.generated,
+                    counted.reasoning,
+                    *(None if v is None else round(float(v), 1) for v in ms),
                 )
             )
     return rows
 
 
+def _cell(value: float | None) -> str:
+    return "unknown" if value is None else str(value)
+
+
 def format_usage_table(records: Sequence[Record]) -> str:
     """:func:`usage_rows` as a fixed-width text table with a header and a request number."""
     header = ("request", *USAGE_COLUMNS)
-    lines = [header] + [(str(i), *map(str, row)) for i, row in enumerate(usage_rows(records), 1)]
+    rows = [(str(i), *map(_cell, row)) for i, row in enumerate(usage_rows(records), 1)]
+    lines = [header, *rows]
     widths = [max(len(line[c]) for line in lines) for c in range(len(header))]
     return "\n".join(
         "  ".join(v.rjust(w) for v, w in zip(line, widths, strict=True)) for line in lines

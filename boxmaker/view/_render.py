@@ -238,12 +238,17 @@ def render_block(block: Block, *, streaming: bool = False) -> str:
 
 def counters_text(turn: TurnView) -> str:
     """The turn's counters in one line, e.g. ``prompt 571 · cached 0 · generated 24 ·
-    reasoning 0 tokens · 92 ms (1 completion)``."""
+    reasoning 0 tokens · 92 ms (1 completion)``; a counter the server did not send is
+    ``unknown``."""
     n = turn.completions
+
+    def shown(value: float | None, form: str = "") -> str:
+        return "unknown" if value is None else format(value, form)
+
     return (
-        f"prompt {turn.prompt} · cached {turn.cached} · generated {turn.generated} · "
-        f"reasoning {turn.reasoning} tokens · {turn.ms:.0f} ms "
-        f"({n} completion{'s' if n != 1 else ''})"
+        f"prompt {shown(turn.prompt)} · cached {shown(turn.cached)} · "
+        f"generated {shown(turn.generated)} · reasoning {shown(turn.reasoning)} tokens · "
+        f"{shown(turn.ms, '.0f')} ms ({n} completion{'s' if n != 1 else ''})"
     )
 
 

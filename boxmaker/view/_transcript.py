@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..events import (
     Content,
@@ -30,7 +30,17 @@ from ..events import (
     TurnEvent,
     Waiting,
 )
-from ..records import Assistant, CacheLoss, LimitHit, Record, ToolResult, TurnEnd, Usage, User
+from ..records import (
+    Assistant,
+    CacheLoss,
+    LimitHit,
+    Record,
+    ToolResult,
+    TurnEnd,
+    Usage,
+    User,
+    usage_tokens,
+)
 
 __all__ = [
     "AnswerBlock",
@@ -41,6 +51,11 @@ __all__ = [
     "Transcript",
     "TurnView",
 ]
+
+
+def _plus(total: Any, value: Any) -> Any:
+    """``total + value``, ``None`` (unknown) when either is."""
+    return None if total is None or value is None else total + value
 
 
 def _joined(parts: list[str]) -> str:
@@ -136,9 +151,12 @@ _Streamed = TypeVar("_Streamed", ReasoningBlock, AnswerBlock)
 class TurnView:
     """One turn: the user message, the blocks in the order they arrived, counters and badges.
 
-    Counters sum the turn's completions (``Usage`` records): ``prompt`` (``prompt_n``, tokens
-    processed), ``cached`` (``cache_n``, tokens reused), ``generated`` (``predicted_n``),
-    ``reasoning`` tokens, and ``ms`` (``prompt_ms + predicted_ms``). ``badges`` holds one
+    Counters sum the turn's completions (``Usage`` records, read by
+    :func:`boxmaker.records.usage_tokens`, the frames' rule): ``prompt`` (``prompt_n``, tokens
+    processed), ``cached`` (``cache_n``, tokens reused), ``generated`` (``predicted_n``, else
+    OpenAI ``completion_tokens``), ``reasoning`` tokens, and ``ms`` (``prompt_ms +
+    predicted_ms``); a counter is ``None`` (unknown) once a completion did not say its part,
+    never a sum of the known ones. ``badges`` holds one
     ``(kind, text)`` per ``LimitHit`` (kind = the limit) and ``CacheLoss`` (kind
     ``"cache_loss"``; with the cause forensics found, e.g. ``cache loss (history_rewritten at
     token 571): ...``); ``windows`` maps the index of a cache-loss badge to its ``(old, new)``
@@ -149,11 +167,11 @@ class TurnView:
     user: str
     blocks: list[Block] = field(default_factory=list)
     completions: int = 0
-    prompt: int = 0
-    cached: int = 0
-    generated: int = 0
-    reasoning: int = 0
-    ms: float = 0.0
+    prompt: int | None = 0
+    cached: int | None = 0
+    generated: int | None = 0
+    reasoning: int | None = 0
+    ms: float | None = 0.0
     badges: list[tuple[str, str]] = field(default_factory=list)
     windows: dict[int, tuple[str, str]] = field(default_factory=dict)
     ended: str | None = None
@@ -318,12 +336,14 @@ class Transcript:
 
     def _cache_loss(self, loss: CacheLoss) -> None:
         turn = self._turn()
-        lost = loss.reprocessed if loss.reprocessed is not None else loss.expected - loss.reused
         why = ""
         if loss.cause is not None:
             at = f" at token {loss.position}" if loss.position is not None else ""
             why = f" ({loss.cause}{at})"
-        text = f"cache loss{why}: {lost} tokens re-processed ({loss.reused} of {loss.expected})"
+        lost = loss.expected - loss.reused  # the frames' lost_tokens; reprocessed_tokens next
+        text = f"cache loss{why}: {lost} tokens lost ({loss.reused} of {loss.expected} reused)"
+        if loss.reprocessed is not None:
+            text += f", {loss.reprocessed} tokens re-processed"
         if loss.reprocessed_ms is not None:
             text += f", {loss.reprocessed_ms:.0f} ms"
         if loss.old_window is not None and loss.new_window is not None:
@@ -332,12 +352,14 @@ class Transcript:
 
     def _usage(self, record: Usage) -> None:
         turn, t = self._turn(), record.timings
+        counted = usage_tokens(record)
         turn.completions += 1
-        turn.prompt += int(t.get("prompt_n", 0))
-        turn.cached += int(t.get("cache_n", 0))
-        turn.generated += int(t.get("predicted_n", 0))
-        turn.reasoning += record.reasoning_tokens
-        turn.ms += float(t.get("prompt_ms", 0.0)) + float(t.get("predicted_ms", 0.0))
+        turn.prompt = _plus(turn.prompt, counted.processed)
+        turn.cached = _plus(turn.cached, counted.cached)
+        turn.generated = _plus(turn.generated, counted.generated)
+        turn.reasoning = _plus(turn.reasoning, counted.reasoning)
+        took = _plus(t.get("prompt_ms"), t.get("predicted_ms"))
+        turn.ms = None if turn.ms is None or took is None else turn.ms + float(took)
         if record.reasoning_tokens:  # the log's count beats the number of deltas seen
             blocks = [b for b in turn.blocks if isinstance(b, ReasoningBlock)]
             if blocks and blocks[-1].tokens == 0:

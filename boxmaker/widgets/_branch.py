@@ -22,7 +22,7 @@ import ipywidgets as ipw
 
 from ..errors import SessionError
 from ..records import Forked, record_to_json
-from ..session import Session, first_difference
+from ..session import Session, find_logs, first_difference
 
 __all__ = ["Branch", "BranchView"]
 
@@ -61,11 +61,13 @@ def _short(record: dict[str, Any] | None) -> str:
 
 def branches(paths: Iterable[str | os.PathLike[str]]) -> list[Branch]:
     """The :class:`Branch` of each log of ``paths`` (files, or folders searched for
-    ``*.jsonl``), in path order."""
-    files: list[Path] = []
-    for item in paths:
-        p = Path(item)
-        files += sorted(p.rglob("*.jsonl")) if p.is_dir() else [p]
+    ``*.jsonl``), in path order: the logs :func:`boxmaker.session.find_logs` names (the one
+    source iterator's list).
+
+    Raises:
+        SessionError: a path names no log, or a log cannot be read.
+    """
+    files = [item for item in find_logs(list(paths)) if isinstance(item, Path)]
     out = []
     for path in files:
         with Session.open(path, read_only=True) as session:

@@ -116,7 +116,11 @@ def test_dropped_reasoning_is_history_rewritten_where_the_first_reply_began_live
     assert '  old: "' in text and "<think>" in text
     assert main(["cache", "explain", log, "--url", url, "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
-    assert (row["cause"], row["position"], row["lost_tokens"]) == ("history_rewritten", first_prompt, lost)
+    assert (row["cause"], row["position"], row["lost_tokens"]) == (
+        "history_rewritten",
+        first_prompt,
+        lost,
+    )
 
 
 @pytest.mark.needs("tools")

@@ -133,7 +133,7 @@ def test_transcript_folds_a_live_turn() -> None:
     assert "&quot;city&quot;: &quot;Oslo&quot;" in page  # pretty JSON, escaped
     assert "untrusted" in page and "truncated" in page and "data class: web" in page
     assert "prompt 80 · cached 140 · generated 12 · reasoning 2 tokens" in page
-    assert "cache loss: 20 tokens re-processed" in page
+    assert "cache loss: 20 tokens lost (100 of 120 reused)" in page
 
 
 def test_status_line_follows_the_request() -> None:
@@ -861,9 +861,9 @@ def test_a_cache_loss_badge_says_its_cause_and_opens_on_the_escaped_windows(
     assert turn.badges == [
         (
             "cache_loss",
-            "cache loss (history_rewritten at token 571): 206 tokens re-processed (571 of 777)",
+            "cache loss (history_rewritten at token 571): 206 tokens lost (571 of 777 reused)",
         ),
-        ("cache_loss", "cache loss: 8 tokens re-processed (1 of 9)"),
+        ("cache_loss", "cache loss: 8 tokens lost (1 of 9 reused)"),
     ]
     assert turn.windows == {0: (loss.old_window, loss.new_window)}
     page = view.html()
