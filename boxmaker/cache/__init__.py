@@ -8,7 +8,14 @@ with a ``ColdFork`` warning).
 """
 
 from .._public import publish
-from ._forensics import CacheForensics, SentRequest, TemplateServer, explain_log, explain_loss
+from ._forensics import (
+    CacheForensics,
+    ExplainedLoss,
+    SentRequest,
+    TemplateServer,
+    explain_log,
+    explain_loss,
+)
 from ._outcome import (
     CAUSES,
     WINDOW_TOKENS,
@@ -31,6 +38,7 @@ __all__ = [
     "CacheForensics",
     "CacheOutcome",
     "ColdFork",
+    "ExplainedLoss",
     "LossCause",
     "SentRequest",
     "SlotFile",
