@@ -45,7 +45,7 @@ from ..config import ClientConfig, Config
 from ..errors import BoxmakerError, InferError
 from ..records import Assistant, Baseline, CacheLoss, Capabilities, Record, Usage
 from ..session import Session, message_of, messages
-from ._outcome import LossCause, Tokens, cache_loss, classify_loss, history_change
+from ._outcome import LossCause, Tokens, cache_loss, classify_loss, held_tokens, history_change
 
 __all__ = [
     "MAX_REQUESTS",
@@ -262,14 +262,6 @@ def explain_loss(
     )
 
 
-def _held(usage: Usage) -> int | None:
-    t = usage.timings
-    try:
-        return int(t["cache_n"]) + int(t["prompt_n"]) + int(t["predicted_n"])
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
 def _loss(loss: CacheLoss, found: LossCause | None, detail: str | None) -> CacheLoss:
     """The rule's ``loss`` with what forensics found (or why it could not look)."""
     if found is None:
@@ -364,7 +356,7 @@ class CacheForensics:
                 new=new,
                 expected=expected,
                 reused=reused,
-                held_tokens=_held(earlier),
+                held_tokens=held_tokens(earlier.timings),
             )
         except InferError as exc:
             if refused(exc):  # inside a cassette: no side request is sent
@@ -507,7 +499,7 @@ def _explain_at(
     if new is None or old is None:
         return failed("no assistant record before the usage")
     earlier = records[usages[-2]]
-    held = _held(earlier) if isinstance(earlier, Usage) else None
+    held = held_tokens(earlier.timings) if isinstance(earlier, Usage) else None
     try:
         found = explain_loss(
             server,

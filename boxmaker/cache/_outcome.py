@@ -30,6 +30,7 @@ __all__ = [
     "cache_outcome",
     "classify_loss",
     "first_divergence",
+    "held_tokens",
     "history_change",
     "reprocessed",
     "window",
@@ -111,6 +112,18 @@ context checkpoint from before and re-processes the rest (remedy: llama-server's
 settings such as ``--ctx-checkpoints``)."""
 
 
+def held_tokens(timings: Mapping[str, float]) -> int | None:
+    """The tokens a slot holds after a completion (llama.cpp ``timings``): its prompt
+    (``cache_n + prompt_n``) and its reply but the last token, which the server samples and
+    never decodes into the cache (``predicted_n - 1``; a prompt alone without a reply);
+    ``None`` when a count is missing."""
+    try:
+        prompt = int(timings["cache_n"]) + int(timings["prompt_n"])
+        return prompt + max(0, int(timings["predicted_n"]) - 1)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def reprocessed(
     previous_timings: Mapping[str, float], new_timings: Mapping[str, float]
 ) -> tuple[int, float | None] | None:
@@ -133,11 +146,12 @@ def reprocessed(
     270; the new request reused 25 and processed 297 in 3.2 s: 274 tokens re-processed (the
     prompt's 5 and the reply's 269 the slot held), not the 5 that ``expected - reused`` says.
     """
+    held = held_tokens(previous_timings)
     try:
-        prompt = int(previous_timings["cache_n"]) + int(previous_timings["prompt_n"])
-        held = prompt + max(0, int(previous_timings["predicted_n"]) - 1)
         reused, processed = int(new_timings["cache_n"]), int(new_timings["prompt_n"])
     except (KeyError, TypeError, ValueError):
+        return None
+    if held is None:
         return None
     tokens = max(0, min(held, reused + processed) - reused)
     ms = new_timings.get("prompt_ms")

@@ -44,7 +44,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..cache import SentRequest, TemplateServer, cache_loss, explain_loss
+from ..cache import SentRequest, TemplateServer, cache_loss, explain_loss, held_tokens
 from ..errors import BoxmakerError, SessionError
 from ..records import (
     Assistant,
@@ -463,7 +463,7 @@ class TapLog:
                 new=SentRequest.of(body),
                 expected=loss.expected,
                 reused=loss.reused,
-                held_tokens=_held(conv.usage),
+                held_tokens=held_tokens(conv.usage.timings),
             )
         except Exception as exc:  # forensics never stops the logging
             return [dataclasses.replace(loss, detail=f"forensics failed: {exc}")]
@@ -526,11 +526,3 @@ def _same(key: _Key, reply: _Key | None) -> bool:
 def _shared(a: Sequence[_Key], b: Sequence[_Key]) -> int:
     n = min(len(a), len(b))
     return next((i for i in range(n) if a[i] != b[i]), n)
-
-
-def _held(usage: Usage) -> int | None:
-    t = usage.timings
-    try:
-        return int(t["cache_n"]) + int(t["prompt_n"]) + int(t["predicted_n"])
-    except (KeyError, TypeError, ValueError):
-        return None
