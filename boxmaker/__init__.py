@@ -29,7 +29,6 @@ batch runner (``boxmaker.batch``), the embedded server (``boxmaker.server``).
 import importlib as _importlib
 import typing as _typing
 
-from . import _relocated
 from .config import (
     ApprovalPolicy,
     CacheConfig,
@@ -111,7 +110,6 @@ if _typing.TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-_relocated.install()  # old module paths (boxmaker.stream, ...) for one release
 
 _LAZY = {
     "ChatPanel": "widgets",

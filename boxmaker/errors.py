@@ -13,6 +13,10 @@ Tree::
     ├── SlotError                 a slot that cannot be saved or restored (no --slot-save-path,
     │                             a missing or corrupt saved file)
     ├── CassetteError             a cassette that cannot be recorded or replayed
+    │   └── UnrecordedRequest     a replayed request that matched no recorded interaction
+    ├── RecordError               a log line that breaks the records' rule (also a ValueError)
+    ├── EngineError               the frames' DuckDB engine cannot run (extra missing, bad SQL)
+    ├── ExportError               an export cannot run (extra missing) or was refused
     ├── ToolError                 a tool that cannot be registered (also a ValueError)
     ├── ToolPortError             a tool port that cannot start (an MCP server not reachable)
     └── TurnError                 a turn that ended without an answer
@@ -23,6 +27,11 @@ Tree::
         ├── TurnNotAnswered       the completion came, but is no answer (outcome, detail)
         ├── ForkDiverged          a fork's call differed from its parent's; asked to stop there
         └── ToolsNotSupported     tools offered to a chat template that cannot take them
+
+Warnings (``UserWarning`` subclasses, each its own category to filter)::
+
+    LogReadWarning                a session log, or part of one, could not be read
+    ColdFork                      a fork runs without its parent's prompt cache
 """
 
 from __future__ import annotations
@@ -35,10 +44,15 @@ if TYPE_CHECKING:
 __all__ = [
     "BoxmakerError",
     "CassetteError",
+    "ColdFork",
     "ConfigError",
+    "EngineError",
+    "ExportError",
     "ForkDiverged",
     "InferError",
     "LogBusy",
+    "LogReadWarning",
+    "RecordError",
     "RequestCancelled",
     "ServerError",
     "SessionError",
@@ -53,11 +67,40 @@ __all__ = [
     "TurnInferError",
     "TurnLimit",
     "TurnNotAnswered",
+    "UnrecordedRequest",
 ]
 
 
 class BoxmakerError(Exception):
     """Root of every exception boxmaker raises on purpose."""
+
+
+class RecordError(BoxmakerError, ValueError):
+    """A log line breaks the rule of :data:`boxmaker.records.RULES`; ``index`` is the line's
+    position in the list checked (the message names the record type, field and value)."""
+
+    def __init__(self, message: str, index: int) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+class EngineError(BoxmakerError):
+    """The DuckDB engine of :mod:`boxmaker.frames` cannot run: ``duckdb`` is not installed
+    (``pip install 'boxmaker[duckdb]'``), or an ad-hoc query failed (DuckDB's message kept)."""
+
+
+class ExportError(BoxmakerError):
+    """An export cannot run or failed: an optional library is missing (the message names the
+    extra to install), or a receiver refused the data (its status and words kept)."""
+
+
+class LogReadWarning(UserWarning):
+    """A session log, or part of one, could not be read; the message names file and line."""
+
+
+class ColdFork(UserWarning):
+    """A fork runs without its parent's prompt cache: no slot holds the prefix and no saved
+    slot could be restored (the message says why)."""
 
 
 class ConfigError(BoxmakerError):
@@ -138,6 +181,25 @@ class SlotError(BoxmakerError):
 
 class CassetteError(BoxmakerError):
     """A cassette that cannot be recorded or replayed (no match, unplayed interactions)."""
+
+
+class UnrecordedRequest(CassetteError):
+    """A request that matched no recorded interaction in a replay-only cassette.
+
+    A :class:`CassetteError`; the message names the cassette, the request's number and the
+    first differing place in its body.
+
+    Attributes:
+        number: the request's number among the requests made inside the cassette (from 1).
+        method: its HTTP method.
+        path: its URL path (``/v1/chat/completions``, ``.../control``).
+    """
+
+    def __init__(self, message: str, *, number: int, method: str, path: str) -> None:
+        super().__init__(message)
+        self.number = number
+        self.method = method
+        self.path = path
 
 
 class ToolError(BoxmakerError, ValueError):

@@ -21,8 +21,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "boxmaker"
 
 LAYERS: list[set[str]] = [
-    {"records", "_json", "_public", "_relocated", "_secrets"},
-    {"errors", "events"},
+    {"records", "errors", "_json", "_public", "_secrets"},
+    {"events"},
     {"config", "model"},
     {"session", "tools", "view", "score", "server"},
     {"client"},
@@ -39,6 +39,7 @@ LAYERS: list[set[str]] = [
 SAME_LAYER = {
     ("records", "_public"),  # the face sets its names' __module__
     ("errors", "records"),  # the tree's TurnLimit names a LimitKind (under TYPE_CHECKING)
+    ("records", "errors"),  # the rule raises RecordError, in the one tree of errors
     ("events", "records"),  # events carry records
     ("batch", "frames"),  # batch.frames joins settings to a frame (lazily)
 }
@@ -128,9 +129,24 @@ def _me(path: Path) -> str:
     return ".".join(parts)
 
 
+TRAINING = {"data", "data_limits", "dialogue", "format", "make", "train", "words"}
+"""The modules of ``boxmaker/model`` that make and train the shipped model: a tool of the
+repository (they import the loop, PyTorch, gguf), outside the library's import graph."""
+
 MODULES = sorted(
-    p for p in PACKAGE.rglob("*.py") if "model" not in p.relative_to(PACKAGE).parts[:-1]
+    p for p in PACKAGE.rglob("*.py") if not (p.parent.name == "model" and p.stem in TRAINING)
 )
+"""The library's modules (the model part's ``__init__`` and ``real`` included)."""
+
+
+def test_the_training_code_sits_outside_the_librarys_import_graph() -> None:
+    """No library module imports a training module of ``boxmaker/model`` (at any depth of a
+    function), so ``import boxmaker`` and every command stay free of PyTorch and gguf."""
+    training = {f"model.{name}" for name in TRAINING}
+    for path in MODULES:
+        for imported, line, _ in _own_imports(path):
+            where = f"boxmaker/{path.relative_to(PACKAGE)}:{line}"
+            assert imported not in training, f"{where} imports boxmaker.{imported}"
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))

@@ -116,6 +116,48 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert f"\n{match.group(1)}\n" in readme
 
 
+_FACES = sorted(
+    {"boxmaker"}
+    | {f"boxmaker.{p.parent.name}" for p in (ROOT / "boxmaker").glob("*/__init__.py")}
+    | {"boxmaker.frames.plots", "boxmaker.frames.report", "boxmaker.tools.mcp"}
+    | {"boxmaker.tools.approval", "boxmaker.cassettes.whatif", "boxmaker.cli.doctor"}
+    | {"boxmaker.testing", "boxmaker.demo", "boxmaker.server", "boxmaker.events", "boxmaker.errors"}
+    - {"boxmaker.model"}
+)
+"""Every public face and public submodule of the package."""
+
+
+def _public_names() -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for face in _FACES:
+        module = importlib.import_module(face)
+        for name in getattr(module, "__all__", ()):
+            out.setdefault(name, {})[face] = getattr(module, name)
+    return out
+
+
+def test_no_two_public_names_mean_different_things() -> None:
+    """Issue 34: ``first_difference``, ``RULES``, ``Tokens``, ``Reply``, ``describe`` and
+    ``answer_of`` each named two different things on two faces."""
+    clashes = {
+        name: sorted(where)
+        for name, where in _public_names().items()
+        if len({id(obj) for obj in where.values()}) > 1
+    }
+    assert clashes == {}
+
+
+def test_every_public_exception_is_a_boxmaker_error_in_the_one_tree() -> None:
+    """Issue 34: ``RecordError`` was a bare ValueError, and five more lived in their parts."""
+    import boxmaker.errors as errors
+
+    for name, where in _public_names().items():
+        for face, obj in where.items():
+            if inspect.isclass(obj) and issubclass(obj, BaseException):
+                assert getattr(errors, name, None) is obj, f"{face}.{name} is not in errors"
+                assert issubclass(obj, errors.BoxmakerError | Warning), f"{face}.{name}"
+
+
 def test_tests_of_an_optional_extra_skip_naming_it_and_ci_proves_it_on_dev_alone() -> None:
     """The README installs ``.[dev]`` alone: a test of an optional extra skips through
     ``tests/extras.py`` (its reason names the extra), never through a bare importorskip or an
@@ -172,21 +214,13 @@ def test_the_readme_parts_table_names_every_module() -> None:
     assert named - modules == set(), "README's Parts table names modules that do not exist"
 
 
-def test_an_old_module_path_still_imports_for_one_release_with_a_warning() -> None:
-    code = (
-        "import warnings; warnings.simplefilter('error')\n"
-        "try:\n    import boxmaker.logfile\nexcept DeprecationWarning as e:\n    print(e)\n"
-        "warnings.simplefilter('ignore')\n"
-        "import boxmaker.logfile, boxmaker.session\n"
-        "print(boxmaker.logfile.read_log is boxmaker.session.read_log)\n"
-        "from boxmaker.cassettes import scrub\n"
-        "print(scrub.__name__)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    lines = out.stdout.splitlines()
-    assert lines[0].startswith("boxmaker.logfile moved to boxmaker.session._file")
-    assert "from boxmaker.session;" in lines[0]
-    assert lines[1:] == ["True", "boxmaker.cassettes._scrub"]
+def test_no_old_module_path_is_kept() -> None:
+    """Nothing was released under the old module paths (``boxmaker.logfile``, ...): their
+    shims are gone (issue 34), and an old path is an ImportError like any other."""
+    code = "import boxmaker.logfile"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 1 and "ModuleNotFoundError" in out.stderr
+    assert not (ROOT / "boxmaker" / "_relocated.py").exists()
 
 
 def test_the_readme_task_with_a_target_is_a_line_the_batch_reads(tmp_path: Path) -> None:

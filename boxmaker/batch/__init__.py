@@ -10,7 +10,7 @@ costs its own: the frames start a fork when it was made);
 from typing import TYPE_CHECKING
 
 from .._public import publish
-from ._calibrate import RULES, batch_records, calibrate, rules_fired
+from ._calibrate import CALIBRATION_RULES, batch_records, calibrate, rules_fired
 from ._compare import (
     COST_COLUMNS,
     compare,
@@ -22,15 +22,16 @@ from ._grade import GRADE_TEMPLATE, GRADES, model_graded
 from ._plan import REPLAY_MODES, BatchProgress, ForkTask, Task, load_grid, load_tasks, manifest
 from ._runner import ProgressHook, frames, run_batch
 from ._score import read_scores, score_batch, scores
-from ._view import TerminalProgress, describe
+from ._view import BatchView, TerminalProgress, describe_progress
 
 __all__ = [
+    "CALIBRATION_RULES",
     "COST_COLUMNS",
     "GRADES",
     "GRADE_TEMPLATE",
     "REPLAY_MODES",
-    "RULES",
     "BatchProgress",
+    "BatchView",
     "CompareView",
     "ForkTask",
     "ProgressHook",
@@ -40,7 +41,7 @@ __all__ = [
     "calibrate",
     "compare",
     "compare_frame",
-    "describe",
+    "describe_progress",
     "format_compare",
     "frames",
     "load_grid",

@@ -29,9 +29,9 @@ from ._plan import read_manifest
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["RULES", "batch_records", "calibrate", "rules_fired"]
+__all__ = ["CALIBRATION_RULES", "batch_records", "calibrate", "rules_fired"]
 
-RULES = (
+CALIBRATION_RULES = (
     "tool_iterations",
     "repeated_call",
     "cycle",
@@ -45,7 +45,8 @@ _RULE = re.compile(r"^rule (\w+):")
 
 
 def rules_fired(records: Sequence[Record], limits: LoopLimits) -> set[str]:
-    """The rules of :data:`RULES` that would have ended a turn of ``records`` under ``limits``."""
+    """The rules of :data:`CALIBRATION_RULES` that would have ended a turn of ``records``
+    under ``limits``."""
     fired: set[str] = set()
     guard = LoopGuard(limits)
     reasoning = 0
@@ -131,7 +132,7 @@ def calibrate(
         setting = dict(zip(keys, combo, strict=True))
         limits = dataclasses.replace(base, **setting)
         fired = {run: rules_fired(runs[run], limits) for run in labelled}
-        for rule in (*RULES, "any"):
+        for rule in (*CALIBRATION_RULES, "any"):
             hit = {
                 run for run, rules in fired.items() if (rules if rule == "any" else rule in rules)
             }

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from ._plan import BatchProgress
 
-__all__ = ["MAX_UPDATES_PER_S", "BatchView", "TerminalProgress", "describe"]
+__all__ = ["MAX_UPDATES_PER_S", "BatchView", "TerminalProgress", "describe_progress"]
 
 MAX_UPDATES_PER_S = 15.0
 """Most redraws :class:`BatchView` makes per second (as :class:`~boxmaker.widgets.ChatPanel`)."""
@@ -29,7 +29,7 @@ _RATE_WINDOW_S = 5.0
 """Seconds over which the live token rate is measured."""
 
 
-def describe(progress: BatchProgress, tokens_per_s: float | None = None) -> str:
+def describe_progress(progress: BatchProgress, tokens_per_s: float | None = None) -> str:
     """One line of text: runs done (skipped), failed, running on busy/all slots, servers down,
     tokens per second (``tokens_per_s``, or the whole call's rate), seconds elapsed."""
     rate = progress.tokens_per_s if tokens_per_s is None else tokens_per_s
@@ -170,7 +170,7 @@ class BatchView:
         self.progress.bar_style = "danger" if progress.failed else ""
         if progress.finished and not progress.failed:
             self.progress.bar_style = "success"
-        self.status.value = html.escape(describe(progress, self.live_rate()))
+        self.status.value = html.escape(describe_progress(progress, self.live_rate()))
         items = "".join(
             f"<li><b>{html.escape(run)}</b>: {html.escape(reason[:300])}</li>"
             for run, reason in progress.failures[-5:]

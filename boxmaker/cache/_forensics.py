@@ -45,7 +45,14 @@ from ..config import ClientConfig, Config
 from ..errors import BoxmakerError, InferError
 from ..records import Assistant, Baseline, CacheLoss, Capabilities, Record, Usage
 from ..session import Session, message_of, messages
-from ._outcome import LossCause, Tokens, cache_loss, classify_loss, held_tokens, history_change
+from ._outcome import (
+    LossCause,
+    TokenizedText,
+    cache_loss,
+    classify_loss,
+    held_tokens,
+    history_change,
+)
 
 __all__ = [
     "MAX_REQUESTS",
@@ -129,7 +136,7 @@ class TemplateServer:
             raise BoxmakerError("/apply-template: no 'prompt' string in the answer")
         return str(answer["prompt"])
 
-    def tokenize(self, text: str, *, add_special: bool) -> Tokens:
+    def tokenize(self, text: str, *, add_special: bool) -> TokenizedText:
         """``text`` in the model's tokens (``POST /tokenize`` with ``with_pieces``;
         ``add_special``: add BOS as the server does for a prompt). A piece that is not valid
         UTF-8 (llama.cpp then sends its bytes) is decoded with replacement characters."""
@@ -147,7 +154,7 @@ class TemplateServer:
                 piece = bytes(int(b) & 0xFF for b in piece).decode("utf-8", "replace")
             ids.append(int(item["id"]))
             pieces.append(str(piece))
-        return Tokens(ids=tuple(ids), pieces=tuple(pieces))
+        return TokenizedText(ids=tuple(ids), pieces=tuple(pieces))
 
     def n_ctx(self) -> int | None:
         """The context size of a slot (``GET /props``, ``default_generation_settings.n_ctx``),

@@ -25,7 +25,7 @@ __all__ = [
     "WINDOW_TOKENS",
     "CacheOutcome",
     "LossCause",
-    "Tokens",
+    "TokenizedText",
     "cache_loss",
     "cache_outcome",
     "classify_loss",
@@ -165,15 +165,15 @@ WINDOW_TOKENS = 24
 
 
 @dataclass(frozen=True, kw_only=True)
-class Tokens:
+class TokenizedText:
     """A text in the model's tokens: ``ids`` and, one per id, the text ``pieces`` (both as
     llama.cpp's ``POST /tokenize`` with ``with_pieces`` gives them)."""
 
     ids: tuple[int, ...]
     pieces: tuple[str, ...]
 
-    def __add__(self, other: Tokens) -> Tokens:
-        return Tokens(ids=self.ids + other.ids, pieces=self.pieces + other.pieces)
+    def __add__(self, other: TokenizedText) -> TokenizedText:
+        return TokenizedText(ids=self.ids + other.ids, pieces=self.pieces + other.pieces)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -206,7 +206,7 @@ def first_divergence(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
-def window(tokens: Tokens, position: int, size: int = WINDOW_TOKENS) -> str:
+def window(tokens: TokenizedText, position: int, size: int = WINDOW_TOKENS) -> str:
     """The text of the tokens ``[position - size, position + size)`` (clipped to the sequence),
     the pieces joined; ``""`` for an empty range."""
     start = max(0, position - size)
@@ -241,9 +241,9 @@ def classify_loss(
     *,
     expected: int,
     reused: int,
-    old_prompt: Tokens,
-    generated: Tokens,
-    new_prompt: Tokens,
+    old_prompt: TokenizedText,
+    generated: TokenizedText,
+    new_prompt: TokenizedText,
     edited: str | None,
     held_tokens: int | None = None,
     n_ctx: int | None = None,

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..client import Client
-from ..errors import InferError, SlotError
+from ..errors import ColdFork, InferError, SlotError
 from ..events import Hook
 from ..records import SESSION_ID, TurnEnd, User
 from ..session import Session
@@ -33,11 +33,6 @@ from ..session import Session
 __all__ = ["ColdFork", "SlotFile", "SlotStore", "WarmStart", "warm_fork"]
 
 _FILE = re.compile(rf"(?P<session>{SESSION_ID.pattern})\.turn-(?P<turn>[0-9]+)\.bin")
-
-
-class ColdFork(UserWarning):
-    """A fork runs without its parent's prompt cache: no slot holds the prefix and no saved
-    slot could be restored (the message says why)."""
 
 
 @dataclass(frozen=True)

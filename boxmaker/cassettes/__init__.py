@@ -9,7 +9,7 @@ The parts, one role each:
   ``Accept`` and ``Content-Type``; the request's credentials, the ``Authorization`` token
   among them, wherever they appear; credential-like query parameters and JSON fields);
 - :mod:`~boxmaker.cassettes`: requests match on method, path and body compared as
-  parsed JSON; :func:`first_difference` names where two bodies differ;
+  parsed JSON; :func:`first_body_difference` names where two bodies differ;
 - :mod:`~boxmaker.cassettes`: :func:`use_cassette` and :func:`make_vcr`, a streaming
   record/replay patch of the httpx transports, sync and async (the widgets, Stop and the
   thinking cap see the stream as it arrives while it is recorded);
@@ -50,7 +50,7 @@ from ._inspection import (
     recorded_session,
     transcript,
 )
-from ._matching import MISSING, first_difference
+from ._matching import MISSING, first_body_difference
 from ._scrub import (
     API_KEY_PLACEHOLDER,
     SECRET_FIELDS,
@@ -87,7 +87,7 @@ __all__ = [
     "UnrecordedRequest",
     "WhatIf",
     "check_prefix",
-    "first_difference",
+    "first_body_difference",
     "load_interactions",
     "make_vcr",
     "prefix_problems",

@@ -22,7 +22,7 @@ from ..client import StreamDecoder
 from ..config import Config, SamplingConfig, SlotsConfig, ThinkingConfig
 from ..errors import BoxmakerError, CassetteError, InferError
 from ..tools import canonical_arguments
-from ._matching import describe_difference, first_difference, parse_body
+from ._matching import describe_difference, first_body_difference, parse_body
 from ._serializer import compact, load_interactions
 
 __all__ = [
@@ -305,7 +305,7 @@ def _breaks(chats: Sequence[tuple[int, Any]]) -> list[str]:
             problems.append(f"{what}: it has {len(new)} messages, the earlier one {len(old)}")
             continue
         for i, (a, b) in enumerate(zip(old, new, strict=False)):
-            found = first_difference(a, b, f"messages[{i}]")
+            found = first_body_difference(a, b, f"messages[{i}]")
             if found:
                 problems.append(f"{what}: {describe_difference(found)}")
                 break
@@ -313,7 +313,7 @@ def _breaks(chats: Sequence[tuple[int, Any]]) -> list[str]:
                 problems.append(f"{what}: messages[{i}] has its keys in another order")
                 break
         else:
-            found = first_difference(before.get("tools"), body.get("tools"), "tools")
+            found = first_body_difference(before.get("tools"), body.get("tools"), "tools")
             if found:
                 problems.append(f"{what}: the tools changed at {describe_difference(found)}")
     return problems

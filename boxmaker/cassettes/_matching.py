@@ -2,7 +2,7 @@
 
 Requests match on method, path and body compared as parsed JSON (key order and white space do
 not matter; host and port do not, so a recording from one embedded server replays against
-another URL). When nothing matches, :func:`first_difference` names the first differing place,
+another URL). When nothing matches, :func:`first_body_difference` names the first differing place,
 e.g. ``messages[5].content``.
 """
 
@@ -20,7 +20,7 @@ __all__ = [
     "MISSING",
     "body_for_matching",
     "describe_difference",
-    "first_difference",
+    "first_body_difference",
     "json_body_matcher",
     "parse_body",
     "short",
@@ -29,7 +29,7 @@ __all__ = [
 _MISSING = object()
 
 
-def first_difference(recorded: Any, sent: Any, where: str = "") -> tuple[str, Any, Any] | None:
+def first_body_difference(recorded: Any, sent: Any, where: str = "") -> tuple[str, Any, Any] | None:
     """Where two JSON values first differ: ``(place, recorded_part, sent_part)`` or ``None``.
 
     ``place`` is a path such as ``messages[5].content`` (``""`` for the whole value). Mappings
@@ -45,7 +45,7 @@ def first_difference(recorded: Any, sent: Any, where: str = "") -> tuple[str, An
             a, b = recorded.get(key, _MISSING), sent.get(key, _MISSING)
             if a is _MISSING or b is _MISSING:
                 return place, a, b
-            found = first_difference(a, b, place)
+            found = first_body_difference(a, b, place)
             if found:
                 return found
         return None
@@ -56,7 +56,7 @@ def first_difference(recorded: Any, sent: Any, where: str = "") -> tuple[str, An
                 a = recorded[i] if i < len(recorded) else _MISSING
                 b = sent[i] if i < len(sent) else _MISSING
                 return place, a, b
-            found = first_difference(recorded[i], sent[i], place)
+            found = first_body_difference(recorded[i], sent[i], place)
             if found:
                 return found
         return None
@@ -66,7 +66,7 @@ def first_difference(recorded: Any, sent: Any, where: str = "") -> tuple[str, An
 
 
 MISSING = _MISSING
-"""The marker :func:`first_difference` puts where one side has no such key or index."""
+"""The marker :func:`first_body_difference` puts where one side has no such key or index."""
 
 
 def parse_body(body: Any) -> Any:
@@ -91,7 +91,7 @@ def short(value: Any) -> str:
 
 
 def describe_difference(found: tuple[str, Any, Any]) -> str:
-    """A :func:`first_difference` result in words: ``place (recorded 'a', sent 'b')``."""
+    """A :func:`first_body_difference` result in words: ``place (recorded 'a', sent 'b')``."""
     place, recorded, sent = found
     return f"{place or 'the whole body'} (recorded {short(recorded)}, sent {short(sent)})"
 
@@ -109,7 +109,7 @@ def json_body_matcher(ignore: Sequence[str]) -> Callable[[VcrRequest, VcrRequest
     (raises AssertionError naming the first differing place)."""
 
     def json_body(r1: VcrRequest, r2: VcrRequest) -> None:
-        found = first_difference(
+        found = first_body_difference(
             body_for_matching(r2.body, ignore), body_for_matching(r1.body, ignore)
         )
         if found:

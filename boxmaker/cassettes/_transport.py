@@ -34,8 +34,13 @@ import vcr
 from vcr.request import Request as VcrRequest
 
 from ..client import SIDE_REFUSED, SIDE_REFUSED_STATUS, SIDE_REQUEST
-from ..errors import CassetteError
-from ._matching import body_for_matching, describe_difference, first_difference, json_body_matcher
+from ..errors import CassetteError, UnrecordedRequest
+from ._matching import (
+    body_for_matching,
+    describe_difference,
+    first_body_difference,
+    json_body_matcher,
+)
 from ._scrub import (
     credentials,
     hide_in_request,
@@ -64,25 +69,6 @@ exist yet, ``new_episodes`` replays what matches and records the rest, ``all`` r
 
 RECORD_MODES: tuple[RecordMode, ...] = ("none", "once", "new_episodes", "all")
 """The record modes, in the order ``--record-mode`` lists them."""
-
-
-class UnrecordedRequest(CassetteError):
-    """A request that matched no recorded interaction in a replay-only cassette.
-
-    A :class:`~boxmaker.errors.CassetteError`; the message names the cassette, the request's
-    number and the first differing place in its body.
-
-    Attributes:
-        number: the request's number among the requests made inside the cassette (from 1).
-        method: its HTTP method.
-        path: its URL path (``/v1/chat/completions``, ``.../control``).
-    """
-
-    def __init__(self, message: str, *, number: int, method: str, path: str) -> None:
-        super().__init__(message)
-        self.number = number
-        self.method = method
-        self.path = path
 
 
 def make_vcr(record_mode: RecordMode = "none", *, ignore_body_keys: Sequence[str] = ()) -> vcr.VCR:
@@ -256,7 +242,7 @@ class _Run:
         for i in unplayed:
             recorded = cassette.data[i][0]
             if recorded.method == vreq.method and recorded.path == vreq.path:
-                found = first_difference(
+                found = first_body_difference(
                     body_for_matching(recorded.body, self.ignore),
                     body_for_matching(vreq.body, self.ignore),
                 )

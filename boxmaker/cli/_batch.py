@@ -22,7 +22,14 @@ __all__ = ["run_batch_command", "run_compare", "run_score"]
 
 
 def run_batch_command(args: argparse.Namespace) -> int:
-    from ..batch import TerminalProgress, describe, load_grid, load_tasks, run_batch, score_batch
+    from ..batch import (
+        TerminalProgress,
+        describe_progress,
+        load_grid,
+        load_tasks,
+        run_batch,
+        score_batch,
+    )
 
     config = load_config(args.config) if args.config else Config()
     grid = load_grid(args.grid) if args.grid else None
@@ -64,7 +71,7 @@ def run_batch_command(args: argparse.Namespace) -> int:
             return 130
         finally:
             progress.close()
-    print(describe(result))
+    print(describe_progress(result))
     for run, reason in result.failures:
         print(terminal_safe(f"failed {run}: {reason}"))  # a server's error body among them
     _say_warm(args.dir)

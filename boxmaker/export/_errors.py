@@ -1,12 +1,7 @@
-"""The exporters' error."""
+"""The exporters' error (defined in :mod:`boxmaker.errors`, with every other)."""
 
 from __future__ import annotations
 
-from ..errors import BoxmakerError
+from ..errors import ExportError
 
 __all__ = ["ExportError"]
-
-
-class ExportError(BoxmakerError):
-    """An export cannot run or failed: an optional library is missing (the message names the
-    extra to install), or a receiver refused the data (its status and words kept)."""

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import pandas as pd
 
-from ..errors import BoxmakerError
+from ..errors import EngineError
 from ..records import LIMIT_KINDS, SCHEMA_VERSION, parse_time
 from ..session import ENDING_LIMITS, KNOWN_TYPES, Log, LogReadWarning, Session, open_log
 from ..session._sources import vet_logs
@@ -58,11 +58,6 @@ if TYPE_CHECKING:
     import duckdb
 
 __all__ = ["FRAME_SQL", "EngineError", "connect", "frame", "query"]
-
-
-class EngineError(BoxmakerError):
-    """The DuckDB engine cannot run: ``duckdb`` is not installed (``pip install
-    'boxmaker[duckdb]'``), or an ad-hoc query failed (DuckDB's message kept)."""
 
 
 _FIELDS: dict[str, str] = {

@@ -16,6 +16,7 @@ from datetime import datetime
 from itertools import chain, compress, repeat
 from typing import Annotated, Any, Literal
 
+from ..errors import RecordError
 from . import _types
 from ._types import TIME_RANGE, TYPE_OF, AtLeast, Baseline, time_problem
 
@@ -33,15 +34,6 @@ __all__ = [
 
 _INT64 = (-(2**63), 2**63 - 1)
 """The range of every integer (pandas' ``Int64``, the frames' integer dtype)."""
-
-
-class RecordError(ValueError):
-    """A log line breaks the rule of :data:`RULES`; ``index`` is the line's position in the
-    list checked (the message names the record type, field and value)."""
-
-    def __init__(self, message: str, index: int) -> None:
-        super().__init__(message)
-        self.index = index
 
 
 class _Absent:

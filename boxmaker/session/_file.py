@@ -38,17 +38,13 @@ from pathlib import Path
 from typing import Any
 
 from .. import _json
-from ..errors import LogBusy, SessionError
+from ..errors import LogBusy, LogReadWarning, SessionError
 from ..records import SCHEMA_VERSION, SESSION_ID, RecordError, check_baseline, check_records
 from ._groups import GROUP_MARK, GroupError, whole_groups
 from ._migrations import upgrade
 from ._safe import open_fresh, open_owned
 
 __all__ = ["LogData", "LogReadWarning", "LogWriter", "dumps_line", "read_log", "upgrade_log"]
-
-
-class LogReadWarning(UserWarning):
-    """A session log, or part of one, could not be read; the message names file and line."""
 
 
 @dataclass(frozen=True)

@@ -44,8 +44,8 @@ __all__ = [
     "KNOWN_TYPES",
     "Call",
     "CallSource",
-    "Completion",
     "Reading",
+    "Request",
     "Turn",
     "copied_records",
     "inferred_outcome",
@@ -86,7 +86,7 @@ CALL_SOURCES: tuple[CallSource, ...] = ("ran", "not_run", "replayed", "edited")
 """What answered a tool call (:attr:`Call.source`)."""
 
 
-class Completion(NamedTuple):
+class Request(NamedTuple):
     """One completion (a ``Usage`` record) of a log.
 
     Attributes:
@@ -164,7 +164,7 @@ class Turn(NamedTuple):
     outcome: str
     detail: str | None
     status: int | None
-    completions: tuple[Completion, ...]
+    completions: tuple[Request, ...]
     calls: tuple[Call, ...]
     limits: tuple[tuple[int, int], ...]
     losses: tuple[tuple[int, int], ...]
@@ -320,7 +320,7 @@ def _turn(
 ) -> tuple[Turn, int, Any]:
     """One turn ``records[start:stop]``; returns it, the session's latest completion after it
     and the latest time of a known record."""
-    completions: list[Completion] = []
+    completions: list[Request] = []
     calls: list[Call] = []
     limits: list[tuple[int, int]] = []
     losses: list[tuple[int, int]] = []
@@ -346,7 +346,7 @@ def _turn(
             request += 1
             count = None if assistant is None else len(records[assistant].get("tool_calls") or ())
             in_turn = len(completions) + 1 if number is not None else None
-            completions.append(Completion(request, in_turn, i, assistant, count, i < copied))
+            completions.append(Request(request, in_turn, i, assistant, count, i < copied))
             assistant = None
         elif kind == "tool_result":
             approval = approvals.pop(rec["call"], None)

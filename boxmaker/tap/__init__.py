@@ -20,7 +20,7 @@ from ._cassette import Recorded, TapCassette
 from ._log import Exchange, TapLog
 from ._proxy import HOP_BY_HOP, Tap, make_app
 from ._whatif import LogWhatIf, what_if_log
-from ._wire import ANTHROPIC_PATHS, CHAT_PATHS, Reply, anthropic_body, message_key, read_reply
+from ._wire import ANTHROPIC_PATHS, CHAT_PATHS, WireReply, anthropic_body, message_key, read_reply
 
 __all__ = [
     "ANTHROPIC_PATHS",
@@ -29,10 +29,10 @@ __all__ = [
     "Exchange",
     "LogWhatIf",
     "Recorded",
-    "Reply",
     "Tap",
     "TapCassette",
     "TapLog",
+    "WireReply",
     "anthropic_body",
     "make_app",
     "message_key",

@@ -64,7 +64,7 @@ from ._traffic import Traffic
 from ._wire import (
     ANTHROPIC_PATHS,
     CHAT_PATHS,
-    Reply,
+    WireReply,
     anthropic_body,
     message_key,
     read_reply,
@@ -411,7 +411,7 @@ class TapLog:
         exchange: Exchange,
         body: dict[str, Any],
         msgs: Sequence[Mapping[str, Any]],
-        reply: Reply,
+        reply: WireReply,
     ) -> list[Record]:
         if reply.assistant is None:
             why = reply.error or "no answer"

@@ -4,7 +4,7 @@ llama-server answers OpenAI chat completions (``POST /v1/chat/completions``, als
 ``/chat/completions``) and Anthropic messages (``POST /v1/messages``). The tap logs both in
 boxmaker's records, so it reads each request as an OpenAI-shaped body (``messages``,
 ``tools``, ``chat_template_kwargs``: what llama.cpp's template renders, and what
-:class:`boxmaker.cache.SentRequest` takes) and each answer as a :class:`Reply` (the
+:class:`boxmaker.cache.SentRequest` takes) and each answer as a :class:`WireReply` (the
 assistant message, its :class:`~boxmaker.records.Usage`, the HTTP status).
 
 Anthropic's format (docs.anthropic.com, "Messages"): ``system`` is a string or text blocks;
@@ -29,7 +29,7 @@ from ..records import Assistant, ToolCall, Usage
 __all__ = [
     "ANTHROPIC_PATHS",
     "CHAT_PATHS",
-    "Reply",
+    "WireReply",
     "anthropic_body",
     "message_key",
     "read_reply",
@@ -162,7 +162,7 @@ def anthropic_body(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Reply:
+class WireReply:
     """One answer as the log keeps it: ``assistant`` (``None`` when no message came: an
     error, a disconnect before the first event), ``usage`` (``None`` likewise), ``error``
     (what failed, in words, ``None`` for a finished answer), ``status`` (the HTTP status,
@@ -176,8 +176,8 @@ class Reply:
 
 def read_reply(
     body: bytes, *, status: int | None, anthropic: bool, streamed: bool, error: str | None
-) -> Reply:
-    """Read an upstream answer (the bytes the agent got) as a :class:`Reply`.
+) -> WireReply:
+    """Read an upstream answer (the bytes the agent got) as a :class:`WireReply`.
 
     Args:
         body: the answer's bytes (a stream cut by a disconnect: what arrived).
@@ -190,7 +190,7 @@ def read_reply(
     if status is None or status >= 400:
         text = body.decode("utf-8", "replace")[:500]
         why = error or f"HTTP {status}: {text}"
-        return Reply(assistant=None, usage=None, error=why, status=status)
+        return WireReply(assistant=None, usage=None, error=why, status=status)
     if anthropic:
         return _anthropic_reply(body, streamed=streamed, status=status, error=error)
     decoder = StreamDecoder(tool_call_deltas=False, max_event_bytes=None)
@@ -206,9 +206,9 @@ def read_reply(
         problem = problem or str(exc)
     got = decoder.chunks.partial()
     if got.content is None and got.reasoning is None and not got.tool_calls and problem:
-        return Reply(assistant=None, usage=None, error=problem, status=status)
+        return WireReply(assistant=None, usage=None, error=problem, status=status)
     assistant = Assistant(content=got.content, reasoning=got.reasoning, tool_calls=got.tool_calls)
-    return Reply(assistant=assistant, usage=got.usage_record(), error=problem, status=status)
+    return WireReply(assistant=assistant, usage=got.usage_record(), error=problem, status=status)
 
 
 def _anthropic_events(body: bytes) -> list[dict[str, Any]]:
@@ -224,7 +224,7 @@ def _anthropic_events(body: bytes) -> list[dict[str, Any]]:
     return out
 
 
-def _anthropic_reply(body: bytes, *, streamed: bool, status: int, error: str | None) -> Reply:
+def _anthropic_reply(body: bytes, *, streamed: bool, status: int, error: str | None) -> WireReply:
     blocks: list[dict[str, Any]] = []
     usage: dict[str, Any] = {}
     timings: dict[str, Any] = {}
@@ -260,7 +260,7 @@ def _anthropic_reply(body: bytes, *, streamed: bool, status: int, error: str | N
             answer = {}
         if not isinstance(answer, dict) or answer.get("type") != "message":
             why = problem or f"not an Anthropic message: {body[:200]!r}"
-            return Reply(assistant=None, usage=None, error=why, status=status)
+            return WireReply(assistant=None, usage=None, error=why, status=status)
         blocks = [dict(b) for b in answer.get("content") or () if isinstance(b, dict)]
         stop, usage = answer.get("stop_reason"), dict(answer.get("usage") or {})
         given = answer.get("timings")
@@ -292,7 +292,7 @@ def _anthropic_reply(body: bytes, *, streamed: bool, status: int, error: str | N
         completion_tokens=_count(usage.get("output_tokens")),
         finish_reason=finish,
     )
-    return Reply(assistant=assistant, usage=record, error=problem, status=status)
+    return WireReply(assistant=assistant, usage=record, error=problem, status=status)
 
 
 def _count(value: Any) -> int | None:

@@ -7,7 +7,7 @@ turn loop is not: the port owns one asyncio event loop in a background thread, h
 server's connection there, and :meth:`McpPort.request` waits for the answer on the caller's
 thread, looking at the turn's cancel switch and the server's timeout every few milliseconds.
 
-How a ``tools/call`` result becomes the port's answer (:func:`answer_of`):
+How a ``tools/call`` result becomes the port's answer (:func:`mcp_answer`):
 
 - text content (and the text of embedded resources) joined by newlines; with no text, the
   structured content as JSON; other blocks (images, audio, links) as a short placeholder;
@@ -66,7 +66,7 @@ from ._ports import ToolAnswer, ToolFailed, ToolHints, ToolOk, ToolRequest
 from ._registry import Registry
 from ._stdio import stdio_transport
 
-__all__ = ["McpPort", "McpTool", "answer_of", "hints_of"]
+__all__ = ["McpPort", "McpTool", "hints_of", "mcp_answer"]
 
 log = logging.getLogger("boxmaker.tools.mcp")
 
@@ -102,7 +102,7 @@ def hints_of(annotations: ToolAnnotations | None) -> ToolHints:
     )
 
 
-def answer_of(result: CallToolResult, tool: McpTool, server: McpServerConfig) -> ToolAnswer:
+def mcp_answer(result: CallToolResult, tool: McpTool, server: McpServerConfig) -> ToolAnswer:
     """The port's answer to a ``tools/call`` result (see the module docstring for the rules)."""
     parts: list[str] = []
     for block in result.content:
@@ -385,7 +385,7 @@ class McpPort:
                 why = _reason(exc) + said
                 message = f"{server.name} failed during the call: {why}; it is restarted"
                 return ToolFailed(message=message, server=server.name)
-            return answer_of(result, tool, server)
+            return mcp_answer(result, tool, server)
 
     def close(self) -> None:
         """Shut every server connection down (stdio servers exit), then the event loop."""

@@ -21,10 +21,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from boxmaker.batch import BatchProgress, Task, frames, load_grid, load_tasks, manifest, run_batch
+from boxmaker.batch import (
+    BatchProgress,
+    BatchView,
+    Task,
+    frames,
+    load_grid,
+    load_tasks,
+    manifest,
+    run_batch,
+)
 from boxmaker.batch._plan import MANIFEST, Manifest, expand, log_state, read_manifest
 from boxmaker.batch._run import discover_slots
-from boxmaker.batch._view import BatchView
 from boxmaker.cli import main
 from boxmaker.config import ClientConfig, Config, LoopLimits
 from boxmaker.demo import demo_registry

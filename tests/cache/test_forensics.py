@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from boxmaker.cache import (
     CAUSES,
     CacheForensics,
-    Tokens,
+    TokenizedText,
     cache_loss,
     classify_loss,
     explain_log,
@@ -42,8 +42,8 @@ from boxmaker.view import ConsoleView
 # --- pure: divergence and classification ----------------------------------------------------
 
 
-def toks(text: str) -> Tokens:
-    return Tokens(ids=tuple(ord(c) for c in text), pieces=tuple(text))
+def toks(text: str) -> TokenizedText:
+    return TokenizedText(ids=tuple(ord(c) for c in text), pieces=tuple(text))
 
 
 @given(st.lists(st.integers(0, 3)), st.lists(st.integers(0, 3)))
@@ -458,7 +458,9 @@ def test_template_server_reads_byte_pieces_and_refuses_odd_answers() -> None:
         return httpx.Response(200, json={"nothing": 1})
 
     server = TemplateServer("http://llama.test", transport=httpx.MockTransport(handler))
-    assert server.tokenize("x", add_special=False) == Tokens(ids=(5, 6), pieces=("é", "\ufffd"))
+    assert server.tokenize("x", add_special=False) == TokenizedText(
+        ids=(5, 6), pieces=("é", "\ufffd")
+    )
     assert server.n_ctx() is None
     with pytest.raises(Exception, match="no 'prompt' string"):
         server.render(SentRequest(messages=({"role": "user", "content": "q"},)))
@@ -583,8 +585,8 @@ ids = st.lists(st.integers(0, 3), max_size=12)
 def test_any_loss_gets_a_known_cause_at_the_first_divergence(
     old: list[int], gen: list[int], new: list[int], expected: int, reused: int, edited: bool
 ) -> None:
-    def t(xs: list[int]) -> Tokens:
-        return Tokens(ids=tuple(xs), pieces=tuple(str(x) for x in xs))
+    def t(xs: list[int]) -> TokenizedText:
+        return TokenizedText(ids=tuple(xs), pieces=tuple(str(x) for x in xs))
 
     found = classify_loss(
         expected=expected,

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import yaml
 
-from boxmaker.cassettes import MISSING, first_difference, serializer, use_cassette
+from boxmaker.cassettes import MISSING, first_body_difference, serializer, use_cassette
 from boxmaker.client import Client
 from boxmaker.config import ClientConfig
 from boxmaker.errors import CassetteError, StreamCut
@@ -209,13 +209,13 @@ def test_the_api_key_never_reaches_the_file_and_replay_still_matches(tmp_path: P
 def test_first_difference_names_the_place() -> None:
     a = {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}
     b = {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "c"}]}
-    assert first_difference(a, b) == ("messages[1].content", "b", "c")
-    assert first_difference(a, json.loads(json.dumps(a))) is None
-    assert first_difference({"x": 1, "y": 2}, {"y": 2, "x": 1}) is None  # key order
+    assert first_body_difference(a, b) == ("messages[1].content", "b", "c")
+    assert first_body_difference(a, json.loads(json.dumps(a))) is None
+    assert first_body_difference({"x": 1, "y": 2}, {"y": 2, "x": 1}) is None  # key order
     shorter = {"messages": a["messages"][:1]}
-    assert first_difference(a, shorter) == ("messages[1]", a["messages"][1], MISSING)
-    assert first_difference({"x": 1}, {"x": 1, "tools": []}) == ("tools", MISSING, [])
-    assert first_difference(None, {"x": 1}) == ("", None, {"x": 1})
+    assert first_body_difference(a, shorter) == ("messages[1]", a["messages"][1], MISSING)
+    assert first_body_difference({"x": 1}, {"x": 1, "tools": []}) == ("tools", MISSING, [])
+    assert first_body_difference(None, {"x": 1}) == ("", None, {"x": 1})
 
 
 def test_no_match_when_everything_was_played(tmp_path: Path) -> None:
