@@ -11,6 +11,12 @@ memory, the default) and DuckDB (``engine="duckdb"``, the ``duckdb`` extra: the 
 values, SQL over the same validated records, past memory); :func:`connect` gives the frames as
 DuckDB views and :func:`query` runs ad-hoc SQL over them.
 
+The logs come from the one source iterator (:func:`boxmaker.session.read_logs`) and their turns
+from the one split (:func:`boxmaker.session.split_turns`), as in every other view. A value the
+server did not send is ``<NA>``, never 0, and so is a total or a ratio over one (see each
+column's doc in :func:`describe`); a figure the server sent another way is taken from there
+(``prompt_tokens`` from OpenAI ``usage`` where there are no ``timings``).
+
 Public submodules: :mod:`boxmaker.frames.plots` (matplotlib figures) and
 :mod:`boxmaker.frames.report` (``boxmaker report``: text tables or HTML).
 """
