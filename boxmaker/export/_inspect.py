@@ -73,14 +73,38 @@ def _messages(log: Log) -> list[Any]:
     return out
 
 
+MAX_NESTING = 64
+"""The deepest arguments an Inspect sample holds parsed: deeper ones (a model that nested
+100,000 brackets: a RecursionError inside the exporter) are kept whole as text."""
+
+
 def _arguments(text: str) -> dict[str, Any]:
-    """The model's arguments text as a dict (Inspect's shape); text that is not a JSON object
-    is kept whole under ``"_text"``."""
+    """The model's arguments text as a dict (Inspect's shape); text that is not a JSON object,
+    or nests deeper than :data:`MAX_NESTING`, is kept whole under ``"_text"``."""
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {"_text": text}
-    return value if isinstance(value, dict) else {"_text": text}
+    if not isinstance(value, dict) or _depth(value) > MAX_NESTING:
+        return {"_text": text}
+    return value
+
+
+def _depth(value: Any) -> int:
+    """How deep a JSON value nests (a scalar 0), without recursion."""
+    deepest, todo = 0, [(value, 1)] if isinstance(value, dict | list) else []
+    while todo:
+        item, level = todo.pop()
+        children = (
+            item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        )
+        for child in children:
+            if isinstance(child, dict | list):
+                if level + 1 > MAX_NESTING:
+                    return level + 1
+                todo.append((child, level + 1))
+        deepest = max(deepest, level)
+    return deepest
 
 
 def _scores(source: Source) -> dict[str, dict[str, Any]]:

@@ -38,6 +38,7 @@ is constructed once.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, NamedTuple, TypeAlias
 
@@ -93,11 +94,28 @@ def _array(values: list[Any], column: Column) -> Any:
             fixed = pd.Series([parse_time(t) for t in texts[missed]], index=texts.index[missed])
             times[missed] = fixed.astype(_dtype(TIME))
         return times.array
+    if column.dtype in ("category", "string"):
+        values = _encodable(values)
     if column.dtype == "category":
         known = list(column.categories)
         extra = sorted(set(values) - set(known) - {None})
         return pd.Categorical(values, categories=pd.Index(known + extra, dtype="str"))
     return pd.array(values, dtype=_dtype(column.dtype))
+
+
+def _encodable(values: list[Any]) -> list[Any]:
+    """``values`` with each lone UTF-16 surrogate (a JSON ``\\ud800`` escape the session
+    reads) as U+FFFD, as the DuckDB engine reads them: pandas' string storage holds UTF-8
+    only. One pass of C when no text has one (the usual case)."""
+    texts = [v for v in values if type(v) is str]
+    try:
+        "".join(texts).encode("utf-8")
+    except UnicodeEncodeError:
+        return [_LONE.sub("\ufffd", v) if type(v) is str else v for v in values]
+    return values
+
+
+_LONE = re.compile("[\ud800-\udfff]")
 
 
 def _base(rows: Rows, frame: str) -> pd.DataFrame:

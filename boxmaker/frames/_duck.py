@@ -35,6 +35,7 @@ time form DuckDB does not read (an ISO week date, say) is read by
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
@@ -52,6 +53,7 @@ from ..errors import EngineError
 from ..records import LIMIT_KINDS, SCHEMA_VERSION, parse_time
 from ..session import ENDING_LIMITS, KNOWN_TYPES, Log, LogReadWarning, Session, open_log
 from ..session._sources import vet_logs
+from ..session._turns import backwards
 from ._columns import COLUMNS, TIME, TURN_OUTCOMES, Column
 
 if TYPE_CHECKING:
@@ -519,9 +521,10 @@ def connect(
             :class:`~boxmaker.session.Session`, or a list of these).
         memory_limit: DuckDB's ``memory_limit`` (e.g. ``"1GB"``; ``None``: DuckDB's default,
             80% of RAM); past it DuckDB spills to ``temp_directory``.
-        temp_directory: where DuckDB spills (``None``: ``boxmaker-duckdb-<pid>`` in the
-            system's temporary directory, never the current one; DuckDB removes its files
-            when the connection closes).
+        temp_directory: where DuckDB spills (``None``: a private folder of this process in
+            the system's temporary directory, made by :func:`tempfile.mkdtemp`, mode 0700,
+            removed at exit; never the current one; DuckDB removes its files when the
+            connection closes).
         workers: processes that read and check the logs at once (the session's rule, in
             Python, the engine's largest cost): ``None``: every CPU this process may use when
             the logs hold at least 64 MiB in two or more files, else this process; 1: this
@@ -584,9 +587,7 @@ def connect(
         # frames show their reading's progress on stderr instead (vet_logs)
         con.execute("SET enable_progress_bar = false")
         con.execute("SET enable_progress_bar_print = false")  # even if a query turns it on
-        spill = temp_directory or os.path.join(
-            tempfile.gettempdir(), f"boxmaker-duckdb-{os.getpid()}"
-        )
+        spill = temp_directory or _private_spill()
         con.execute("SET temp_directory = ?", [spill])
         if memory_limit is not None:
             con.execute(f"SET memory_limit = '{memory_limit}'")
@@ -599,8 +600,26 @@ def connect(
         shutil.rmtree(scratch, ignore_errors=True)
     for name, sql in FRAME_SQL.items():
         con.execute(f"CREATE VIEW {name} AS {sql}")
+    backward = "SELECT g.path, t.turn FROM turns t JOIN logs g ON g._l = t._l WHERE t.wall_ms < 0"
+    for path, turn in con.execute(f"{backward} ORDER BY t._l, t.turn").fetchall():
+        warnings.warn(backwards(path, turn), LogReadWarning, stacklevel=2)
     connection: duckdb.DuckDBPyConnection = con
     return connection
+
+
+_SPILL: list[str] = []
+"""This process's private spill folder, made once (see :func:`_private_spill`)."""
+
+
+def _private_spill() -> str:
+    """A spill folder of this process's own: made by :func:`tempfile.mkdtemp` (mode 0700, a
+    new name, never a path someone planted a link at: ``<tmp>/boxmaker-duckdb-<pid>`` was),
+    removed when the process exits."""
+    if not _SPILL:
+        made = tempfile.mkdtemp(prefix="boxmaker-duckdb-")
+        atexit.register(shutil.rmtree, made, True)
+        _SPILL.append(made)
+    return _SPILL[0]
 
 
 _Head: TypeAlias = tuple[

@@ -97,6 +97,8 @@ class Rows:
             write(self, place, reading)
         for frame, recs in self.taken.items():
             _take(recs, self.getters[frame])
+        for problem in reading.problems:
+            warnings.warn(problem, LogReadWarning, stacklevel=5)
         if reading.unknown:
             kinds = ", ".join(sorted(reading.unknown))
             warnings.warn(

@@ -30,6 +30,7 @@ from ._codec import (
     records_from_json,
 )
 from ._rules import (
+    COUNT_TIMINGS,
     COUNTS,
     RULES,
     SESSION_ID,
@@ -43,6 +44,8 @@ from ._types import (
     APPROVAL_DECISIONS,
     FORK_POINTS,
     LIMIT_KINDS,
+    MAX_MS,
+    MAX_TOKENS,
     NOT_RUN_REASONS,
     RESULT_SOURCES,
     SCHEMA_VERSION,
@@ -81,8 +84,11 @@ from ._usage import UsageTokens, usage_tokens
 __all__ = [
     "APPROVAL_DECISIONS",
     "COUNTS",
+    "COUNT_TIMINGS",
     "FORK_POINTS",
     "LIMIT_KINDS",
+    "MAX_MS",
+    "MAX_TOKENS",
     "NOT_RUN_REASONS",
     "RESULT_SOURCES",
     "RULES",

@@ -18,10 +18,11 @@ from typing import Annotated, Any, Literal
 
 from ..errors import RecordError
 from . import _types
-from ._types import TIME_RANGE, TYPE_OF, AtLeast, Baseline, time_problem
+from ._types import MAX_MS, MAX_TOKENS, TIME_RANGE, TYPE_OF, AtLeast, Baseline, time_problem
 
 __all__ = [
     "COUNTS",
+    "COUNT_TIMINGS",
     "RULES",
     "SESSION_ID",
     "FieldRule",
@@ -60,6 +61,7 @@ class FieldRule:
             a number.
         values: for a ``Literal``: the strings allowed; ``None`` otherwise.
         minimum: numbers are never below it (:data:`Tokens`, :data:`Millis`: 0).
+        maximum: numbers are never above it (:data:`MAX_TOKENS`, :data:`MAX_MS`).
         time: a time: ISO 8601 with a UTC offset, within :data:`TIME_RANGE`.
         items: a list whose elements are JSON objects checked by these rules (``tool_calls``:
             :class:`ToolCall`'s), ``()`` for objects of any shape (``tools``); ``None``: no list.
@@ -74,6 +76,7 @@ class FieldRule:
     types: frozenset[type]
     values: frozenset[str] | None = None
     minimum: int | None = None
+    maximum: float | None = None
     time: bool = False
     items: tuple[FieldRule, ...] | None = None
     measurements: bool = False
@@ -94,7 +97,8 @@ def _rule(name: str, hint: Any, required: bool) -> FieldRule:
             continue
         if typing.get_origin(member) is Annotated:
             member, *meta = typing.get_args(member)
-            options["minimum"] = next(m.minimum for m in meta if isinstance(m, AtLeast))
+            bound = next(m for m in meta if isinstance(m, AtLeast))
+            options["minimum"], options["maximum"] = bound.minimum, bound.maximum
         origin, args = typing.get_origin(member), typing.get_args(member)
         if origin is Literal:
             allowed.add(str)
@@ -128,6 +132,8 @@ def _rule(name: str, hint: Any, required: bool) -> FieldRule:
         words.append("null")
     if options.get("minimum") is not None:
         words[0] += f" >= {options['minimum']}"
+    if options.get("maximum") is not None:
+        words[0] += f" and <= {int(options['maximum'])}"
     return FieldRule(name, required, frozenset(allowed), want=" or ".join(words), **options)
 
 
@@ -178,8 +184,9 @@ through it, so they accept and refuse the same logs:
 - a ``Literal`` allows its strings only: :data:`LimitKind`, :data:`TurnEndOutcome`,
   :data:`NotRunReason`, :data:`ApprovalDecision` (a value a newer version added is refused,
   naming it: read such a log with that version);
-- :data:`Tokens` and :data:`Millis` are never negative; ``timings`` values are measurements
-  (:func:`is_measurement`);
+- :data:`Tokens` and :data:`Millis` are never negative nor past :data:`MAX_TOKENS` and
+  :data:`MAX_MS` (absurd values: a sum of them could leave 64 bits, an export overflow);
+  ``timings`` values are measurements (:func:`is_measurement`: its token counts integers);
 - a time is ISO 8601 with a UTC offset within :data:`TIME_RANGE`;
 - ``tool_calls`` are objects with ``id``, ``name``, ``arguments`` strings; baseline ``tools``
   are objects; the session id matches :data:`SESSION_ID`.
@@ -197,12 +204,15 @@ COUNTS = frozenset(
 never negative, for the session and the frames alike (from :data:`Tokens` in the hints)."""
 
 
-def is_measurement(value: object) -> bool:
-    """``value`` can be a llama.cpp timing (a count or a duration): a finite int or float, zero
-    or more (not a bool), an int within 64 bits. The one rule of the session and the frames for
+def is_measurement(value: object, key: str | None = None) -> bool:
+    """``value`` can be a llama.cpp timing: a count (a ``key`` of :data:`COUNT_TIMINGS`: an
+    int from 0 to :data:`MAX_TOKENS`) or another timing (a finite int or float from 0 to
+    :data:`MAX_MS`; never a bool). The one rule of the session and the frames for
     ``timings``."""
-    return (type(value) is int and 0 <= value <= _INT64[1]) or (
-        type(value) is float and math.isfinite(value) and value >= 0
+    if key in COUNT_TIMINGS:
+        return type(value) is int and 0 <= value <= MAX_TOKENS
+    return (type(value) is int and 0 <= value <= MAX_MS) or (
+        type(value) is float and math.isfinite(value) and 0 <= value <= MAX_MS
     )
 
 
@@ -284,7 +294,7 @@ def _problem(rule: FieldRule, values: list[Any], label: str) -> tuple[int, str] 
     if rule.time:
         return _time_problem(values, label)
     if rule.measurements:
-        return _inner(values, label, _MEASUREMENT)
+        return _inner(values, label, _MEASUREMENT) or _counts_problem(values, label)
     if rule.items is not None:
         return _inner(values, label, rule.items)
     return None
@@ -309,6 +319,8 @@ def _suspect(rule: FieldRule, values: list[Any], kinds: set[type]) -> bool:
             return True
         if rule.minimum is not None and lo < rule.minimum:
             return True
+        if rule.maximum is not None and hi > rule.maximum:
+            return True
     if rule.values is not None and not set(values) <= rule.values | _NULLS:
         return True
     return rule.pattern is not None and str in kinds
@@ -324,6 +336,9 @@ def _checks(rule: FieldRule) -> list[tuple[Callable[[Any], bool], str]]:
     ]
     if least is not None:
         out.append((lambda v: type(v) not in _NUMBERS or v >= least, number))
+    most = rule.maximum
+    if most is not None:
+        out.append((lambda v: type(v) not in _NUMBERS or v <= most, f"is not {rule.want}"))
     if allowed is not None:
         out.append((lambda v: type(v) is not str or v in allowed, f"is not {rule.want}"))
     if pattern is not None:
@@ -333,8 +348,36 @@ def _checks(rule: FieldRule) -> list[tuple[Callable[[Any], bool], str]]:
 
 
 _MEASUREMENT = FieldRule(
-    "value", True, frozenset({int, float}), minimum=0, want="a finite number >= 0"
+    "value",
+    True,
+    frozenset({int, float}),
+    minimum=0,
+    maximum=MAX_MS,
+    want=f"a finite number >= 0 and <= {int(MAX_MS)}",
 )
+
+COUNT_TIMINGS = ("cache_n", "prompt_n", "predicted_n", "draft_n", "draft_n_accepted")
+"""The ``timings`` keys that count tokens: integers from 0 to :data:`MAX_TOKENS`."""
+
+_COUNT = FieldRule(
+    "value",
+    False,
+    frozenset({int}),
+    minimum=0,
+    maximum=MAX_TOKENS,
+    want=f"a count (an integer >= 0 and <= {MAX_TOKENS})",
+)
+
+
+def _counts_problem(values: list[Any], label: str) -> tuple[int, str] | None:
+    """The first token count of ``timings`` objects (one per line) that is no count: not an
+    integer (``predicted_n: 1.5``) or past :data:`MAX_TOKENS`."""
+    for key in COUNT_TIMINGS:
+        found = [v.get(key, _ABSENT) if type(v) is dict else _ABSENT for v in values]
+        bad = _problem(_COUNT, found, f"{label}.{key}")
+        if bad is not None:
+            return bad
+    return None
 
 
 def _inner(

@@ -15,6 +15,8 @@ __all__ = [
     "APPROVAL_DECISIONS",
     "FORK_POINTS",
     "LIMIT_KINDS",
+    "MAX_MS",
+    "MAX_TOKENS",
     "NAME_OF",
     "NOT_RUN_REASONS",
     "RESULT_SOURCES",
@@ -183,17 +185,28 @@ APPROVAL_DECISIONS: tuple[ApprovalDecision, ...] = typing.get_args(ApprovalDecis
 
 @dataclass(frozen=True)
 class AtLeast:
-    """``Annotated`` marker of a number field that is never below ``minimum`` (see
-    :data:`RULES`)."""
+    """``Annotated`` marker of a number field that is never below ``minimum`` nor, when
+    given, above ``maximum`` (see :data:`RULES`)."""
 
     minimum: int
+    maximum: float | None = None
 
 
-Tokens: TypeAlias = Annotated[int, AtLeast(0)]
-"""A count of tokens: an ``int`` >= 0 (the log's rule refuses a negative one)."""
+MAX_TOKENS = 2**31 - 1
+"""The most tokens one count of a log may hold (a prompt, a reply, a loss): far above any
+model's context (10M tokens), and low enough that a sum over 4 billion records cannot leave
+64 bits. A larger count is no measurement: the log's rule refuses it."""
 
-Millis: TypeAlias = Annotated[float, AtLeast(0)]
-"""A duration in milliseconds: a finite number >= 0."""
+MAX_MS = 1e10
+"""The most milliseconds (or tokens per second) one timing of a log may hold: 115 days. A
+larger one is no measurement (``1e308`` made the OTel export overflow): the rule refuses it."""
+
+Tokens: TypeAlias = Annotated[int, AtLeast(0, MAX_TOKENS)]
+"""A count of tokens: an ``int`` from 0 to :data:`MAX_TOKENS` (the log's rule refuses
+others)."""
+
+Millis: TypeAlias = Annotated[float, AtLeast(0, MAX_MS)]
+"""A duration in milliseconds: a finite number from 0 to :data:`MAX_MS`."""
 
 
 TIME_RANGE = (

@@ -47,6 +47,7 @@ __all__ = [
     "Reading",
     "Request",
     "Turn",
+    "backwards",
     "copied_records",
     "inferred_outcome",
     "split_turns",
@@ -183,6 +184,8 @@ class Reading(NamedTuple):
         ended: the time of its last record of a known type (the baseline's if none).
         turns: its turns, in order, with the records before the first one (if any) first.
         unknown: the count of records of each type this version does not know.
+        problems: what is odd in the log, in words, one message each (a turn that ends
+            before it starts: the clock went back); the readers warn them.
     """
 
     log: Log
@@ -192,6 +195,7 @@ class Reading(NamedTuple):
     ended: Any
     turns: tuple[Turn, ...]
     unknown: dict[str, int]
+    problems: tuple[str, ...] = ()
 
     @property
     def session(self) -> str:
@@ -302,7 +306,24 @@ def split_turns(log: Log) -> Reading:
         )
         turns.append(turn)
     started = fork_time if fork_time is not None else log.head.get("time")
-    return Reading(log, copied, forked, started, last_time, tuple(turns), unknown)
+    problems = tuple(
+        backwards(log.path, t.number)
+        for t in turns
+        if t.number is not None
+        and isinstance(t.started, str)
+        and isinstance(t.ended, str)
+        and parse_time(t.ended) < parse_time(t.started)
+    )
+    return Reading(log, copied, forked, started, last_time, tuple(turns), unknown, problems)
+
+
+def backwards(path: str, turn: int) -> str:
+    """The warning of a turn that ends before it starts (its ``wall_ms`` is negative): the
+    clock that wrote the log went back (an NTP step, records from two machines)."""
+    return (
+        f"{path}: turn {turn} ends before it starts (the log's clock went back): "
+        "its wall_ms is negative"
+    )
 
 
 def _turn(

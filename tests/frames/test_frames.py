@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from extras import has
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pandas.testing import assert_frame_equal
@@ -224,6 +225,7 @@ def test_turns_exact(log: Path) -> None:
             "tool_results": [1, 2, 0, 2, 0],
             "cached_tokens": [80, 275, 0, 160, 0],
             "processed_tokens": [140, 20, 0, 20, 0],
+            "prompt_tokens": [220, 295, 0, 180, 0],
             "generated_tokens": [30, 10, 0, 8, 0],
             "reasoning_tokens": [5, 0, 0, 0, 0],
             "prompt_ms": [70.0, 10.0, 0.0, 10.0, 0.0],
@@ -424,6 +426,10 @@ def test_docs_come_from_the_columns() -> None:
         assert len({c.name for c in columns}) == len(columns)
 
 
+ENGINES_HERE: tuple[frames.Engine, ...] = ("pandas", "duckdb") if has("duckdb") else ("pandas",)
+"""The frame engines installed here."""
+
+
 def write_lines(path: Path, objects: list[dict[str, Any]], tail: str = "") -> Path:
     text = "".join(json.dumps(o) + "\n" for o in objects) + tail
     path.write_text(text, encoding="utf-8")
@@ -488,7 +494,8 @@ AT = '"time": "2026-11-30T07:00:01Z"'
         ),
         (
             '{"type": "cache_loss", "expected": 1, "reused": 0, "position": "1", ' + AT + "}",
-            r"bad\.jsonl:3: cache_loss record: position = '1' is not int >= 0 or null",
+            r"bad\.jsonl:3: cache_loss record: position = '1' is not int >= 0 and <= 2147483647 "
+            "or null",
         ),
         ('{"type": "usage", "timings": {}}', r"bad\.jsonl:3: usage record without 'time'"),
         ('{"timings": {}, ' + AT + "}", r"bad\.jsonl:3: record without a 'type' string"),
@@ -827,9 +834,33 @@ def test_a_timing_that_is_no_measurement_is_judged_alike_by_session_and_frames(
     assert loaded.requests.empty
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "why"),
+    [
+        ("predicted_n", 1.5, "is not a count"),  # a count that is no integer: pandas crashed
+        ("cache_n", 2**63 - 1, "is not a"),  # DuckDB overflowed adding prompt_n
+        ("prompt_ms", 1e308, "is not a finite number >= 0 and <= 10000000000"),  # OTel overflowed
+    ],
+)
+def test_an_absurd_timing_is_refused_alike_by_session_and_frames(
+    tmp_path: Path, field: str, value: object, why: str
+) -> None:
+    """Issue 36: values the rule allowed that crashed or overflowed a reader or exporter are
+    no measurements (token counts integers up to MAX_TOKENS, times up to MAX_MS)."""
+    user = {"type": "user", "content": "x", "time": "2026-11-30T07:00:00Z"}
+    used = record_to_json(usage(0, 10, 5, 1.5))
+    used["timings"][field] = value
+    path = write_lines(tmp_path / "odd.jsonl", [HEAD, user, used])
+    with pytest.raises(SessionError, match=rf"odd\.jsonl:3: .*timings\.{field} = .* {why}"):
+        Session.open(path, read_only=True)
+    for engine in ENGINES_HERE:
+        with pytest.warns(LogReadWarning, match=r"odd\.jsonl:3: .*the log is left out"):
+            assert frames.load(path, engine=engine).requests.empty
+
+
 def test_a_negative_token_count_is_judged_alike_by_session_and_frames(tmp_path: Path) -> None:
     user = {"type": "user", "content": "x", "time": "2026-11-30T07:00:00Z"}
-    loss = {"type": "cache_loss", "expected": 10**12, "reused": -5, "time": "2026-11-30T07:00:01Z"}
+    loss = {"type": "cache_loss", "expected": 10**6, "reused": -5, "time": "2026-11-30T07:00:01Z"}
     path = write_lines(tmp_path / "neg.jsonl", [HEAD, user, loss])
     with pytest.raises(SessionError, match=r"neg\.jsonl:3: cache_loss record: reused = -5 is not"):
         Session.open(path, read_only=True)

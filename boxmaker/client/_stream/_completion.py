@@ -89,7 +89,7 @@ class Completion:
         ``usage.prompt_tokens`` / ``completion_tokens`` (``None`` when absent) and the
         ``finish_reason``."""
         return Usage(
-            timings={k: v for k, v in self.timings.items() if is_measurement(v)},
+            timings={k: v for k, v in self.timings.items() if is_measurement(v, k)},
             reasoning_tokens=self.reasoning_tokens,
             thinking_capped=self.thinking_capped,
             prompt_tokens=_int_or_none(self.usage.get("prompt_tokens")),
