@@ -61,7 +61,6 @@ log = logging.getLogger("boxmaker.client")
 __all__ = ["IGNORED_BUDGET_MARGIN", "ChatClient", "Client"]
 
 _QUEUED = Queued()
-_SSE_HEADERS = {"Accept": "text/event-stream"}
 _JSON_SSE_HEADERS = {"Accept": "text/event-stream", "Content-Type": "application/json"}
 
 
@@ -539,13 +538,7 @@ class Client:
         watch: CancelWatch | None,
         tool_call_deltas: bool,
     ) -> Completion:
-        # the body as httpx's json= writes it (compact, UTF-8), by orjson when it can
-        content = _json.dumps(payload)
-        body: dict[str, Any] = (
-            {"json": payload, "headers": _SSE_HEADERS}
-            if content is None
-            else {"content": content, "headers": _JSON_SSE_HEADERS}
-        )
+        body: dict[str, Any] = {"content": _request_body(payload), "headers": _JSON_SSE_HEADERS}
         send = functools.partial(
             self._send, body, on_event, reasoning_budget, cancel, watch, tool_call_deltas
         )
@@ -721,6 +714,25 @@ class Client:
                 body=text,
             )
         return answer.get("success") is True, text
+
+
+def _request_body(payload: dict[str, Any]) -> bytes:
+    """The JSON body of a chat request: compact UTF-8 as httpx's ``json=`` writes it (by
+    orjson when it can, :func:`boxmaker._json.dumps`); a text no UTF-8 can hold (a lone
+    surrogate, say in a user's message) is written with ``\\u`` escapes instead, so the
+    request goes out and the server judges it, never a bare ``UnicodeEncodeError``.
+
+    Raises:
+        ValueError: a ``NaN`` or infinite float in ``payload`` (as httpx's ``json=``).
+    """
+    content = _json.dumps(payload)
+    if content is not None:
+        return content
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return json.dumps(payload, separators=(",", ":"), allow_nan=False).encode()
 
 
 def _reads(response: httpx.Response) -> Iterator[bytes]:
