@@ -128,7 +128,7 @@ def usage_rows(records: Sequence[Record]) -> list[tuple[int | float, ...]]:
                     int(t.get("prompt_n", 0)),
                     int(t.get("cache_n", 0)),
                     int(t.get("predicted_n", 0)),
-                    r.reasoning_tokens,
+                    float("nan") if r.reasoning_tokens is None else r.reasoning_tokens,  # unknown
                     round(float(t.get("prompt_ms", 0.0)), 1),
                     round(float(t.get("predicted_ms", 0.0)), 1),
                 )

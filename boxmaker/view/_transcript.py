@@ -336,7 +336,7 @@ class Transcript:
         turn.prompt += int(t.get("prompt_n", 0))
         turn.cached += int(t.get("cache_n", 0))
         turn.generated += int(t.get("predicted_n", 0))
-        turn.reasoning += record.reasoning_tokens
+        turn.reasoning += record.reasoning_tokens or 0  # None: not counted (a whole answer)
         turn.ms += float(t.get("prompt_ms", 0.0)) + float(t.get("predicted_ms", 0.0))
         if record.reasoning_tokens:  # the log's count beats the number of deltas seen
             blocks = [b for b in turn.blocks if isinstance(b, ReasoningBlock)]

@@ -577,3 +577,119 @@ def test_a_lone_surrogate_in_the_user_message_goes_out_escaped(tmp_path: Path) -
     assert json.loads(sent[0])["messages"][-1]["content"] == "cut \ud83d here"
     assert b"\\ud83d" in sent[0]
     assert run_turn(session, runtime, "again").content == "ok"  # the slot's fingerprint too
+
+
+# --- usage: what the server measured, or unknown (item 2) ---------------------------------------
+
+
+def ollama(delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> dict[str, Any]:
+    """A chunk of Ollama's OpenAI-compatible stream (a role in every delta)."""
+    return {
+        "id": "chatcmpl-531",
+        "object": "chat.completion.chunk",
+        "created": 1719640000,
+        "model": "llama3",
+        "system_fingerprint": "fp_ollama",
+        "choices": [
+            {"index": 0, "delta": {"role": "assistant", **delta}, "finish_reason": finish_reason}
+        ],
+        **extra,
+    }
+
+
+def test_ollamas_zero_prompt_tokens_for_a_cached_prompt_is_unknown_with_a_note() -> None:
+    """ollama/ollama#5370: ``prompt_tokens: 0`` when the prompt was cached."""
+    usage = {"prompt_tokens": 0, "completion_tokens": 2, "total_tokens": 2}
+    texts = texts_of(
+        ollama({"content": "Hi"}),
+        ollama({"content": "!"}),
+        ollama({"content": ""}, "stop", usage=usage),
+        DONE,
+    )
+    _, completion = read(texts)
+    record = completion.usage_record()
+    assert (record.prompt_tokens, record.completion_tokens) == (None, 2)
+    assert record.note is not None and "usage.prompt_tokens 0" in record.note
+
+
+def test_impossible_and_odd_counts_are_unknown_and_named() -> None:
+    def record(usage: dict[str, Any], content: str | None = "Hi") -> Usage:
+        return Completion(
+            id="x",
+            content=content,
+            reasoning=None,
+            tool_calls=(),
+            finish_reason="stop",
+            usage=usage,
+        ).usage_record()
+
+    assert record({"prompt_tokens": 12, "completion_tokens": 0}).completion_tokens is None
+    assert record({"prompt_tokens": 12, "completion_tokens": 0}, None).completion_tokens == 0
+    odd = record({"prompt_tokens": -3, "completion_tokens": True})
+    assert (odd.prompt_tokens, odd.completion_tokens) == (None, None)
+    assert odd.note is not None and "prompt_tokens -3" in odd.note
+    assert "completion_tokens True" in odd.note
+    fine = record({"prompt_tokens": 12, "completion_tokens": 3})
+    assert (fine.prompt_tokens, fine.completion_tokens, fine.note) == (12, 3, None)
+    assert record({}).note is None  # absent is unknown without a word
+
+
+def test_running_totals_on_every_chunk_keep_the_last() -> None:
+    """vLLM's ``continuous_usage_stats`` sends the totals so far with each chunk; LiteLLM an
+    empty ``usage`` with each chunk, which changes nothing."""
+    texts = texts_of(
+        litellm(0, {"role": "assistant", "content": ""}),
+        {**litellm(0, {"content": "a"}), "usage": {"prompt_tokens": 9, "completion_tokens": 1}},
+        {**litellm(0, {"content": "b"}), "usage": {"prompt_tokens": 9, "completion_tokens": 2}},
+        {**litellm(0, {}, "stop"), "usage": {"prompt_tokens": 9, "completion_tokens": 3}},
+        litellm(0, {}),  # "usage": {} after the totals
+        DONE,
+    )
+    _, completion = read(texts)
+    assert completion.usage == {"prompt_tokens": 9, "completion_tokens": 3}
+    assert completion.usage_record().completion_tokens == 3
+
+
+def whole_answer(reasoning: str | None, details: dict[str, Any] | None) -> Completion:
+    usage: dict[str, Any] = {"prompt_tokens": 20, "completion_tokens": 63}
+    if details is not None:
+        usage["completion_tokens_details"] = details
+    message = {"role": "assistant", "content": "Hi", "reasoning_content": reasoning}
+    body = {
+        "id": "chatcmpl-w",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "usage": usage,
+    }
+    decoder = StreamDecoder()
+    decoder.feed_completion(json.dumps(body))
+    return decoder.chunks.finish()
+
+
+def test_reasoning_that_came_whole_is_counted_by_the_server_or_unknown() -> None:
+    """One ``chat.completion`` holds the reasoning in one piece: it is no count of tokens."""
+    counted = whole_answer("Let me think.", {"reasoning_tokens": 46})
+    assert (counted.whole, counted.reasoning_tokens) == (True, 46)
+    assert counted.usage_record().reasoning_tokens == 46
+    unknown = whole_answer("Let me think.", None)
+    assert unknown.usage_record().reasoning_tokens is None
+    assert whole_answer(None, None).usage_record().reasoning_tokens == 0  # none came: 0
+    streamed = read(texts_of(litellm(0, {"reasoning_content": "r"}), litellm(0, {}, "stop")))[1]
+    assert (streamed.whole, streamed.usage_record().reasoning_tokens) == (False, 1)
+
+
+def test_unknown_figures_are_null_in_the_log_and_read_back(tmp_path: Path) -> None:
+    usage = {"prompt_tokens": 0, "completion_tokens": 2}
+    texts = texts_of(ollama({"content": "Hi"}), ollama({"content": ""}, "stop", usage=usage), DONE)
+    session = run(tmp_path, texts, [], said="Hi")
+    session.close()
+    line = next(
+        json.loads(text)
+        for text in (tmp_path / f"{session.id}.jsonl").read_text().splitlines()
+        if '"usage"' in text
+    )
+    assert line["prompt_tokens"] is None and "prompt_tokens 0" in line["note"]
+    (record,) = [
+        r for r in Session.open(tmp_path / f"{session.id}.jsonl").records if isinstance(r, Usage)
+    ]
+    assert (record.prompt_tokens, record.completion_tokens) == (None, 2)

@@ -26,7 +26,7 @@ from ...events import (
 from ...records import ToolCall
 from ...tools import canonical_arguments
 from .._errors import stream_error
-from ._completion import Completion
+from ._completion import Completion, reported_reasoning
 from ._fast import FastChunks, tool_call_delta
 from ._shape import (
     LoadingBlock,
@@ -141,6 +141,9 @@ class ChunkDecoder(FastChunks):
             listens to them (the turn loop drops them; a tool-call chunk then costs no
             event); the calls are joined into the :class:`Completion` either way.
         usage: OpenAI ``usage`` so far (``{}`` if none).
+        whole: the chunk fed stands for a whole ``chat.completion``
+            (:meth:`StreamDecoder.feed_completion` sets it): its reasoning is not counted by
+            deltas (see :attr:`Completion.whole`).
     """
 
     __slots__ = (
@@ -162,6 +165,7 @@ class ChunkDecoder(FastChunks):
         "timings",
         "tool_call_deltas",
         "usage",
+        "whole",
     )
 
     def __init__(self, *, tool_call_deltas: bool = True) -> None:
@@ -175,6 +179,7 @@ class ChunkDecoder(FastChunks):
         self.thinking_capped = False
         self.timings: dict[str, float] = {}
         self.usage: dict[str, Any] = {}
+        self.whole = False
         self.reasoning_from_tag = False
         self.reasoning_in_content = False
         self.cap_warning: str | None = None
@@ -364,10 +369,12 @@ class ChunkDecoder(FastChunks):
                 self._decide(emit)
 
     def _totals(self, obj: dict[str, Any]) -> None:
-        """``timings`` and ``usage``, from the last chunk that carries them."""
-        if "timings" in obj and obj["timings"] is not None:
+        """``timings`` and ``usage``, from the last chunk that carries them (not empty:
+        LiteLLM writes ``"usage": {}`` into every chunk; servers that send running totals
+        with each chunk end with the whole figures)."""
+        if obj.get("timings"):
             self.timings = dict(self._exact(obj)["timings"])
-        if "usage" in obj and obj["usage"] is not None:
+        if obj.get("usage"):
             self.usage = dict(self._exact(obj)["usage"])
 
     def _malformed(self, obj: dict[str, Any], exc: Exception) -> InferError:
@@ -536,11 +543,14 @@ class ChunkDecoder(FastChunks):
             finish_reason=self.finish_reason,
             timings=self.timings,
             usage=self.usage,
-            reasoning_tokens=self.reasoning_tokens,
+            reasoning_tokens=(
+                (reported_reasoning(self.usage) or 0) if self.whole else self.reasoning_tokens
+            ),
             thinking_capped=self.thinking_capped,
             cap_warning=self.cap_warning,
             proxy_text=joined(self._proxy) or None,
             cap_moot=self.cap_moot,
+            whole=self.whole,
         )
 
 

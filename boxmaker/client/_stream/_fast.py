@@ -267,8 +267,8 @@ class FastChunks(ThinkTags):
             return False
         if not self.id:  # feed would take the chunk's id, or tell a proxy's note by its absence
             return False
-        if any(obj.get(key) is not None for key in ("prompt_progress", "timings", "usage")):
-            return False
+        if obj.get("prompt_progress") is not None or obj.get("timings") or obj.get("usage"):
+            return False  # (an empty timings or usage object is none, as feed reads it)
         choices = obj.get("choices")
         if choices.__class__ is not list or not choices or choices[0].__class__ is not dict:
             return False
