@@ -7,6 +7,7 @@ Tree::
     ├── InferError                an inference request failed (HTTP status and body kept)
     │   ├── StreamCut             the stream ended before finish_reason / [DONE]
     │   └── RequestCancelled      the cancel event was set; the stream was closed
+    ├── StreamStopped             a hook closed a stream on purpose (what arrived kept)
     ├── SessionError              a session log that cannot be created, read or appended
     │   └── LogBusy               another writer holds the log's lock (its pid kept)
     ├── ServerError               the embedded llama.cpp server could not start or answer
@@ -45,6 +46,7 @@ __all__ = [
     "SessionFull",
     "SlotError",
     "StreamCut",
+    "StreamStopped",
     "ToolError",
     "ToolPortError",
     "ToolsNotSupported",
@@ -108,6 +110,26 @@ class StreamCut(InferError):
 class RequestCancelled(InferError):
     """The caller's cancel event was set during the request; the stream was closed, which
     makes llama.cpp stop generating for it."""
+
+
+class StreamStopped(BoxmakerError):
+    """A hook stopped a streamed completion on purpose: raised from the ``on_event`` of
+    :meth:`boxmaker.client.Client.chat` (the turn's client-side bounds raise a subclass), it
+    makes the client close the stream (llama.cpp then stops generating), set
+    :attr:`completion` and let the exception go on.
+
+    The server ran that completion, so its caller can still record it: a completion refused
+    client-side (too many tool calls, arguments too long) is logged with its ``Assistant``
+    and ``Usage``.
+
+    Attributes:
+        completion: what had arrived when the stream was closed, a
+            :class:`boxmaker.client.Completion` (its ``finish_reason`` ``None`` unless the
+            server had sent one; no ``timings`` or ``usage`` unless they had come): set by the
+            client that closed the stream, ``None`` until then.
+    """
+
+    completion: object = None
 
 
 class SessionError(BoxmakerError):

@@ -43,7 +43,7 @@ import httpx
 
 from .. import _json
 from ..config import ClientConfig
-from ..errors import BoxmakerError, InferError, RequestCancelled, StreamCut
+from ..errors import BoxmakerError, InferError, RequestCancelled, StreamCut, StreamStopped
 from ..events import ClientEvent, Queued, Retrying, SlotWait
 from ..records import Capabilities
 from ._cancel import CancelWatch
@@ -194,7 +194,9 @@ class Client:
                 ``body``.
             on_event: called in order with each :data:`~boxmaker.events.ClientEvent`, on the
                 calling thread, while the stream is read (keep it quick; an exception it
-                raises closes the stream and propagates).
+                raises closes the stream and propagates; a
+                :class:`~boxmaker.errors.StreamStopped` gets the completion so far in its
+                ``completion``).
             reasoning_budget: reasoning tokens this completion may use, sent as llama.cpp's
                 ``thinking_budget_tokens``: the server's sampler ends reasoning exactly (at
                 most ``budget - 1`` reasoning deltas come, none for a budget of 0 or 1).
@@ -646,25 +648,30 @@ class Client:
         seen = 0  # chunks when the last data event came
         feed_sse = decoder.sse.feed
         emit = decoder.emit
-        for raw in _reads(response):
-            emit(feed_sse(raw), on_event, check)
-            if cancel is not None and cancel.is_set():  # a read of comments, or cut by the watch
-                raise _cancelled(response, chunks.chunks)
-            if chunks.done:
-                return chunks.finish()
-            if silence is not None:
-                if chunks.chunks != seen:
-                    seen = chunks.chunks
-                    quiet_since = None
-                elif quiet_since is None:
-                    quiet_since = clock()
-                elif clock() - quiet_since > silence:
-                    response.close()
-                    raise InferError(
-                        f"llama-server at {self.url} sent no data event for {silence} s, only "
-                        "SSE comments (silence timeout, ClientConfig.silence_timeout_s)"
-                    )
-        emit(decoder.sse.flush(), on_event, check)
+        try:
+            for raw in _reads(response):
+                emit(feed_sse(raw), on_event, check)
+                if cancel is not None and cancel.is_set():  # a read of comments, or the watch
+                    raise _cancelled(response, chunks.chunks)
+                if chunks.done:
+                    return chunks.finish()
+                if silence is not None:
+                    if chunks.chunks != seen:
+                        seen = chunks.chunks
+                        quiet_since = None
+                    elif quiet_since is None:
+                        quiet_since = clock()
+                    elif clock() - quiet_since > silence:
+                        response.close()
+                        raise InferError(
+                            f"llama-server at {self.url} sent no data event for {silence} s, "
+                            "only SSE comments (silence timeout, ClientConfig.silence_timeout_s)"
+                        )
+            emit(decoder.sse.flush(), on_event, check)
+        except StreamStopped as stop:  # the hook closed the stream: what arrived goes with it
+            stop.completion = chunks.partial()
+            response.close()
+            raise
         if cancel is not None and cancel.is_set():
             raise _cancelled(response, chunks.chunks)
         return chunks.finish()
@@ -679,8 +686,12 @@ class Client:
         ``stream: true``): one OpenAI ``chat.completion``, read as one completion."""
         response.read()
         decoder = StreamDecoder(tool_call_deltas=tool_call_deltas)
-        for event in decoder.feed_completion(response.text):
-            on_event(event)
+        try:
+            for event in decoder.feed_completion(response.text):
+                on_event(event)
+        except StreamStopped as stop:  # the whole answer is what arrived
+            stop.completion = decoder.chunks.partial()
+            raise
         return decoder.chunks.finish()
 
     def _first_unseen(self) -> bool:

@@ -73,9 +73,10 @@ outcomes (``completion_tokens``, ``completions``, ``turn_deadline``, ``tool_call
 messages) and the optional ``CacheLoss`` fields ``reprocessed`` and ``reprocessed_ms`` (read as
 ``None`` in older logs), the cause ``checkpoint``, ``Usage.note`` (optional, read as ``None``)
 and a ``null`` ``Usage.reasoning_tokens`` (a count the client could not make; older logs
-always have a number). Readers now check these values by their
-``Literal`` types (:data:`RULES`), so a value added later is refused by an older reader, naming
-it (the log reads with the version that added it).
+always have a number), the ``not_run`` reasons ``tool_calls``, ``tool_arguments`` and
+``completion_tokens`` (the calls of a completion a client-side bound refused, now logged).
+Readers now check these values by their ``Literal`` types (:data:`RULES`), so a value added
+later is refused by an older reader, naming it (the log reads with the version that added it).
 """
 
 LimitKind: TypeAlias = Literal[
@@ -149,6 +150,9 @@ NotRunReason: TypeAlias = Literal[
     "length",
     "server_stopped",
     "diverged",
+    "tool_calls",
+    "tool_arguments",
+    "completion_tokens",
 ]
 NOT_RUN_REASONS: tuple[NotRunReason, ...] = typing.get_args(NotRunReason)
 """Why a tool call was answered without running (:attr:`ToolResult.not_run`): ``repeat``, the
@@ -163,7 +167,10 @@ a JSON object or do not fit the tool's schema): the result says why, for the mod
 ``turn_deadline``, the turn ran out of time before the call ran; ``length``, the completion
 was cut by ``max_tokens`` (``finish_reason: "length"``), so its calls may be cut too and none is
 run; ``server_stopped``, the server ended the completion otherwise (``abort``...);
-``diverged`` (schema 4), a fork stopped at its first call that differs from its parent's."""
+``diverged`` (schema 4), a fork stopped at its first call that differs from its parent's;
+``tool_calls``, ``tool_arguments``, ``completion_tokens``, the completion was refused by a
+client-side bound (too many calls, arguments too long, a stream past its token bound): it is
+logged with its calls, none of them run."""
 
 ForkPoint: TypeAlias = Literal["after_turn", "before_answer", "edited_result"]
 FORK_POINTS: tuple[ForkPoint, ...] = typing.get_args(ForkPoint)

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from ..client import Completion
 from ..config import Config
-from ..errors import TurnCancelled, TurnError, TurnLimit
+from ..errors import StreamStopped, TurnCancelled, TurnError, TurnLimit
 from ..events import ClientEvent, Content, Hook, Reasoning, ToolCallDelta
 
 __all__ = ["THINKING_GRACE", "TOKEN_GRACE", "BoundHit", "TurnBounds"]
@@ -41,9 +41,11 @@ client sends ``reasoning_end`` at the budget plus 2 (a server ignoring the budge
 that honours that stops within the tokens in flight, far below this."""
 
 
-class BoundHit(Exception):
-    """Internal: raised from the event relay to close the stream; ``limit`` says which bound.
-    Never leaves the turn: the loop ends the turn with :attr:`limit`."""
+class BoundHit(StreamStopped):
+    """Internal: raised from the event relay to close the stream; ``limit`` says which bound,
+    ``completion`` what had arrived (set by the client, :class:`~boxmaker.errors.StreamStopped`).
+    Never leaves the turn: the loop records the completion and ends the turn with
+    :attr:`limit`."""
 
     def __init__(self, limit: TurnLimit) -> None:
         super().__init__(str(limit))

@@ -24,7 +24,7 @@ from boxmaker.client import Client
 from boxmaker.config import ClientConfig, Config, LoopLimits, SamplingConfig
 from boxmaker.errors import ConfigError, TurnLimit
 from boxmaker.frames import limit_hits, turns
-from boxmaker.records import Assistant, Baseline, LimitHit, ToolResult, TurnEnd
+from boxmaker.records import Assistant, Baseline, LimitHit, ToolResult, TurnEnd, Usage
 from boxmaker.session import Session
 from boxmaker.tools import Registry
 from boxmaker.turn import THINKING_GRACE, TOKEN_GRACE, Runtime, run_turn
@@ -106,7 +106,11 @@ def test_a_server_that_streams_for_ever_is_stopped_at_the_token_bound(tmp_path: 
     hits, end = ending(session)
     assert [h.kind for h in hits] == ["completion_tokens"]
     assert end.outcome == "completion_tokens"
-    assert not any(isinstance(r, Assistant) for r in session.records)  # nothing of it kept
+    # the server ran it: what arrived is kept, its cost unknown (the last chunk never came)
+    (assistant,) = [r for r in session.records if isinstance(r, Assistant)]
+    (usage,) = [r for r in session.records if isinstance(r, Usage)]
+    assert assistant.content == "x" * 501 and assistant.tool_calls == ()
+    assert (usage.timings, usage.finish_reason, usage.prompt_tokens) == ({}, None, None)
 
 
 def test_max_tokens_is_enforced_by_the_client_too(tmp_path: Path) -> None:
@@ -163,7 +167,13 @@ def test_too_many_tool_calls_in_one_completion_run_none(tmp_path: Path) -> None:
         run_turn(session, runtime, "Hi", on_event=lambda e: ran.append(type(e).__name__))
     assert (info.value.kind, info.value.value, info.value.limit) == ("tool_calls", 65, 64)
     assert "ToolCallStarted" not in ran
-    assert not any(isinstance(r, ToolResult | Assistant) for r in session.records)
+    # a refused completion is still a completion: its calls kept, each answered 'not run'
+    (assistant,) = [r for r in session.records if isinstance(r, Assistant)]
+    assert [c.id for c in assistant.tool_calls] == [f"id{i}" for i in range(65)]
+    results = [r for r in session.records if isinstance(r, ToolResult)]
+    assert [r.tool_call_id for r in results] == [f"id{i}" for i in range(65)]
+    assert {r.not_run for r in results} == {"tool_calls"}
+    assert "more than 64 tool calls" in results[0].content
     assert ending(session)[1].outcome == "tool_calls"
     assert run_turn(session, runtime, "again").content == "fine"  # the next turn goes on
 
