@@ -77,8 +77,12 @@ class InferError(BoxmakerError):
             JSON text), ``""`` when there was none.
         error: the parsed ``error`` object of llama.cpp's error body
             (``{"code", "message", "type", ...}``), or ``None`` when the body is not such JSON.
-        context_full: the server said the context is full (decided once, where the error is
-            made from the server's answer, by :func:`boxmaker.client._errors.context_full_error`).
+        context_full: the server said this request's prompt does not fit its slot's context
+            (decided once, where the error is made from the server's answer, by
+            :func:`boxmaker.client._errors.context_error`).
+        pool_full: the server said its KV cache was full although the prompt fits its slot
+            (llama.cpp's "Context size has been exceeded.": a KV pool shared by several slots
+            was full): transient, retried by the client (same place decides).
     """
 
     def __init__(
@@ -89,12 +93,14 @@ class InferError(BoxmakerError):
         body: str = "",
         error: dict[str, Any] | None = None,
         context_full: bool = False,
+        pool_full: bool = False,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.body = body
         self.error = error
         self.context_full = context_full
+        self.pool_full = pool_full
 
     @property
     def error_type(self) -> str | None:
@@ -178,8 +184,11 @@ class TurnError(BoxmakerError):
 
 
 class SessionFull(TurnError):
-    """The server said the context is full (llama.cpp's HTTP 400 ``exceed_context_size_error``,
-    or another form, see :func:`boxmaker.client.is_context_full`): the session no longer fits.
+    """The server said this session's prompt does not fit its slot's context (llama.cpp's HTTP
+    400 ``exceed_context_size_error`` with ``n_prompt_tokens > n_ctx``, or another server's
+    form, see :func:`boxmaker.client.is_context_full`): the session no longer fits. A full KV
+    pool shared by several slots (the prompt fits) is no ``SessionFull``: the client waits and
+    retries, then the turn ends with :class:`TurnInferError` naming the pool and the fix.
 
     Attributes:
         n_prompt_tokens: tokens the request would have needed, when the server said.

@@ -421,7 +421,9 @@ def _slot_checks(http: httpx.Client, base: str, props: httpx.Response) -> list[C
     read = capabilities_of(data)
     unified = read.kv_unified if read is not None else None
     seen, fix = _slots_seen(n_slots, per_slot, unified)
-    ok = per_slot >= _MIN_SLOT_CTX
+    # a pool shared by the slots holds a session per slot at once: each gets its share
+    room = per_slot // n_slots if unified and n_slots > 1 else per_slot
+    ok = room >= _MIN_SLOT_CTX
     return [Check("slots and context", ok, seen, "" if ok else fix)]
 
 
@@ -456,7 +458,18 @@ def _slots_seen(n_slots: int, per_slot: int, unified: bool | None) -> tuple[str,
     if n_slots == 1:
         return f"1 slot(s) x {per_slot} tokens (n_ctx {per_slot})", shared
     if unified is True:
-        return f"{n_slots} slot(s) sharing {per_slot} tokens (unified KV, n_ctx {per_slot})", shared
+        seen = (
+            f"{n_slots} slot(s) sharing one pool of {per_slot} tokens (unified KV): {n_slots} "
+            f"sessions at once hold {per_slot // n_slots} tokens each before llama.cpp fails "
+            'every running request ("Context size has been exceeded"; boxmaker waits and '
+            "retries)"
+        )
+        pool = (
+            f"give each session room: -np N for the N sessions run at once and -c N x "
+            f"{_MIN_SLOT_CTX} or more (e.g. -np {n_slots} -c {n_slots * _MIN_SLOT_CTX}), or "
+            "fewer slots"
+        )
+        return seen, pool
     if unified is False:
         return f"{n_slots} slot(s) x {per_slot} tokens (n_ctx {n_slots * per_slot} in all)", split
     seen = (

@@ -69,8 +69,10 @@ _JSON_SSE_HEADERS = {"Accept": "text/event-stream", "Content-Type": "application
 
 
 class _Retryable(Exception):
-    """Internal: a failure before any event (connection refused, HTTP 503) that may be retried.
-    Never leaves this module: :meth:`Client._chat` raises :attr:`error` instead."""
+    """Internal: a failure that may be retried: before any event (connection refused, HTTP
+    503), or a full KV pool (``InferError.pool_full``, also mid-stream: the events of the
+    failed attempt came, a ``Retrying`` event follows them). Never leaves this module:
+    :meth:`Client._chat` raises :attr:`error` instead."""
 
     def __init__(self, error: InferError, reason: str, retry_after: float | None = None) -> None:
         super().__init__(reason)
@@ -267,8 +269,12 @@ class Client:
         at most ``config.retry_max_delay_s`` either way. It is announced by
         :class:`~boxmaker.events.Retrying` ``(attempt=k, delay_s, reason)`` before the wait;
         ``reason`` names the status, the server's message and its ``Retry-After``.
-        Both failures happen before any other event, so a retried attempt has emitted
-        nothing. Every other error is raised at once.
+        These failures happen before any other event, so a retried attempt has emitted
+        nothing. Retried too: a full KV pool (``InferError.pool_full``: llama.cpp's
+        "Context size has been exceeded." while this prompt fits its slot; slots sharing a
+        unified KV cache filled it), as an HTTP error or mid-stream (the failed attempt's
+        events came before the ``Retrying`` event; the next attempt streams anew); when it
+        persists, the error names the pool and the fix. Every other error is raised at once.
 
         Arguments, return value: as :meth:`chat`.
 
@@ -405,6 +411,7 @@ class Client:
                         body=error.body,
                         error=error.error,
                         context_full=error.context_full,
+                        pool_full=error.pool_full,
                     ) from error.__cause__
                 attempt += 1
                 delay = retry_delay_s(attempt, self.config, failure.retry_after)
@@ -577,13 +584,20 @@ class Client:
                         "chat completion",
                         response.reason_phrase,
                     )
-                    if response.status_code in RETRIED_STATUSES:
+                    if response.status_code in RETRIED_STATUSES or error.pool_full:
                         raise _retryable(error, response)
                     raise error
                 on_event(_QUEUED)
                 if _is_json(response):  # one whole chat.completion to a streamed request
                     return self._read_whole(response, on_event, tool_call_deltas)
-                done = self._read(response, on_event, reasoning_budget, cancel, tool_call_deltas)
+                try:
+                    done = self._read(
+                        response, on_event, reasoning_budget, cancel, tool_call_deltas
+                    )
+                except InferError as exc:
+                    if exc.pool_full:  # the KV pool filled mid-stream: wait, then again
+                        raise _Retryable(exc, _pool_reason(exc)) from exc
+                    raise
                 self._reasoning_seen = self._reasoning_seen or done.reasoning_tokens > 0
                 return done
         except httpx.TransportError as exc:
@@ -781,9 +795,19 @@ def _retryable(error: InferError, response: httpx.Response) -> _Retryable:
     header = response.headers.get("retry-after")
     after = retry_after_s(header)
     reason = f"HTTP {response.status_code}: {_short(error)}"
+    if error.pool_full:
+        reason = _pool_reason(error)
     if after is not None:
         reason += f" (Retry-After: {header})"
     return _Retryable(error, reason, after)
+
+
+def _pool_reason(error: InferError) -> str:
+    """The ``Retrying`` reason of a full KV pool: the server's words and what is awaited."""
+    return (
+        f"llama-server's KV pool is full ({_short(error)}): this request fits its slot, the "
+        "other slots' requests hold the pool; waiting for room"
+    )
 
 
 def _short(error: InferError) -> str:

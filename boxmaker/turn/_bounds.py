@@ -26,7 +26,7 @@ from collections.abc import Callable
 from ..client import Completion
 from ..config import Config
 from ..errors import StreamStopped, TurnCancelled, TurnError, TurnLimit
-from ..events import ClientEvent, Content, Hook, Reasoning, ToolCallDelta
+from ..events import ClientEvent, Content, Hook, Reasoning, Retrying, ToolCallDelta
 
 __all__ = ["THINKING_GRACE", "TOKEN_GRACE", "BoundHit", "TurnBounds"]
 
@@ -165,7 +165,8 @@ class TurnBounds:
         on). Past a bound it raises :class:`BoundHit`, which makes the client close the stream
         (llama.cpp then stops generating). Counted: each ``Reasoning``, ``Content`` and
         ``ToolCallDelta`` as one token; tool calls by their ``index``; argument characters per
-        index."""
+        index; a :class:`~boxmaker.events.Retrying` (the client streams the completion anew)
+        starts the counts again."""
         total, thinking = self.token_bound(reasoning_budget)
         loop = self._loop
         calls_cap, args_cap = loop.tool_calls_per_completion, loop.tool_argument_chars
@@ -192,6 +193,9 @@ class TurnBounds:
                     if limit is not None:
                         raise BoundHit(limit)
                     return
+            elif isinstance(event, Retrying):  # a new attempt streams anew (a full KV pool)
+                tokens = reasoning = 0
+                arguments.clear()
             emit(event)
 
         return hook

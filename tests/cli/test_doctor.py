@@ -11,6 +11,7 @@ import pytest
 from fake_llama import Reply, Script
 
 from boxmaker.cli import main
+from boxmaker.cli._main import _pool_warning
 from boxmaker.cli.doctor import diagnose
 
 
@@ -203,8 +204,10 @@ _CAPS = {"supports_tools": False, "supports_tool_calls": False, "supports_system
     [
         (
             {"kv_unified": True},
-            "4 slot(s) sharing 2048 tokens (unified KV, n_ctx 2048)",
-            "the slots share -c tokens: raise -c to 4096 or more",
+            "4 slot(s) sharing one pool of 2048 tokens (unified KV): 4 sessions at once hold "
+            '512 tokens each before llama.cpp fails every running request ("Context size has '
+            'been exceeded"; boxmaker waits and retries)',
+            "-np N for the N sessions run at once and -c N x 4096 or more (e.g. -np 4 -c 16384)",
         ),
         (
             {"kv_unified": False},
@@ -235,6 +238,20 @@ def test_slots_with_a_unified_kv_share_one_context(
     assert fix in slots.fix
 
 
+def test_llama_servers_default_pool_is_too_small_for_a_session_per_slot() -> None:
+    """Issue 35: upstream's default, 4 slots sharing one 4,096-token pool: four sessions of
+    ~1,030 tokens fill it, and llama.cpp fails every running request."""
+    props = {
+        "total_slots": 4,
+        "default_generation_settings": {"n_ctx": 4096},
+        "chat_template_caps": _CAPS,
+        "kv_unified": True,
+    }
+    slots = diagnose("http://llama", transport=_server(props, 4)).check("slots and context")
+    assert slots.ok is False and "4 sessions at once hold 1024 tokens each" in slots.seen
+    assert "-np 4 -c 16384" in slots.fix
+
+
 def test_a_template_without_tools_is_not_told_to_add_jinja() -> None:
     """--jinja is on by default; the template itself takes no tools (SmolLM2, Gemma 3)."""
     props = {
@@ -250,3 +267,9 @@ def test_a_template_without_tools_is_not_told_to_add_jinja() -> None:
     assert caps.seen.startswith("tools no, tool calls no, parallel calls ?, system role yes")
     assert "kv_unified ?, n_swa ?" in caps.seen
     assert report.check("slots and context").seen == "1 slot(s) x 8192 tokens (n_ctx 8192)"
+
+
+def test_serve_warns_of_slots_sharing_one_pool() -> None:
+    text = _pool_warning(4, 4096)
+    assert "the 4 slots share one KV pool of 4096 tokens" in text
+    assert "4 sessions at once hold 1024 tokens each" in text and "-np N -c N*T" in text
