@@ -321,6 +321,7 @@ def test_thinking_cap_counts_the_reasoning_field() -> None:
     controls: list[dict[str, Any]] = []
     body = b"".join(
         [
+            sse(chunk({"role": "assistant", "content": None})),  # the stream opens
             *(sse(chunk({"reasoning": f"r{i}"})) for i in range(4)),
             sse(chunk({"content": "ok"}, "stop")),
             b"data: [DONE]\n\n",

@@ -51,14 +51,18 @@ def chunk(delta: dict[str, Any]) -> bytes:
 
 
 class Endless(httpx.SyncByteStream):
-    """A stream that never ends: the same chunk for ever; counts the chunks read."""
+    """A stream that never ends: ``first`` (llama.cpp's opening chunk, when given), then the
+    same chunk for ever; counts the chunks read (not ``first``)."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, first: bytes = b"") -> None:
         self.data = data
+        self.first = first
         self.sent = 0
         self.closed = False
 
     def __iter__(self) -> Iterator[bytes]:
+        if self.first:
+            yield self.first
         while True:
             self.sent += 1
             yield self.data
@@ -67,10 +71,11 @@ class Endless(httpx.SyncByteStream):
         self.closed = True
 
 
-def endless_server(data: bytes) -> tuple[Client, Endless, list[dict[str, Any]]]:
-    """A client whose server streams ``data`` for ever and accepts every ``reasoning_end``
-    (``success: true``) without ending anything; also returns the control requests."""
-    stream = Endless(data)
+def endless_server(data: bytes, first: bytes = b"") -> tuple[Client, Endless, list[dict[str, Any]]]:
+    """A client whose server streams ``first`` then ``data`` for ever and accepts every
+    ``reasoning_end`` (``success: true``) without ending anything; also returns the control
+    requests."""
+    stream = Endless(data, first)
     controls: list[dict[str, Any]] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -128,7 +133,8 @@ def test_max_tokens_is_enforced_by_the_client_too(tmp_path: Path) -> None:
 def test_reasoning_past_the_thinking_cap_is_stopped(tmp_path: Path) -> None:
     """The issue's 74,030 chunks with a thinking cap of 64: the server ignores the budget and
     says yes to ``reasoning_end`` but reasons on."""
-    client, stream, controls = endless_server(chunk({"reasoning_content": "r"}))
+    opening = chunk({"role": "assistant", "content": None})  # llama.cpp's first chunk
+    client, stream, controls = endless_server(chunk({"reasoning_content": "r"}), opening)
     session = session_at(tmp_path)
     loop = LoopLimits(thinking_tokens=64, completion_tokens=None)
     config = Config(loop=loop, sampling=SamplingConfig(max_tokens=None))

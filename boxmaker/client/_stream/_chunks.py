@@ -207,6 +207,20 @@ class ChunkDecoder(FastChunks):
         return self.finish_reason is not None or self.done
 
     @property
+    def provisional(self) -> bool:
+        """Whether the reasoning so far may still turn out a proxy's, under the proxy's own
+        ``id`` (:meth:`_take_id`'s third way: reasoning fields in chunks of one ``id`` that
+        opened no stream, nothing else yet). The thinking cap sends no ``reasoning_end``
+        meanwhile: it would go out for the proxy's id. llama.cpp opens its stream with its
+        first chunk (a role and prompt progress), so its reasoning is never provisional."""
+        return bool(
+            self._reasoning
+            and self.id
+            and not self.reasoning_in_content
+            and not (self._opened or self._varied or self._content or self._calls)
+        )
+
+    @property
     def answering(self) -> bool:
         """Whether the answer has started: a tool-call delta, content known not to be
         reasoning, or a ``finish_reason`` (so any reasoning of this completion is over)."""
