@@ -46,7 +46,7 @@ from ..config import ClientConfig
 from ..errors import BoxmakerError, InferError, RequestCancelled, StreamCut, StreamStopped
 from ..events import ClientEvent, Queued, Retrying, SlotWait
 from ..records import Capabilities
-from ._cancel import CancelWatch
+from ._cancel import CancelWatch, cancellable
 from ._caps import capabilities_of
 from ._errors import http_error
 from ._retry import RETRIED_STATUSES, retry_after_s, retry_delay_s
@@ -159,6 +159,7 @@ class Client:
         self._reasoning_seen = False  # a completion of this client had reasoning
         self._caps: Capabilities | None = None  # GET /props, read once (capabilities())
         self._caps_read = False
+        self._local = threading.local()  # .cancel: this thread's cancelling() block
         self.last_slot: int | None = None  # the slot of this client's latest request
         headers = {}
         if self.config.api_key:
@@ -310,7 +311,15 @@ class Client:
         """
         return self._control(completion_id)[0]
 
-    def server_json(self, method: str, path: str, body: Any = None, *, timeout_s: float) -> Any:
+    def server_json(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        timeout_s: float,
+        cancel: threading.Event | None = None,
+    ) -> Any:
         """A side request to this client's server (its transport and key): one JSON request
         to ``path`` (e.g. llama.cpp's ``/apply-template``, ``/tokenize``, ``/props``), marked
         with the ``boxmaker.side_request`` extension (``boxmaker.client.ServerJson``).
@@ -318,6 +327,9 @@ class Client:
         Args:
             method: ``"GET"`` or ``"POST"``; path: from the base URL (``/tokenize``).
             body: the JSON body (``None``: none); timeout_s: the request's timeout, seconds.
+            cancel: ends the request within about 0.1 s when set (whatever the server does);
+                ``None``: the cancel of the :meth:`cancelling` block this thread is in, if any
+                (the turn's: so cache forensics' requests stop with the turn).
 
         Returns:
             The parsed JSON answer.
@@ -326,13 +338,32 @@ class Client:
             InferError: no connection, or an HTTP status other than 200 (status, body and
                 the ``error`` object kept; a transport that refuses side requests answers
                 ``error.type`` ``side_request_refused``).
+            RequestCancelled: the cancel was set.
             BoxmakerError: an answer that is not JSON.
         """
-        return side_json(self._http, self.url, method, path, body, timeout_s)
+        watch = cancel if cancel is not None else getattr(self._local, "cancel", None)
+        return side_json(self._http, self.url, method, path, body, timeout_s, watch)
 
-    def capabilities(self) -> Capabilities | None:
+    @contextlib.contextmanager
+    def cancelling(self, cancel: threading.Event) -> Iterator[None]:
+        """Within the block, this thread's side requests on this client (:meth:`server_json`,
+        :meth:`capabilities`, from any caller: the turn's first ``GET /props``, cache
+        forensics) end within about 0.1 s once ``cancel`` is set. :func:`boxmaker.turn.run_turn`
+        holds one for its turn's cancel."""
+        before = getattr(self._local, "cancel", None)
+        self._local.cancel = cancel
+        try:
+            yield
+        finally:
+            self._local.cancel = before
+
+    def capabilities(self, cancel: threading.Event | None = None) -> Capabilities | None:
         """What the server's chat template and slots can do (``GET {url}/props``), read once
         per client and kept.
+
+        Args:
+            cancel: as :meth:`server_json`'s: when it ends the request, ``None`` is returned
+                and nothing is kept (the next call asks again).
 
         Returns:
             The :class:`~boxmaker.records.Capabilities` the answer states, or ``None`` when
@@ -341,7 +372,9 @@ class Client:
         """
         if not self._caps_read:
             try:
-                answer = self.server_json("GET", "/props", timeout_s=30.0)
+                answer = self.server_json("GET", "/props", timeout_s=30.0, cancel=cancel)
+            except RequestCancelled:
+                return None
             except (BoxmakerError, httpx.HTTPError, ValueError) as exc:  # a status, no answer
                 log.info("GET /props at %s failed: %s", self.url, exc)
                 answer = None
@@ -434,7 +467,7 @@ class Client:
             self.url,
             pin if isinstance(pin, int) and not isinstance(pin, bool) else None,
             payload.get("messages"),
-            count=self._slot_count,
+            count=lambda: self._slot_count(cancel),
             on_wait=lambda slot: on_event(SlotWait(url=self.url, slot=slot)),
             cancel=cancel,
         ) as slot:
@@ -503,11 +536,17 @@ class Client:
                 self._leases.note(self.url, slot, holds)
         return answer if isinstance(answer, dict) else {}
 
-    def _slot_count(self) -> int | None:
-        """``GET /props`` ``total_slots`` (llama.cpp's slot count), ``None`` if unknown."""
+    def _slot_count(self, cancel: threading.Event | None = None) -> int | None:
+        """``GET /props`` ``total_slots`` (llama.cpp's slot count), ``None`` if unknown.
+
+        Raises:
+            RequestCancelled: ``cancel`` was set (within about 0.1 s: a server that answers
+                with pings only cannot hold it).
+        """
         try:
-            answer = self._http.get(f"{self.url}/props")
-            total = answer.json().get("total_slots") if answer.status_code == 200 else None
+            with cancellable(cancel, f"GET /props at {self.url}") as watched:
+                answer = self._http.get(f"{self.url}/props", extensions=watched)
+                total = answer.json().get("total_slots") if answer.status_code == 200 else None
         except (httpx.HTTPError, ValueError, AttributeError):
             return None
         return total if isinstance(total, int) and not isinstance(total, bool) else None
@@ -643,7 +682,7 @@ class Client:
             else ThinkingCap(
                 budget,
                 self.config.send_thinking_budget,
-                self._control,
+                lambda completion_id: self._control(completion_id, cancel),
                 self._first_unseen,
                 reasons=self._caps.reasoning if self._caps else None,
             )
@@ -717,11 +756,16 @@ class Client:
         first, self._unseen_warned = not self._unseen_warned, True
         return first
 
-    def _control(self, completion_id: str) -> tuple[bool, str]:
+    def _control(
+        self, completion_id: str, cancel: threading.Event | None = None
+    ) -> tuple[bool, str]:
         try:
-            response = self._http.post(
-                self._control_url, json={"id": completion_id, "action": "reasoning_end"}
-            )
+            with cancellable(cancel, "reasoning_end") as watched:
+                response = self._http.post(
+                    self._control_url,
+                    json={"id": completion_id, "action": "reasoning_end"},
+                    extensions=watched,
+                )
         except httpx.HTTPError as exc:
             raise InferError(
                 f"reasoning control request to llama-server at {self.url} failed: {exc!r}"

@@ -31,7 +31,7 @@ from ..records import Assistant, LimitHit, Record, ToolCall, Usage, User
 from ..session import Session
 from ..tools import Dispatched, cap_result, dispatch
 from ._bounds import BoundHit, TurnBounds
-from ._caps import read_capabilities, refuse_unsupported_tools
+from ._caps import read_capabilities, refuse_unsupported_tools, side_requests_cancelled
 from ._finish import ending
 from ._fork import open_calls, replayed
 from ._guard import AnswerAfterLimit, LoopGuard, after_limit, dead_turn, ended, not_run_results
@@ -93,7 +93,11 @@ def run_turn(
     """
     emit = guarded(on_event, log)
     token = runtime.cancel if cancel is None else cancel
-    with session.turn(), TurnBounds(runtime.config, token) as bounds:
+    with (
+        session.turn(),
+        TurnBounds(runtime.config, token) as bounds,
+        side_requests_cancelled(runtime.client, bounds.cancel),  # /props, forensics: Stop cuts
+    ):
         session.hide(*api_keys(runtime.config, runtime.client))  # an echoed key: <API_KEY>
         pending = open_calls(session) if content is None else None  # a fork's open turn
         _append(session, emit, *(dead_turn(session) if content is not None else ()))
