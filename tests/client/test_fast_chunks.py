@@ -82,6 +82,9 @@ HOSTILE_MEMBERS = [
     '"tool_calls":[{"index":-1,"function":{"arguments":"x"}}]',
     '"tool_calls":[{"index":0,"function":{"arguments":"\\n\\u00e9"}}]',
     '"role":"assistant","content":null',
+    '"content":[{"type":"text","text":"x"}]',  # Mistral's parts: parsed, joined
+    '"role":null,"reasoning_content":"y"',  # LiteLLM's role null in every chunk
+    '"content":"x","tool_calls":[]',  # Foundry Local's empty tool_calls
     '"reasoning_content":"',  # the tail's first quote would close it
     '"tool_calls":[{"index":0,"function":{"arguments":"}}]',
 ]
