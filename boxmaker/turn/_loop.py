@@ -82,7 +82,8 @@ def run_turn(
             (``TurnBounds``: tokens, completions, deadline, calls, argument size); ``kind``
             says which. ``loop.on_limit = "answer"`` ends the first three with one last
             completion without tools instead (outcome ``answered_after_limit``).
-        SessionFull: llama.cpp answered ``exceed_context_size_error``.
+        SessionFull: this session's prompt does not fit its slot (llama.cpp's
+            ``exceed_context_size_error``); a full KV pool is retried, then a TurnInferError.
         TurnCancelled: the cancel token (``cancel``, else ``runtime.cancel``) was set.
         TurnInferError: the completion failed otherwise (``cause`` keeps status and body).
         TurnNotAnswered: no answer: a ``finish_reason`` such as vLLM's ``abort``, or a tool
