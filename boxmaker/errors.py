@@ -7,6 +7,7 @@ Tree::
     ├── InferError                an inference request failed (HTTP status and body kept)
     │   ├── StreamCut             the stream ended before finish_reason / [DONE]
     │   └── RequestCancelled      the cancel event was set; the stream was closed
+    ├── StreamStopped             a hook closed a stream on purpose (what arrived kept)
     ├── SessionError              a session log that cannot be created, read or appended
     │   └── LogBusy               another writer holds the log's lock (its pid kept)
     ├── ServerError               the embedded llama.cpp server could not start or answer
@@ -59,6 +60,7 @@ __all__ = [
     "SessionFull",
     "SlotError",
     "StreamCut",
+    "StreamStopped",
     "ToolError",
     "ToolPortError",
     "ToolsNotSupported",
@@ -118,8 +120,12 @@ class InferError(BoxmakerError):
             JSON text), ``""`` when there was none.
         error: the parsed ``error`` object of llama.cpp's error body
             (``{"code", "message", "type", ...}``), or ``None`` when the body is not such JSON.
-        context_full: the server said the context is full (decided once, where the error is
-            made from the server's answer, by :func:`boxmaker.client._errors.context_full_error`).
+        context_full: the server said this request's prompt does not fit its slot's context
+            (decided once, where the error is made from the server's answer, by
+            :func:`boxmaker.client._errors.context_error`).
+        pool_full: the server said its KV cache was full although the prompt fits its slot
+            (llama.cpp's "Context size has been exceeded.": a KV pool shared by several slots
+            was full): transient, retried by the client (same place decides).
     """
 
     def __init__(
@@ -130,12 +136,14 @@ class InferError(BoxmakerError):
         body: str = "",
         error: dict[str, Any] | None = None,
         context_full: bool = False,
+        pool_full: bool = False,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.body = body
         self.error = error
         self.context_full = context_full
+        self.pool_full = pool_full
 
     @property
     def error_type(self) -> str | None:
@@ -151,6 +159,26 @@ class StreamCut(InferError):
 class RequestCancelled(InferError):
     """The caller's cancel event was set during the request; the stream was closed, which
     makes llama.cpp stop generating for it."""
+
+
+class StreamStopped(BoxmakerError):
+    """A hook stopped a streamed completion on purpose: raised from the ``on_event`` of
+    :meth:`boxmaker.client.Client.chat` (the turn's client-side bounds raise a subclass), it
+    makes the client close the stream (llama.cpp then stops generating), set
+    :attr:`completion` and let the exception go on.
+
+    The server ran that completion, so its caller can still record it: a completion refused
+    client-side (too many tool calls, arguments too long) is logged with its ``Assistant``
+    and ``Usage``.
+
+    Attributes:
+        completion: what had arrived when the stream was closed, a
+            :class:`boxmaker.client.Completion` (its ``finish_reason`` ``None`` unless the
+            server had sent one; no ``timings`` or ``usage`` unless they had come): set by the
+            client that closed the stream, ``None`` until then.
+    """
+
+    completion: object = None
 
 
 class SessionError(BoxmakerError):
@@ -218,8 +246,11 @@ class TurnError(BoxmakerError):
 
 
 class SessionFull(TurnError):
-    """The server said the context is full (llama.cpp's HTTP 400 ``exceed_context_size_error``,
-    or another form, see :func:`boxmaker.client.is_context_full`): the session no longer fits.
+    """The server said this session's prompt does not fit its slot's context (llama.cpp's HTTP
+    400 ``exceed_context_size_error`` with ``n_prompt_tokens > n_ctx``, or another server's
+    form, see :func:`boxmaker.client.is_context_full`): the session no longer fits. A full KV
+    pool shared by several slots (the prompt fits) is no ``SessionFull``: the client waits and
+    retries, then the turn ends with :class:`TurnInferError` naming the pool and the fix.
 
     Attributes:
         n_prompt_tokens: tokens the request would have needed, when the server said.

@@ -41,7 +41,7 @@ from typing import Any
 import httpx
 
 from .client import Completion
-from .errors import InferError, RequestCancelled
+from .errors import InferError, RequestCancelled, StreamStopped
 from .events import ClientEvent, Content, Reasoning, ThinkingCapped, ToolCallDelta
 from .records import ToolCall, TurnEnd
 from .session import Session
@@ -183,6 +183,8 @@ class ScriptedClient:
 
         Raises:
             RequestCancelled: ``cancel`` was set. The step's ``error``, when it has one.
+            StreamStopped: raised by ``on_event`` (a bound of the turn): it goes on with
+                ``completion`` set to what was sent before it, as the real client does.
         """
         self.bodies.append(copy.deepcopy(body) if self.copy_bodies else body)
         self.budgets.append(reasoning_budget)
@@ -195,20 +197,33 @@ class ScriptedClient:
             raise step.error
         reasoning = step.reasoning or ""
         capped = False
-        used = 0
-        for ch in reasoning:
-            if reasoning_budget is not None and used >= reasoning_budget:
-                capped = True
-                on_event(ThinkingCapped(reasoning_tokens=used))
-                break
-            on_event(Reasoning(ch))
-            used += 1
-        for i, c in enumerate(step.tool_calls):
-            on_event(ToolCallDelta(index=i, id=c.id, name=c.name, arguments=c.arguments))
-        if step.content:
-            on_event(Content(step.content))
+        used = 0  # reasoning characters sent
+        calls: list[ToolCall] = []  # calls sent
+        content: str | None = None  # content sent
+        cid = f"chatcmpl-{len(self.bodies)}"
+        try:
+            for ch in reasoning:
+                if reasoning_budget is not None and used >= reasoning_budget:
+                    capped = True
+                    on_event(ThinkingCapped(reasoning_tokens=used))
+                    break
+                used += 1
+                on_event(Reasoning(ch))
+            for i, c in enumerate(step.tool_calls):
+                calls.append(c)
+                on_event(ToolCallDelta(index=i, id=c.id, name=c.name, arguments=c.arguments))
+            if step.content:
+                content = step.content
+                on_event(Content(step.content))
+        except StreamStopped as stop:  # the hook closed the stream: what was sent goes with it
+            reasoned = reasoning[:used] or None
+            stop.completion = Completion(
+                id=cid, content=content, reasoning=reasoned, tool_calls=tuple(calls),
+                finish_reason=None, reasoning_tokens=used, thinking_capped=capped,
+            )  # fmt: skip
+            raise
         return Completion(
-            id=f"chatcmpl-{len(self.bodies)}",
+            id=cid,
             content=step.content,
             reasoning=reasoning[:used] or None,
             tool_calls=tuple(step.tool_calls),

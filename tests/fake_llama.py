@@ -122,12 +122,15 @@ class FakeLlama(Script):
         chunks_sent: set once a stalling reply has sent its chunks and is waiting.
         release: set it to let a stalling reply go on.
         disconnected: set once a client went away (seen by a read or a send).
+        paths: request targets (``"/props"``) answered by the given :class:`Raw` steps,
+            whatever the method, instead of the usual answer (no script item is taken).
     """
 
     def __init__(self, script: Sequence[Item]) -> None:
         super().__init__(script)
         self.requests: list[bytes] = []
         self.slot_files: dict[str, int] | None = None  # name -> slot; None: no slot saving
+        self.paths: dict[str, Raw] = {}  # a path (GET or POST) answered by these steps
         self.connections = 0
         self.disconnected = threading.Event()
         self._closing = threading.Event()
@@ -179,20 +182,22 @@ class FakeLlama(Script):
                 return
             self.requests.append(request)
             head, _, body = request.partition(b"\r\n\r\n")
-            if head.startswith(b"GET "):
-                self._send(conn, _ok_json())
-                return
             target = head.split(b" ", 2)[1].decode("latin-1")
-            if target in NOT_SERVED:
-                self._send(conn, _not_found_json())
-                return
-            if target.startswith("/slots/"):
-                self._send(conn, self._slot_answer(target, body))
-                return
-            item = self.next_item(body)
-            if not isinstance(item, Raw | Reply):
-                raise TypeError(f"not a script item: {item!r}")
-            raw = item if isinstance(item, Raw) else Raw(item.steps(), hold=False)
+            raw: Raw | None = self.paths.get(target)
+            if raw is None:
+                if head.startswith(b"GET "):
+                    self._send(conn, _ok_json())
+                    return
+                if target in NOT_SERVED:
+                    self._send(conn, _not_found_json())
+                    return
+                if target.startswith("/slots/"):
+                    self._send(conn, self._slot_answer(target, body))
+                    return
+                item = self.next_item(body)
+                if not isinstance(item, Raw | Reply):
+                    raise TypeError(f"not a script item: {item!r}")
+                raw = item if isinstance(item, Raw) else Raw(item.steps(), hold=False)
             for step in raw.steps:
                 if not self._play(conn, step):
                     return

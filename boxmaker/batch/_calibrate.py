@@ -55,7 +55,7 @@ def rules_fired(records: Sequence[Record], limits: LoopLimits) -> set[str]:
         if isinstance(record, User):
             guard, reasoning, pending = LoopGuard(limits), 0, {}
         elif isinstance(record, Usage):
-            reasoning += record.reasoning_tokens
+            reasoning += record.reasoning_tokens or 0  # None: not counted (a whole answer)
             cap = limits.thinking_tokens
             if cap is not None and reasoning >= cap:
                 fired.add("thinking_cap")

@@ -95,12 +95,25 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"serving {server.model_path} at {server.url} (Ctrl-C stops)", flush=True)
         kv = "unified KV" if server.kv_unified else "KV split"
         print(f"{server.n_parallel} slot(s), {kv}, n_ctx {server.n_ctx}", flush=True)
+        if server.kv_unified and server.n_parallel > 1:
+            print(_pool_warning(server.n_parallel, server.n_ctx), file=sys.stderr, flush=True)
         try:
             while True:
                 time.sleep(3600)
         except KeyboardInterrupt:
             print("stopping", file=sys.stderr, flush=True)
     return 0
+
+
+def _pool_warning(slots: int, n_ctx: int) -> str:
+    """What ``serve`` says of slots sharing one KV pool: sessions on every slot at once get
+    ``n_ctx / slots`` tokens each before llama.cpp fails every running request."""
+    return (
+        f"warning: the {slots} slots share one KV pool of {n_ctx} tokens: {slots} sessions at "
+        f"once hold {n_ctx // slots} tokens each before llama.cpp fails every running request "
+        '("Context size has been exceeded"; boxmaker waits and retries). For N sessions of T '
+        "tokens: -np N -c N*T (--no-kv-unified gives each slot its own n_ctx/N)"
+    )
 
 
 def _bounded(param: str) -> Callable[[str], int]:

@@ -155,8 +155,29 @@ PROBE_EVENTS_GRACE = 64
 token an event, plus the role, progress, finish and usage events)."""
 
 
+PROBE_MEASURE_EVENTS = 8
+"""Data events a probe reads before its own pace sets its deadline (see :func:`_stream`)."""
+
+
 class ProbeOverrun(Exception):
-    """A probe's stream went past its bound (events or deadline) and was closed."""
+    """A probe's stream never ends: it went past its bound of events (the server ignores
+    ``max_tokens``), or sent no data event for the probe's deadline (``: ping`` comments
+    only); it was closed."""
+
+
+class ProbeSlow(Exception):
+    """A probe's stream went on within its bound of events but ran past the time its own
+    pace allows (:func:`_stream`): the server is slow, not endless; it was closed.
+
+    Attributes:
+        elapsed_s: seconds the probe ran; events: data events read; allowed_s: its deadline.
+    """
+
+    def __init__(self, elapsed_s: float, events: int, allowed_s: float) -> None:
+        super().__init__(
+            f"{events} events in {elapsed_s:.0f} s, past the {allowed_s:.0f} s its pace allowed"
+        )
+        self.elapsed_s, self.events, self.allowed_s = elapsed_s, events, allowed_s
 
 
 def _request(
@@ -192,12 +213,18 @@ def _stream(
     deadline_s: float = 60.0,
 ) -> Probe:
     """One streamed completion, read raw; with ``control_after``, ``reasoning_end`` is sent
-    after that many reasoning deltas. Bounded: more than ``max_tokens`` +
-    :data:`PROBE_EVENTS_GRACE` data events, or ``deadline_s`` seconds from the request
-    (checked at each line, ``: ping`` comments too; a silent server meets the read timeout),
-    raise :class:`ProbeOverrun`."""
+    after that many reasoning deltas.
+
+    Bounded, checked at each line (``: ping`` comments too; a silent server meets the read
+    timeout): more than ``max_tokens`` + :data:`PROBE_EVENTS_GRACE` data events, or no data
+    event for ``deadline_s`` seconds, raise :class:`ProbeOverrun` (it never ends). The time
+    it may take in all scales with the server's measured speed: ``deadline_s``, or, once
+    :data:`PROBE_MEASURE_EVENTS` data events came, twice the time its pace so far needs for
+    the whole bound of events, whichever is longer; past it, :class:`ProbeSlow` (a slow
+    server: 160 tokens at 2.3 tokens/s under load take 70 s, past a fixed 60 s)."""
     bound = int(body.get("max_tokens") or 0) + PROBE_EVENTS_GRACE
-    ends = time.monotonic() + deadline_s
+    started = last = time.monotonic()
+    allowed = deadline_s
     events = 0
     seen: dict[str, Any] = {"timings": {}}
     deltas = after = 0
@@ -211,16 +238,24 @@ def _stream(
             response.read()
             return Probe(status=response.status_code)
         for line in response.iter_lines():
-            if time.monotonic() > ends:
-                raise ProbeOverrun(f"the probe ran past its deadline of {deadline_s:g} s")
+            now = time.monotonic()
+            if now - last > deadline_s:
+                raise ProbeOverrun(
+                    f"the server sent no data event for {deadline_s:g} s (its deadline)"
+                )
+            if now - started > allowed:
+                raise ProbeSlow(now - started, events, allowed)
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             events += 1
+            last = now
             if events > bound:
                 raise ProbeOverrun(
                     f"the server streamed more than {bound} events for max_tokens "
                     f"{body.get('max_tokens')}"
                 )
+            if events >= PROBE_MEASURE_EVENTS:  # its own pace: the whole bound, twice over
+                allowed = max(deadline_s, 2 * (now - started) / events * bound)
             obj = json.loads(line[6:])
             cid = cid or str(obj.get("id") or "")
             if obj.get("prompt_progress") is not None:
@@ -287,9 +322,12 @@ def diagnose(
         url: the server's base URL (a trailing ``/v1`` is dropped).
         api_key: sent as ``Authorization: Bearer`` after the key check; ``None``: none.
         timeout_s: seconds per request (read timeout per chunk).
-        probe_deadline_s: seconds one streamed probe may take in all; a server that streams
-            past it, or past the probe's ``max_tokens`` (plus :data:`PROBE_EVENTS_GRACE`
-            events), ends the report with a failed check ``"bounded"`` (the stream closed).
+        probe_deadline_s: seconds a streamed probe may go without a data event, and the
+            least it may take in all (more when the server's measured pace needs it, see
+            :func:`_stream`). A server that streams past the probe's ``max_tokens`` (plus
+            :data:`PROBE_EVENTS_GRACE` events) or sends nothing but pings ends the report with
+            a failed check ``"bounded"`` (the stream closed); one slower than its own pace
+            allows ends it with a check ``"speed"`` (slow, not endless).
         probe_tokens: ``max_tokens`` of each probe (160: room for the shipped model's
             reasoning and tool call; fewer for a model that rambles, whose reply then ends by
             length: its tool-call and reasoning verdicts need a reply that gets there).
@@ -348,6 +386,13 @@ def diagnose(
         except ProbeOverrun as exc:
             fix = "the server ignores max_tokens or never ends its stream: see its log"
             checks.append(Check("bounded", False, f"{exc}; stream closed", fix))
+            return DoctorReport(base, tuple(checks))
+        except ProbeSlow as exc:
+            seen = f"slow, not endless: {exc}; stream closed"
+            fix = (
+                "the server slowed down mid-probe (under load?): try again, or fewer --probe-tokens"
+            )
+            checks.append(Check("speed", None, seen, fix))
             return DoctorReport(base, tuple(checks))
         except (httpx.HTTPError, ValueError, AttributeError, TypeError) as exc:
             fix = "is this a llama-server (llama.cpp tools/server)? see its log"
@@ -421,7 +466,9 @@ def _slot_checks(http: httpx.Client, base: str, props: httpx.Response) -> list[C
     read = capabilities_of(data)
     unified = read.kv_unified if read is not None else None
     seen, fix = _slots_seen(n_slots, per_slot, unified)
-    ok = per_slot >= _MIN_SLOT_CTX
+    # a pool shared by the slots holds a session per slot at once: each gets its share
+    room = per_slot // n_slots if unified and n_slots > 1 else per_slot
+    ok = room >= _MIN_SLOT_CTX
     return [Check("slots and context", ok, seen, "" if ok else fix)]
 
 
@@ -456,7 +503,18 @@ def _slots_seen(n_slots: int, per_slot: int, unified: bool | None) -> tuple[str,
     if n_slots == 1:
         return f"1 slot(s) x {per_slot} tokens (n_ctx {per_slot})", shared
     if unified is True:
-        return f"{n_slots} slot(s) sharing {per_slot} tokens (unified KV, n_ctx {per_slot})", shared
+        seen = (
+            f"{n_slots} slot(s) sharing one pool of {per_slot} tokens (unified KV): {n_slots} "
+            f"sessions at once hold {per_slot // n_slots} tokens each before llama.cpp fails "
+            'every running request ("Context size has been exceeded"; boxmaker waits and '
+            "retries)"
+        )
+        pool = (
+            f"give each session room: -np N for the N sessions run at once and -c N x "
+            f"{_MIN_SLOT_CTX} or more (e.g. -np {n_slots} -c {n_slots * _MIN_SLOT_CTX}), or "
+            "fewer slots"
+        )
+        return seen, pool
     if unified is False:
         return f"{n_slots} slot(s) x {per_slot} tokens (n_ctx {n_slots * per_slot} in all)", split
     seen = (
@@ -515,21 +573,49 @@ def _stream_checks(first: Probe, again: Probe, budget: Probe, control: Probe) ->
         )
         checks.append(Check("reasoning_control", verdict, seen, fix))
     t1, t2 = first.timings, again.timings
-    if t1 and t2:
-        reused = int(t2.get("cache_n", 0))
-        total = int(t1.get("cache_n", 0)) + int(t1.get("prompt_n", 0))
-        ok = reused >= total // 2
-        fix = "" if ok else "keep cache_prompt on; start llama-server without --no-cache-prompt"
-        seen = f"same prompt again: cache_n {reused} of {total} prompt tokens"
-        checks.append(Check("cache reused", ok, seen, fix))
-    else:
-        fix = "a llama-server build that sends timings"
-        checks.append(Check("cache reused", None, "no timings: cannot tell", fix))
+    checks.append(_cache_check(t1, t2))
     fix = "" if first.progress else "a newer llama-server build (return_progress)"
     checks.append(Check("return_progress", first.progress, "prompt_progress events", fix))
     fix = "" if t1 else "a llama-server build that sends timings (stream_options.include_usage)"
     checks.append(Check("timings", bool(t1), ", ".join(sorted(t1)[:4]) or "none", fix))
     return checks
+
+
+def _cache_check(t1: dict[str, Any], t2: dict[str, Any]) -> Check:
+    """Whether the same prompt sent again reused the slot's cache (``t1``, ``t2``: the two
+    probes' ``timings``). From ``cache_n`` (prompt tokens reused) where the server reports
+    it; else from ``prompt_n`` (prompt tokens processed: a reused prompt is processed only
+    past what the cache held, at least its last token); "cannot tell" when neither says. A
+    figure the server did not send is never taken as 0."""
+    name = "cache reused"
+    fix = "keep cache_prompt on; start llama-server without --no-cache-prompt"
+    first_n, again_n = _tokens(t1, "prompt_n"), _tokens(t2, "prompt_n")
+    total = None if first_n is None else first_n + (_tokens(t1, "cache_n") or 0)
+    reused = _tokens(t2, "cache_n")
+    if total is not None and reused is not None:
+        ok = reused >= total // 2
+        seen = f"same prompt again: cache_n {reused} of {total} prompt tokens"
+        return Check(name, ok, seen, "" if ok else fix)
+    if total is not None and again_n is not None:  # a build whose timings have no cache_n
+        ok = again_n <= total // 2
+        how = "reused" if ok else "processed again"
+        seen = (
+            f"same prompt again: no cache_n in the timings; prompt_n {again_n} of {total} "
+            f"prompt tokens processed ({how})"
+        )
+        return Check(name, ok, seen, "" if ok else fix)
+    if not t1 or not t2:
+        return Check(
+            name, None, "no timings: cannot tell", "a llama-server build that sends timings"
+        )
+    seen = "the timings report neither cache_n nor prompt_n: cannot tell"
+    return Check(name, None, seen, "a llama-server build whose timings have cache_n")
+
+
+def _tokens(timings: dict[str, Any], key: str) -> int | None:
+    """A token count of ``timings`` (an int >= 0), ``None`` when the server did not send one."""
+    value = timings.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _timed(http: httpx.Client, url: str, body: dict[str, Any]) -> tuple[str, float, float]:
@@ -555,10 +641,14 @@ def _timed(http: httpx.Client, url: str, body: dict[str, Any]) -> tuple[str, flo
 def _pinned_twice(make: Callable[[], httpx.Client], base: str, max_tokens: int) -> Check:
     """Two requests pinned to slot 0 at once, :data:`_PAIRS` times (the two demo prompts,
     each also sent alone): does the server queue the second, or run both in the slot
-    together (their answers cross)? A pair ran together when each generated before the other
-    ended, or an answer differs from the answer alone (temperature 0). Seen on llama.cpp:
-    a request that arrives while the slot is generating is queued, but two that arrive
-    together may both run in it. Each request has a client (``make()``) of its own."""
+    together (their answers cross)? Each request has a client (``make()``) of its own.
+
+    A pair ran together when each generated before the other ended (both streams' first
+    generated text before the other's end: an overlap in time). An answer that differs from
+    the answer alone without that overlap is no crossing: a model's answers at temperature 0
+    differ with the cache's state (seen on SmolLM2: 0 of 6 pairs overlapped, answers
+    differed), said apart. Seen on llama.cpp: a request that arrives while the slot is
+    generating is queued, but two that arrive together may both run in it."""
     bodies = [
         _body(max_tokens) | {"messages": [{"role": "user", "content": p}]} for p in DEMO_PROMPTS[:2]
     ]
@@ -566,19 +656,28 @@ def _pinned_twice(make: Callable[[], httpx.Client], base: str, max_tokens: int) 
     for body in bodies:
         with make() as http:
             alone.append(_timed(http, base, body)[0])
-    together = 0
+    together = differed = 0
     for _ in range(_PAIRS):
         (a, a0, a1), (b, b0, b1) = _pair(make, base, bodies)
-        together += (a0 < b1 and b0 < a1) or a != alone[0] or b != alone[1]
+        overlap = bool(a0 and b0) and a0 < b1 and b0 < a1
+        together += overlap
+        differed += not overlap and (a != alone[0] or b != alone[1])
     does = "boxmaker never sends two requests to one slot (a lease per slot; a lock file"
     does += " across processes)"
     if together:
         seen = (
             f"two requests pinned to one slot ran in it together ({together} of {_PAIRS} "
-            f"pairs; llama.cpp does not always queue them, and their answers cross): {does}"
+            f"pairs generated at the same time; llama.cpp does not always queue them, and "
+            f"their answers cross): {does}"
         )
         return Check("slot shared", None, seen)
     seen = f"two requests pinned to one slot were queued ({_PAIRS} of {_PAIRS} pairs): {does}"
+    if differed:
+        seen += (
+            f"; in {differed} pair(s) an answer differed from the answer alone without "
+            "running together: not crossing, the model's answers vary with the cache's state "
+            "at temperature 0"
+        )
     return Check("slot shared", None, seen)  # information: llama.cpp queues them only at times
 
 

@@ -9,9 +9,14 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["WATCH_S", "CancelWatch"]
+import httpx
+
+from ..errors import RequestCancelled
+
+__all__ = ["WATCH_S", "CancelWatch", "cancellable"]
 
 WATCH_S = 0.05
 """How often, in seconds, a watch checks that its request is still running."""
@@ -88,3 +93,36 @@ class CancelWatch:
 def _shut(sock: socket.socket) -> None:
     with contextlib.suppress(OSError):  # already closed
         sock.shutdown(socket.SHUT_RDWR)
+
+
+@contextlib.contextmanager
+def cancellable(cancel: threading.Event | None, what: str) -> Iterator[dict[str, Any]]:
+    """One small request (a side request, slot discovery, ``reasoning_end``) that ``cancel``
+    ends within about 0.1 s whatever the server does (silent, or sending only ``: ping``
+    comments in a body that never ends).
+
+    Yields the httpx request extensions to send it with (a :class:`CancelWatch`'s trace);
+    make the whole request, body read included, inside the block.
+
+    Args:
+        cancel: the caller's cancel event; ``None``: nothing is watched (yields ``{}``).
+        what: the request, for the error's message (``"GET /props at URL"``).
+
+    Raises:
+        RequestCancelled: ``cancel`` was set before the request, or the request failed
+            (an :class:`httpx.HTTPError`) once it was set: the watch shut its socket.
+    """
+    if cancel is None:
+        yield {}
+        return
+    if cancel.is_set():
+        raise RequestCancelled(f"{what} cancelled before it was sent")
+    watch = CancelWatch(cancel)
+    try:
+        yield {"trace": watch.trace}
+    except httpx.HTTPError as exc:
+        if cancel.is_set():
+            raise RequestCancelled(f"{what} cancelled; connection closed") from exc
+        raise
+    finally:
+        watch.stop()

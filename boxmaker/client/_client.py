@@ -43,10 +43,10 @@ import httpx
 
 from .. import _json
 from ..config import ClientConfig
-from ..errors import BoxmakerError, InferError, RequestCancelled, StreamCut
+from ..errors import BoxmakerError, InferError, RequestCancelled, StreamCut, StreamStopped
 from ..events import ClientEvent, Queued, Retrying, SlotWait
 from ..records import Capabilities
-from ._cancel import CancelWatch
+from ._cancel import CancelWatch, cancellable
 from ._caps import capabilities_of
 from ._errors import http_error
 from ._retry import RETRIED_STATUSES, retry_after_s, retry_delay_s
@@ -61,7 +61,6 @@ log = logging.getLogger("boxmaker.client")
 __all__ = ["IGNORED_BUDGET_MARGIN", "ChatClient", "Client"]
 
 _QUEUED = Queued()
-_SSE_HEADERS = {"Accept": "text/event-stream"}
 _JSON_SSE_HEADERS = {"Accept": "text/event-stream", "Content-Type": "application/json"}
 
 
@@ -70,8 +69,10 @@ _JSON_SSE_HEADERS = {"Accept": "text/event-stream", "Content-Type": "application
 
 
 class _Retryable(Exception):
-    """Internal: a failure before any event (connection refused, HTTP 503) that may be retried.
-    Never leaves this module: :meth:`Client._chat` raises :attr:`error` instead."""
+    """Internal: a failure that may be retried: before any event (connection refused, HTTP
+    503), or a full KV pool (``InferError.pool_full``, also mid-stream: the events of the
+    failed attempt came, a ``Retrying`` event follows them). Never leaves this module:
+    :meth:`Client._chat` raises :attr:`error` instead."""
 
     def __init__(self, error: InferError, reason: str, retry_after: float | None = None) -> None:
         super().__init__(reason)
@@ -158,6 +159,7 @@ class Client:
         self._reasoning_seen = False  # a completion of this client had reasoning
         self._caps: Capabilities | None = None  # GET /props, read once (capabilities())
         self._caps_read = False
+        self._local = threading.local()  # .cancel: this thread's cancelling() block
         self.last_slot: int | None = None  # the slot of this client's latest request
         headers = {}
         if self.config.api_key:
@@ -195,7 +197,9 @@ class Client:
                 ``body``.
             on_event: called in order with each :data:`~boxmaker.events.ClientEvent`, on the
                 calling thread, while the stream is read (keep it quick; an exception it
-                raises closes the stream and propagates).
+                raises closes the stream and propagates; a
+                :class:`~boxmaker.errors.StreamStopped` gets the completion so far in its
+                ``completion``).
             reasoning_budget: reasoning tokens this completion may use, sent as llama.cpp's
                 ``thinking_budget_tokens``: the server's sampler ends reasoning exactly (at
                 most ``budget - 1`` reasoning deltas come, none for a budget of 0 or 1).
@@ -266,8 +270,12 @@ class Client:
         at most ``config.retry_max_delay_s`` either way. It is announced by
         :class:`~boxmaker.events.Retrying` ``(attempt=k, delay_s, reason)`` before the wait;
         ``reason`` names the status, the server's message and its ``Retry-After``.
-        Both failures happen before any other event, so a retried attempt has emitted
-        nothing. Every other error is raised at once.
+        These failures happen before any other event, so a retried attempt has emitted
+        nothing. Retried too: a full KV pool (``InferError.pool_full``: llama.cpp's
+        "Context size has been exceeded." while this prompt fits its slot; slots sharing a
+        unified KV cache filled it), as an HTTP error or mid-stream (the failed attempt's
+        events came before the ``Retrying`` event; the next attempt streams anew); when it
+        persists, the error names the pool and the fix. Every other error is raised at once.
 
         Arguments, return value: as :meth:`chat`.
 
@@ -303,7 +311,15 @@ class Client:
         """
         return self._control(completion_id)[0]
 
-    def server_json(self, method: str, path: str, body: Any = None, *, timeout_s: float) -> Any:
+    def server_json(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        timeout_s: float,
+        cancel: threading.Event | None = None,
+    ) -> Any:
         """A side request to this client's server (its transport and key): one JSON request
         to ``path`` (e.g. llama.cpp's ``/apply-template``, ``/tokenize``, ``/props``), marked
         with the ``boxmaker.side_request`` extension (``boxmaker.client.ServerJson``).
@@ -311,6 +327,9 @@ class Client:
         Args:
             method: ``"GET"`` or ``"POST"``; path: from the base URL (``/tokenize``).
             body: the JSON body (``None``: none); timeout_s: the request's timeout, seconds.
+            cancel: ends the request within about 0.1 s when set (whatever the server does);
+                ``None``: the cancel of the :meth:`cancelling` block this thread is in, if any
+                (the turn's: so cache forensics' requests stop with the turn).
 
         Returns:
             The parsed JSON answer.
@@ -319,13 +338,32 @@ class Client:
             InferError: no connection, or an HTTP status other than 200 (status, body and
                 the ``error`` object kept; a transport that refuses side requests answers
                 ``error.type`` ``side_request_refused``).
+            RequestCancelled: the cancel was set.
             BoxmakerError: an answer that is not JSON.
         """
-        return side_json(self._http, self.url, method, path, body, timeout_s)
+        watch = cancel if cancel is not None else getattr(self._local, "cancel", None)
+        return side_json(self._http, self.url, method, path, body, timeout_s, watch)
 
-    def capabilities(self) -> Capabilities | None:
+    @contextlib.contextmanager
+    def cancelling(self, cancel: threading.Event) -> Iterator[None]:
+        """Within the block, this thread's side requests on this client (:meth:`server_json`,
+        :meth:`capabilities`, from any caller: the turn's first ``GET /props``, cache
+        forensics) end within about 0.1 s once ``cancel`` is set. :func:`boxmaker.turn.run_turn`
+        holds one for its turn's cancel."""
+        before = getattr(self._local, "cancel", None)
+        self._local.cancel = cancel
+        try:
+            yield
+        finally:
+            self._local.cancel = before
+
+    def capabilities(self, cancel: threading.Event | None = None) -> Capabilities | None:
         """What the server's chat template and slots can do (``GET {url}/props``), read once
         per client and kept.
+
+        Args:
+            cancel: as :meth:`server_json`'s: when it ends the request, ``None`` is returned
+                and nothing is kept (the next call asks again).
 
         Returns:
             The :class:`~boxmaker.records.Capabilities` the answer states, or ``None`` when
@@ -334,7 +372,9 @@ class Client:
         """
         if not self._caps_read:
             try:
-                answer = self.server_json("GET", "/props", timeout_s=30.0)
+                answer = self.server_json("GET", "/props", timeout_s=30.0, cancel=cancel)
+            except RequestCancelled:
+                return None
             except (BoxmakerError, httpx.HTTPError, ValueError) as exc:  # a status, no answer
                 log.info("GET /props at %s failed: %s", self.url, exc)
                 answer = None
@@ -404,6 +444,7 @@ class Client:
                         body=error.body,
                         error=error.error,
                         context_full=error.context_full,
+                        pool_full=error.pool_full,
                     ) from error.__cause__
                 attempt += 1
                 delay = retry_delay_s(attempt, self.config, failure.retry_after)
@@ -426,7 +467,7 @@ class Client:
             self.url,
             pin if isinstance(pin, int) and not isinstance(pin, bool) else None,
             payload.get("messages"),
-            count=self._slot_count,
+            count=lambda: self._slot_count(cancel),
             on_wait=lambda slot: on_event(SlotWait(url=self.url, slot=slot)),
             cancel=cancel,
         ) as slot:
@@ -495,11 +536,17 @@ class Client:
                 self._leases.note(self.url, slot, holds)
         return answer if isinstance(answer, dict) else {}
 
-    def _slot_count(self) -> int | None:
-        """``GET /props`` ``total_slots`` (llama.cpp's slot count), ``None`` if unknown."""
+    def _slot_count(self, cancel: threading.Event | None = None) -> int | None:
+        """``GET /props`` ``total_slots`` (llama.cpp's slot count), ``None`` if unknown.
+
+        Raises:
+            RequestCancelled: ``cancel`` was set (within about 0.1 s: a server that answers
+                with pings only cannot hold it).
+        """
         try:
-            answer = self._http.get(f"{self.url}/props")
-            total = answer.json().get("total_slots") if answer.status_code == 200 else None
+            with cancellable(cancel, f"GET /props at {self.url}") as watched:
+                answer = self._http.get(f"{self.url}/props", extensions=watched)
+                total = answer.json().get("total_slots") if answer.status_code == 200 else None
         except (httpx.HTTPError, ValueError, AttributeError):
             return None
         return total if isinstance(total, int) and not isinstance(total, bool) else None
@@ -539,13 +586,7 @@ class Client:
         watch: CancelWatch | None,
         tool_call_deltas: bool,
     ) -> Completion:
-        # the body as httpx's json= writes it (compact, UTF-8), by orjson when it can
-        content = _json.dumps(payload)
-        body: dict[str, Any] = (
-            {"json": payload, "headers": _SSE_HEADERS}
-            if content is None
-            else {"content": content, "headers": _JSON_SSE_HEADERS}
-        )
+        body: dict[str, Any] = {"content": _request_body(payload), "headers": _JSON_SSE_HEADERS}
         send = functools.partial(
             self._send, body, on_event, reasoning_budget, cancel, watch, tool_call_deltas
         )
@@ -582,13 +623,20 @@ class Client:
                         "chat completion",
                         response.reason_phrase,
                     )
-                    if response.status_code in RETRIED_STATUSES:
+                    if response.status_code in RETRIED_STATUSES or error.pool_full:
                         raise _retryable(error, response)
                     raise error
                 on_event(_QUEUED)
                 if _is_json(response):  # one whole chat.completion to a streamed request
                     return self._read_whole(response, on_event, tool_call_deltas)
-                done = self._read(response, on_event, reasoning_budget, cancel, tool_call_deltas)
+                try:
+                    done = self._read(
+                        response, on_event, reasoning_budget, cancel, tool_call_deltas
+                    )
+                except InferError as exc:
+                    if exc.pool_full:  # the KV pool filled mid-stream: wait, then again
+                        raise _Retryable(exc, _pool_reason(exc)) from exc
+                    raise
                 self._reasoning_seen = self._reasoning_seen or done.reasoning_tokens > 0
                 return done
         except httpx.TransportError as exc:
@@ -634,7 +682,7 @@ class Client:
             else ThinkingCap(
                 budget,
                 self.config.send_thinking_budget,
-                self._control,
+                lambda completion_id: self._control(completion_id, cancel),
                 self._first_unseen,
                 reasons=self._caps.reasoning if self._caps else None,
             )
@@ -653,25 +701,30 @@ class Client:
         seen = 0  # chunks when the last data event came
         feed_sse = decoder.sse.feed
         emit = decoder.emit
-        for raw in _reads(response):
-            emit(feed_sse(raw), on_event, check)
-            if cancel is not None and cancel.is_set():  # a read of comments, or cut by the watch
-                raise _cancelled(response, chunks.chunks)
-            if chunks.done:
-                return chunks.finish()
-            if silence is not None:
-                if chunks.chunks != seen:
-                    seen = chunks.chunks
-                    quiet_since = None
-                elif quiet_since is None:
-                    quiet_since = clock()
-                elif clock() - quiet_since > silence:
-                    response.close()
-                    raise InferError(
-                        f"llama-server at {self.url} sent no data event for {silence} s, only "
-                        "SSE comments (silence timeout, ClientConfig.silence_timeout_s)"
-                    )
-        emit(decoder.sse.flush(), on_event, check)
+        try:
+            for raw in _reads(response):
+                emit(feed_sse(raw), on_event, check)
+                if cancel is not None and cancel.is_set():  # a read of comments, or the watch
+                    raise _cancelled(response, chunks.chunks)
+                if chunks.done:
+                    return chunks.finish()
+                if silence is not None:
+                    if chunks.chunks != seen:
+                        seen = chunks.chunks
+                        quiet_since = None
+                    elif quiet_since is None:
+                        quiet_since = clock()
+                    elif clock() - quiet_since > silence:
+                        response.close()
+                        raise InferError(
+                            f"llama-server at {self.url} sent no data event for {silence} s, "
+                            "only SSE comments (silence timeout, ClientConfig.silence_timeout_s)"
+                        )
+            emit(decoder.sse.flush(), on_event, check)
+        except StreamStopped as stop:  # the hook closed the stream: what arrived goes with it
+            stop.completion = chunks.partial()
+            response.close()
+            raise
         if cancel is not None and cancel.is_set():
             raise _cancelled(response, chunks.chunks)
         return chunks.finish()
@@ -686,8 +739,12 @@ class Client:
         ``stream: true``): one OpenAI ``chat.completion``, read as one completion."""
         response.read()
         decoder = StreamDecoder(tool_call_deltas=tool_call_deltas)
-        for event in decoder.feed_completion(response.text):
-            on_event(event)
+        try:
+            for event in decoder.feed_completion(response.text):
+                on_event(event)
+        except StreamStopped as stop:  # the whole answer is what arrived
+            stop.completion = decoder.chunks.partial()
+            raise
         return decoder.chunks.finish()
 
     def _first_unseen(self) -> bool:
@@ -699,11 +756,16 @@ class Client:
         first, self._unseen_warned = not self._unseen_warned, True
         return first
 
-    def _control(self, completion_id: str) -> tuple[bool, str]:
+    def _control(
+        self, completion_id: str, cancel: threading.Event | None = None
+    ) -> tuple[bool, str]:
         try:
-            response = self._http.post(
-                self._control_url, json={"id": completion_id, "action": "reasoning_end"}
-            )
+            with cancellable(cancel, "reasoning_end") as watched:
+                response = self._http.post(
+                    self._control_url,
+                    json={"id": completion_id, "action": "reasoning_end"},
+                    extensions=watched,
+                )
         except httpx.HTTPError as exc:
             raise InferError(
                 f"reasoning control request to llama-server at {self.url} failed: {exc!r}"
@@ -721,6 +783,25 @@ class Client:
                 body=text,
             )
         return answer.get("success") is True, text
+
+
+def _request_body(payload: dict[str, Any]) -> bytes:
+    """The JSON body of a chat request: compact UTF-8 as httpx's ``json=`` writes it (by
+    orjson when it can, :func:`boxmaker._json.dumps`); a text no UTF-8 can hold (a lone
+    surrogate, say in a user's message) is written with ``\\u`` escapes instead, so the
+    request goes out and the server judges it, never a bare ``UnicodeEncodeError``.
+
+    Raises:
+        ValueError: a ``NaN`` or infinite float in ``payload`` (as httpx's ``json=``).
+    """
+    content = _json.dumps(payload)
+    if content is not None:
+        return content
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return json.dumps(payload, separators=(",", ":"), allow_nan=False).encode()
 
 
 def _reads(response: httpx.Response) -> Iterator[bytes]:
@@ -758,9 +839,19 @@ def _retryable(error: InferError, response: httpx.Response) -> _Retryable:
     header = response.headers.get("retry-after")
     after = retry_after_s(header)
     reason = f"HTTP {response.status_code}: {_short(error)}"
+    if error.pool_full:
+        reason = _pool_reason(error)
     if after is not None:
         reason += f" (Retry-After: {header})"
     return _Retryable(error, reason, after)
+
+
+def _pool_reason(error: InferError) -> str:
+    """The ``Retrying`` reason of a full KV pool: the server's words and what is awaited."""
+    return (
+        f"llama-server's KV pool is full ({_short(error)}): this request fits its slot, the "
+        "other slots' requests hold the pool; waiting for room"
+    )
 
 
 def _short(error: InferError) -> str:

@@ -16,11 +16,13 @@ treats it as "no server to ask here", not as a failure.
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
 from ..errors import BoxmakerError, InferError
+from ._cancel import cancellable
 
 __all__ = [
     "SIDE_REFUSED",
@@ -64,18 +66,27 @@ def refused(exc: InferError) -> bool:
 
 
 def side_json(
-    http: httpx.Client, url: str, method: str, path: str, body: Any, timeout_s: float
+    http: httpx.Client,
+    url: str,
+    method: str,
+    path: str,
+    body: Any,
+    timeout_s: float,
+    cancel: threading.Event | None = None,
 ) -> Any:
     """Send one side request with ``http`` to ``url + path`` (JSON ``body``, ``None``: none)
-    and parse the answer; raises as :meth:`ServerJson.server_json` says."""
+    and parse the answer; raises as :meth:`ServerJson.server_json` says, and
+    :class:`~boxmaker.errors.RequestCancelled` when ``cancel`` is set (within about 0.1 s,
+    :func:`~boxmaker.client._cancel.cancellable`)."""
     try:
-        response = http.request(
-            method,
-            f"{url}{path}",
-            json=body,
-            timeout=timeout_s,
-            extensions={SIDE_REQUEST: True},
-        )
+        with cancellable(cancel, f"{method} {path} at {url}") as watched:
+            response = http.request(
+                method,
+                f"{url}{path}",
+                json=body,
+                timeout=timeout_s,
+                extensions={SIDE_REQUEST: True, **watched},
+            )
     except httpx.HTTPError as exc:
         raise InferError(f"{method} {path} at {url} failed: {exc!r}") from exc
     if response.status_code != 200:

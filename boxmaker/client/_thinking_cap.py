@@ -56,6 +56,11 @@ class ThinkingCap:
     when more reasoning than the budget came with no chance to end it, or, for a budget of 2
     or more, when no reasoning was seen at all; on a model that does not reason (``reasons``
     is ``False``) that last one says so instead, and is not a limit hit (nothing to cap).
+
+    Only the model's reasoning counts: a proxy's text before the model's stream is no
+    reasoning (:meth:`ChunkDecoder._take_id`), and while the reasoning may still turn out a
+    proxy's (:attr:`ChunkDecoder.provisional`: a stream that has not opened), no
+    ``reasoning_end`` is sent, so it never goes out for a proxy's id.
     """
 
     __slots__ = (
@@ -95,7 +100,11 @@ class ThinkingCap:
         elif chunks.answering:  # reasoning is over: did the budget end it?
             self.settled = True
             self._settle(chunks, on_event)
-        elif chunks.reasoning_tokens >= self._ignored_at and not chunks.reasoning_from_tag:
+        elif (
+            chunks.reasoning_tokens >= self._ignored_at
+            and not chunks.reasoning_from_tag
+            and not chunks.provisional
+        ):
             self._end(chunks, on_event)
 
     def _settle(self, chunks: ChunkDecoder, on_event: Callable[[ClientEvent], None]) -> None:

@@ -73,9 +73,12 @@ outcomes (``completion_tokens``, ``completions``, ``turn_deadline``, ``tool_call
 ``tool_arguments``), the outcomes ``server_stopped`` and ``tool_call_in_content`` and the
 ``not_run`` reasons ``length`` and ``server_stopped``, :class:`Capabilities` records (never
 messages) and the optional ``CacheLoss`` fields ``reprocessed`` and ``reprocessed_ms`` (read as
-``None`` in older logs), and the cause ``checkpoint``. Readers now check these values by their
-``Literal`` types (:data:`RULES`), so a value added later is refused by an older reader, naming
-it (the log reads with the version that added it).
+``None`` in older logs), the cause ``checkpoint``, ``Usage.note`` (optional, read as ``None``)
+and a ``null`` ``Usage.reasoning_tokens`` (a count the client could not make; older logs
+always have a number), the ``not_run`` reasons ``tool_calls``, ``tool_arguments`` and
+``completion_tokens`` (the calls of a completion a client-side bound refused, now logged).
+Readers now check these values by their ``Literal`` types (:data:`RULES`), so a value added
+later is refused by an older reader, naming it (the log reads with the version that added it).
 """
 
 LimitKind: TypeAlias = Literal[
@@ -149,6 +152,9 @@ NotRunReason: TypeAlias = Literal[
     "length",
     "server_stopped",
     "diverged",
+    "tool_calls",
+    "tool_arguments",
+    "completion_tokens",
 ]
 NOT_RUN_REASONS: tuple[NotRunReason, ...] = typing.get_args(NotRunReason)
 """Why a tool call was answered without running (:attr:`ToolResult.not_run`): ``repeat``, the
@@ -163,7 +169,10 @@ a JSON object or do not fit the tool's schema): the result says why, for the mod
 ``turn_deadline``, the turn ran out of time before the call ran; ``length``, the completion
 was cut by ``max_tokens`` (``finish_reason: "length"``), so its calls may be cut too and none is
 run; ``server_stopped``, the server ended the completion otherwise (``abort``...);
-``diverged`` (schema 4), a fork stopped at its first call that differs from its parent's."""
+``diverged`` (schema 4), a fork stopped at its first call that differs from its parent's;
+``tool_calls``, ``tool_arguments``, ``completion_tokens``, the completion was refused by a
+client-side bound (too many calls, arguments too long, a stream past its token bound): it is
+logged with its calls, none of them run."""
 
 ForkPoint: TypeAlias = Literal["after_turn", "before_answer", "edited_result"]
 FORK_POINTS: tuple[ForkPoint, ...] = typing.get_args(ForkPoint)
@@ -309,21 +318,28 @@ class Assistant:
 
 @dataclass(frozen=True, kw_only=True)
 class Usage:
-    """What one completion cost, from llama.cpp's final stream event.
+    """What one completion cost: what the server measured, or unknown.
 
     ``timings`` is llama.cpp's object as sent (``cache_n``, ``prompt_n``, ``predicted_n`` in
     tokens; ``prompt_ms``, ``predicted_ms`` in milliseconds; per-token and per-second rates),
     empty when the server sent none (older builds). ``reasoning_tokens`` counts the streamed
-    reasoning deltas (llama.cpp sends about one token per delta). ``prompt_tokens`` and
-    ``completion_tokens`` are the OpenAI ``usage`` fields, ``None`` when absent.
+    reasoning deltas (llama.cpp sends about one token per delta): ``0`` when no reasoning
+    came; ``None`` when the client could not count it (the reasoning came whole, in one
+    ``chat.completion``, and the server gave no ``usage.completion_tokens_details.
+    reasoning_tokens``, which is then taken). ``prompt_tokens`` and ``completion_tokens`` are
+    the OpenAI ``usage`` fields, ``None`` when absent or impossible (Ollama's
+    ``prompt_tokens: 0`` for a cached prompt, ollama/ollama#5370: no prompt has 0 tokens);
+    ``note`` then says which figure the server sent was left out and why (``None``: none
+    was). A figure that is ``None`` is unknown: absent in the frames' totals, never 0.
     """
 
     timings: Mapping[str, float] = field(default_factory=dict)
-    reasoning_tokens: Tokens = 0
+    reasoning_tokens: Tokens | None = 0
     thinking_capped: bool = False
     prompt_tokens: Tokens | None = None
     completion_tokens: Tokens | None = None
     finish_reason: str | None = None
+    note: str | None = None
     time: datetime = field(default_factory=utc_now)
 
 

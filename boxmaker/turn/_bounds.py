@@ -25,8 +25,8 @@ from collections.abc import Callable
 
 from ..client import Completion
 from ..config import Config
-from ..errors import TurnCancelled, TurnError, TurnLimit
-from ..events import ClientEvent, Content, Hook, Reasoning, ToolCallDelta
+from ..errors import StreamStopped, TurnCancelled, TurnError, TurnLimit
+from ..events import ClientEvent, Content, Hook, Reasoning, Retrying, ToolCallDelta
 
 __all__ = ["THINKING_GRACE", "TOKEN_GRACE", "BoundHit", "TurnBounds"]
 
@@ -41,9 +41,11 @@ client sends ``reasoning_end`` at the budget plus 2 (a server ignoring the budge
 that honours that stops within the tokens in flight, far below this."""
 
 
-class BoundHit(Exception):
-    """Internal: raised from the event relay to close the stream; ``limit`` says which bound.
-    Never leaves the turn: the loop ends the turn with :attr:`limit`."""
+class BoundHit(StreamStopped):
+    """Internal: raised from the event relay to close the stream; ``limit`` says which bound,
+    ``completion`` what had arrived (set by the client, :class:`~boxmaker.errors.StreamStopped`).
+    Never leaves the turn: the loop records the completion and ends the turn with
+    :attr:`limit`."""
 
     def __init__(self, limit: TurnLimit) -> None:
         super().__init__(str(limit))
@@ -163,7 +165,8 @@ class TurnBounds:
         on). Past a bound it raises :class:`BoundHit`, which makes the client close the stream
         (llama.cpp then stops generating). Counted: each ``Reasoning``, ``Content`` and
         ``ToolCallDelta`` as one token; tool calls by their ``index``; argument characters per
-        index."""
+        index; a :class:`~boxmaker.events.Retrying` (the client streams the completion anew)
+        starts the counts again."""
         total, thinking = self.token_bound(reasoning_budget)
         loop = self._loop
         calls_cap, args_cap = loop.tool_calls_per_completion, loop.tool_argument_chars
@@ -190,6 +193,9 @@ class TurnBounds:
                     if limit is not None:
                         raise BoundHit(limit)
                     return
+            elif isinstance(event, Retrying):  # a new attempt streams anew (a full KV pool)
+                tokens = reasoning = 0
+                arguments.clear()
             emit(event)
 
         return hook

@@ -14,8 +14,11 @@ the chat traffic only), so nothing is asked.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import threading
+from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
 
 from ..config import Config
@@ -23,7 +26,13 @@ from ..errors import ToolsNotSupported
 from ..records import Capabilities
 from ..session import Session
 
-__all__ = ["ReadsCapabilities", "read_capabilities", "refuse_unsupported_tools"]
+__all__ = [
+    "CancelsSideRequests",
+    "ReadsCapabilities",
+    "read_capabilities",
+    "refuse_unsupported_tools",
+    "side_requests_cancelled",
+]
 
 log = logging.getLogger("boxmaker.turn")
 
@@ -35,6 +44,26 @@ class ReadsCapabilities(Protocol):
     def capabilities(self) -> Capabilities | None:
         """The server's capabilities, ``None`` when it does not say."""
         ...
+
+
+@runtime_checkable
+class CancelsSideRequests(Protocol):
+    """A client whose side requests a cancel can cut (:meth:`boxmaker.client.Client.cancelling`)."""
+
+    def cancelling(self, cancel: threading.Event) -> AbstractContextManager[None]:
+        """Within the block, this thread's side requests end soon after ``cancel`` is set."""
+        ...
+
+
+def side_requests_cancelled(
+    client: object, cancel: threading.Event
+) -> AbstractContextManager[None]:
+    """A block in which the turn's side requests on ``client`` (the first ``GET /props``,
+    cache forensics' requests) end within about 0.1 s of ``cancel`` (the turn's), so Stop is
+    prompt there too; nothing for a client that cannot (a test's fake)."""
+    if isinstance(client, CancelsSideRequests):
+        return client.cancelling(cancel)
+    return contextlib.nullcontext()
 
 
 def _recorded(session: Session) -> Capabilities | None:

@@ -31,7 +31,7 @@ from ..records import Assistant, LimitHit, Record, ToolCall, Usage, User
 from ..session import Session
 from ..tools import Dispatched, cap_result, dispatch
 from ._bounds import BoundHit, TurnBounds
-from ._caps import read_capabilities, refuse_unsupported_tools
+from ._caps import read_capabilities, refuse_unsupported_tools, side_requests_cancelled
 from ._finish import ending
 from ._fork import open_calls, replayed
 from ._guard import AnswerAfterLimit, LoopGuard, after_limit, dead_turn, ended, not_run_results
@@ -82,7 +82,8 @@ def run_turn(
             (``TurnBounds``: tokens, completions, deadline, calls, argument size); ``kind``
             says which. ``loop.on_limit = "answer"`` ends the first three with one last
             completion without tools instead (outcome ``answered_after_limit``).
-        SessionFull: llama.cpp answered ``exceed_context_size_error``.
+        SessionFull: this session's prompt does not fit its slot (llama.cpp's
+            ``exceed_context_size_error``); a full KV pool is retried, then a TurnInferError.
         TurnCancelled: the cancel token (``cancel``, else ``runtime.cancel``) was set.
         TurnInferError: the completion failed otherwise (``cause`` keeps status and body).
         TurnNotAnswered: no answer: a ``finish_reason`` such as vLLM's ``abort``, or a tool
@@ -93,7 +94,11 @@ def run_turn(
     """
     emit = guarded(on_event, log)
     token = runtime.cancel if cancel is None else cancel
-    with session.turn(), TurnBounds(runtime.config, token) as bounds:
+    with (
+        session.turn(),
+        TurnBounds(runtime.config, token) as bounds,
+        side_requests_cancelled(runtime.client, bounds.cancel),  # /props, forensics: Stop cuts
+    ):
         session.hide(*api_keys(runtime.config, runtime.client))  # an echoed key: <API_KEY>
         pending = open_calls(session) if content is None else None  # a fork's open turn
         _append(session, emit, *(dead_turn(session) if content is not None else ()))
@@ -146,8 +151,8 @@ def _complete(
         completion = runtime.client.chat_with_retry(
             body, relay, reasoning_budget=budget, cancel=state.bounds.cancel
         )
-    except BoundHit as exc:  # the stream went past a bound and was closed
-        _end_turn(session, exc.limit, emit)
+    except BoundHit as exc:  # the stream went past a bound and was closed: refused
+        _refuse(session, runtime, state, exc.completion, exc.limit, emit)
     except RequestCancelled as exc:
         _end_turn(session, state.bounds.cancelled(f"the turn was cancelled ({exc})"), emit, exc)
     except InferError as exc:
@@ -156,9 +161,21 @@ def _complete(
             _end_turn(session, full, emit, exc)
         _end_turn(session, TurnInferError(f"the completion failed: {exc}", cause=exc), emit, exc)
     if (stop := state.bounds.after_completion(completion)) is not None:
-        _end_turn(session, stop, emit)
+        _refuse(session, runtime, state, completion, stop, emit)
     state.reasoning_tokens += completion.reasoning_tokens
     return completion
+
+
+def _refuse(
+    session: Session, runtime: Runtime, state: _TurnState, got: object, limit: TurnLimit, emit: Hook
+) -> NoReturn:
+    """A completion refused client-side (a bound) is still a completion the server ran: its
+    ``Assistant`` (the calls it held) and ``Usage`` go in the log, then the turn ends with
+    ``limit`` (each call answered 'not run' with the reason, the ``LimitHit``, the ``TurnEnd``).
+    ``got`` is what arrived (a ``Completion``; ``None`` from a client that could not say)."""
+    if isinstance(got, Completion):
+        _record_completion(session, runtime, state, got, emit, refused=True)
+    _end_turn(session, limit, emit)
 
 
 def _record_completion(
@@ -168,10 +185,13 @@ def _record_completion(
     completion: Completion,
     emit: Hook,
     limit: TurnLimit | None = None,
+    *,
+    refused: bool = False,
 ) -> tuple[tuple[ToolCall, ...], Usage]:
     """Step 4 (and 5): Assistant, Usage, CacheLoss (+ forensics), thinking-cap LimitHit, the
     TurnEnd of a completion that ends the turn (:func:`ending`: no calls to run; raises if no
-    answer). After ``limit`` (on_limit="answer"): answered_after_limit, calls 'not run'."""
+    answer). After ``limit`` (on_limit="answer"): answered_after_limit, calls 'not run'.
+    ``refused``: the completion and its cost only (the caller ends the turn)."""
     calls, usage = completion.tool_calls, completion.usage_record()
     records: list[Record] = [
         Assistant(content=completion.content, reasoning=completion.reasoning, tool_calls=calls),
@@ -180,7 +200,7 @@ def _record_completion(
     records += runtime.forensics.losses(session, runtime, state.body, state.earlier, usage)
     records += [] if state.capped else completion.limit_hits()  # the cap's LimitHit: once a turn
     state.capped = state.capped or completion.thinking_capped or bool(completion.cap_warning)
-    end = None if limit else ending(completion, session.next_call())
+    end = None if limit or refused else ending(completion, session.next_call())
     records += after_limit(calls, session.next_call(), limit) if limit else []
     _append(session, emit, *records, *(end.records if end else ()))
     if end is not None and end.error is not None:

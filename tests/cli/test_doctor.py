@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
 from fake_llama import Reply, Script
 
 from boxmaker.cli import main
+from boxmaker.cli._main import _pool_warning
 from boxmaker.cli.doctor import diagnose
 
 
@@ -123,7 +126,7 @@ def test_a_server_that_streams_its_slot_answer_for_ever_cannot_hold_the_doctor()
 def test_a_server_that_only_pings_meets_the_probe_deadline() -> None:
     transport, _ = _endless(b": ping\n\n")
     report = diagnose("http://llama:8080", transport=transport, probe_deadline_s=0.2)
-    assert "past its deadline of 0.2 s" in report.check("bounded").seen
+    assert "sent no data event for 0.2 s" in report.check("bounded").seen
 
 
 # Tool calls written in content, as a server whose parser does not know the model's format
@@ -203,8 +206,10 @@ _CAPS = {"supports_tools": False, "supports_tool_calls": False, "supports_system
     [
         (
             {"kv_unified": True},
-            "4 slot(s) sharing 2048 tokens (unified KV, n_ctx 2048)",
-            "the slots share -c tokens: raise -c to 4096 or more",
+            "4 slot(s) sharing one pool of 2048 tokens (unified KV): 4 sessions at once hold "
+            '512 tokens each before llama.cpp fails every running request ("Context size has '
+            'been exceeded"; boxmaker waits and retries)',
+            "-np N for the N sessions run at once and -c N x 4096 or more (e.g. -np 4 -c 16384)",
         ),
         (
             {"kv_unified": False},
@@ -235,6 +240,20 @@ def test_slots_with_a_unified_kv_share_one_context(
     assert fix in slots.fix
 
 
+def test_llama_servers_default_pool_is_too_small_for_a_session_per_slot() -> None:
+    """Issue 35: upstream's default, 4 slots sharing one 4,096-token pool: four sessions of
+    ~1,030 tokens fill it, and llama.cpp fails every running request."""
+    props = {
+        "total_slots": 4,
+        "default_generation_settings": {"n_ctx": 4096},
+        "chat_template_caps": _CAPS,
+        "kv_unified": True,
+    }
+    slots = diagnose("http://llama", transport=_server(props, 4)).check("slots and context")
+    assert slots.ok is False and "4 sessions at once hold 1024 tokens each" in slots.seen
+    assert "-np 4 -c 16384" in slots.fix
+
+
 def test_a_template_without_tools_is_not_told_to_add_jinja() -> None:
     """--jinja is on by default; the template itself takes no tools (SmolLM2, Gemma 3)."""
     props = {
@@ -250,3 +269,140 @@ def test_a_template_without_tools_is_not_told_to_add_jinja() -> None:
     assert caps.seen.startswith("tools no, tool calls no, parallel calls ?, system role yes")
     assert "kv_unified ?, n_swa ?" in caps.seen
     assert report.check("slots and context").seen == "1 slot(s) x 8192 tokens (n_ctx 8192)"
+
+
+def test_serve_warns_of_slots_sharing_one_pool() -> None:
+    text = _pool_warning(4, 4096)
+    assert "the 4 slots share one KV pool of 4096 tokens" in text
+    assert "4 sessions at once hold 1024 tokens each" in text and "-np N -c N*T" in text
+
+
+# --- issue 35 item 4: cache_n unknown, crossing told from nondeterminism, a slow server ---------
+
+
+class _Paced(httpx.SyncByteStream):
+    """``chunks`` with ``pause_s`` before each, holding ``lock`` (if any) while it streams."""
+
+    def __init__(self, chunks: list[bytes], pause_s: float, lock: threading.Lock | None) -> None:
+        self.chunks, self.pause_s, self.lock = chunks, pause_s, lock
+
+    def __iter__(self) -> Iterator[bytes]:
+        if self.lock is not None:
+            self.lock.acquire()
+        try:
+            for data in self.chunks:
+                time.sleep(self.pause_s)
+                yield data
+        finally:
+            if self.lock is not None:
+                self.lock.release()
+
+
+def _doctor_server(
+    answer: Callable[[int], tuple[list[bytes], float]],
+    *,
+    lock: threading.Lock | None = None,
+) -> httpx.MockTransport:
+    """A llama-server for the doctor: /health, /props, /slots; chat request ``n`` (1, 2, ...)
+    streams ``answer(n)``'s chunks with its pause before each."""
+    served = [0]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/health":
+            return httpx.Response(200, json={"status": "ok"})
+        if path == "/props":
+            settings = {"n_ctx": 8192}
+            return httpx.Response(
+                200, json={"total_slots": 1, "default_generation_settings": settings}
+            )
+        if path == "/slots":
+            return httpx.Response(200, json=[{"id": 0, "n_ctx": 8192}])
+        if path.startswith("/slots/"):
+            return httpx.Response(501, json={"error": {"code": 501, "message": "no"}})
+        if path.endswith("/control"):
+            return httpx.Response(200, json={"success": False})
+        served[0] += 1
+        chunks, pause = answer(served[0])
+        stream = _Paced(chunks, pause, lock)
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=stream)
+
+    return httpx.MockTransport(handler)
+
+
+def _sse(obj: dict[str, object]) -> bytes:
+    return f"data: {json.dumps(obj)}\n\n".encode()
+
+
+def _answer(text: str, timings: dict[str, object], pieces: int = 1) -> list[bytes]:
+    """A llama.cpp answer: ``text`` in ``pieces`` content deltas, then ``timings``."""
+    step = max(1, len(text) // pieces)
+    parts = [text[i : i + step] for i in range(0, len(text), step)]
+    chunks = [_sse({"id": "c", "choices": [{"index": 0, "delta": {"content": p}}]}) for p in parts]
+    end = {"id": "c", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    return [*chunks, _sse({**end, "timings": timings}), b"data: [DONE]\n\n"]
+
+
+@pytest.mark.parametrize(
+    ("second", "ok", "said"),
+    [
+        ({"prompt_n": 1, "predicted_n": 2}, True, "no cache_n in the timings; prompt_n 1 of 24"),
+        ({"prompt_n": 24, "predicted_n": 2}, False, "prompt_n 24 of 24 prompt tokens processed"),
+        ({"predicted_n": 2}, None, "neither cache_n nor prompt_n: cannot tell"),
+        ({"cache_n": 23, "prompt_n": 1}, True, "cache_n 23 of 24 prompt tokens"),
+    ],
+)
+def test_cache_reuse_is_judged_from_what_the_timings_report(
+    second: dict[str, object], ok: bool | None, said: str
+) -> None:
+    """A build whose timings have no ``cache_n`` was told "not reused, keep cache_prompt on"
+    while its processed prompt fell from 24 tokens to 1."""
+    first: dict[str, object] = {"prompt_n": 24, "predicted_n": 2}
+
+    def answer(n: int) -> tuple[list[bytes], float]:
+        return _answer("Hi.", first if n == 1 else second), 0.0
+
+    report = diagnose("http://llama", transport=_doctor_server(answer))
+    check = report.check("cache reused")
+    assert (check.ok, said in check.seen) == (ok, True), check.seen
+
+
+def test_a_slow_server_is_slow_not_endless() -> None:
+    """The first probe streams 25 deltas 0.03 s apart (0.8 s), past a probe deadline of 0.3 s
+    that a fixed deadline would have called "never ends": its own pace allows it."""
+
+    def answer(n: int) -> tuple[list[bytes], float]:
+        return _answer("x" * 25, {"prompt_n": 5}, pieces=25), 0.03 if n == 1 else 0.0
+
+    report = diagnose(
+        "http://llama", transport=_doctor_server(answer), probe_deadline_s=0.3, probe_tokens=30
+    )
+    names = [c.name for c in report.checks]
+    assert "bounded" not in names and "speed" not in names
+    assert report.check("timings").ok is True and report.check("slot shared").ok is None
+
+
+def test_answers_that_differ_while_queued_are_not_crossing() -> None:
+    """SmolLM2 at temperature 0: 0 of 6 pairs overlapped, yet answers differed from the answer
+    alone (cache-state numerics); the doctor said they crossed."""
+    slot = threading.Lock()  # the server queues a second request to the slot
+
+    def answer(n: int) -> tuple[list[bytes], float]:
+        return _answer(f"answer {n}", {"prompt_n": 5}, pieces=3), 0.01
+
+    shared = diagnose("http://llama", transport=_doctor_server(answer, lock=slot)).check(
+        "slot shared"
+    )
+    assert "were queued (6 of 6 pairs)" in shared.seen
+    assert "in 6 pair(s) an answer differed from the answer alone without running together" in (
+        shared.seen
+    )
+    assert "not crossing" in shared.seen
+
+
+def test_pairs_that_generate_at_the_same_time_ran_together() -> None:
+    def answer(n: int) -> tuple[list[bytes], float]:
+        return _answer("same answer", {"prompt_n": 5}, pieces=4), 0.02
+
+    shared = diagnose("http://llama", transport=_doctor_server(answer)).check("slot shared")
+    assert "ran in it together (6 of 6 pairs generated at the same time" in shared.seen

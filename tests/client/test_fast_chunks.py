@@ -38,6 +38,10 @@ LAYOUTS = [
         '"choices":[{"index":0,"delta":{',
         '},"logprobs":null,"finish_reason":null}]}',
     ),
+    (  # an "error": null in every chunk (Foundry Local): no error, read the usual way
+        '{"choices":[{"index":0,"delta":{',
+        '},"finish_reason":null}],"error":null,"created":@T,"id":"chatcmpl-4"}',
+    ),
     (  # spaces after the separators: never usual, always parsed
         '{"choices": [{"finish_reason": null, "index": 0, "delta": {',
         '}}], "created": @T, "id": "chatcmpl-3"}',
@@ -78,6 +82,9 @@ HOSTILE_MEMBERS = [
     '"tool_calls":[{"index":-1,"function":{"arguments":"x"}}]',
     '"tool_calls":[{"index":0,"function":{"arguments":"\\n\\u00e9"}}]',
     '"role":"assistant","content":null',
+    '"content":[{"type":"text","text":"x"}]',  # Mistral's parts: parsed, joined
+    '"role":null,"reasoning_content":"y"',  # LiteLLM's role null in every chunk
+    '"content":"x","tool_calls":[]',  # Foundry Local's empty tool_calls
     '"reasoning_content":"',  # the tail's first quote would close it
     '"tool_calls":[{"index":0,"function":{"arguments":"}}]',
 ]
@@ -332,3 +339,13 @@ def test_a_real_llama_cpp_stream_is_read_the_usual_way_as_parsing_reads_it() -> 
     read, _ = usual_count(chunks)
     if shipped:  # the usual path's share: the shipped model's chunk layouts
         assert read >= len(chunks) - 10  # all but the first, progress, new calls and the end
+
+
+def test_an_error_null_in_every_chunk_is_read_the_usual_way() -> None:
+    """``"error": null`` is no error, for the usual path as for the parse (one rule,
+    ``carries_error``): after the first text chunk is parsed and learnt, the rest is read."""
+    head, tail = (part.replace("@T", "1") for part in LAYOUTS[2])
+    chunks = [head + f'"content":"{t}"' + tail for t in "abcd"]
+    read, events = usual_count([FIRST, *chunks, FINISH])
+    assert read == 3
+    assert [e.text for e in events if isinstance(e, Content)] == list("abcd")

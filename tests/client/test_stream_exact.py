@@ -97,12 +97,16 @@ def test_odd_values_where_a_string_belongs_are_json_loads_ones() -> None:
 
 
 def test_nan_and_lone_surrogates_are_read_as_json_loads_reads_them() -> None:
+    """A lone surrogate escape reads as json.loads reads it (the Content event holds it);
+    the joined text, which the log and the next request hold, has U+FFFD in its place (no
+    UTF-8 encodes a lone surrogate)."""
     texts = [
         '{"choices":[{"index":0,"delta":{"content":"a\\ud800b"}}],"id":"x"}',
         '{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"timings":{"t":NaN}}',
     ]
-    completion, _ = fast(texts, one_read=True)
-    assert completion.content == "a\ud800b"
+    completion, events = fast(texts, one_read=True)
+    assert [e for e in events if isinstance(e, Content)] == [Content("a\ud800b")]
+    assert completion.content == "a\ufffdb"
     assert completion.timings["t"] != completion.timings["t"]  # NaN
 
 

@@ -20,12 +20,13 @@ from hypothesis import strategies as st
 
 from boxmaker.client import Client, Completion, StreamDecoder, is_context_full
 from boxmaker.config import ClientConfig, Config
-from boxmaker.errors import InferError, SessionFull
+from boxmaker.errors import InferError, SessionFull, TurnInferError
 from boxmaker.events import (
     CapNotEnforced,
     ClientEvent,
     Content,
     Reasoning,
+    Retrying,
     ThinkingCapped,
     ToolCallDelta,
 )
@@ -199,8 +200,6 @@ OVERFLOW_500 = (
 @pytest.mark.parametrize(
     ("status", "body"),
     [
-        (500, OVERFLOW_500),
-        (500, "Context size has been exceeded."),
         (400, '{"error":{"message":"request exceeds the available context size"}}'),
         (
             400,
@@ -220,13 +219,16 @@ def test_context_overflow_as_other_http_answers(status: int, body: str) -> None:
     assert info.value.status == status
 
 
-def test_context_overflow_inside_a_200_stream() -> None:
+def test_a_full_kv_pool_inside_a_200_stream_is_no_full_context() -> None:
+    """llama.cpp's "Context size has been exceeded." comes when the KV cache filled while the
+    prompt fit its slot (issue 35: a pool shared by several slots): ``pool_full``, not
+    ``context_full``; other server errors are neither."""
     decoder = StreamDecoder()
     decoder.feed(sse(chunk({"content": "a"})))
     with pytest.raises(InferError) as info:
         decoder.feed(f"data: {OVERFLOW_500}\n\n".encode())
-    assert is_context_full(info.value)
-    assert info.value.status == 500
+    assert info.value.pool_full and not is_context_full(info.value)
+    assert info.value.status == 500 and "-np N" in str(info.value)
     for other in (  # other server errors are not a full context
         '{"error":{"code":500,"message":"Failed to parse tool call arguments"}}',
         '{"error":{"code":500,"message":"the context of this tool is unknown"}}',
@@ -234,19 +236,56 @@ def test_context_overflow_inside_a_200_stream() -> None:
     ):
         with pytest.raises(InferError) as info:
             StreamDecoder().feed(f"data: {other}\n\n".encode())
-        assert not is_context_full(info.value)
+        assert not is_context_full(info.value) and not info.value.pool_full
 
 
-def test_context_overflow_inside_a_stream_as_an_error_line_of_older_builds() -> None:
+def test_a_full_kv_pool_as_an_error_line_of_older_builds() -> None:
     decoder = StreamDecoder()
     with pytest.raises(InferError) as info:
         decoder.feed(b'error: {"code":500,"message":"Context size has been exceeded."}\n\n')
-    assert is_context_full(info.value)
+    assert info.value.pool_full and not is_context_full(info.value)
 
 
-def test_http_500_overflow_ends_the_turn_with_session_full(tmp_path: Path) -> None:
+def test_a_full_kv_pool_is_retried_then_ends_the_turn_naming_the_pool(tmp_path: Path) -> None:
+    """Never ``SessionFull`` for a prompt that fits: the turn waits (``Retrying`` saying why),
+    and when the pool stays full it ends with an inference error naming the pool and the
+    fix."""
+
     def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/props":
+            return httpx.Response(404)
         return httpx.Response(500, text=OVERFLOW_500)
+
+    session = Session.create(tmp_path, Baseline(system="sys"))
+    client = Client(
+        ClientConfig(url=URL, retry_attempts=2),
+        transport=httpx.MockTransport(handler),
+        sleep=lambda s: None,
+    )
+    runtime = Runtime(config=Config(), client=client, registry=Registry())
+    events: list[Any] = []
+    with pytest.raises(TurnInferError) as info:
+        run_turn(session, runtime, "hello", on_event=events.append)
+    message = str(info.value)
+    assert "KV cache was full" in message and "-np N" in message and "3 attempts" in message
+    retries = [e for e in events if isinstance(e, Retrying)]
+    assert [r.attempt for r in retries] == [1, 2]
+    assert all("KV pool is full" in r.reason for r in retries)
+    end = session.records[-1]
+    assert isinstance(end, TurnEnd) and end.outcome == "infer_error"
+    assert not any(isinstance(r, LimitHit) and r.kind == "context_full" for r in session.records)
+    session.close()
+
+
+def test_a_prompt_past_the_slot_still_ends_the_turn_with_session_full(tmp_path: Path) -> None:
+    body = (
+        '{"error":{"code":400,"message":"request (3021 tokens) exceeds the available context '
+        'size (2048 tokens), try increasing it","type":"exceed_context_size_error",'
+        '"n_prompt_tokens":3021,"n_ctx":2048}}'
+    )
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(400, text=body)
 
     session = Session.create(tmp_path, Baseline(system="sys"))
     runtime = Runtime(config=Config(), client=mock_client(handler), registry=Registry())
@@ -282,6 +321,7 @@ def test_thinking_cap_counts_the_reasoning_field() -> None:
     controls: list[dict[str, Any]] = []
     body = b"".join(
         [
+            sse(chunk({"role": "assistant", "content": None})),  # the stream opens
             *(sse(chunk({"reasoning": f"r{i}"})) for i in range(4)),
             sse(chunk({"content": "ok"}, "stop")),
             b"data: [DONE]\n\n",

@@ -638,7 +638,7 @@ def test_totals_equal_sums_over_records(tmp_path: Path, sessions: list[list[Reco
         total = sum(int(u.timings[key]) for u in usages)
         assert s[column].sum() == loaded.requests[column].sum() == total
     assert s.prompt_ms.sum() == pytest.approx(sum(u.timings["prompt_ms"] for u in usages))
-    assert s.reasoning_tokens.sum() == sum(u.reasoning_tokens for u in usages)
+    assert s.reasoning_tokens.sum() == sum(u.reasoning_tokens or 0 for u in usages)
     assert s.lost_tokens.sum() == sum(c.expected - c.reused for c in losses)
     assert s.limit_hits.sum() == len(hits) == len(loaded.limit_hits)
     for kind in LIMIT_KINDS:

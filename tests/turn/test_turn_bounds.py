@@ -24,7 +24,7 @@ from boxmaker.client import Client
 from boxmaker.config import ClientConfig, Config, LoopLimits, SamplingConfig
 from boxmaker.errors import ConfigError, TurnLimit
 from boxmaker.frames import limit_hits, turns
-from boxmaker.records import Assistant, Baseline, LimitHit, ToolResult, TurnEnd
+from boxmaker.records import Assistant, Baseline, LimitHit, ToolResult, TurnEnd, Usage
 from boxmaker.session import Session
 from boxmaker.tools import Registry
 from boxmaker.turn import THINKING_GRACE, TOKEN_GRACE, Runtime, run_turn
@@ -51,14 +51,18 @@ def chunk(delta: dict[str, Any]) -> bytes:
 
 
 class Endless(httpx.SyncByteStream):
-    """A stream that never ends: the same chunk for ever; counts the chunks read."""
+    """A stream that never ends: ``first`` (llama.cpp's opening chunk, when given), then the
+    same chunk for ever; counts the chunks read (not ``first``)."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, first: bytes = b"") -> None:
         self.data = data
+        self.first = first
         self.sent = 0
         self.closed = False
 
     def __iter__(self) -> Iterator[bytes]:
+        if self.first:
+            yield self.first
         while True:
             self.sent += 1
             yield self.data
@@ -67,10 +71,11 @@ class Endless(httpx.SyncByteStream):
         self.closed = True
 
 
-def endless_server(data: bytes) -> tuple[Client, Endless, list[dict[str, Any]]]:
-    """A client whose server streams ``data`` for ever and accepts every ``reasoning_end``
-    (``success: true``) without ending anything; also returns the control requests."""
-    stream = Endless(data)
+def endless_server(data: bytes, first: bytes = b"") -> tuple[Client, Endless, list[dict[str, Any]]]:
+    """A client whose server streams ``first`` then ``data`` for ever and accepts every
+    ``reasoning_end`` (``success: true``) without ending anything; also returns the control
+    requests."""
+    stream = Endless(data, first)
     controls: list[dict[str, Any]] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -106,7 +111,11 @@ def test_a_server_that_streams_for_ever_is_stopped_at_the_token_bound(tmp_path: 
     hits, end = ending(session)
     assert [h.kind for h in hits] == ["completion_tokens"]
     assert end.outcome == "completion_tokens"
-    assert not any(isinstance(r, Assistant) for r in session.records)  # nothing of it kept
+    # the server ran it: what arrived is kept, its cost unknown (the last chunk never came)
+    (assistant,) = [r for r in session.records if isinstance(r, Assistant)]
+    (usage,) = [r for r in session.records if isinstance(r, Usage)]
+    assert assistant.content == "x" * 501 and assistant.tool_calls == ()
+    assert (usage.timings, usage.finish_reason, usage.prompt_tokens) == ({}, None, None)
 
 
 def test_max_tokens_is_enforced_by_the_client_too(tmp_path: Path) -> None:
@@ -124,7 +133,8 @@ def test_max_tokens_is_enforced_by_the_client_too(tmp_path: Path) -> None:
 def test_reasoning_past_the_thinking_cap_is_stopped(tmp_path: Path) -> None:
     """The issue's 74,030 chunks with a thinking cap of 64: the server ignores the budget and
     says yes to ``reasoning_end`` but reasons on."""
-    client, stream, controls = endless_server(chunk({"reasoning_content": "r"}))
+    opening = chunk({"role": "assistant", "content": None})  # llama.cpp's first chunk
+    client, stream, controls = endless_server(chunk({"reasoning_content": "r"}), opening)
     session = session_at(tmp_path)
     loop = LoopLimits(thinking_tokens=64, completion_tokens=None)
     config = Config(loop=loop, sampling=SamplingConfig(max_tokens=None))
@@ -163,7 +173,13 @@ def test_too_many_tool_calls_in_one_completion_run_none(tmp_path: Path) -> None:
         run_turn(session, runtime, "Hi", on_event=lambda e: ran.append(type(e).__name__))
     assert (info.value.kind, info.value.value, info.value.limit) == ("tool_calls", 65, 64)
     assert "ToolCallStarted" not in ran
-    assert not any(isinstance(r, ToolResult | Assistant) for r in session.records)
+    # a refused completion is still a completion: its calls kept, each answered 'not run'
+    (assistant,) = [r for r in session.records if isinstance(r, Assistant)]
+    assert [c.id for c in assistant.tool_calls] == [f"id{i}" for i in range(65)]
+    results = [r for r in session.records if isinstance(r, ToolResult)]
+    assert [r.tool_call_id for r in results] == [f"id{i}" for i in range(65)]
+    assert {r.not_run for r in results} == {"tool_calls"}
+    assert "more than 64 tool calls" in results[0].content
     assert ending(session)[1].outcome == "tool_calls"
     assert run_turn(session, runtime, "again").content == "fine"  # the next turn goes on
 

@@ -117,7 +117,7 @@ def test_thinking_cap_live_through_reasoning_control(
     assert first.reasoning_tokens == 2  # nothing in flight: exact
     reasoning = [e for e in events if isinstance(e, Reasoning)]
     assert len(reasoning) == sum(
-        u.reasoning_tokens for u in session.records if isinstance(u, Usage)
+        u.reasoning_tokens or 0 for u in session.records if isinstance(u, Usage)
     )
     hits = [r for r in session.records if isinstance(r, LimitHit)]
     # one LimitHit a turn, however many of its completions the cap ended
@@ -143,7 +143,7 @@ def test_thinking_cap_is_exact_counted_by_the_server_tokenizer_live(
     assert len(tokens) <= cap
     usages = [r for r in session.records if isinstance(r, Usage)]
     assert usages[0].thinking_capped  # the model reasons far longer than 40 tokens
-    assert sum(u.reasoning_tokens for u in usages) <= cap
+    assert sum(u.reasoning_tokens or 0 for u in usages) <= cap
 
 
 def test_context_full_live_small_n_ctx(tmp_path: Path) -> None:

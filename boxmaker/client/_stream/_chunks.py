@@ -26,8 +26,17 @@ from ...events import (
 from ...records import ToolCall
 from ...tools import canonical_arguments
 from .._errors import stream_error
-from ._completion import Completion
+from ._completion import Completion, reported_reasoning
 from ._fast import FastChunks, tool_call_delta
+from ._shape import (
+    LoadingBlock,
+    carries_error,
+    content_parts,
+    joined,
+    opens_stream,
+    proxy_note,
+    reasoning_only,
+)
 from ._think_tags import Emit
 
 __all__ = ["ChunkDecoder", "Completion"]
@@ -62,15 +71,23 @@ class ChunkDecoder(FastChunks):
       :attr:`reasoning_tokens`), ``delta.content`` -> :class:`~boxmaker.events.Content`,
       each ``delta.tool_calls[i]`` -> :class:`~boxmaker.events.ToolCallDelta`.
 
-    Tool calls: a delta belongs to the call last seen at its ``index``, unless it carries an
-    ``id`` other than that call's: then it starts a new call (parallel calls sent at one
-    index). A delta without ``index`` continues the last call (or the call with its ``id``);
-    a new ``id`` starts a new call. ``ToolCallDelta.index`` is the call's number: the
-    server's ``index``, or, for a call started at a taken index or without index, one more
-    than the highest number so far; :attr:`Completion.tool_calls` are in number order. A
-    call's ``id`` and ``name`` are kept from the first delta that carries them and appear in
-    the event only then (``None`` later even if repeated). ``arguments`` sent as a JSON
-    object become canonical JSON text (:func:`boxmaker.tools.canonical_arguments`' form).
+    Tool calls: a delta belongs to the call last seen at its ``index`` (a delta without
+    ``index``: the call with its ``id``, else the last call), unless it is the head of a new
+    call there: an ``id`` other than that call's and a ``name``, after that call's arguments
+    are a whole JSON value (parallel calls sent at one index; see :func:`_starts_call`).
+    Later ids of a call are ignored (it keeps the first), a name that restates the call's is
+    no change, any other name fragment continues it (``get_`` + ``weather``).
+    ``ToolCallDelta.index`` is the call's number: the server's ``index``, or, for a call
+    started at a taken index or without index, one more than the highest number so far;
+    :attr:`Completion.tool_calls` are in number order. The event's ``id`` is the call's id
+    on the delta that gave it (``None`` later), its ``name`` the call's name so far on a
+    delta that changed it (``None`` otherwise). ``arguments`` sent as a JSON object become
+    canonical JSON text (:func:`boxmaker.tools.canonical_arguments`' form). Texts are
+    joined by :func:`joined` (the two halves of a surrogate pair cut between deltas make
+    one character).
+
+    ``delta.content`` may be a list of typed parts (Mistral): :func:`content_parts`. An
+    ``"error": null`` member is no error (:func:`carries_error`).
 
     ``</think>`` in ``content`` with no opening tag (templates that put ``<think>`` in the
     prompt): until a reasoning delta or a ``<think>`` in content comes, a possible partial
@@ -91,7 +108,9 @@ class ChunkDecoder(FastChunks):
     after ``</think>`` comes ``content``. A ``<think>`` after other content is content.
 
     ``finish_reason: ""`` (SGLang, Ollama) is no finish, as ``null``. A proxy's own chunks
-    before the model's (llama-swap's loading notes) are kept apart, see :meth:`_take_id`.
+    before the model's (llama-swap's loading notes) are kept apart, and a new ``id`` or a
+    role in each chunk (LiteLLM, ms-swift, Foundry Local) starts no new stream, see
+    :meth:`_take_id`.
 
     ``timings`` and ``usage`` are taken from the last chunk that carries them (llama.cpp puts
     them on the finish chunk, or on a trailing ``"choices": []`` chunk when
@@ -122,15 +141,20 @@ class ChunkDecoder(FastChunks):
             listens to them (the turn loop drops them; a tool-call chunk then costs no
             event); the calls are joined into the :class:`Completion` either way.
         usage: OpenAI ``usage`` so far (``{}`` if none).
+        whole: the chunk fed stands for a whole ``chat.completion``
+            (:meth:`StreamDecoder.feed_completion` sets it): its reasoning is not counted by
+            deltas (see :attr:`Completion.whole`).
     """
 
     __slots__ = (
         "_at_index",
+        "_block",
         "_by_id",
         "_calls",
-        "_progressed",
+        "_opened",
         "_proxy",
         "_text",
+        "_varied",
         "_waiting",
         "cap_moot",
         "cap_warning",
@@ -141,6 +165,7 @@ class ChunkDecoder(FastChunks):
         "timings",
         "tool_call_deltas",
         "usage",
+        "whole",
     )
 
     def __init__(self, *, tool_call_deltas: bool = True) -> None:
@@ -154,6 +179,7 @@ class ChunkDecoder(FastChunks):
         self.thinking_capped = False
         self.timings: dict[str, float] = {}
         self.usage: dict[str, Any] = {}
+        self.whole = False
         self.reasoning_from_tag = False
         self.reasoning_in_content = False
         self.cap_warning: str | None = None
@@ -170,13 +196,29 @@ class ChunkDecoder(FastChunks):
         self._tail = ""  # held-back end of content that may be the start of a tag
         self._tag_deltas = 0  # content deltas that carried text while undecided
         self._text: str | None = None  # the JSON text of the chunk being fed, if orjson's
-        self._proxy: list[str] = []  # a proxy's own notes before the model's chunks
-        self._progressed = False  # a prompt_progress came (the model's stream has started)
+        self._proxy: list[str] = []  # a proxy's own text before the model's chunks
+        self._block = LoadingBlock()  # llama-swap's loading block at the stream's start
+        self._opened = False  # a chunk opened the stream (a role or prompt progress)
+        self._varied = False  # the chunks' ids varied before the stream opened
 
     @property
     def finished(self) -> bool:
         """Whether the stream has ended properly: a ``finish_reason`` or ``[DONE]`` came."""
         return self.finish_reason is not None or self.done
+
+    @property
+    def provisional(self) -> bool:
+        """Whether the reasoning so far may still turn out a proxy's, under the proxy's own
+        ``id`` (:meth:`_take_id`'s third way: reasoning fields in chunks of one ``id`` that
+        opened no stream, nothing else yet). The thinking cap sends no ``reasoning_end``
+        meanwhile: it would go out for the proxy's id. llama.cpp opens its stream with its
+        first chunk (a role and prompt progress), so its reasoning is never provisional."""
+        return bool(
+            self._reasoning
+            and self.id
+            and not self.reasoning_in_content
+            and not (self._opened or self._varied or self._content or self._calls)
+        )
 
     @property
     def answering(self) -> bool:
@@ -216,7 +258,7 @@ class ChunkDecoder(FastChunks):
         emit = events.append
         try:
             if self._take_id(obj):
-                if "error" in obj:
+                if carries_error(obj):
                     exact = self._exact(obj)
                     raise stream_error(exact, json.dumps(exact, ensure_ascii=False))
                 self._progress_or_waiting(obj, emit)
@@ -237,49 +279,67 @@ class ChunkDecoder(FastChunks):
     # -- the steps of feed, in order --------------------------------------------------------
 
     def _take_id(self, obj: dict[str, Any]) -> bool:
-        """Keep the stream's completion id; whether the chunk is the model's (``False``: a
-        proxy's note, kept as :attr:`Completion.proxy_text` and nothing else).
+        """Tell a proxy's own chunks from the model's; keep the stream's completion id.
+        ``False``: the chunk is a proxy's text, kept as :attr:`Completion.proxy_text` and
+        nothing else (no event, not reasoning, not counted by the thinking cap, its id not
+        taken: ``reasoning_end`` never goes out for it).
 
-        A proxy in front of the server may stream its own chunks before the model's:
-        llama-swap sends its loading progress as ``{"choices":[{"delta":
-        {"reasoning_content":"..."}}]}`` with no ``id`` (``proxy/process.go`` ``sendData``).
-        Such a reasoning-only chunk without ``id`` before any ``id`` came is a note; and
-        when a chunk under a new ``id`` starts a stream (``delta.role`` or
-        ``prompt_progress``) after nothing but reasoning, that reasoning was a proxy's too
-        (its own chunk id): it moves to :attr:`Completion.proxy_text`, uncounted, and the new ``id``
-        is the completion's (the one ``reasoning_end`` is sent for).
+        A proxy's text before the model's stream, three ways:
+
+        - a :func:`proxy_note` (llama-swap's chunk shape, no ``id``) before any ``id`` came;
+        - llama-swap's loading block, told by its marks (:class:`LoadingBlock`), whatever
+          the chunks' ``id`` and shape (llama-swap behind another proxy);
+        - reasoning that came, before the stream opened, in chunks of one ``id``, followed by
+          a chunk under another ``id`` that opens a stream (:func:`opens_stream`: a role or
+          prompt progress) before any content, tool call or finish: that reasoning was a
+          proxy's under its own chunk id; it moves to :attr:`Completion.proxy_text`,
+          uncounted, and the new ``id`` is the completion's.
+
+        Once a stream opened, or when the ids of its chunks vary before it does, ids and
+        roles change nothing: LiteLLM and ms-swift send a new ``id`` with each chunk
+        (``"role": null`` or ``"assistant"`` in each), Foundry Local a new ``id`` and a role;
+        the completion id stays the first one.
         """
         cid = obj.get("id")
-        if not self.id:
-            if cid is None and (note := _proxy_note(obj)) is not None:
-                self._proxy.append(note)
+        if not self._block.over:
+            text = reasoning_only(obj)
+            if text is not None and self._block.take(text):
+                self._proxy.append(text)
                 return False
-            if cid.__class__ is str:
+            self._block.end()
+        if not self.id and cid is None and (note := proxy_note(obj)) is not None:
+            self._proxy.append(note)
+            return False
+        if cid.__class__ is str and cid:
+            if not self.id:
                 self.id = cid
-        elif cid.__class__ is str and cid and cid != self.id and self._starts_stream(obj):
-            self._proxy += self._reasoning
-            self._reasoning = []
-            self.reasoning_tokens = 0
-            self._undecided = True  # the proxy's reasoning decided nothing about content
-            self.id = cid
+            elif cid != self.id:
+                if self._proxy_before(obj):
+                    self._proxy += self._reasoning
+                    self._reasoning = []
+                    self.reasoning_tokens = 0
+                    self._undecided = True  # the proxy's reasoning decided nothing
+                    self.id = cid
+                else:
+                    self._varied = True
+        if not self._opened and opens_stream(obj):
+            self._opened = True
         return True
 
-    def _starts_stream(self, obj: dict[str, Any]) -> bool:
-        """Whether ``obj`` opens a model's stream (role or prompt progress) after nothing
-        but reasoning (so that reasoning came from someone else)."""
+    def _proxy_before(self, obj: dict[str, Any]) -> bool:
+        """Whether ``obj`` (under a new ``id``) opens the model's stream after nothing but
+        reasoning in chunks of one ``id`` that opened no stream (so that reasoning came from
+        someone else)."""
+        if self._opened or self._varied or not self._reasoning:
+            return False
         if self._content or self._calls or self._tail or self.finish_reason is not None:
             return False
-        if not self._reasoning or self._progressed:
-            return False
-        choices = obj.get("choices")
-        delta = choices[0].get("delta") if choices else None
-        return obj.get("prompt_progress") is not None or bool(delta and "role" in delta)
+        return opens_stream(obj)
 
     def _progress_or_waiting(self, obj: dict[str, Any], emit: Callable[[ClientEvent], Any]) -> None:
         """``prompt_progress`` -> ``Progress`` (and ``Waiting`` once it is complete); the
         first chunk without it before any token -> ``Waiting``."""
         if "prompt_progress" in obj and obj["prompt_progress"] is not None:
-            self._progressed = True
             self._progress(self._exact(obj)["prompt_progress"], emit)
         elif not self._waiting:
             self._waiting = True
@@ -288,7 +348,9 @@ class ChunkDecoder(FastChunks):
     def _delta(
         self, delta: dict[str, Any], obj: dict[str, Any], emit: Callable[[ClientEvent], Any]
     ) -> None:
-        """The delta's reasoning, content and tool calls, in that order."""
+        """The delta's reasoning, content and tool calls, in that order. ``content`` may be a
+        string or a list of typed parts (:func:`content_parts`: text parts are content,
+        thinking parts reasoning)."""
         calls = delta.get("tool_calls")
         if calls is None or len(delta) > 1:  # not a delta of tool calls alone
             reasoning = delta.get("reasoning_content") or delta.get("reasoning")
@@ -296,9 +358,14 @@ class ChunkDecoder(FastChunks):
                 self._add_reasoning(reasoning, emit)
             content = delta.get("content")
             if content:
-                if content.__class__ is not str:
-                    raise TypeError("delta.content is not a string")
-                self._add_content(content, emit)
+                if content.__class__ is list:
+                    content, thinking = content_parts(content)
+                    if thinking:
+                        self._add_reasoning(thinking, emit)
+                elif content.__class__ is not str:
+                    raise TypeError("delta.content is neither a string nor a list of parts")
+                if content:
+                    self._add_content(content, emit)
         if calls:
             self._tool_calls(calls, obj, emit)
 
@@ -316,10 +383,12 @@ class ChunkDecoder(FastChunks):
                 self._decide(emit)
 
     def _totals(self, obj: dict[str, Any]) -> None:
-        """``timings`` and ``usage``, from the last chunk that carries them."""
-        if "timings" in obj and obj["timings"] is not None:
+        """``timings`` and ``usage``, from the last chunk that carries them (not empty:
+        LiteLLM writes ``"usage": {}`` into every chunk; servers that send running totals
+        with each chunk end with the whole figures)."""
+        if obj.get("timings"):
             self.timings = dict(self._exact(obj)["timings"])
-        if "usage" in obj and obj["usage"] is not None:
+        if obj.get("usage"):
             self.usage = dict(self._exact(obj)["usage"])
 
     def _malformed(self, obj: dict[str, Any], exc: Exception) -> InferError:
@@ -379,59 +448,49 @@ class ChunkDecoder(FastChunks):
                 call = self._exact_call(obj, calls, call)
                 call_id = call.get("id") or ""
                 index = call.get("index")
-            number = self._at_index.get(index) if index.__class__ is int else None
-            if number is None or (call_id and self._calls[number].id not in ("", call_id)):
-                number = self._call_number(index, call_id)
+            function = call.get("function") or {}
+            name = function.get("name") or ""
+            if name.__class__ is not str:  # an odd value, kept as json.loads reads it
+                name = self._exact_call(obj, calls, call)["function"]["name"]
+            number = self._call_number(index, call_id, name)
             self._last = number
             parts = self._calls[number]
             new_id = None
-            if call_id and not parts.id:
+            if call_id and not parts.id:  # the first id names the call (Poolside sends others)
                 parts.id = new_id = call_id
                 self._by_id[call_id] = number
-            new_name = None
-            arguments = ""
-            function = call.get("function")
-            if function:
-                name = function.get("name")
-                if name and not parts.name:
-                    if name.__class__ is not str:
-                        name = self._exact_call(obj, calls, call)["function"]["name"]
-                    parts.name = new_name = name
-                arguments = function.get("arguments")
-                if arguments is None:
-                    arguments = ""
-                elif arguments.__class__ is not str:  # a JSON value instead of its text
-                    arguments = self._exact_call(obj, calls, call)["function"]["arguments"]
-                    arguments = canonical_arguments(json.dumps(arguments, ensure_ascii=False))
-                if arguments:
-                    parts.arguments.append(arguments)
+            new_name = _name(parts, name) if name else None
+            arguments = function.get("arguments")
+            if arguments is None:
+                arguments = ""
+            elif arguments.__class__ is not str:  # a JSON value instead of its text
+                arguments = self._exact_call(obj, calls, call)["function"]["arguments"]
+                arguments = canonical_arguments(json.dumps(arguments, ensure_ascii=False))
+            if arguments:
+                parts.arguments.append(arguments)
             if self.tool_call_deltas:
                 emit(tool_call_delta(number, new_id, new_name, arguments))
 
-    def _call_number(self, index: Any, call_id: str) -> int:
-        """The number of the call a tool-call delta belongs to (a new call if needed)."""
+    def _call_number(self, index: Any, call_id: str, name: Any) -> int:
+        """The number of the call a tool-call delta belongs to: the call at its ``index`` (or,
+        without index, the call with its ``id``, else the last call), unless the delta
+        starts a new call there (:func:`_starts_call`); then a new number."""
         calls = self._calls
         if index is not None:
             index = int(index)
             number = self._at_index.get(index)
-            if number is not None:
-                known = calls[number].id
-                if not call_id or not known or call_id == known:
-                    return number
+        elif call_id and call_id in self._by_id:
+            return self._by_id[call_id]
+        else:
+            number = self._last if calls else None
+        if number is not None and not _starts_call(calls[number], call_id, name):
+            return number
+        if index is not None:
             number = index if index not in calls else max(calls) + 1
             self._at_index[index] = number
             self.forget_call()  # the index names another call from now on
-        elif calls:
-            number = self._last
-            known = calls[number].id
-            if not call_id or not known or call_id == known:
-                return number
-            found = self._by_id.get(call_id)
-            if found is not None:
-                return found
-            number = max(calls) + 1
         else:
-            number = 0
+            number = max(calls) + 1 if calls else 0
         calls[number] = _CallParts()
         return number
 
@@ -482,14 +541,14 @@ class ChunkDecoder(FastChunks):
         calls = tuple(
             ToolCall(
                 id=parts.id or _made_up_call_id(self.id, number),
-                name=parts.name,
-                arguments="".join(parts.arguments),
+                name=joined([parts.name]) if parts.name.__class__ is str else parts.name,
+                arguments=joined(parts.arguments),
             )
             for number, parts in sorted(self._calls.items())
         )
         tail = "" if self._in_think else self._tail
-        content = "".join(self._content) + tail
-        reasoning = "".join(self._reasoning) + (self._tail if self._in_think else "")
+        content = joined([*self._content, tail])
+        reasoning = joined([*self._reasoning, self._tail if self._in_think else ""])
         return Completion(
             id=self.id,
             content=content or None,
@@ -498,33 +557,62 @@ class ChunkDecoder(FastChunks):
             finish_reason=self.finish_reason,
             timings=self.timings,
             usage=self.usage,
-            reasoning_tokens=self.reasoning_tokens,
+            reasoning_tokens=(
+                (reported_reasoning(self.usage) or 0) if self.whole else self.reasoning_tokens
+            ),
             thinking_capped=self.thinking_capped,
             cap_warning=self.cap_warning,
-            proxy_text="".join(self._proxy) or None,
+            proxy_text=joined(self._proxy) or None,
             cap_moot=self.cap_moot,
+            whole=self.whole,
         )
 
 
-def _proxy_note(obj: dict[str, Any]) -> str | None:
-    """The text of a proxy's note: a chunk of one choice that is a delta of one reasoning text
-    and nothing else (no ``index``, no ``finish_reason``, no progress, no usage), as
-    llama-swap writes its loading progress: ``{"choices":[{"delta":{"reasoning_content":
-    "..."}}]}``. ``None`` for any other chunk (a model's chunk always carries more)."""
-    if any(key not in _NOTE_KEYS for key in obj):
-        return None
-    choices = obj.get("choices")
-    if choices.__class__ is not list or len(choices) != 1 or choices[0].__class__ is not dict:
-        return None
-    choice = choices[0]
-    delta = choice.get("delta")
-    if len(choice) != 1 or delta.__class__ is not dict or len(delta) != 1:
-        return None
-    text = delta.get("reasoning_content", delta.get("reasoning"))
-    return text if text.__class__ is str else None
+def _starts_call(parts: _CallParts, call_id: str, name: Any) -> bool:
+    """Whether a tool-call delta with ``call_id`` and ``name`` (``""``: none) starts a new
+    call where the call ``parts`` is (its index, or the last call).
+
+    Only a head does: an ``id`` other than the call's and a ``name``, when the call is done:
+    its arguments so far are a complete JSON value, or it has none and the head names
+    another function. So a parallel call whose head arrives at the previous call's index is
+    a call of its own (DeepSeek behind a gateway), and a call is one call whatever ids its
+    later deltas carry (Poolside sends a new ``id`` with each delta after the first) or
+    whatever name they restate.
+    """
+    if not call_id or not parts.id or call_id == parts.id or not name:
+        return False
+    if not parts.arguments:
+        return not _restates(parts.name, name)
+    try:
+        json.loads(joined(parts.arguments))
+    except (ValueError, RecursionError):  # not (yet) one whole JSON value
+        return False
+    return True
 
 
-_NOTE_KEYS = frozenset(("choices", "object", "created", "model"))
+def _restates(known: Any, name: Any) -> bool:
+    """Whether ``name`` restates the call's name so far (``known``): the same, or the same
+    with more after it (a server that sends the name so far in each delta)."""
+    return bool(known.__class__ is str and name.__class__ is str and name.startswith(known))
+
+
+def _name(parts: _CallParts, name: Any) -> Any:
+    """Take a name fragment of a call's delta into ``parts``; the call's name so far when the
+    fragment changed it, else ``None``. The first name is taken as sent; a later one that
+    restates it (:func:`_restates`) may extend it; any other continues it: the OpenAI and
+    Mistral SDKs say a function name may come in pieces (``get_`` then ``weather``)."""
+    known = parts.name
+    if not known:
+        parts.name = name
+    elif _restates(known, name):
+        if name == known:
+            return None
+        parts.name = name
+    elif known.__class__ is str and name.__class__ is str:
+        parts.name = known + name
+    else:
+        return None
+    return parts.name
 
 
 def _made_up_call_id(completion_id: str, index: int) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 
 from ...records import LimitHit, ToolCall, Usage, is_measurement
 
-__all__ = ["Completion"]
+__all__ = ["Completion", "reported_reasoning"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +52,11 @@ class Completion:
             not the model's reasoning, not counted in ``reasoning_tokens``. ``None`` if none.
         cap_moot: the cap had nothing to cap (a model that does not reason; ``cap_warning``
             says so): not a limit hit.
+        whole: the answer came as one ``chat.completion`` (a server or proxy that ignored
+            ``stream: true``), not as a stream: its reasoning came in one piece, so
+            ``reasoning_tokens`` is the server's ``usage.completion_tokens_details.
+            reasoning_tokens`` (``0`` when it sent none; the log then says unknown, see
+            :meth:`usage_record`).
     """
 
     id: str
@@ -66,6 +71,7 @@ class Completion:
     cap_warning: str | None = None
     proxy_text: str | None = None
     cap_moot: bool = False
+    whole: bool = False
 
     def limit_hits(self) -> list[LimitHit]:
         """The session log's thinking-cap records of this completion: a
@@ -82,21 +88,63 @@ class Completion:
         return []
 
     def usage_record(self) -> Usage:
-        """The session log's :class:`~boxmaker.records.Usage` record of this completion:
-        ``timings`` as sent (but a value that is not a finite number >= 0, e.g. the ``null``
-        llama.cpp sends for a rate over 0 ms, is left out: the log holds measurements only),
-        reasoning tokens, the thinking-cap flag, the OpenAI
-        ``usage.prompt_tokens`` / ``completion_tokens`` (``None`` when absent) and the
-        ``finish_reason``."""
+        """The session log's :class:`~boxmaker.records.Usage` record of this completion: what
+        the server measured, or unknown (``None``), never a guess.
+
+        - ``timings`` as sent, but a value that is not a finite number >= 0 (e.g. the ``null``
+          llama.cpp sends for a rate over 0 ms) is left out: the log holds measurements only;
+        - ``prompt_tokens`` / ``completion_tokens`` from the OpenAI ``usage`` (of the last
+          chunk that carried one: running totals keep the last); ``None`` when absent, not a
+          count, or impossible: ``prompt_tokens`` 0 (a chat prompt is never empty: Ollama
+          sends 0 for a cached one, ollama/ollama#5370) or ``completion_tokens`` 0 for a
+          completion that brought text or calls; ``note`` names each figure left out so;
+        - ``reasoning_tokens``: the reasoning deltas counted (``0``: no reasoning came); for
+          a :attr:`whole` answer the server's ``completion_tokens_details.reasoning_tokens``,
+          else ``None`` when reasoning came (one piece is no count), ``0`` when none did;
+        - the thinking-cap flag and the ``finish_reason``.
+        """
+        notes: list[str] = []
+        prompt = _count(self.usage, "prompt_tokens", notes)
+        if prompt == 0:
+            prompt = None
+            notes.append("usage.prompt_tokens 0 for a prompt that is never empty: left unknown")
+        completion = _count(self.usage, "completion_tokens", notes)
+        if completion == 0 and (self.content or self.reasoning or self.tool_calls):
+            completion = None
+            notes.append("usage.completion_tokens 0 for a completion with output: left unknown")
         return Usage(
             timings={k: v for k, v in self.timings.items() if is_measurement(v, k)},
-            reasoning_tokens=self.reasoning_tokens,
+            reasoning_tokens=self._reasoning_count(),
             thinking_capped=self.thinking_capped,
-            prompt_tokens=_int_or_none(self.usage.get("prompt_tokens")),
-            completion_tokens=_int_or_none(self.usage.get("completion_tokens")),
+            prompt_tokens=prompt,
+            completion_tokens=completion,
             finish_reason=self.finish_reason,
+            note="; ".join(notes) or None,
         )
 
+    def _reasoning_count(self) -> int | None:
+        """The log's ``reasoning_tokens`` (see :meth:`usage_record`)."""
+        if not self.whole:
+            return self.reasoning_tokens
+        sent = reported_reasoning(self.usage)
+        if sent is not None:
+            return sent
+        return None if self.reasoning else 0
 
-def _int_or_none(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+def reported_reasoning(usage: dict[str, Any]) -> int | None:
+    """The reasoning tokens a server reported in an OpenAI ``usage`` object
+    (``completion_tokens_details.reasoning_tokens``), ``None`` when it did not."""
+    details = usage.get("completion_tokens_details")
+    return _count(details, "reasoning_tokens", []) if isinstance(details, dict) else None
+
+
+def _count(usage: dict[str, Any], key: str, notes: list[str]) -> int | None:
+    """``usage[key]`` when it is a token count (an int, 0 or more, not a bool), else ``None``;
+    a value that is there but no count is named in ``notes``."""
+    value = usage.get(key)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63:
+        return value
+    if value is not None:
+        notes.append(f"usage.{key} {str(value)[:40]} is not a token count: left unknown")
+    return None

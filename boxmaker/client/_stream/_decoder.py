@@ -105,6 +105,7 @@ class StreamDecoder:
             InferError: ``text`` is no ``chat.completion`` (the message quotes it), or an
                 error object (see :meth:`ChunkDecoder.feed`).
         """
+        self.chunks.whole = True
         events = self.chunks.feed(completion_chunk(text))
         return events + self.chunks.mark_done()
 

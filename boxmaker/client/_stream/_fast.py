@@ -22,6 +22,7 @@ import re
 from typing import Any
 
 from ...events import ToolCallDelta
+from ._shape import carries_error
 from ._think_tags import Emit, ThinkTags, new_event
 
 __all__ = ["FastChunks", "tool_call_delta"]
@@ -211,7 +212,8 @@ class FastChunks(ThinkTags):
         :meth:`feed_usual` can read. The cut is kept only when :func:`json.loads` of the
         text with that member replaced by ``"content":"probe é"`` (the probe) gives a chunk
         whose delta is exactly that member, and which :meth:`ChunkDecoder.feed`
-        reads as nothing but its delta: no ``error``, ``prompt_progress``, ``timings``,
+        reads as nothing but its delta: no ``error`` (``null`` counts as none, the one rule
+        :func:`carries_error`), ``prompt_progress``, ``timings``,
         ``usage`` or ``finish_reason`` (``""`` counts as none), once the stream's ``id`` is
         taken (a chunk of one member, with no role or progress, never changes it). JSON's
         grammar makes the member one element between the two fixed texts, so any other member there
@@ -261,12 +263,12 @@ class FastChunks(ThinkTags):
             obj = json.loads(head + _PROBE_MEMBER + tail)
         except (ValueError, RecursionError):
             return False
-        if obj.__class__ is not dict or "error" in obj:
+        if obj.__class__ is not dict or carries_error(obj):
             return False
         if not self.id:  # feed would take the chunk's id, or tell a proxy's note by its absence
             return False
-        if any(obj.get(key) is not None for key in ("prompt_progress", "timings", "usage")):
-            return False
+        if obj.get("prompt_progress") is not None or obj.get("timings") or obj.get("usage"):
+            return False  # (an empty timings or usage object is none, as feed reads it)
         choices = obj.get("choices")
         if choices.__class__ is not list or not choices or choices[0].__class__ is not dict:
             return False
