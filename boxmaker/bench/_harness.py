@@ -62,7 +62,10 @@ async def _pydantic_ai(url: str, entry: Entry, tools: Registry, config: Config) 
         from pydantic_ai.usage import UsageLimits
     except ImportError as exc:
         raise BenchError(f"the pydantic-ai harness needs pydantic-ai ({exc}): {_EXTRA}") from exc
-    provider = OpenAIProvider(base_url=url + "/v1", api_key="none")
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(base_url=url + "/v1", api_key="none")
+    provider = OpenAIProvider(openai_client=client)
     agent_tools = [
         Tool.from_schema(
             _sync(tools, name),
@@ -81,12 +84,15 @@ async def _pydantic_ai(url: str, entry: Entry, tools: Registry, config: Config) 
     )
     limit = UsageLimits(request_limit=STEP_LIMIT + 1 if entry.multi_turn else 1)
     history: list[Any] = []
-    for message in entry.turns:
-        try:
-            result = await agent.run(message, message_history=history, usage_limits=limit)
-        except Exception as exc:  # its limit, or what it cannot take from the model
-            return f"{type(exc).__name__}: {exc}"
-        history = result.all_messages()
+    try:
+        for message in entry.turns:
+            try:
+                result = await agent.run(message, message_history=history, usage_limits=limit)
+            except Exception as exc:  # its limit, or what it cannot take from the model
+                return f"{type(exc).__name__}: {exc}"
+            history = result.all_messages()
+    finally:
+        await client.close()
     return None
 
 

@@ -254,7 +254,7 @@ def load_runs(folder: str | os.PathLike[str]) -> tuple[pd.DataFrame, pd.DataFram
         scored = pd.DataFrame(lines, columns=["run", "task", "value", "explanation", "log"])
         scored = scored.assign(scorer=SCORER)
         logs = {
-            str(root / "logs" / p): r
+            str(root / p): r
             for r, p in zip(scored["run"], scored["log"], strict=True)
             if isinstance(p, str)
         }
