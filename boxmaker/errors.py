@@ -18,6 +18,7 @@ Tree::
     ├── RecordError               a log line that breaks the records' rule (also a ValueError)
     ├── EngineError               the frames' DuckDB engine cannot run (extra missing, bad SQL)
     ├── ExportError               an export cannot run (extra missing) or was refused
+    ├── BenchError                a benchmark cannot run (its package missing, a bad slice)
     ├── ToolError                 a tool that cannot be registered (also a ValueError)
     ├── ToolPortError             a tool port that cannot start (an MCP server not reachable)
     └── TurnError                 a turn that ended without an answer
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from .records import LimitKind
 
 __all__ = [
+    "BenchError",
     "BoxmakerError",
     "CassetteError",
     "ColdFork",
@@ -94,6 +96,12 @@ class EngineError(BoxmakerError):
 class ExportError(BoxmakerError):
     """An export cannot run or failed: an optional library is missing (the message names the
     extra to install), or a receiver refused the data (its status and words kept)."""
+
+
+class BenchError(BoxmakerError):
+    """A benchmark of :mod:`boxmaker.bench` cannot run: its package is not installed (the
+    message gives the set-up command), an unknown category or harness, or a slice with no
+    task."""
 
 
 class LogReadWarning(UserWarning):

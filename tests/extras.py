@@ -24,14 +24,26 @@ EXTRA_OF: dict[str, str] = {
     "ray": "ray",
     "pydantic_ai": "tap-agents",
     "agents": "tap-agents",
+    "bfcl_eval": "bench",
+    "mpmath": "bench",
 }
 """The optional extra (``pyproject.toml``) that installs each module the tests may need."""
+
+
+AFTER: dict[str, str] = {
+    "bench": " && pip install --no-deps bfcl-eval==2026.3.23 (boxmaker bench setup)",
+}
+"""What an extra needs installed beside it (BFCL's package goes in without its dependencies,
+which no extra can say)."""
 
 
 def reason(module: str) -> str:
     """The skip reason for a missing ``module``: the extra to install."""
     extra = EXTRA_OF[module]
-    return f"needs the '{extra}' extra ({module} is not installed): pip install -e '.[{extra}]'"
+    then = AFTER.get(extra, "")
+    return (
+        f"needs the '{extra}' extra ({module} is not installed): pip install -e '.[{extra}]'{then}"
+    )
 
 
 def need(module: str) -> ModuleType:

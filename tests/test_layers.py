@@ -30,6 +30,7 @@ LAYERS: list[set[str]] = [
     {"turn"},
     {"frames", "widgets", "cassettes", "batch", "demo", "testing"},
     {"export", "tap"},  # the tap records its cassettes with cassettes' writer
+    {"bench"},  # BFCL's tasks run as a batch and through the tap
     {"cli"},
     {"__init__", "_pytest_entry"},
 ]
@@ -53,7 +54,7 @@ LAYOUT.md's internal helpers, each named with what is taken from it."""
 
 LAZY = {
     *("widgets", "server", "frames", "cassettes", "batch", "tools.mcp", "frames.plots"),
-    *("cache", "client", "tap", "score", "export"),
+    *("cache", "client", "tap", "score", "export", "bench"),
 }
 """Parts (or public submodules) that pull a heavy library (ipywidgets, xllamacpp, pandas,
 matplotlib, vcrpy, mcp; pyarrow, OpenTelemetry and inspect_ai for ``export``; httpx for the

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,9 +46,19 @@ from ..records import Baseline, Record, Usage
 from ..session import Session
 from ..tools import Registry
 from ..turn import Replay, Runtime, run_turn
-from ._plan import ForkTask, LogState, RunSpec, log_state
+from ._plan import ForkTask, LogState, RunSpec, Task, log_state
 
-__all__ = ["RunOutcome", "alive", "discover_slots", "run_alone", "run_one"]
+__all__ = ["RunOutcome", "RunRegistry", "alive", "discover_slots", "run_alone", "run_one"]
+
+RunRegistry = Callable[[str, "Task | ForkTask"], Registry]
+"""A registry of each run's own: called with the run's id and task before the run starts
+(a benchmark whose tasks offer tools of one name with different schemas, or whose tools keep
+a state per run: :class:`boxmaker.bench.RunTools`)."""
+
+
+def tools_of(registry: Registry | RunRegistry, spec: RunSpec) -> Registry:
+    """The registry a run uses: ``registry`` itself, or a :data:`RunRegistry`'s for the run."""
+    return registry if isinstance(registry, Registry) else registry(spec.id, spec.task)
 
 
 def discover_slots(url: str, *, timeout_s: float = 5.0, api_key: str | None = None) -> list[int]:
@@ -214,7 +225,7 @@ def run_one(
     slot: int,
     *,
     base: Config,
-    registry: Registry,
+    registry: Registry | RunRegistry,
     client: ChatClient,
     cancel: threading.Event,
     on_event: Hook | None = None,
@@ -228,7 +239,8 @@ def run_one(
         logs_dir: where its log is.
         url: the server's base URL; slot: the slot every request carries (``id_slot``).
         base: the batch's config (the task's overrides and the run's settings go on top).
-        registry: the tools (the task's ``tools`` choose which are offered).
+        registry: the tools (the task's ``tools`` choose which are offered), or a
+            :data:`RunRegistry` that gives the run its own.
         client: streams completions from ``url``.
         cancel: set it to stop between turns and cancel the running one (each turn's cancel
             token: the loop never clears it, so a set before a turn starts is not lost).
@@ -257,6 +269,7 @@ def run_one(
             client=dataclasses.replace(config.client, url=url),
             slots=SlotsConfig(main=slot),
         )
+        registry = tools_of(registry, spec)
         session = _open_log(path, spec, registry, state)
     except SessionError as exc:
         return RunOutcome("failed", reason=str(exc))
@@ -318,7 +331,7 @@ def run_alone(
     url: str,
     slot: int,
     base: Config,
-    registry: Registry,
+    registry: Registry | RunRegistry,
     store: SlotStore | None = None,
 ) -> RunOutcome:
     """:func:`run_one` in a process of its own (a Ray task on any node): its own client for

@@ -83,7 +83,7 @@ from ._plan import (
     manifest,
     read_manifest,
 )
-from ._run import RunOutcome, discover_slots, run_alone, run_one
+from ._run import RunOutcome, RunRegistry, discover_slots, run_alone, run_one, tools_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -268,7 +268,7 @@ def _run_threads(
     batch: _Batch,
     slots: Sequence[tuple[str, int]],
     base: Config,
-    registry: Registry,
+    registry: Registry | RunRegistry,
     stores: Mapping[str, SlotStore],
 ) -> None:
     """One worker thread per slot; waits for them (Ctrl-C: cancel in-flight turns, wait, and
@@ -314,7 +314,7 @@ def _work_on(
     url: str,
     slot: int,
     base: Config,
-    registry: Registry,
+    registry: Registry | RunRegistry,
     client: Client,
     store: SlotStore | None = None,
 ) -> None:
@@ -363,7 +363,7 @@ def _run_ray(
     batch: _Batch,
     slots: Sequence[tuple[str, int]],
     base: Config,
-    registry: Registry,
+    registry: Registry | RunRegistry,
     address: str | None,
     stores: Mapping[str, SlotStore],
 ) -> None:
@@ -427,7 +427,7 @@ def run_batch(
     batch_dir: str | Path,
     *,
     servers: Sequence[str | _HasUrl],
-    registry: Registry,
+    registry: Registry | RunRegistry,
     grid: Mapping[str, Sequence[Any]] | None = None,
     config: Config | None = None,
     max_tries: int = 3,
@@ -448,7 +448,9 @@ def run_batch(
             :class:`~boxmaker.server.EmbeddedServer`; one with a ``slot_save_path`` is where
             a fork finds its parent's saved slots).
         registry: the tools the runs may call (a task's ``tools`` picks among them;
-            ``Registry()`` for none, ``boxmaker.demo.demo_registry()`` for the demo's).
+            ``Registry()`` for none, ``boxmaker.demo.demo_registry()`` for the demo's), or a
+            function giving each run a registry of its own (called with the run's id and task
+            when the run starts, and once here to check the task's tools).
         grid: dotted config keys to lists of values; one run per task and combination.
         config: the base config (default ``Config()``); its ``client`` settings (timeouts,
             retries) apply to every server.
@@ -480,7 +482,7 @@ def run_batch(
     for spec in runs:
         spec.config(base)
         offered = spec.task.tools if isinstance(spec.task, Task) else None
-        missing = set(offered or ()) - set(registry.names)
+        missing = set(offered or ()) - set(tools_of(registry, spec).names)
         if missing:
             raise ConfigError(f"task {spec.task.id}: unknown tools {sorted(missing)}")
     slots: list[tuple[str, int]] = []

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +69,7 @@ def score_batch(
     scorers: Iterable[Scorer] = (),
     *,
     targets: bool = True,
+    scorers_for: Callable[[str, Mapping[str, Any]], Iterable[Scorer]] | None = None,
 ) -> pd.DataFrame:
     """Score every run of a batch whose log exists, append the new scores to
     ``scores.ndjson``, and return the :func:`scores` frame.
@@ -77,6 +78,9 @@ def score_batch(
         batch_dir: the batch's folder (``manifest.ndjson``, ``logs/``).
         scorers: more scorers, run on every run.
         targets: also run each task's target scorer (``"target"``), where it has one.
+        scorers_for: scorers of one run's own, given its id and manifest entry (``task``,
+            ``settings``...): a benchmark whose scorer needs to know the task (BFCL's checkers
+            need the entry's functions and answers, :mod:`boxmaker.bench`).
 
     Raises:
         SessionError: the manifest or the scores file cannot be read, or another process holds
@@ -98,7 +102,7 @@ def score_batch(
     try:
         for run, entry in entries.items():
             log = folder / "logs" / f"{run}.jsonl"
-            mine = list(extra)
+            mine = list(extra) + list(scorers_for(run, entry) if scorers_for else ())
             if targets and isinstance(entry.get("target"), dict):
                 target = parse_target(entry["target"], f"run {run}")
                 mine.insert(0, target_scorer(target))

@@ -38,6 +38,8 @@
   :func:`boxmaker.cache.explain_log`).
 - ``boxmaker log upgrade PATH...``: rewrite session logs of an older schema in the current one
   (atomically; :func:`boxmaker.session.upgrade_log`).
+- ``boxmaker bench setup|bfcl|report ...``: BFCL v4 on a local model, scored by BFCL's own
+  checkers, and the same tasks through other agent harnesses (:mod:`boxmaker.cli._bench`).
 - ``boxmaker batch TASKS.jsonl --url URL [--url URL ...] --dir DIR [--grid FILE]`` (or
   ``--embedded --parallel N``; ``--ray auto|ADDRESS``): every task under every grid setting,
   on every slot of every server, with a progress bar; rerun the same command to resume
@@ -68,6 +70,7 @@ from ..records import SCHEMA_VERSION
 from ..server import LIMITS, EmbeddedServer, check_param
 from ..session import upgrade_log
 from ..view import terminal_safe
+from ._bench import add_bench
 from ._chat import CHAT_COMMANDS
 
 if TYPE_CHECKING:
@@ -673,6 +676,8 @@ def _parser() -> argparse.ArgumentParser:
         "faster on a model that rambles, whose tool-call and reasoning verdicts then may fail)",
     )
     doctor.set_defaults(run=_doctor)
+
+    add_bench(sub, _number)
 
     batch = sub.add_parser("batch", help="run tasks x a config grid on every slot, resumable")
     batch.add_argument(
