@@ -41,6 +41,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from .._secrets import credentials_in, hide_in_json, hide_text, searchable
 from ..cache import SentRequest, TemplateServer, cache_loss, explain_loss, reprocessed
 from ..errors import BoxmakerError, SessionError
 from ..records import (
@@ -93,9 +94,12 @@ class Exchange:
     was ``text/event-stream``; ``answer``: its bytes as forwarded (cut short by a disconnect);
     ``error``: what went wrong (the upstream unreachable, the agent gone), ``None`` when
     nothing did; ``disconnected``: the agent went away before the answer ended;
-    ``api_key``: the agent's bearer token (for forensics' requests to the same server; hidden
-    in the log); ``started`` / ``ended``: when the request came and the answer ended (UTC,
-    the records' times).
+    ``api_key``: the agent's bearer token (for forensics' requests to the same server);
+    ``headers``: the request's headers as forwarded (raw ``(name, value)`` pairs) and
+    ``query``: its query string, read on the writer thread for the credentials to hide
+    (``_secrets``' rule: every header, query and JSON form; :meth:`credentials`);
+    ``started`` / ``ended``: when the request came and the answer ended (UTC, the records'
+    times).
     """
 
     path: str
@@ -106,8 +110,18 @@ class Exchange:
     error: str | None = None
     disconnected: bool = False
     api_key: str | None = None
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+    query: bytes = b""
     started: datetime = field(default_factory=utc_now)
     ended: datetime = field(default_factory=utc_now)
+
+    def credentials(self) -> list[str]:
+        """The credentials this request shows (``Authorization`` Bearer or Basic, api-key
+        headers, credential-like query parameters and body fields), by the one rule of
+        ``boxmaker._secrets`` (``credentials_in``), with :attr:`api_key`."""
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in self.headers]
+        uri = "?" + self.query.decode("latin-1") if self.query else ""
+        return [*credentials_in(headers, uri, self.body), *([self.api_key] if self.api_key else [])]
 
 
 def _at(record: Record, time: datetime) -> Record:
@@ -258,9 +272,12 @@ class TapLog:
         records = [_at(r, exchange.started) for r in self._inputs(conv, msgs[start:])]
         answer = self._answer(conv, exchange, body, msgs, reply)
         records += [_at(r, exchange.ended) for r in answer]
+        secrets = searchable(exchange.credentials())
         if not conv.created:
             conv.created = True  # once: a log that could not be made is not tried again
-            self._create(conv, msgs, body, exchange.api_key)
+            self._create(conv, msgs, body, secrets)
+        if conv.session is not None:
+            conv.session.hide(*secrets)  # each request's own: an agent may change its key
         self._append(conv, records)
         conv.keys, conv.body, conv.failed = keys, body, reply.assistant is None
         if reply.assistant is not None:
@@ -308,18 +325,21 @@ class TapLog:
         conv: _Conversation,
         msgs: Sequence[Mapping[str, Any]],
         body: Mapping[str, Any],
-        api_key: str | None,
+        secrets: Sequence[str],
     ) -> bool:
+        """Make the conversation's log; its baseline (system prompt, tools) is scrubbed here
+        by the rule the records are (the log's first line is written as it is given)."""
         system = ""
         if msgs and msgs[0].get("role") in ("system", "developer"):
-            system = text_of(msgs[0].get("content"))
-        tools = tuple(t for t in body.get("tools") or () if isinstance(t, dict))
+            system = hide_text(text_of(msgs[0].get("content")), secrets)
+        tools = tuple(
+            hide_in_json(t, secrets) for t in body.get("tools") or () if isinstance(t, dict)
+        )
         try:
             conv.session = Session.create(self.directory, Baseline(system=system, tools=tools))
         except SessionError as exc:
             self._disk(exc)
             return False
-        conv.session.hide(api_key)
         self.sessions.append(conv.session.path)
         return True
 

@@ -174,7 +174,8 @@ def make_app(
             answer = await _forward(upstream, request, receive, send, keep=True)
         finally:  # handed over after the answer ended: queue puts, nothing waits
             if log is not None and logged:
-                _to_log(log, answer, path, body, headers, started)
+                query = scope.get("query_string") or b""
+                _to_log(log, answer, path, body, headers, query, started)
             if cassette is not None:
                 _to_cassette(cassette, answer, scope["method"], str(url), body, headers)
 
@@ -187,6 +188,7 @@ def _to_log(
     path: str,
     body: bytes,
     headers: list[tuple[bytes, bytes]],
+    query: bytes,
     started: datetime,
 ) -> None:
     if answer is None:  # the request was cancelled before an answer
@@ -201,6 +203,8 @@ def _to_log(
         error=answer.error,
         disconnected=answer.gone,
         api_key=_bearer(headers),
+        headers=tuple(headers),
+        query=query,
         started=started,
     )
     log.submit(exchange)
