@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._secrets import hide_in_json, searchable
 from ..errors import ConfigError, SessionError
 from ..records import Forked, utc_now
 from ..score import Scorer, apply, parse_target, target_scorer
@@ -69,6 +70,7 @@ def score_batch(
     scorers: Iterable[Scorer] = (),
     *,
     targets: bool = True,
+    secrets: Sequence[str | None] = (),
 ) -> pd.DataFrame:
     """Score every run of a batch whose log exists, append the new scores to
     ``scores.ndjson``, and return the :func:`scores` frame.
@@ -77,6 +79,10 @@ def score_batch(
         batch_dir: the batch's folder (``manifest.ndjson``, ``logs/``).
         scorers: more scorers, run on every run.
         targets: also run each task's target scorer (``"target"``), where it has one.
+        secrets: credentials to write as ``<API_KEY>`` wherever they appear in a line, with
+            each scorer's own (:attr:`~boxmaker.score.Scorer.secrets`: a model grader's key);
+            the string under a credential-like key (``api_key`` in a grader's request) is
+            ``<SECRET>`` (``boxmaker._secrets``, the rule of the logs and cassettes).
 
     Raises:
         SessionError: the manifest or the scores file cannot be read, or another process holds
@@ -91,6 +97,7 @@ def score_batch(
     keys = [(s.name, s.version) for s in extra]
     if len(set(keys)) != len(keys):
         raise ConfigError("two scorers share a name and version")
+    hidden = searchable([*secrets, *(key for s in extra for key in s.secrets)])
     entries = read_manifest(folder)  # first: a folder that is no batch's gets no scores file
     done = {(s.get("run"), s.get("scorer"), s.get("version")) for s in read_scores(folder)}
     path = folder / SCORES
@@ -113,7 +120,7 @@ def score_batch(
                 warnings.warn(f"run {run}: not scored: {exc}", stacklevel=2)
                 continue
             lines = [_line(run, entry.get("task"), s, records) for s in todo]
-            writer.append(b"".join(dumps_line(line) for line in lines))
+            writer.append(b"".join(dumps_line(hide_in_json(line, hidden)) for line in lines))
     finally:
         writer.close()
     return scores(folder)
