@@ -267,7 +267,8 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _tap(args: argparse.Namespace) -> int:
-    """``tap``: serve until Ctrl-C; what could not be logged goes to stderr (once)."""
+    """``tap``: serve until SIGINT (Ctrl-C), SIGTERM or SIGHUP, the logs written before it
+    exits (0); what could not be logged goes to stderr (once)."""
     import logging
 
     from ..tap import Tap  # uvicorn, httpx: imported only when the tap runs
@@ -298,10 +299,16 @@ def _tap(args: argparse.Namespace) -> int:
             "with the agents' credentials",
             flush=True,
         )
-    with contextlib.suppress(KeyboardInterrupt):
-        tap.serve_forever()
+    stopped = tap.serve_forever()  # SIGINT, SIGTERM, SIGHUP: the logs written first
+    if stopped is not None:
+        print(f"boxmaker tap: stopped by {stopped.name}", file=sys.stderr)
     for path in tap.log.sessions if tap.log else ():
         print(path)
+    if tap.log is not None and tap.log.written:
+        print(
+            f"{tap.log.written} exchange(s) written, each within {tap.log.slowest_s:.3f} s "
+            "of its answer's end"
+        )
     if tap.cassette is not None and tap.cassette.recorded:
         print(f"{tap.cassette.path}: {tap.cassette.recorded} interaction(s) recorded")
     return 0

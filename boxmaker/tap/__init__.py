@@ -24,15 +24,20 @@ connections; the knobs are :class:`boxmaker.config.TapConfig`, ``[tap]`` in a co
 from .._public import publish
 from ._cassette import Recorded, TapCassette
 from ._guard import Guard, Refusal
-from ._log import REPLY_SLACK, Exchange, TapLog
-from ._proxy import HOP_BY_HOP, Tap, make_app
+from ._log import HOLD_AT_MOST_S, HOLD_S, LOG_WITHIN_S, REPLY_SLACK, Exchange, TapLog
+from ._proxy import CAUGHT_SIGNALS, GRACE_S, HOP_BY_HOP, Tap, make_app
 from ._whatif import LogWhatIf, what_if_log
 from ._wire import ANTHROPIC_PATHS, CHAT_PATHS, Reply, anthropic_body, message_key, read_reply
 
 __all__ = [
     "ANTHROPIC_PATHS",
+    "CAUGHT_SIGNALS",
     "CHAT_PATHS",
+    "GRACE_S",
+    "HOLD_AT_MOST_S",
+    "HOLD_S",
     "HOP_BY_HOP",
+    "LOG_WITHIN_S",
     "REPLY_SLACK",
     "Exchange",
     "Guard",

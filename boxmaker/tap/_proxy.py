@@ -29,12 +29,14 @@ import asyncio
 import contextlib
 import ipaddress
 import json
+import signal
 import socket
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import uvicorn
@@ -58,7 +60,7 @@ from ._log import Exchange, TapLog
 from ._traffic import Traffic
 from ._wire import ANTHROPIC_PATHS, CHAT_PATHS
 
-__all__ = ["HOP_BY_HOP", "Tap", "make_app"]
+__all__ = ["CAUGHT_SIGNALS", "GRACE_S", "HOP_BY_HOP", "Tap", "make_app"]
 
 HOP_BY_HOP = frozenset(
     {
@@ -158,6 +160,8 @@ def make_app(
             if k.lower() not in _HOP and k.lower() not in (b"host", b"content-length")
         ]
         logged = log is not None and path in _LOGGED and scope["method"] == "POST"
+        if log is not None and logged:
+            await log.catch_up()  # the log's writer behind: this agent waits, the log does not
         request = httpx.Request(
             scope["method"], url, headers=headers, content=body, extensions=_TIMEOUTS
         )
@@ -363,6 +367,27 @@ def forwarding_done_cleanly(task: asyncio.Future[None]) -> bool:
     return task.done() and not task.cancelled() and task.exception() is None
 
 
+CAUGHT_SIGNALS: tuple[signal.Signals, ...] = tuple(
+    sig for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if sig
+)
+"""The signals :meth:`Tap.serve_forever` stops on, after writing the logs (SIGHUP where the
+platform has it)."""
+
+GRACE_S = 10
+"""Seconds a stopping tap lets the answers in flight go on before it cuts them (their
+exchanges, unanswered, are not logged)."""
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server with its signals left to :meth:`Tap.serve_forever` (uvicorn catches
+    SIGINT and SIGTERM only, and raises the signal again once served: SIGTERM then killed the
+    process before the queued exchanges were written, issue 36)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 class Tap:
     """The tap: a pass-through proxy in front of a llama-server that writes boxmaker session
     logs of the chat traffic (a context manager; a thread of its own).
@@ -442,7 +467,7 @@ class Tap:
         self._thread: threading.Thread | None = None
         self._socket: socket.socket | None = None
 
-    def _config(self) -> uvicorn.Server:
+    def _config(self) -> _Server:
         guard = Guard(self.config, self.port)
         config = uvicorn.Config(
             make_app(self.upstream, self.log, self.cassette, self._traffic, guard=guard),
@@ -453,8 +478,9 @@ class Tap:
             access_log=False,
             lifespan="on",
             timeout_keep_alive=max(1, int(self.config.idle_timeout_s)),
+            timeout_graceful_shutdown=GRACE_S,
         )
-        return uvicorn.Server(config)
+        return _Server(config)
 
     def bind(self) -> None:
         """Bind the port now (sets :attr:`url` and :attr:`port`), before :meth:`start` or
@@ -506,18 +532,40 @@ class Tap:
             raise BoxmakerError("the tap's server did not start in 10 s")
         return self
 
-    def serve_forever(self) -> None:
-        """Listen and serve on this thread until Ctrl-C (the command line's way), then close
-        the logs and the cassette."""
+    def serve_forever(self) -> signal.Signals | None:
+        """Listen and serve on this thread (the command line's way) until SIGINT (Ctrl-C),
+        SIGTERM or SIGHUP, each caught alike: then stop taking connections, let the answers
+        in flight end (:data:`GRACE_S` at most), write every exchange queued, end the turns
+        left open and close the logs and the cassette, and return the signal (``None`` when
+        the server stopped on its own). A second signal ends the wait for the answers in
+        flight; the logs are written all the same (only SIGKILL stops that, and then every
+        exchange answered more than :data:`~boxmaker.tap.LOG_WITHIN_S` before is in the
+        logs). Signals are caught only on the main thread."""
         self.bind()
         assert self._socket is not None
-        self._server = self._config()
+        server = self._config()
+        self._server = server
+        stopped: list[signal.Signals] = []
+
+        def on_signal(number: int, frame: object) -> None:
+            if not stopped:
+                stopped.append(signal.Signals(number))
+            if server.should_exit:
+                server.force_exit = True
+            server.should_exit = True
+
+        previous: dict[signal.Signals, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            previous = {sig: signal.signal(sig, on_signal) for sig in CAUGHT_SIGNALS}
         try:
-            self._server.run(sockets=[self._socket])
+            server.run(sockets=[self._socket])
         finally:
             self._socket.close()
             self._socket = None
-            self._close_records()
+            self._close_records()  # still under the tap's handlers: a signal now waits too
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return stopped[0] if stopped else None
 
     def stop(self) -> None:
         """Stop serving, write what is queued, end open turns and close the logs and the
