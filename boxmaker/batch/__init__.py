@@ -22,7 +22,7 @@ from ._compare import (
 from ._grade import GRADE_TEMPLATE, GRADES, model_graded
 from ._plan import REPLAY_MODES, BatchProgress, ForkTask, Task, load_grid, load_tasks, manifest
 from ._runner import ProgressHook, frames, run_batch
-from ._score import read_scores, score_batch, scores
+from ._score import SCORES, SCORES_TORN, read_scores, score_batch, scores
 from ._view import TerminalProgress, describe
 
 __all__ = [
@@ -31,6 +31,8 @@ __all__ = [
     "GRADE_TEMPLATE",
     "REPLAY_MODES",
     "RULES",
+    "SCORES",
+    "SCORES_TORN",
     "BatchProgress",
     "CompareView",
     "ForkTask",
