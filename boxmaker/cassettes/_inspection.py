@@ -8,6 +8,7 @@ saw.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import itertools
 import os
@@ -155,19 +156,24 @@ def _in_order(interactions: Sequence[Mapping[str, Any]]) -> list[tuple[int, Mapp
     after the chat completion it acted on (its body's ``id`` is the stream's id). The control
     request ends while its stream still runs, so the recorder writes it first."""
     numbered = list(enumerate(interactions, 1))
-    chats = [
-        (number, _completion_id(item["response"]["body"]["string"] or b""))
-        for number, item in numbered
-        if _path_of(item["request"]["uri"]) == CHAT_PATH
-    ]
+    chats: dict[str | None, list[int]] = {}  # completion id -> its chats' numbers, ascending
+    for number, item in numbered:
+        if _path_of(item["request"]["uri"]) == CHAT_PATH:
+            cid = _completion_id(item["response"]["body"]["string"] or b"")
+            chats.setdefault(cid, []).append(number)
     after: dict[int, list[tuple[int, Mapping[str, Any]]]] = {}
     kept: list[tuple[int, Mapping[str, Any]]] = []
     for number, item in numbered:
-        body = _request_json(item)
-        wanted = str(body.get("id")) if isinstance(body, dict) else None
-        # the first chat recorded after it with that id (none: it stays where it is)
-        target = next((n for n, cid in chats if n > number and cid == wanted), None)
-        if _path_of(item["request"]["uri"]) == CONTROL_PATH and target is not None:
+        target = None
+        if _path_of(item["request"]["uri"]) == CONTROL_PATH:
+            body = _request_json(item)
+            wanted = chats.get(str(body.get("id"))) if isinstance(body, dict) else None
+            # the first chat recorded after it with that id (none: it stays where it is);
+            # found by bisection, not by a scan of every chat for every interaction (a
+            # 200,000-interaction cassette's show never ended)
+            at = bisect.bisect_right(wanted, number) if wanted else 0
+            target = wanted[at] if wanted and at < len(wanted) else None
+        if target is not None:
             after.setdefault(target, []).append((number, item))
         else:
             kept.append((number, item))
