@@ -34,6 +34,7 @@ import functools
 import json
 import os
 import re
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -357,6 +358,11 @@ def _shape_problem(data: Any) -> str | None:
         response = item.get("response") if isinstance(item, dict) else None
         if not isinstance(request, dict) or not isinstance(response, dict):
             return f"interaction {number} is not a mapping with a request and a response"
+        if not isinstance(request.get("method"), str) or not isinstance(request.get("uri"), str):
+            return f"request {number} has no method or uri"
+        problem = _url_problem(request["uri"])
+        if problem is not None:
+            return f"request {number}'s uri {request['uri'][:200]!r} is not a URL: {problem}"
         for part, name in ((request, "headers"), (response, "headers"), (response, "body")):
             if not isinstance(part.get(name) or {}, dict):
                 return f"interaction {number}: {name} is not a mapping"
@@ -433,25 +439,17 @@ def load_interactions(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         data = serializer.deserialize(text)
     except CassetteError as exc:
         raise CassetteError(f"{p}: {exc}") from exc
-    for number, item in enumerate(data["interactions"], 1):
-        request = item["request"]
-        if not isinstance(request.get("method"), str) or not isinstance(request.get("uri"), str):
-            raise CassetteError(f"{p}: not a cassette: request {number} has no method or uri")
-        problem = _url_problem(request["uri"])
-        if problem is not None:
-            raise CassetteError(
-                f"{p}: not a cassette: request {number}'s uri {request['uri']!r} is not a URL: "
-                f"{problem}"
-            )
     return list(data["interactions"])
 
 
 @functools.lru_cache(maxsize=256)
 def _url_problem(uri: str) -> str | None:
-    """Why httpx cannot read ``uri`` as a URL (``None``: it can); kept for the next request
-    to the same URL (a cassette's requests go to a handful)."""
+    """Why ``uri`` cannot be read as a URL by httpx or by vcrpy (the standard library's
+    parser, also for its port), ``None`` when both can; kept for the next request to the same
+    URL (a cassette's requests go to a handful)."""
     try:
         httpx.URL(uri)
+        urllib.parse.urlsplit(uri).port  # noqa: B018 - raises ValueError on a bad port
     except (httpx.InvalidURL, ValueError) as exc:
         return str(exc)
     return None
