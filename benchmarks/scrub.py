@@ -15,7 +15,7 @@ the old code was linear too per string but multiplied by the strings: 40 strings
 took 77 s at 50 MB); ``large_turn_s``: the first pass at the large size; ``again_s``: the
 second.
 
-Run: ``PYTHONPATH=. python benchmarks/secrets.py [--small 5] [--large 50] [--strings 40]``
+Run: ``PYTHONPATH=. python benchmarks/scrub.py [--small 5] [--large 50] [--strings 40]``
 """
 
 from __future__ import annotations
