@@ -326,3 +326,17 @@ def test_the_tap_listens_on_loopback_unless_told_and_its_url_says_where(tmp_path
         assert everywhere.url == f"http://127.0.0.1:{everywhere.port}"  # reached on loopback
     finally:
         everywhere.stop()
+
+
+def test_the_command_refuses_what_the_config_refuses_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from boxmaker.cli import main
+
+    upstream = ["tap", "--upstream", "http://127.0.0.1:9", "--port", "0"]
+    assert main([*upstream, "--max-body-bytes", "0"]) == 1
+    assert capsys.readouterr().err == "boxmaker: tap.max_body_bytes = 0 is out of range\n"
+    assert main([*upstream, "--host", "localhost"]) == 1
+    assert "tap.host = 'localhost' is not an IP address" in capsys.readouterr().err
+    assert main([*upstream, "--allow-origin", "evil.example"]) == 1
+    assert "is not scheme://host[:port] or '*'" in capsys.readouterr().err
