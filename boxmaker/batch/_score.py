@@ -70,8 +70,8 @@ def read_scores(batch_dir: str | Path) -> list[dict[str, Any]]:
 
     A line is kept when it is a JSON object whose ``run``, ``scorer`` and ``version`` are
     texts, ``value`` a number in ``[0, 1]`` or ``null``, ``time`` an ISO 8601 text,
-    ``explanation`` and ``error`` texts (or absent; ``error`` also ``null``). A torn last line
-    (no newline: a write cut short) and every other line are skipped with one
+    ``explanation`` and ``error`` texts (each of these three may be absent or ``null``). A
+    torn last line (no newline: a write cut short) and every other line are skipped with one
     :class:`~boxmaker.session.LogReadWarning` naming the file and each line's number and why
     (the first five; the rest counted).
 
@@ -136,12 +136,13 @@ def _score_line(line: bytes) -> tuple[dict[str, Any] | None, str]:
         if item.get(key) is not None and not isinstance(item[key], str):
             return None, f"{key} is not a text"
     time = item.get("time")
-    try:
-        datetime.fromisoformat(time) if isinstance(time, str) else None
-    except ValueError:
-        time = None
-    if not isinstance(time, str):
-        return None, "time is not an ISO 8601 text"
+    if time is not None:
+        try:
+            datetime.fromisoformat(time) if isinstance(time, str) else None
+        except ValueError:
+            time = None
+        if not isinstance(time, str):
+            return None, "time is not an ISO 8601 text"
     return item, ""
 
 

@@ -196,3 +196,12 @@ def test_the_warning_names_every_kind_of_bad_line(tmp_path: Path) -> None:
         (folder / "scores.ndjson").write_bytes(line)
         with pytest.warns(LogReadWarning, match=re.escape(f"line 1 ({why}")):
             assert read_scores(folder) == []
+
+
+def test_a_line_written_by_hand_without_a_time_is_a_score(tmp_path: Path) -> None:
+    folder = _two_settings(tmp_path)
+    line = {"run": "t0.a", "scorer": "target", "version": "1", "value": 1.0}
+    (folder / "scores.ndjson").write_text(json.dumps(line) + "\n")
+    assert read_scores(folder) == [line]
+    frame = scores(folder)
+    assert list(frame.run) == ["t0.a"] and frame.time.isna().all()
