@@ -4,7 +4,8 @@ Run as ``python mcp_raw_server.py FAULT``: it answers ``initialize`` and ``tools
 ``echo``, described as ``pid N`` with its process id, and one whose name no registry takes,
 ``bad name!``), then on a call writes, by ``FAULT``: ``not_json`` a line that is not JSON,
 ``wrong_id`` a well-formed answer to a request never sent, ``half_line`` the first half of an
-answer's line (anything else: nothing); then it says nothing for a minute. ``half_exit``
+answer's line, ``huge_line`` an answer of one 64 MB line (anything else: nothing); then it
+says nothing for a minute. ``half_exit``
 writes half a line and exits; ``half_start`` writes half of its answer to ``initialize`` and
 says nothing. Two faults answer the call: ``slow_steady`` writes the answer (text ``slow``)
 one byte every 30 ms, and ``stubborn`` answers at once but ignores SIGTERM and the end of its
@@ -24,6 +25,8 @@ import time
 FAULT = sys.argv[1]
 DRIBBLE_S = 0.03
 """Seconds between two bytes of ``slow_steady``'s answer."""
+HUGE_MB = 64
+"""Megabytes of the text in ``huge_line``'s answer (one line)."""
 
 description = f"pid {os.getpid()}"
 if FAULT == "stubborn":
@@ -75,6 +78,12 @@ for line in sys.stdin:
             sys.stdout.write("this is not json\n")
         elif FAULT == "wrong_id":
             send({**answer, "id": mid + 1000})
+        elif FAULT == "huge_line":  # an answer line of HUGE_MB MB, written in 1 MB pieces
+            line = json.dumps({**answer, "result": {"content": [{"type": "text", "text": ""}]}})
+            sys.stdout.write(line[:-4])
+            for _ in range(HUGE_MB):
+                sys.stdout.write("x" * (1 << 20))
+            sys.stdout.write(line[-4:] + "\n")
         elif FAULT in ("half_line", "half_exit"):
             line = json.dumps(answer)
             sys.stdout.write(line[: len(line) // 2])

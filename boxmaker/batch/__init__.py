@@ -21,7 +21,7 @@ from ._compare import (
 from ._grade import GRADE_TEMPLATE, GRADES, model_graded
 from ._plan import REPLAY_MODES, BatchProgress, ForkTask, Task, load_grid, load_tasks, manifest
 from ._runner import ProgressHook, frames, run_batch
-from ._score import read_scores, score_batch, scores
+from ._score import SCORES, SCORES_TORN, read_scores, score_batch, scores
 from ._view import BatchView, TerminalProgress, describe_progress
 
 __all__ = [
@@ -30,6 +30,8 @@ __all__ = [
     "GRADES",
     "GRADE_TEMPLATE",
     "REPLAY_MODES",
+    "SCORES",
+    "SCORES_TORN",
     "BatchProgress",
     "BatchView",
     "CompareView",

@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..client import ChatClient
+from ..client import ChatClient, Client
 from ..records import Record, User
 from ..score import Score, Scorer, answer_of
 
@@ -72,6 +72,7 @@ def model_graded(
         letter of the reply counting; the explanation is the reply's text before it. A reply
         with no grade scores NaN with that error; the request and reply are kept either way.
         A grader that cannot be reached is a failed score (the error), never a crash.
+        The client's api key is the scorer's ``secrets`` (hidden in ``scores.ndjson``).
     """
 
     def grade(records: Sequence[Record]) -> Score:
@@ -95,4 +96,5 @@ def model_graded(
         why = reply[: reply.rfind("GRADE:")].strip() or f"GRADE: {found[-1]}"
         return Score(value=GRADES[found[-1]], explanation=why, request=body, reply=reply)
 
-    return Scorer(name=name, fn=grade, version=version)
+    key = client.config.api_key if isinstance(client, Client) else None
+    return Scorer(name=name, fn=grade, version=version, secrets=(key,) if key else ())

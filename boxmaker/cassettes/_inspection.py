@@ -8,6 +8,7 @@ saw.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import itertools
 import os
@@ -155,19 +156,24 @@ def _in_order(interactions: Sequence[Mapping[str, Any]]) -> list[tuple[int, Mapp
     after the chat completion it acted on (its body's ``id`` is the stream's id). The control
     request ends while its stream still runs, so the recorder writes it first."""
     numbered = list(enumerate(interactions, 1))
-    chats = [
-        (number, _completion_id(item["response"]["body"]["string"] or b""))
-        for number, item in numbered
-        if _path_of(item["request"]["uri"]) == CHAT_PATH
-    ]
+    chats: dict[str | None, list[int]] = {}  # completion id -> its chats' numbers, ascending
+    for number, item in numbered:
+        if _path_of(item["request"]["uri"]) == CHAT_PATH:
+            cid = _completion_id(item["response"]["body"]["string"] or b"")
+            chats.setdefault(cid, []).append(number)
     after: dict[int, list[tuple[int, Mapping[str, Any]]]] = {}
     kept: list[tuple[int, Mapping[str, Any]]] = []
     for number, item in numbered:
-        body = _request_json(item)
-        wanted = str(body.get("id")) if isinstance(body, dict) else None
-        # the first chat recorded after it with that id (none: it stays where it is)
-        target = next((n for n, cid in chats if n > number and cid == wanted), None)
-        if _path_of(item["request"]["uri"]) == CONTROL_PATH and target is not None:
+        target = None
+        if _path_of(item["request"]["uri"]) == CONTROL_PATH:
+            body = _request_json(item)
+            wanted = chats.get(str(body.get("id"))) if isinstance(body, dict) else None
+            # the first chat recorded after it with that id (none: it stays where it is);
+            # found by bisection, not by a scan of every chat for every interaction (a
+            # 200,000-interaction cassette's show never ended)
+            at = bisect.bisect_right(wanted, number) if wanted else 0
+            target = wanted[at] if wanted and at < len(wanted) else None
+        if target is not None:
             after.setdefault(target, []).append((number, item))
         else:
             kept.append((number, item))
@@ -189,65 +195,74 @@ def transcript(path: str | os.PathLike[str]) -> str:
     completion it ended, though recorded before it (it returns while the stream still runs).
 
     Raises:
-        CassetteError: the file is not a readable cassette.
+        CassetteError: the file is not a readable cassette, or an interaction's request is
+            not shaped as a chat request (messages that are not a list of objects...: the
+            message names the interaction).
     """
     interactions = load_interactions(path)
     out = [f"{path}: {len(interactions)} interaction(s)"]
     previous: list[Any] = []
     for number, item in _in_order(interactions):
-        request, response = item["request"], item["response"]
-        status = (response.get("status") or {}).get("code")
-        where = _path_of(request["uri"])
-        body = _request_json(item)
-        out.append("")
-        out.append(f"[{number}] {request['method']} {where} -> {status}")
-        raw = response["body"]["string"] or b""
-        if where != CHAT_PATH or not isinstance(body, dict):
-            out.append(f"  request: {_clip(compact(body))}")
-            out.append(f"  answer: {_clip(raw.decode('utf-8', 'replace'))}")
-            continue
-        messages = list(body.get("messages") or [])
-        extends = messages[: len(previous)] == previous and bool(previous)
-        new = messages[len(previous) :] if extends else messages
-        settings = ", ".join(
-            f"{k} {compact(body[k])}"
-            for k in ("id_slot", "temperature", "max_tokens", "seed")
-            if k in body
-        )
-        tools = [t.get("function", {}).get("name") for t in body.get("tools") or []]
-        out.append(f"  {settings}; tools: {', '.join(map(str, tools)) or 'none'}")
-        if previous and not extends:
-            out.append("  (does not extend the previous chat request: all its messages)")
-        elif extends and not new:
-            out.append("  (the same messages as the previous chat request: a retry)")
-        for message in new:
-            out.extend(_message_line(message))
-        previous = messages
-        if status != 200:
-            out.append(f"  error answer: {_clip(raw.decode('utf-8', 'replace'))}")
-            continue
-        reading = read_stream(raw)
-        if reading.reasoning:
-            out.append(
-                f"  = reasoning ({reading.reasoning_tokens} tokens): {_clip(reading.reasoning)}"
-                if reading.reasoning_tokens
-                else f"  = reasoning: {_clip(reading.reasoning)}"
-            )
-        if reading.content:
-            out.append(f"  = content: {_clip(reading.content)}")
-        for call_id, name, arguments in reading.tool_calls:
-            out.append(f"  = tool call {name} {arguments} [{call_id}]")
-        if reading.finish_reason:
-            out.append(f"  = finish: {reading.finish_reason}")
-        if reading.timings:
-            t = reading.timings
-            names = ("cache_n", "prompt_n", "prompt_ms", "predicted_n", "predicted_ms")
-            out.append("  = timings: " + ", ".join(f"{k} {t[k]:g}" for k in names if k in t))
-        if reading.problem:
-            out.append(f"  ! {reading.problem}")
-        if response.get("error"):
-            out.append(f"  ! transport error after the recorded bytes: {response['error']}")
+        with unreadable_as_cassette_error(path, f"interaction {number} cannot be shown"):
+            previous = _show(number, item, previous, out)
     return "\n".join(out)
+
+
+def _show(number: int, item: Mapping[str, Any], previous: list[Any], out: list[str]) -> list[Any]:
+    """Append interaction ``number``'s lines to ``out``; the messages of the last chat request
+    shown (``previous`` unless this one is a chat request)."""
+    request, response = item["request"], item["response"]
+    status = (response.get("status") or {}).get("code")
+    where = _path_of(request["uri"])
+    body = _request_json(item)
+    out.append("")
+    out.append(f"[{number}] {request['method']} {where} -> {status}")
+    raw = response["body"]["string"] or b""
+    if where != CHAT_PATH or not isinstance(body, dict):
+        out.append(f"  request: {_clip(compact(body))}")
+        out.append(f"  answer: {_clip(raw.decode('utf-8', 'replace'))}")
+        return previous
+    messages = list(body.get("messages") or [])
+    extends = messages[: len(previous)] == previous and bool(previous)
+    new = messages[len(previous) :] if extends else messages
+    settings = ", ".join(
+        f"{k} {compact(body[k])}"
+        for k in ("id_slot", "temperature", "max_tokens", "seed")
+        if k in body
+    )
+    tools = [t.get("function", {}).get("name") for t in body.get("tools") or []]
+    out.append(f"  {settings}; tools: {', '.join(map(str, tools)) or 'none'}")
+    if previous and not extends:
+        out.append("  (does not extend the previous chat request: all its messages)")
+    elif extends and not new:
+        out.append("  (the same messages as the previous chat request: a retry)")
+    for message in new:
+        out.extend(_message_line(message))
+    if status != 200:
+        out.append(f"  error answer: {_clip(raw.decode('utf-8', 'replace'))}")
+        return messages
+    reading = read_stream(raw)
+    if reading.reasoning:
+        out.append(
+            f"  = reasoning ({reading.reasoning_tokens} tokens): {_clip(reading.reasoning)}"
+            if reading.reasoning_tokens
+            else f"  = reasoning: {_clip(reading.reasoning)}"
+        )
+    if reading.content:
+        out.append(f"  = content: {_clip(reading.content)}")
+    for call_id, name, arguments in reading.tool_calls:
+        out.append(f"  = tool call {name} {arguments} [{call_id}]")
+    if reading.finish_reason:
+        out.append(f"  = finish: {reading.finish_reason}")
+    if reading.timings:
+        t = reading.timings
+        names = ("cache_n", "prompt_n", "prompt_ms", "predicted_n", "predicted_ms")
+        out.append("  = timings: " + ", ".join(f"{k} {t[k]:g}" for k in names if k in t))
+    if reading.problem:
+        out.append(f"  ! {reading.problem}")
+    if response.get("error"):
+        out.append(f"  ! transport error after the recorded bytes: {response['error']}")
+    return messages
 
 
 @dataclass(frozen=True)
@@ -278,7 +293,8 @@ def check_prefix(path: str | os.PathLike[str]) -> PrefixCheck:
         CassetteError: the file is not a readable cassette.
     """
     chats = chat_interactions(load_interactions(path))
-    return PrefixCheck(str(path), len(chats), _breaks(chats))
+    with unreadable_as_cassette_error(path, "a chat request cannot be compared"):
+        return PrefixCheck(str(path), len(chats), _breaks(chats))
 
 
 def prefix_problems(path: str | os.PathLike[str]) -> list[str]:

@@ -1,8 +1,10 @@
 """What never reaches a cassette: credentials, volatile headers, the api key wherever it is.
 
-The rule of what is a secret (:data:`SECRET_FIELDS`, the placeholders, the forms a secret
-takes, the shortest one searched for) is :mod:`boxmaker`'s ``_secrets``, shared with the
-session log and the batch manifest; this module applies it to recorded bytes.
+The rule of what is a secret (:data:`SECRET_FIELDS`, :data:`SECRET_QUERY_PARAMETERS`, the
+credentials a request shows, the placeholders, the forms a secret takes, the shortest one
+searched for) is :mod:`boxmaker`'s ``_secrets``, shared with the session logs (the loop's and
+the tap's), the batch manifest and the scores; this module applies it to recorded bytes and
+adds what is a cassette's own: which headers are kept.
 
 Before an interaction is written (and, the same way, before a request is matched on replay):
 
@@ -35,18 +37,23 @@ hold it.
 
 from __future__ import annotations
 
-import json
-import re
 import urllib.parse
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from vcr.request import Request as VcrRequest
 
-from .._secrets import API_KEY_PLACEHOLDER, SECRET_FIELDS, SECRET_PLACEHOLDER
-from .._secrets import HARVEST_MIN as _HARVEST_MIN
-from .._secrets import forms as _forms
-from .._secrets import norm as _norm
+from .._secrets import (
+    API_KEY_PLACEHOLDER,
+    CREDENTIAL_HEADERS,
+    SECRET_FIELDS,
+    SECRET_PLACEHOLDER,
+    SECRET_QUERY_PARAMETERS,
+    credentials_in,
+    hide_bytes,
+    hide_fields,
+    is_secret_query,
+)
 
 __all__ = [
     "API_KEY_PLACEHOLDER",
@@ -62,110 +69,34 @@ __all__ = [
     "scrub_response",
 ]
 
-SECRET_HEADERS = (
-    "authorization",
-    "api-key",
-    "x-api-key",
-    "cookie",
-    "set-cookie",
-    "proxy-authorization",
-)
+SECRET_HEADERS = (*CREDENTIAL_HEADERS, "cookie", "set-cookie")
 """Credential headers (lower case). They are never written (no header but ``Accept`` and
-``Content-Type`` is); the values of the first, second, third and last are also hidden
-wherever else they appear."""
-
-SECRET_QUERY_PARAMETERS = (
-    "api_key",
-    "apikey",
-    "key",
-    "token",
-    "access_token",
-    "auth",
-    "auth_token",
-    "secret",
-    "password",
-    "signature",
-    "sig",
-)
-"""URI query parameter names that are never written (compared in lower case, ``-`` as ``_``:
-``api-key``, ``API_KEY`` and ``Api-Key`` are all ``api_key``)."""
+``Content-Type`` is); the values of the first four (``_secrets``' ``CREDENTIAL_HEADERS``)
+are also hidden wherever else they appear."""
 
 _KEEP_HEADERS = ("content-type", "accept")
 """The only headers kept in a cassette; the rest (host, user-agent, content-length, date,
 server, content-encoding...) are volatile noise or secrets."""
 
-_KEYED_HEADERS = ("authorization", "proxy-authorization", "api-key", "x-api-key")
-
-_QUERY = frozenset(_norm(n) for n in SECRET_QUERY_PARAMETERS)
-
-_FIELD_PAIR = re.compile(
-    b'"('
-    + b"|".join(
-        re.escape(_norm(n)).encode().replace(b"_", b"[-_]")
-        for n in sorted(SECRET_FIELDS, key=len, reverse=True)
-    )
-    + rb')"\s*:\s*"((?:[^"\\]|\\.)*)"',
-    re.IGNORECASE,
-)
-"""A credential-like JSON key with its string value, ``"Api-Key": "..."``, in body text (the
-value's escapes kept whole; a key written with escapes is not recognised)."""
-
-
-def _json_text(raw: bytes) -> str | None:
-    """The text of a JSON string's inside (escapes resolved), ``None`` if malformed."""
-    try:
-        value = json.loads(b'"' + raw + b'"')
-    except ValueError:
-        return None
-    return value if isinstance(value, str) else None
-
-
-def _credential_fields(body: bytes) -> Iterable[tuple[re.Match[bytes], str]]:
-    for match in _FIELD_PAIR.finditer(body):
-        yield match, _json_text(match.group(2)) or ""
-
-
-def _scrub_fields(body: bytes) -> bytes:
-    """``body`` with the string value of every credential-like JSON field replaced."""
-    if b'"' not in body:
-        return body
-    out, start = [], 0
-    for match, _ in _credential_fields(body):
-        out += [body[start : match.start(2)], SECRET_PLACEHOLDER.encode()]
-        start = match.end(2)
-    return b"".join([*out, body[start:]]) if out else body
-
 
 def credentials(request: VcrRequest, configured: Sequence[str] = ()) -> list[str]:
     """The credentials a request shows, to hide wherever they appear in its interaction.
 
-    In order: ``configured`` (the ``secrets`` given to ``use_cassette``, at any length), the
-    credential of each of :data:`SECRET_HEADERS`' ``authorization``, ``proxy-authorization``,
-    ``api-key`` and ``x-api-key`` (an ``Authorization`` value ``Scheme X`` gives ``X``), then
-    the values of credential-like query parameters and JSON body fields; those found in the
-    request only when 8 characters or more. Empty values and repeats are left out.
+    In order: ``configured`` (the ``secrets`` given to ``use_cassette``, at any length), then
+    what ``_secrets``' ``credentials_in`` finds in the request's headers, URI and body (the
+    one rule: ``Authorization`` Bearer and Basic, api-key headers, credential-like query
+    parameters and JSON fields; 8 characters or more). Empty values and repeats are left out.
     """
-    found: list[str] = list(configured)
-    for name, value in request.headers.items():
-        if name.lower() in _KEYED_HEADERS:
-            scheme, _, token = str(value).strip().partition(" ")
-            token = token.strip() if token else scheme
-            if len(token) >= _HARVEST_MIN:  # shorter: a placeholder, not told apart from text
-                found.append(token)
-    for name, value in urllib.parse.parse_qsl(urllib.parse.urlsplit(request.uri).query):
-        if _norm(name) in _QUERY and len(value) >= _HARVEST_MIN:
-            found.append(value)
     body = request.body if isinstance(request.body, bytes) else b""
-    found += [v for _, v in _credential_fields(body) if len(v) >= _HARVEST_MIN]
+    headers = [(str(k), str(v)) for k, v in request.headers.items()]
+    found = [*configured, *credentials_in(headers, request.uri, body)]
     return list(dict.fromkeys(v for v in found if v))
 
 
 def _hide(data: bytes, secrets: Sequence[str]) -> bytes:
-    placeholder = API_KEY_PLACEHOLDER.encode()
-    for secret in secrets:
-        for form in _forms(secret):
-            data = data.replace(form, placeholder)
-    return data
+    """:func:`boxmaker._secrets.hide_bytes` (kept under this name for the tests that compare
+    the log's and the cassettes' scrubbing)."""
+    return hide_bytes(data, secrets)
 
 
 def hide_in_request(request: VcrRequest, secrets: Sequence[str]) -> VcrRequest:
@@ -212,11 +143,11 @@ def scrub_request(request: VcrRequest) -> VcrRequest:
     parts = urllib.parse.urlsplit(request.uri)
     if parts.query:
         query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-        kept = [(k, v) for k, v in query if _norm(k) not in _QUERY]
+        kept = [(k, v) for k, v in query if not is_secret_query(k)]
         if len(kept) != len(query):
             request.uri = parts._replace(query=urllib.parse.urlencode(kept)).geturl()
     if isinstance(request.body, bytes):
-        request.body = _scrub_fields(request.body)
+        request.body = hide_fields(request.body)
     return request
 
 
@@ -227,5 +158,5 @@ def scrub_response(response: dict[str, Any]) -> dict[str, Any]:
     response["headers"] = {k: v for k, v in headers.items() if k.lower() in _KEEP_HEADERS}
     body = response.get("body", {}).get("string")
     if isinstance(body, bytes):
-        response["body"]["string"] = _scrub_fields(body)
+        response["body"]["string"] = hide_fields(body)
     return response

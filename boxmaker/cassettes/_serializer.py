@@ -30,9 +30,11 @@ What is scrubbed before a cassette is written is :mod:`boxmaker.cassettes`.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import re
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -91,12 +93,13 @@ nesting would overflow Python's recursion on the way in."""
 
 class _BoundedLoader(yaml.SafeLoader):
     """PyYAML's safe loader with :data:`MAX_ALIASES` and :data:`MAX_DEPTH` enforced as the
-    document is composed (before anything is built), as :class:`yaml.YAMLError`."""
+    document is composed (before anything is built), as :class:`yaml.YAMLError`; ``aliases``
+    and ``depth`` are what came before ``stream`` (one interaction of a longer document)."""
 
-    def __init__(self, stream: str) -> None:
+    def __init__(self, stream: str, *, aliases: int = 0, depth: int = 0) -> None:
         super().__init__(stream)
-        self._aliases = 0
-        self._depth = 0
+        self._aliases = aliases
+        self._depth = depth
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
@@ -113,12 +116,100 @@ class _BoundedLoader(yaml.SafeLoader):
 
 
 def _safe_load(text: str) -> Any:
-    """``text`` read as YAML by :class:`_BoundedLoader`."""
-    loader = _BoundedLoader(text)
+    """``text`` read as YAML by :class:`_BoundedLoader`: a cassette in the layout boxmaker
+    writes one interaction at a time (:func:`_load_items`), any other document whole."""
+    data = _load_items(text)
+    return data if data is not None else _load_whole(text)
+
+
+def _load_whole(text: str, *, aliases: int = 0, depth: int = 0) -> Any:
+    loader = _BoundedLoader(text, aliases=aliases, depth=depth)
     try:
         return loader.get_single_data()
     finally:
         loader.dispose()
+
+
+_CSafeLoader: Any = getattr(yaml, "CSafeLoader", None)
+"""libyaml's loader when PyYAML was built with it (its wheels are): about 6 times faster than
+the pure-Python one; used for an interaction whose tokens show nothing the bounds are for."""
+
+_MARKED = (yaml.AliasToken, yaml.AnchorToken, yaml.TagToken)
+_OPEN = (
+    yaml.BlockMappingStartToken,
+    yaml.BlockSequenceStartToken,
+    yaml.FlowMappingStartToken,
+    yaml.FlowSequenceStartToken,
+)
+_CLOSE = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
+
+
+def _load_item(text: str, aliases: int) -> tuple[Any, int]:
+    """One interaction's YAML (a one-item list at the file's second level) and the aliases
+    counted so far. With libyaml, its tokens are scanned first (in C): when it holds no
+    alias, anchor or tag and nests well within :data:`MAX_DEPTH` (each counted level at most
+    doubled by an indentless sequence), libyaml builds it; otherwise :class:`_BoundedLoader`
+    does, which enforces the bounds exactly.
+
+    Raises:
+        yaml.YAMLError, ValueError, TypeError, RecursionError: it does not read."""
+    if _CSafeLoader is not None:
+        depth = deepest = 0
+        plain = True
+        for token in yaml.scan(text, Loader=_CSafeLoader):
+            if isinstance(token, _MARKED):
+                plain = False
+                break
+            if isinstance(token, _OPEN):
+                depth += 1
+                deepest = max(deepest, depth)
+            elif isinstance(token, _CLOSE):
+                depth -= 1
+        if plain and 2 * deepest + 2 <= MAX_DEPTH:
+            return yaml.load(text, Loader=_CSafeLoader), aliases
+    loader = _BoundedLoader(text, aliases=aliases, depth=1)
+    try:
+        return loader.get_single_data(), loader._aliases
+    finally:
+        loader.dispose()
+
+
+_HEAD = "version: 1\ninteractions:\n"
+_ITEM = re.compile(r"^- ", re.MULTILINE)
+_AFTER_ITEMS = re.compile(r"^(?!- |#|\s|$)", re.MULTILINE)
+
+
+def _load_items(text: str) -> dict[str, Any] | None:
+    """A cassette in the layout boxmaker writes (``version: 1``, ``interactions:``, then one
+    ``- `` item at column 0 per interaction, maybe more keys after) read one interaction at a
+    time, with the same bounds (the aliases counted over the whole file, the depth from the
+    file's root); ``None`` when the text is not in that layout or any part of it does not
+    read alone (an alias to another interaction's anchor, a quoted text cut by the split):
+    then the caller reads it whole, which says what is wrong where.
+
+    Why: the whole document composed at once held every node of every interaction (a
+    200,000-interaction cassette took 1.5 GB to read); one at a time holds one."""
+    if not text.startswith(_HEAD + "- "):
+        return None
+    body = text[len(_HEAD) :]
+    after = _AFTER_ITEMS.search(body)
+    items_end = after.start() if after else len(body)
+    starts = [m.start() for m in _ITEM.finditer(body, 0, items_end)]
+    interactions: list[Any] = []
+    aliases = 0
+    try:
+        for start, end in zip(starts, [*starts[1:], items_end], strict=True):
+            item, aliases = _load_item(body[start:end], aliases)
+            if not (isinstance(item, list) and len(item) == 1):
+                return None
+            interactions.append(item[0])
+        rest = _load_whole(_HEAD + body[items_end:], aliases=aliases)
+    except (yaml.YAMLError, ValueError, TypeError, RecursionError):
+        return None
+    if not isinstance(rest, dict) or rest.get("interactions") is not None:
+        return None
+    rest["interactions"] = interactions
+    return rest
 
 
 _SafeDumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -267,6 +358,11 @@ def _shape_problem(data: Any) -> str | None:
         response = item.get("response") if isinstance(item, dict) else None
         if not isinstance(request, dict) or not isinstance(response, dict):
             return f"interaction {number} is not a mapping with a request and a response"
+        if not isinstance(request.get("method"), str) or not isinstance(request.get("uri"), str):
+            return f"request {number} has no method or uri"
+        problem = _url_problem(request["uri"])
+        if problem is not None:
+            return f"request {number}'s uri {request['uri'][:200]!r} is not a URL: {problem}"
         for part, name in ((request, "headers"), (response, "headers"), (response, "body")):
             if not isinstance(part.get(name) or {}, dict):
                 return f"interaction {number}: {name} is not a mapping"
@@ -343,18 +439,20 @@ def load_interactions(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         data = serializer.deserialize(text)
     except CassetteError as exc:
         raise CassetteError(f"{p}: {exc}") from exc
-    for number, item in enumerate(data["interactions"], 1):
-        request = item["request"]
-        if not isinstance(request.get("method"), str) or not isinstance(request.get("uri"), str):
-            raise CassetteError(f"{p}: not a cassette: request {number} has no method or uri")
-        try:
-            httpx.URL(request["uri"])
-        except (httpx.InvalidURL, ValueError) as exc:
-            raise CassetteError(
-                f"{p}: not a cassette: request {number}'s uri {request['uri']!r} is not a URL: "
-                f"{exc}"
-            ) from exc
     return list(data["interactions"])
+
+
+@functools.lru_cache(maxsize=256)
+def _url_problem(uri: str) -> str | None:
+    """Why ``uri`` cannot be read as a URL by httpx or by vcrpy (the standard library's
+    parser, also for its port), ``None`` when both can; kept for the next request to the same
+    URL (a cassette's requests go to a handful)."""
+    try:
+        httpx.URL(uri)
+        urllib.parse.urlsplit(uri).port  # noqa: B018 - raises ValueError on a bad port
+    except (httpx.InvalidURL, ValueError) as exc:
+        return str(exc)
+    return None
 
 
 class FilePersister:

@@ -31,6 +31,7 @@ from unittest import mock
 
 import httpx
 import vcr
+from vcr.record_mode import RecordMode as VcrRecordMode
 from vcr.request import Request as VcrRequest
 
 from ..client import SIDE_REFUSED, SIDE_REFUSED_STATUS, SIDE_REQUEST
@@ -140,6 +141,9 @@ class _Run:
         self.requests = 0
         self.failures: list[UnrecordedRequest] = []
         self.lock = threading.Lock()
+        self._index: dict[tuple[Any, ...], list[int]] = {}  # match key -> recorded indices
+        self._cursor: dict[tuple[Any, ...], int] = {}  # first index of a bucket maybe unplayed
+        self._indexed = 0  # recorded interactions in the index (recording adds more)
 
     def lookup(
         self, request: Any, body: bytes, library: Library
@@ -153,8 +157,10 @@ class _Run:
             self.requests += 1
             number = self.requests
             cassette = self.cassette
-            if cassette.can_play_response_for(vreq):
-                played = cassette.play_response(vreq)
+            index = self._playable(vreq)
+            if index is not None:
+                cassette.play_counts[index] += 1
+                played = cassette.data[index][1]
                 replayed = _replayed(played, request, next(iter(known), None), library)
                 return replayed, vreq, known
             if cassette.write_protected and cassette.filter_request(vreq):
@@ -164,6 +170,44 @@ class _Run:
                 self.failures.append(error)
                 raise error
         return None, vreq, known
+
+    def _playable(self, vreq: VcrRequest) -> int | None:
+        """The index of the first unplayed recorded interaction that matches ``vreq`` (method,
+        path, body as JSON without the ignored keys: vcrpy's rule as :func:`make_vcr` sets
+        it), or ``None``; called holding :attr:`lock`.
+
+        vcrpy's own lookup tries every recorded interaction against every request, parsing
+        both bodies each time: replaying a cassette of n interactions took n**2 parses (a
+        200,000-interaction one had not finished in 300 s). Here the recorded requests are
+        indexed once by their match key (:func:`_match_key`: equal bodies always share one),
+        each candidate is confirmed by the matcher's own comparison, and each key's played
+        interactions are skipped once for good: linear in the cassette's size."""
+        cassette = self.cassette
+        if cassette.record_mode == VcrRecordMode.ALL or not (
+            cassette.rewound or cassette.allow_playback_repeats
+        ):
+            return None
+        data = cassette.data
+        while self._indexed < len(data):
+            recorded = data[self._indexed][0]
+            key = _match_key(recorded, self.ignore)
+            self._index.setdefault(key, []).append(self._indexed)
+            self._indexed += 1
+        key = _match_key(vreq, self.ignore)
+        bucket = self._index.get(key, [])
+        sent = body_for_matching(vreq.body, self.ignore)
+        start = self._cursor.get(key, 0)
+        for at in range(start, len(bucket)):
+            index = bucket[at]
+            if cassette.play_counts[index] and not cassette.allow_playback_repeats:
+                if at == start:
+                    start += 1
+                    self._cursor[key] = start  # played for good: never looked at again
+                continue
+            recorded = body_for_matching(data[index][0].body, self.ignore)
+            if first_body_difference(recorded, sent) is None:
+                return index
+        return None
 
     def tee(self, response: Any, vreq: VcrRequest, known: Sequence[str], library: Library) -> None:
         """Record ``response`` (its stream teed, recorded when it ends)."""
@@ -258,6 +302,26 @@ class _Run:
                 f"(the next unplayed, {unplayed[0] + 1}, is {nxt.method} {nxt.path})"
             )
         return f"{what} interaction: all {len(cassette.data)} recorded interactions were played"
+
+
+def _match_key(request: VcrRequest, ignore: Sequence[str]) -> tuple[Any, ...]:
+    """The key under which :meth:`_Run._playable` files a request: its method, its path, and
+    its body as JSON (:func:`body_for_matching`) made hashable so that two bodies the matcher
+    finds equal always share a key (Python's ``==`` on JSON values: key order ignored,
+    ``1 == 1.0 == True``)."""
+    return (request.method, request.path, _hashable(body_for_matching(request.body, ignore)))
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return ("{", tuple(sorted((str(k), _hashable(v)) for k, v in value.items())))
+    if isinstance(value, list):
+        return ("[", tuple(_hashable(v) for v in value))
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 def recorded_response(

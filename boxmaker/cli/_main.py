@@ -26,10 +26,12 @@
 - ``boxmaker replay LOG.jsonl [--tool-iterations N] ...``: the same limits over a session
   log's own calls (a tapped agent's too; :func:`boxmaker.tap.what_if_log`): which would have
   fired, and where.
-- ``boxmaker tap --upstream URL [--port P] [--dir DIR] [--no-forensics] [--cassette PATH]``:
-  a pass-through proxy on 127.0.0.1 in front of a llama-server, writing boxmaker session logs
-  of the agents pointed at it (and, with ``--cassette``, a scrubbed cassette of every
-  exchange), until Ctrl-C (:mod:`boxmaker.tap`).
+- ``boxmaker tap --upstream URL [--port P] [--host ADDR] [--dir DIR] [--no-forensics]
+  [--cassette PATH] [--allow-host NAME] [--allow-origin ORIGIN] [--max-body-bytes N]``:
+  a pass-through proxy (on 127.0.0.1 unless ``--host`` says otherwise) in front of a
+  llama-server, writing boxmaker session logs of the agents pointed at it (and, with
+  ``--cassette``, a scrubbed cassette of every exchange), until Ctrl-C, SIGTERM or SIGHUP
+  (:mod:`boxmaker.tap`; what it lets in: :class:`boxmaker.config.TapConfig`).
 - ``boxmaker doctor --url URL [--api-key KEY] [--json]``: probe a llama-server with small
   requests and say what is set up right for agent loops, and what to change (exit 1 if a
   check failed).
@@ -63,7 +65,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..config import ClientConfig, Config, HistoryConfig
+from ..config import ClientConfig, Config, HistoryConfig, TapConfig
 from ..demo import demo_registry
 from ..errors import BoxmakerError, ServerError
 from ..records import SCHEMA_VERSION
@@ -77,6 +79,10 @@ if TYPE_CHECKING:
     pass
 
 __all__ = ["main"]
+
+
+TAP_BODY_DEFAULT = TapConfig().max_body_bytes
+"""``--max-body-bytes``' default: :attr:`boxmaker.config.TapConfig.max_body_bytes`'s."""
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -277,27 +283,48 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _tap(args: argparse.Namespace) -> int:
-    """``tap``: serve until Ctrl-C; what could not be logged goes to stderr (once)."""
+    """``tap``: serve until SIGINT (Ctrl-C), SIGTERM or SIGHUP, the logs written before it
+    exits (0); what could not be logged goes to stderr (once)."""
     import logging
 
     from ..tap import Tap  # uvicorn, httpx: imported only when the tap runs
 
     logging.basicConfig(format="boxmaker tap: %(message)s")
+    config = TapConfig(
+        host=args.host,
+        max_body_bytes=args.max_body_bytes,
+        allowed_hosts=tuple(args.allow_host),
+        allowed_origins=tuple(args.allow_origin),
+    )
     tap = Tap(
         args.upstream,
         directory=args.dir,
         port=args.port,
         forensics=not args.no_forensics,
         cassette=args.cassette,
+        config=config,
     )
     tap.bind()
-    print(f"boxmaker tap: listening on {tap.url} -> {tap.upstream}", flush=True)
+    where = "this machine only" if config.loopback else "reachable from other machines"
+    print(f"boxmaker tap: listening on {tap.url} ({where}) -> {tap.upstream}", flush=True)
     also = f"; cassette {args.cassette}" if args.cassette else ""
     print(f"  point the agent at {tap.url}/v1; logs in {args.dir}{also}", flush=True)
-    with contextlib.suppress(KeyboardInterrupt):
-        tap.serve_forever()
+    if not config.loopback:
+        print(
+            f"  warning: anyone who can reach {config.host}:{tap.port} can use the upstream "
+            "with the agents' credentials",
+            flush=True,
+        )
+    stopped = tap.serve_forever()  # SIGINT, SIGTERM, SIGHUP: the logs written first
+    if stopped is not None:
+        print(f"boxmaker tap: stopped by {stopped.name}", file=sys.stderr)
     for path in tap.log.sessions if tap.log else ():
         print(path)
+    if tap.log is not None and tap.log.written:
+        print(
+            f"{tap.log.written} exchange(s) written, each within {tap.log.slowest_s:.3f} s "
+            "of its answer's end"
+        )
     if tap.cassette is not None and tap.cassette.recorded:
         print(f"{tap.cassette.path}: {tap.cassette.recorded} interaction(s) recorded")
     return 0
@@ -628,7 +655,37 @@ def _parser() -> argparse.ArgumentParser:
         "tap", help="a logging pass-through proxy in front of a llama-server, for any agent"
     )
     tap.add_argument("--upstream", required=True, help="the llama-server's base URL")
-    _number(tap, "--port", "port", 8089, "port on 127.0.0.1, 0 picks a free one")
+    _number(tap, "--port", "port", 8089, "port to listen on, 0 picks a free one")
+    tap.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 lets other "
+        "machines use the upstream with the agents' credentials)",
+    )
+    tap.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another name the agents reach the tap by (their Host header; the loopback "
+        "names and --host are always accepted); repeatable",
+    )
+    tap.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="a browser origin allowed to use the tap (http://localhost:8888; '*': any); "
+        "without it a browser's request is refused; repeatable",
+    )
+    tap.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=TAP_BODY_DEFAULT,
+        metavar="N",
+        help=f"largest request body in bytes; larger is refused with 413 "
+        f"(default {TAP_BODY_DEFAULT}, 16 MiB)",
+    )
     tap.add_argument("--dir", default="sessions", help="where session logs go (./sessions)")
     tap.add_argument(
         "--no-forensics", action="store_true", help="log cache losses without asking why"

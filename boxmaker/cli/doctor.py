@@ -32,9 +32,10 @@ from typing import Any
 
 import httpx
 
-from ..client import LEASES, capabilities_of, send_once_more
-from ..config import server_base_url
+from ..client import LEASES, StreamDecoder, capabilities_of, send_once_more
+from ..config import ClientConfig, server_base_url
 from ..demo import DEMO_PROMPTS, demo_registry
+from ..errors import InferError
 from ..records import Capabilities
 from ..tools import TextToolCall, find_text_tool_call
 
@@ -180,15 +181,71 @@ class ProbeSlow(Exception):
         self.elapsed_s, self.events, self.allowed_s = elapsed_s, events, allowed_s
 
 
+class AnswerTooLarge(ProbeOverrun, httpx.HTTPError):
+    """An answer (one SSE event, or a whole JSON body) larger than the client's cap on one
+    event, :data:`ANSWER_CAP`: read no further (a ``ProbeOverrun``, and an ``httpx``
+    error where the doctor handles those)."""
+
+
+ANSWER_CAP = ClientConfig().max_event_bytes or 16 * 1024 * 1024
+"""The most bytes the doctor reads of one SSE event or one JSON answer: the client's cap on
+one event (:attr:`boxmaker.config.ClientConfig.max_event_bytes`, 16 MiB). Issue 36: a
+300 MB line took 178 s and 3.4 GB (httpx's ``iter_lines`` holds a line whole)."""
+
+
 def _request(
     http: httpx.Client, method: str, url: str, body: dict[str, Any] | None = None
 ) -> httpx.Response:
     """One request, sent once more when it failed before any byte of an answer on a reused
     connection (llama.cpp closes a connection after a stream; see
-    :func:`~boxmaker.client.send_once_more`)."""
-    return send_once_more(
-        lambda trace: http.request(method, url, json=body, extensions={"trace": trace})
+    :func:`~boxmaker.client.send_once_more`), its body read to :data:`ANSWER_CAP` bytes at
+    most (:class:`AnswerTooLarge` beyond)."""
+
+    def send(trace: Any) -> httpx.Response:
+        request = http.build_request(method, url, json=body, extensions={"trace": trace})
+        return http.send(request, stream=True)
+
+    response = send_once_more(send)
+    try:
+        parts, size = [], 0
+        for part in response.iter_bytes():
+            size += len(part)
+            if size > ANSWER_CAP:
+                raise AnswerTooLarge(
+                    f"the answer to {method} {url} is larger than {ANSWER_CAP} bytes (the "
+                    "client's cap on one event); not read further"
+                )
+            parts.append(part)
+    finally:
+        response.close()
+    return httpx.Response(
+        response.status_code,
+        headers=[
+            (k, v)
+            for k, v in response.headers.multi_items()
+            if k not in ("content-encoding", "content-length")  # the body is read decoded
+        ],
+        content=b"".join(parts),
+        request=response.request,
     )
+
+
+def _data(response: httpx.Response, check: Callable[[], None]) -> Iterator[str]:
+    """The ``data`` of each SSE event of a streamed answer, ``[DONE]`` left out, read by the
+    client's own SSE decoder under its cap on one event (:data:`ANSWER_CAP`; a longer event,
+    or a line that never ends, is :class:`AnswerTooLarge` once it has grown past it, not
+    after it is whole); ``check`` is called at each read (``: ping`` comments count) and
+    raises to end the probe (its deadlines)."""
+    sse = StreamDecoder(max_event_bytes=ANSWER_CAP).sse
+    for raw in response.iter_bytes():
+        check()
+        try:
+            events = sse.feed(raw)
+        except InferError as exc:
+            raise AnswerTooLarge(str(exc)) from exc
+        for name, data in events:
+            if name == "data" and data != "[DONE]":
+                yield data
 
 
 @contextlib.contextmanager
@@ -237,7 +294,8 @@ def _stream(
         if response.status_code != 200:
             response.read()
             return Probe(status=response.status_code)
-        for line in response.iter_lines():
+
+        def check() -> None:  # at each read: the deadlines, on the server's own pace
             now = time.monotonic()
             if now - last > deadline_s:
                 raise ProbeOverrun(
@@ -245,8 +303,9 @@ def _stream(
                 )
             if now - started > allowed:
                 raise ProbeSlow(now - started, events, allowed)
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
+
+        for data in _data(response, check):
+            now = time.monotonic()
             events += 1
             last = now
             if events > bound:
@@ -256,7 +315,7 @@ def _stream(
                 )
             if events >= PROBE_MEASURE_EVENTS:  # its own pace: the whole bound, twice over
                 allowed = max(deadline_s, 2 * (now - started) / events * bound)
-            obj = json.loads(line[6:])
+            obj = json.loads(data)
             cid = cid or str(obj.get("id") or "")
             if obj.get("prompt_progress") is not None:
                 seen["progress"] = True
@@ -624,10 +683,8 @@ def _timed(http: httpx.Client, url: str, body: dict[str, Any]) -> tuple[str, flo
     parts: list[str] = []
     first = 0.0
     with _open(http, f"{url}/v1/chat/completions", body) as response:
-        for line in response.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            for choice in json.loads(line[6:]).get("choices") or []:
+        for data in _data(response, lambda: None):  # the read timeout bounds it
+            for choice in json.loads(data).get("choices") or []:
                 delta = choice.get("delta") or {}
                 text = str(delta.get("reasoning_content") or delta.get("content") or "")
                 for call in delta.get("tool_calls") or []:

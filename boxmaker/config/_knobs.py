@@ -29,6 +29,9 @@ A config file names sections and keys exactly as the dataclasses below do::
     [cache]
     forensics = true               # after a cache loss, find where and why (a few requests)
 
+    [tap]
+    max_body_bytes = 16777216      # boxmaker tap: a larger request body is refused (413)
+
 Unknown sections or keys, values of the wrong type and values out of range raise
 :class:`ConfigError` naming the file and the key. Every limit is in :class:`LoopLimits`, and
 for each of them ``None`` means "off"; TOML has no null, so write ``-1`` there to turn a limit
@@ -57,6 +60,7 @@ from ._checks import check_loop_types
 from ._checks import nonneg as _nonneg
 from ._ports import ApprovalPolicy, McpConfig, McpServerConfig
 from ._read import build, fits, read_toml
+from ._tap import TapConfig
 
 __all__ = [
     "HISTORY_REASONING",
@@ -430,6 +434,7 @@ class Config:
     approval: ApprovalPolicy = field(default_factory=ApprovalPolicy)
     history: HistoryConfig = field(default_factory=HistoryConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    tap: TapConfig = field(default_factory=TapConfig)
 
     def __post_init__(self) -> None:
         moved = self.thinking.turn_tokens

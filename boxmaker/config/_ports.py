@@ -47,6 +47,11 @@ class McpServerConfig:
     with no further byte; then its running calls fail at once, showing the line's start,
     instead of at ``timeout_s`` (a message written slowly goes on: each byte restarts the
     clock)."""
+    max_line_chars: int = 16 * 1024 * 1024
+    """Longest line (one JSON-RPC message) a stdio server may write, in characters (16 Mi,
+    as the client's cap on one SSE event): a longer one fails the server's running calls at
+    once, showing the line's start, and is read no further (a 500 MB line was held whole:
+    1.3 GB)."""
     data_class: str = "public"
     """The ``data_class`` label of the server's results."""
     untrusted: bool | None = None
@@ -71,6 +76,10 @@ class McpServerConfig:
             partial_line_s=(
                 self.partial_line_s,
                 _nonneg(self.partial_line_s) and self.partial_line_s > 0,
+            ),
+            max_line_chars=(
+                self.max_line_chars,
+                type(self.max_line_chars) is int and self.max_line_chars >= 1,
             ),
         )
 

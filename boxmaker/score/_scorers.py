@@ -59,11 +59,15 @@ class Scorer:
             the targets' scorer).
         fn: the function (see :data:`ScoreFunction`).
         version: bump it when ``fn`` changes, so old and new scores are told apart.
+        secrets: credentials the scorer uses (a model grader's api key): written as
+            ``<API_KEY>`` wherever they appear in ``scores.ndjson`` (a grader that echoes its
+            key), by the rule the session logs and cassettes are scrubbed by.
     """
 
     name: str
     fn: ScoreFunction
     version: str = "1"
+    secrets: tuple[str, ...] = ()
 
 
 def target_scorer(target: Target) -> Scorer:

@@ -13,22 +13,36 @@ LOG.jsonl``) says which loop limit would have stopped the agent. With a cassette
 (``Tap(..., cassette=PATH)``, ``boxmaker tap --cassette PATH``) every exchange is also
 recorded, scrubbed, into a cassette that :func:`boxmaker.cassettes.use_cassette` replays
 (:class:`TapCassette`).
+
+The tap is a network service holding every agent's credentials on their way upstream: it
+listens on 127.0.0.1 unless told otherwise and forwards only what its :class:`Guard` lets in
+(origin-form requests for the upstream's own paths, ``Host`` naming the tap, no browser's
+request unless its origin is allowed, bodies, heads and idle connections bounded, a cap on
+connections; the knobs are :class:`boxmaker.config.TapConfig`, ``[tap]`` in a config file).
 """
 
 from .._public import publish
 from ._cassette import Recorded, TapCassette
-from ._log import Exchange, TapLog
-from ._proxy import HOP_BY_HOP, Tap, make_app
+from ._guard import Guard, Refusal
+from ._log import HOLD_AT_MOST_S, HOLD_S, LOG_WITHIN_S, Exchange, TapLog
+from ._proxy import CAUGHT_SIGNALS, GRACE_S, HOP_BY_HOP, Tap, make_app
 from ._whatif import LogWhatIf, what_if_log
 from ._wire import ANTHROPIC_PATHS, CHAT_PATHS, WireReply, anthropic_body, message_key, read_reply
 
 __all__ = [
     "ANTHROPIC_PATHS",
+    "CAUGHT_SIGNALS",
     "CHAT_PATHS",
+    "GRACE_S",
+    "HOLD_AT_MOST_S",
+    "HOLD_S",
     "HOP_BY_HOP",
+    "LOG_WITHIN_S",
     "Exchange",
+    "Guard",
     "LogWhatIf",
     "Recorded",
+    "Refusal",
     "Tap",
     "TapCassette",
     "TapLog",

@@ -3,9 +3,22 @@
 The proxy hands each finished exchange (the request's bytes, the answer's bytes as the agent
 got them, what went wrong) to :meth:`TapLog.submit`, which only puts it on a queue: parsing,
 grouping, cache forensics (extra requests to the upstream) and the fsynced appends all run on
-the writer thread, never on the agent's request path, and in a quiet moment (no request in
-flight through the tap, :mod:`~boxmaker.tap._traffic`), so the GIL they hold does not slow the
-agent's next request.
+the writer thread, never on the agent's request path, preferably in a quiet moment (no
+request in flight through the tap, :mod:`~boxmaker.tap._traffic`), so the GIL they hold does
+not slow the agent's next request.
+
+Durable by design (issue 36): an exchange the agent has received is in the log, fsynced,
+within :data:`LOG_WITHIN_S` of its answer's end. The writer waits for a quiet moment
+:data:`~boxmaker.tap._traffic.AT_MOST_S` at most after that end, then writes the exchange as
+one record group (one all-or-nothing append: a kill leaves it whole or absent); and when it
+falls behind by more than :data:`HOLD_S` (its oldest exchange not yet written), the proxy holds
+each new chat request before forwarding it (:meth:`TapLog.catch_up`, :data:`HOLD_AT_MOST_S`
+at most) until the writer has caught up: agents wait a little rather than the log falling
+behind without end. Measured (``python scripts/tap_kill_test.py``: 8 agents, the tap killed
+with SIGKILL 30 times at random moments): no exchange answered more than the bound before a
+kill was missing; see the README for the figures. SIGTERM, SIGINT and SIGHUP stop the
+command's tap after the answers in flight and write everything queued first
+(:meth:`~boxmaker.tap.Tap.serve_forever`).
 
 Grouping (one session per conversation): each request's messages are compared with every
 conversation's last request, message by message as the model sees them
@@ -33,17 +46,21 @@ every log stays well formed.
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import dataclasses
 import json
 import logging
 import queue
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from .._secrets import credentials_in, hide_in_json, hide_text, searchable
 from ..cache import SentRequest, TemplateServer, cache_loss, explain_loss, held_tokens
 from ..errors import BoxmakerError, SessionError
 from ..records import (
@@ -72,9 +89,23 @@ from ._wire import (
     tool_names,
 )
 
-__all__ = ["Exchange", "TapLog"]
+__all__ = ["HOLD_AT_MOST_S", "HOLD_S", "LOG_WITHIN_S", "Exchange", "TapLog"]
 
 LOGGER = logging.getLogger("boxmaker.tap")
+
+LOG_WITHIN_S = 1.0
+"""The tap's promise, in seconds: an exchange the agent has received is in its session log
+(written and fsynced) this long after its answer ended, at most, under steady load (8 agents
+at once; with cache forensics on, its requests to the upstream count in the writer's pace).
+After a SIGKILL every exchange answered longer ago than this is in the log."""
+
+HOLD_S = 0.25
+"""Seconds the log's writer may be behind (its oldest exchange not yet written) before the
+proxy holds new chat requests until it catches up (:meth:`TapLog.catch_up`)."""
+
+HOLD_AT_MOST_S = 2.0
+"""Seconds a request is held at most for the writer to catch up (a writer stuck on a slow
+disk or a slow upstream's forensics delays agents no longer than this per request)."""
 
 _Key = tuple[Any, ...]
 
@@ -88,9 +119,12 @@ class Exchange:
     was ``text/event-stream``; ``answer``: its bytes as forwarded (cut short by a disconnect);
     ``error``: what went wrong (the upstream unreachable, the agent gone), ``None`` when
     nothing did; ``disconnected``: the agent went away before the answer ended;
-    ``api_key``: the agent's bearer token (for forensics' requests to the same server; hidden
-    in the log); ``started`` / ``ended``: when the request came and the answer ended (UTC,
-    the records' times).
+    ``api_key``: the agent's bearer token (for forensics' requests to the same server);
+    ``headers``: the request's headers as forwarded (raw ``(name, value)`` pairs) and
+    ``query``: its query string, read on the writer thread for the credentials to hide
+    (``_secrets``' rule: every header, query and JSON form; :meth:`credentials`);
+    ``started`` / ``ended``: when the request came and the answer ended (UTC, the records'
+    times).
     """
 
     path: str
@@ -101,8 +135,18 @@ class Exchange:
     error: str | None = None
     disconnected: bool = False
     api_key: str | None = None
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+    query: bytes = b""
     started: datetime = field(default_factory=utc_now)
     ended: datetime = field(default_factory=utc_now)
+
+    def credentials(self) -> list[str]:
+        """The credentials this request shows (``Authorization`` Bearer or Basic, api-key
+        headers, credential-like query parameters and body fields), by the one rule of
+        ``boxmaker._secrets`` (``credentials_in``), with :attr:`api_key`."""
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in self.headers]
+        uri = "?" + self.query.decode("latin-1") if self.query else ""
+        return [*credentials_in(headers, uri, self.body), *([self.api_key] if self.api_key else [])]
 
 
 def _at(record: Record, time: datetime) -> Record:
@@ -134,12 +178,16 @@ class TapLog:
             (``/apply-template``, ``/tokenize``, ``/props``) after a loss.
         forensics: explain each cache loss (``False``: the ``CacheLoss`` without a cause).
         traffic: the tap's requests in flight: each exchange is written in a quiet moment
-            (:class:`~boxmaker.tap._traffic.Traffic`, at most 2 s later; ``None``: at once).
+            (:class:`~boxmaker.tap._traffic.Traffic`, waiting 0.1 s at most after its answer
+            ended; ``None``: at once).
 
     Attributes:
         sessions: the log of each conversation, in the order they began.
         problems: what could not be logged, in words (a full disk is said once).
         skipped: requests forwarded but not logged (not JSON, no ``messages``).
+        written: exchanges handled by the writer so far (logged or skipped).
+        slowest_s: the longest time from an answer's end to its exchange being written, in
+            seconds, so far (the measured side of :data:`LOG_WITHIN_S`).
     """
 
     def __init__(
@@ -156,8 +204,11 @@ class TapLog:
         self.sessions: list[Path] = []
         self.problems: list[str] = []
         self.skipped = 0
+        self.written = 0
+        self.slowest_s = 0.0
         self._conversations: list[_Conversation] = []
-        self._queue: queue.SimpleQueue[Exchange | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[float, Exchange] | None] = queue.SimpleQueue()
+        self._queued: collections.deque[float] = collections.deque()  # monotonic, in order
         self._idle = threading.Condition()
         self._pending = 0
         self._disk_said = False
@@ -176,8 +227,28 @@ class TapLog:
 
     def submit(self, exchange: Exchange) -> None:
         """Queue one exchange begun with :meth:`begin` for the writer thread (never blocks,
-        never raises)."""
-        self._queue.put(exchange)
+        never raises); call it when the agent has the whole answer (the clock of
+        :data:`LOG_WITHIN_S` starts now)."""
+        now = time.monotonic()
+        self._queued.append(now)
+        self._queue.put((now, exchange))
+
+    def behind_s(self) -> float:
+        """Seconds the oldest exchange submitted and not yet written has waited (0: none)."""
+        try:
+            return max(0.0, time.monotonic() - self._queued[0])
+        except IndexError:
+            return 0.0
+
+    async def catch_up(self) -> None:
+        """Wait (on the proxy's event loop) while the writer is more than :data:`HOLD_S`
+        behind, until it is within half of it, :data:`HOLD_AT_MOST_S` at most; return at once
+        when it is not behind (the proxy calls it before forwarding each chat request)."""
+        if self.behind_s() <= HOLD_S:
+            return
+        deadline = time.monotonic() + HOLD_AT_MOST_S
+        while self.behind_s() > HOLD_S / 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
 
     def drop(self) -> None:
         """End an exchange begun with :meth:`begin` that will not be submitted."""
@@ -212,16 +283,20 @@ class TapLog:
 
     def _run(self) -> None:
         while True:
-            exchange = self._queue.get()
-            if exchange is None:
+            item = self._queue.get()
+            if item is None:
                 return
+            queued, exchange = item
             try:
                 if self._traffic is not None:
-                    self._traffic.wait_quiet()
+                    self._traffic.wait_quiet(since=queued)
                 self._write(exchange)
             except Exception as exc:  # the writer never dies: the agent's traffic goes on
                 self._problem(f"{exchange.path}: not logged: {type(exc).__name__}: {exc}")
             finally:
+                self.slowest_s = max(self.slowest_s, time.monotonic() - queued)
+                self.written += 1
+                self._queued.popleft()
                 self._done()
 
     def _problem(self, text: str) -> None:
@@ -253,9 +328,12 @@ class TapLog:
         records = [_at(r, exchange.started) for r in self._inputs(conv, msgs[start:])]
         answer = self._answer(conv, exchange, body, msgs, reply)
         records += [_at(r, exchange.ended) for r in answer]
+        secrets = searchable(exchange.credentials())
         if not conv.created:
             conv.created = True  # once: a log that could not be made is not tried again
-            self._create(conv, msgs, body, exchange.api_key)
+            self._create(conv, msgs, body, secrets)
+        if conv.session is not None:
+            conv.session.hide(*secrets)  # each request's own: an agent may change its key
         self._append(conv, records)
         conv.keys, conv.body, conv.failed = keys, body, reply.assistant is None
         if reply.assistant is not None:
@@ -303,18 +381,21 @@ class TapLog:
         conv: _Conversation,
         msgs: Sequence[Mapping[str, Any]],
         body: Mapping[str, Any],
-        api_key: str | None,
+        secrets: Sequence[str],
     ) -> bool:
+        """Make the conversation's log; its baseline (system prompt, tools) is scrubbed here
+        by the rule the records are (the log's first line is written as it is given)."""
         system = ""
         if msgs and msgs[0].get("role") in ("system", "developer"):
-            system = text_of(msgs[0].get("content"))
-        tools = tuple(t for t in body.get("tools") or () if isinstance(t, dict))
+            system = hide_text(text_of(msgs[0].get("content")), secrets)
+        tools = tuple(
+            hide_in_json(t, secrets) for t in body.get("tools") or () if isinstance(t, dict)
+        )
         try:
             conv.session = Session.create(self.directory, Baseline(system=system, tools=tools))
         except SessionError as exc:
             self._disk(exc)
             return False
-        conv.session.hide(api_key)
         self.sessions.append(conv.session.path)
         return True
 

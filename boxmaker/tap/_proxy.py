@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
+import signal
 import socket
 import threading
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -39,15 +41,26 @@ from typing import Any
 import httpx
 import uvicorn
 
-from ..config import ClientConfig
+from ..config import ClientConfig, TapConfig
 from ..errors import BoxmakerError, ConfigError
 from ..records import utc_now
 from ._cassette import Recorded, TapCassette
+from ._guard import (
+    Guard,
+    Receive,
+    Refusal,
+    Scope,
+    Send,
+    guarded_protocol,
+    read_body,
+    refuse,
+    upstream_url,
+)
 from ._log import Exchange, TapLog
 from ._traffic import Traffic
 from ._wire import ANTHROPIC_PATHS, CHAT_PATHS
 
-__all__ = ["HOP_BY_HOP", "Tap", "make_app"]
+__all__ = ["CAUGHT_SIGNALS", "GRACE_S", "HOP_BY_HOP", "Tap", "make_app"]
 
 HOP_BY_HOP = frozenset(
     {
@@ -67,11 +80,6 @@ _HOP = frozenset(h.encode() for h in HOP_BY_HOP)
 _LOGGED = CHAT_PATHS | ANTHROPIC_PATHS
 _TIMEOUTS = {"timeout": {"connect": 10.0, "read": None, "write": 60.0, "pool": None}}
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-
 
 def _bearer(headers: list[tuple[bytes, bytes]]) -> str | None:
     for name, value in headers:
@@ -85,12 +93,16 @@ def make_app(
     log: TapLog | None,
     cassette: TapCassette | None = None,
     traffic: Traffic | None = None,
+    *,
+    guard: Guard,
 ) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
-    """The ASGI app forwarding every request to ``upstream`` (``http://host:port``),
-    handing chat exchanges to ``log`` and every exchange the upstream answered to
-    ``cassette`` (``None``: neither); each request is counted in ``traffic`` while in flight
-    (the writers wait for a quiet moment)."""
-    base = upstream.rstrip("/")
+    """The ASGI app forwarding each request ``guard`` lets in (:class:`Guard`: origin-form
+    targets, ``Host`` naming the tap, no browser's request, bodies capped; any other is
+    answered with its refusal) to ``upstream`` (``http://host:port``), handing chat exchanges
+    to ``log`` and every exchange the upstream answered to ``cassette`` (``None``: neither);
+    each request is counted in ``traffic`` while in flight (the writers prefer a quiet
+    moment)."""
+    base = httpx.URL(upstream.rstrip("/"))
     state: dict[str, httpx.AsyncHTTPTransport] = {}
 
     async def lifespan(receive: Receive, send: Send) -> None:
@@ -113,6 +125,10 @@ def make_app(
             return
         if scope["type"] != "http":
             return
+        refusal = guard.check(scope)
+        if refusal is not None:
+            await refuse(send, refusal)
+            return
         if traffic is None:
             await handle(scope, receive, send)
             return
@@ -124,26 +140,28 @@ def make_app(
 
     async def handle(scope: Scope, receive: Receive, send: Send) -> None:
         upstream = state["upstream"]
-        parts = []
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            parts.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        body = b"".join(parts)
+        try:
+            body = await read_body(receive, guard.max_body_bytes)
+        except OverflowError:
+            await refuse(send, guard.too_large())
+            return
+        if body is None:  # the agent went away before its request was whole
+            return
+        try:
+            url = upstream_url(base, scope)
+        except httpx.InvalidURL as exc:
+            await refuse(send, Refusal(400, f"the request's target cannot be forwarded: {exc}"))
+            return
         started = utc_now()
         path: str = scope["path"]
-        raw_path = scope.get("raw_path") or path.encode()
-        query = scope.get("query_string") or b""
-        url = base + raw_path.decode("latin-1") + (("?" + query.decode("latin-1")) if query else "")
         headers = [
             (k, v)
             for k, v in scope["headers"]
             if k.lower() not in _HOP and k.lower() not in (b"host", b"content-length")
         ]
         logged = log is not None and path in _LOGGED and scope["method"] == "POST"
+        if log is not None and logged:
+            await log.catch_up()  # the log's writer behind: this agent waits, the log does not
         request = httpx.Request(
             scope["method"], url, headers=headers, content=body, extensions=_TIMEOUTS
         )
@@ -160,9 +178,10 @@ def make_app(
             answer = await _forward(upstream, request, receive, send, keep=True)
         finally:  # handed over after the answer ended: queue puts, nothing waits
             if log is not None and logged:
-                _to_log(log, answer, path, body, headers, started)
+                query = scope.get("query_string") or b""
+                _to_log(log, answer, path, body, headers, query, started)
             if cassette is not None:
-                _to_cassette(cassette, answer, scope["method"], url, body, headers)
+                _to_cassette(cassette, answer, scope["method"], str(url), body, headers)
 
     return app
 
@@ -173,6 +192,7 @@ def _to_log(
     path: str,
     body: bytes,
     headers: list[tuple[bytes, bytes]],
+    query: bytes,
     started: datetime,
 ) -> None:
     if answer is None:  # the request was cancelled before an answer
@@ -187,6 +207,8 @@ def _to_log(
         error=answer.error,
         disconnected=answer.gone,
         api_key=_bearer(headers),
+        headers=tuple(headers),
+        query=query,
         started=started,
     )
     log.submit(exchange)
@@ -345,25 +367,54 @@ def forwarding_done_cleanly(task: asyncio.Future[None]) -> bool:
     return task.done() and not task.cancelled() and task.exception() is None
 
 
+CAUGHT_SIGNALS: tuple[signal.Signals, ...] = tuple(
+    sig for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if sig
+)
+"""The signals :meth:`Tap.serve_forever` stops on, after writing the logs (SIGHUP where the
+platform has it)."""
+
+GRACE_S = 10
+"""Seconds a stopping tap lets the answers in flight go on before it cuts them (their
+exchanges, unanswered, are not logged)."""
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server with its signals left to :meth:`Tap.serve_forever` (uvicorn catches
+    SIGINT and SIGTERM only, and raises the signal again once served: SIGTERM then killed the
+    process before the queued exchanges were written, issue 36)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 class Tap:
-    """The tap: a pass-through proxy on 127.0.0.1 in front of a llama-server that writes
-    boxmaker session logs of the chat traffic (a context manager; a thread of its own).
+    """The tap: a pass-through proxy in front of a llama-server that writes boxmaker session
+    logs of the chat traffic (a context manager; a thread of its own).
+
+    It listens on 127.0.0.1 unless ``config.host`` says otherwise, and forwards only what
+    its :class:`Guard` lets in (origin-form requests for the upstream's paths, ``Host``
+    naming the tap, no browser's request unless allowed, bodies, heads and idle connections
+    bounded, at most ``config.max_connections`` connections: :mod:`boxmaker.tap._guard`).
 
     Args:
         upstream: the llama-server's base URL (``http://host:port``; an OpenAI base URL
             ending in ``/v1`` is taken too).
         directory: where the session logs go (``None``: forward only, log nothing).
-        port: the port on 127.0.0.1 to listen on; ``0`` picks a free one (read :attr:`url`).
+        port: the port to listen on; ``0`` picks a free one (read :attr:`url`).
         forensics: explain each cache loss through the upstream (``/apply-template``,
             ``/tokenize``), on the log's writer thread.
         cassette: also record every exchange the upstream answered into this cassette file
             (:class:`TapCassette`: vcrpy's YAML in boxmaker's readable form, scrubbed as
             :func:`boxmaker.cassettes.use_cassette` scrubs, replayable by it); ``None``: no
             cassette. Written on a thread of its own, never delaying the agent.
+        config: what the tap accepts and where it listens
+            (:class:`~boxmaker.config.TapConfig`; ``None``: its defaults).
 
     Attributes:
         url: ``"http://127.0.0.1:PORT"``, the address to point the agent at (its OpenAI base
-            URL is ``url + "/v1"``); set by :meth:`start`.
+            URL is ``url + "/v1"``); set by :meth:`bind`.
+        config: the :class:`~boxmaker.config.TapConfig`.
         log: the :class:`TapLog` (``None`` without a directory).
         cassette: the :class:`TapCassette` (``None`` without one).
 
@@ -388,6 +439,7 @@ class Tap:
         port: int = 0,
         forensics: bool = True,
         cassette: str | Path | None = None,
+        config: TapConfig | None = None,
     ) -> None:
         try:  # the client's own rule for a llama-server's URL (a trailing /v1 dropped)
             base = ClientConfig(url=upstream).url
@@ -400,6 +452,7 @@ class Tap:
             raise BoxmakerError(f"the tap's port {port} is out of range: 0 to 65535")
         self.upstream = base
         self.port = port
+        self.config = config if config is not None else TapConfig()
         self.url = ""
         self._traffic = Traffic()
         self.log = (
@@ -414,15 +467,20 @@ class Tap:
         self._thread: threading.Thread | None = None
         self._socket: socket.socket | None = None
 
-    def _config(self) -> uvicorn.Server:
+    def _config(self) -> _Server:
+        guard = Guard(self.config, self.port)
         config = uvicorn.Config(
-            make_app(self.upstream, self.log, self.cassette, self._traffic),
+            make_app(self.upstream, self.log, self.cassette, self._traffic, guard=guard),
+            http=guarded_protocol(self.config),
+            ws="none",
+            log_config=None,  # a library leaves the process's logging as it found it
             log_level="warning",
             access_log=False,
             lifespan="on",
-            timeout_keep_alive=30,
+            timeout_keep_alive=max(1, int(self.config.idle_timeout_s)),
+            timeout_graceful_shutdown=GRACE_S,
         )
-        return uvicorn.Server(config)
+        return _Server(config)
 
     def bind(self) -> None:
         """Bind the port now (sets :attr:`url` and :attr:`port`), before :meth:`start` or
@@ -432,20 +490,25 @@ class Tap:
             self._socket = self._bind()
 
     def _bind(self) -> socket.socket:
+        host = self.config.host
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        shown = f"[{host}]" if family == socket.AF_INET6 else host
         # IPPROTO_TCP named, not 0: asyncio sets TCP_NODELAY on an accepted connection only
         # when the socket says it is TCP (base_events._set_nodelay); without it Nagle holds
         # an event written right after the head until the agent's delayed ACK (about 40 ms)
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            sock.bind(("127.0.0.1", self.port))
+            sock.bind((host, self.port))
         except OSError as exc:
             sock.close()
-            raise BoxmakerError(f"the tap cannot listen on 127.0.0.1:{self.port}: {exc}") from exc
+            raise BoxmakerError(f"the tap cannot listen on {shown}:{self.port}: {exc}") from exc
         sock.listen(128)
         self.port = int(sock.getsockname()[1])
-        self.url = f"http://127.0.0.1:{self.port}"
+        if ipaddress.ip_address(host).is_unspecified:  # every interface: reached on loopback
+            shown = "[::1]" if family == socket.AF_INET6 else "127.0.0.1"
+        self.url = f"http://{shown}:{self.port}"
         return sock
 
     def start(self) -> Tap:
@@ -469,18 +532,40 @@ class Tap:
             raise BoxmakerError("the tap's server did not start in 10 s")
         return self
 
-    def serve_forever(self) -> None:
-        """Listen and serve on this thread until Ctrl-C (the command line's way), then close
-        the logs and the cassette."""
+    def serve_forever(self) -> signal.Signals | None:
+        """Listen and serve on this thread (the command line's way) until SIGINT (Ctrl-C),
+        SIGTERM or SIGHUP, each caught alike: then stop taking connections, let the answers
+        in flight end (:data:`GRACE_S` at most), write every exchange queued, end the turns
+        left open and close the logs and the cassette, and return the signal (``None`` when
+        the server stopped on its own). A second signal ends the wait for the answers in
+        flight; the logs are written all the same (only SIGKILL stops that, and then every
+        exchange answered more than :data:`~boxmaker.tap.LOG_WITHIN_S` before is in the
+        logs). Signals are caught only on the main thread."""
         self.bind()
         assert self._socket is not None
-        self._server = self._config()
+        server = self._config()
+        self._server = server
+        stopped: list[signal.Signals] = []
+
+        def on_signal(number: int, frame: object) -> None:
+            if not stopped:
+                stopped.append(signal.Signals(number))
+            if server.should_exit:
+                server.force_exit = True
+            server.should_exit = True
+
+        previous: dict[signal.Signals, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            previous = {sig: signal.signal(sig, on_signal) for sig in CAUGHT_SIGNALS}
         try:
-            self._server.run(sockets=[self._socket])
+            server.run(sockets=[self._socket])
         finally:
             self._socket.close()
             self._socket = None
-            self._close_records()
+            self._close_records()  # still under the tap's handlers: a signal now waits too
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return stopped[0] if stopped else None
 
     def stop(self) -> None:
         """Stop serving, write what is queued, end open turns and close the logs and the

@@ -8,7 +8,10 @@ except that its reader times a partial line: when bytes of an unfinished line ar
 further byte comes for ``partial_line_s`` seconds, it hands the session a
 :class:`PartialLineError` (which the port's ``message_handler`` sees, as it sees a line that
 is not JSON) and ends the read stream, so every call waiting on the server fails at once. A
-long message written slowly still goes through: the timer starts again at each chunk.
+long message written slowly still goes through: the timer starts again at each chunk. And it
+caps a line: one that grows past ``max_line_chars`` is handed over as a
+:class:`LineTooLongError` the same way, and the rest of stdout is read and dropped (issue 36:
+a 500 MB line was held whole, 1.3 GB).
 
 Everything else follows ``mcp.client.stdio`` (mcp 2.3) on POSIX: the server runs in a new
 session (its own process group) with the SDK's default environment, stdout is read one line
@@ -39,7 +42,7 @@ from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
 from mcp.types import jsonrpc_message_adapter
 
-__all__ = ["PartialLineError", "stdio_transport"]
+__all__ = ["MAX_LINE_CHARS", "LineTooLongError", "PartialLineError", "stdio_transport"]
 
 log = logging.getLogger("boxmaker.tools.mcp")
 
@@ -59,6 +62,16 @@ EXCERPT = 80
 Item = SessionMessage | Exception
 """What the read stream carries: a message, or why a line was not one."""
 Streams = tuple[MemoryObjectReceiveStream[Item], MemoryObjectSendStream[SessionMessage]]
+
+
+MAX_LINE_CHARS = 16 * 1024 * 1024
+"""Default cap on one line of a server's stdout, in characters (16 Mi: the client's cap on
+one SSE event); :attr:`boxmaker.config.McpServerConfig.max_line_chars` sets it per server."""
+
+
+class LineTooLongError(ValueError):
+    """A stdio server wrote a line longer than the cap (no newline within it). The message
+    shows the line's first :data:`EXCERPT` characters, its length so far and the cap."""
 
 
 class PartialLineError(ValueError):
@@ -82,9 +95,21 @@ def _parse_line(line: str) -> SessionMessage | Exception:
     return SessionMessage(message)
 
 
+def _too_long(buffer: str, size: int, cap: int) -> LineTooLongError:
+    more = "..." if len(buffer) > EXCERPT else ""
+    return LineTooLongError(
+        f"a line longer than {cap} characters (max_line_chars), not read further: "
+        f"{buffer[:EXCERPT]!r}{more} ({size} characters so far)"
+    )
+
+
 @asynccontextmanager
 async def stdio_transport(
-    server: StdioServerParameters, *, errlog: TextIO, partial_line_s: float
+    server: StdioServerParameters,
+    *,
+    errlog: TextIO,
+    partial_line_s: float,
+    max_line_chars: int = MAX_LINE_CHARS,
 ) -> AsyncIterator[Streams]:
     """Start ``server`` and yield the read and write streams the SDK's ``ClientSession``
     (and ``Client``) take, as ``mcp.client.stdio.stdio_client`` does.
@@ -94,6 +119,8 @@ async def stdio_transport(
         errlog: where the server's stderr goes (a real file: it is the child's fd 2).
         partial_line_s: seconds an unfinished line may wait for its next byte; then the read
             stream yields a :class:`PartialLineError` and ends.
+        max_line_chars: the longest line read, in characters; a longer one makes the read
+            stream yield a :class:`LineTooLongError` and end (the rest is drained unread).
 
     Raises:
         OSError: the server could not be started.
@@ -119,7 +146,7 @@ async def stdio_transport(
         try:
             async with read_stream_writer:
                 try:
-                    await _read_lines(stdout, read_stream_writer, partial_line_s)
+                    await _read_lines(stdout, read_stream_writer, partial_line_s, max_line_chars)
                 finally:
                     # The session sees the end now (waiting calls fail), not after the drain,
                     # which lasts until shutdown when the reading stopped at a partial line.
@@ -175,15 +202,21 @@ async def _read_lines(
     stdout: ObjectReceiveStream[str],
     out: MemoryObjectSendStream[Item],
     partial_line_s: float,
+    max_line_chars: int | None = MAX_LINE_CHARS,
 ) -> None:
     """Send each line of ``stdout`` to ``out`` as it completes (one at a time, no read-ahead
     while a delivery waits); an unfinished line with no byte for ``partial_line_s`` seconds,
-    or at the end of stdout, is sent as a :class:`PartialLineError` and ends the reading.
+    or at the end of stdout, is sent as a :class:`PartialLineError`, and a line that grows
+    past ``max_line_chars`` characters (``None``: no cap) as a :class:`LineTooLongError`;
+    either ends the reading.
 
     The unfinished line is held in the pieces it came in and joined once it ends, so a long
-    line costs time in proportion to its length (the SDK joins the whole buffer to each chunk).
+    line costs time in proportion to its length (the SDK joins the whole buffer to each chunk),
+    and memory no more than the cap and one read.
     """
     held: list[str] = []  # the unfinished line's pieces
+    size = 0  # characters in held
+    cap = math.inf if max_line_chars is None else max_line_chars
     while True:
         # Only the wait for the next byte of an unfinished line is timed, never a delivery.
         with anyio.move_on_after(partial_line_s if held else math.inf) as waiting:
@@ -201,14 +234,23 @@ async def _read_lines(
         if "\n" not in chunk:
             if chunk:
                 held.append(chunk)
+                size += len(chunk)
+                if size > cap:
+                    await _deliver(out, _too_long(held[0], size, int(cap)))
+                    return
             continue
         first, *lines = chunk.split("\n")
         rest = lines.pop()
-        lines.insert(0, "".join([*held, first]))
-        held = [rest] if rest else []
-        for line in lines:
+        for line in ["".join([*held, first]), *lines]:  # held: at most the cap, one read more
+            if len(line) > cap:
+                await _deliver(out, _too_long(line, len(line), int(cap)))
+                return
             if not await _deliver(out, _parse_line(line)):
                 return
+        held, size = ([rest], len(rest)) if rest else ([], 0)
+        if size > cap:
+            await _deliver(out, _too_long(rest, size, int(cap)))
+            return
 
 
 async def _deliver(out: MemoryObjectSendStream[Item], item: SessionMessage | Exception) -> bool:

@@ -21,8 +21,9 @@ How a ``tools/call`` result becomes the port's answer (:func:`mcp_answer`):
 - a server that breaks the protocol fails the running call at once, not at the timeout: a
   line that is not JSON-RPC, an answer to a request never sent (:class:`_AnswersChecked`),
   or, over stdio, a line left unfinished with no further byte for the server's
-  ``partial_line_s`` (boxmaker's stdio transport, :mod:`boxmaker.tools._stdio`, the SDK's
-  with a reader that sees the partial line).
+  ``partial_line_s``, or a line longer than its ``max_line_chars`` (boxmaker's stdio
+  transport, :mod:`boxmaker.tools._stdio`, the SDK's with a reader that sees the partial line
+  and caps a line).
 
 A session made with MCP tools replays without the servers: the log holds every result as a
 ``ToolResult``, and a cassette the ``tool`` messages, which is what a replay answers from.
@@ -528,7 +529,10 @@ class McpPort:
                 transport: Any = stdio_client(params, errlog=link.stderr)
             else:
                 transport = stdio_transport(
-                    params, errlog=link.stderr, partial_line_s=server.partial_line_s
+                    params,
+                    errlog=link.stderr,
+                    partial_line_s=server.partial_line_s,
+                    max_line_chars=server.max_line_chars,
                 )
             target = _AnswersChecked(transport)
         try:

@@ -94,3 +94,21 @@ def test_graded_scores_are_written_with_their_requests_and_kept_offline(tmp_path
     assert (folder / "scores.ndjson").read_bytes() == before
     assert json.loads(before.splitlines()[-1])["scorer"] in ("target", "model_graded")
     assert set(again[again.scorer == "model_graded"].value) == {1.0}
+
+
+def test_a_key_the_grader_echoes_is_hidden_in_scores_ndjson(tmp_path: Path) -> None:
+    """Issue 36: a model grader's reply quoting its own key was kept in plain (and copied
+    into the Inspect export); the scores are written by the logs' and cassettes' rule."""
+    key = "sk-grader-0123456789"
+    folder = _two_settings(tmp_path)
+    script = LlamaScript([Reply(content=f"My key is {key}.\nGRADE: C")])
+    config = ClientConfig(url="http://grader:8080", retry_attempts=1, api_key=key)
+    with Client(config, transport=httpx.MockTransport(script.handler)) as client:
+        grader = model_graded(client, "says the temperature")
+        assert grader.secrets == (key,)
+        score_batch(folder, [grader], secrets=["sk-batch-abcdefghij"])
+    text = (folder / "scores.ndjson").read_text()
+    assert key not in text
+    graded = [s for s in read_scores(folder) if s["scorer"] == "model_graded"]
+    assert len(graded) == 12
+    assert all(s["reply"] == "My key is <API_KEY>.\nGRADE: C" for s in graded)

@@ -126,7 +126,15 @@ def test_recorded_content_and_request_replay_exactly(tmp_path: Path, odd: str) -
     [
         ("interactions: [\n", "invalid YAML"),
         ("interactions:\n- request: 1\n  response: {}\n", "interaction 1 is not a mapping"),
-        ("interactions:\n- {request: {method: GET}, response: {}}\n", "not a readable cassette"),
+        ("interactions:\n- {request: {method: GET}, response: {}}\n", "has no method or uri"),
+        (
+            "interactions:\n- {request: {method: GET, uri: {a: 1}}, response: {}}\n",
+            "has no method or uri",  # a mapping where the URI belongs (a fuzzed cassette)
+        ),
+        (
+            "interactions:\n- {request: {method: GET, uri: 'http://[x'}, response: {}}\n",
+            "not a URL",
+        ),
         ("version: 1\n", "no 'interactions' list"),
         (
             "interactions:\n- request: {method: GET, uri: 'http://x/'}\n  response: {body: 3}\n",

@@ -155,7 +155,8 @@ def test_other_bodies_round_trip(raw: bytes, kind: str) -> None:
         "headers": {"Content-Type": [ctype]},
         "body": {"string": raw},
     }
-    data: dict[str, Any] = {"interactions": [{"request": {"body": None}, "response": response}]}
+    request = {"method": "POST", "uri": "http://x/v1/chat/completions", "body": None}
+    data: dict[str, Any] = {"interactions": [{"request": request, "response": response}]}
     text = serializer.serialize(data)
     assert list(yaml.safe_load(text)["interactions"][0]["response"]["body"]) == [kind]
     assert serializer.deserialize(text)["interactions"][0]["response"]["body"]["string"] == raw

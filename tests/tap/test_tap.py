@@ -410,7 +410,8 @@ def test_the_command_serves_until_interrupted_and_names_its_logs_and_cassette(
             assert tap.stdout is not None
             head = tap.stdout.readline()
             assert head.startswith(
-                f"boxmaker tap: listening on http://127.0.0.1:{port} -> {up.url}"
+                f"boxmaker tap: listening on http://127.0.0.1:{port} (this machine only) -> "
+                f"{up.url}"
             )
             assert tap.stdout.readline().rstrip().endswith(f"; cassette {cassette}")
             for _ in range(100):

@@ -44,3 +44,24 @@ def test_a_writer_goes_on_when_the_tap_stops_or_the_wait_is_over() -> None:
     late = _waiter(traffic, quiet_s=60, at_most_s=60)  # once stopping, no wait at all
     late.join(10)
     assert not late.is_alive()
+
+
+def test_an_exchange_queued_long_enough_ago_is_written_without_waiting() -> None:
+    """Under steady traffic there is never a quiet moment: the wait is counted from the
+    exchange's answer's end, so a backlog is written at once (issue 36)."""
+    import time
+
+    traffic = Traffic()
+    traffic.enter()  # busy, and stays busy
+    old = _waiter(traffic, quiet_s=0.01, at_most_s=60)
+    old.join(0.2)
+    assert old.is_alive()
+    long_ago = threading.Thread(
+        target=traffic.wait_quiet,
+        kwargs={"quiet_s": 0.01, "at_most_s": 0.5, "since": time.monotonic() - 1.0},
+        daemon=True,
+    )
+    long_ago.start()
+    long_ago.join(0.2)
+    assert not long_ago.is_alive()
+    traffic.close()
