@@ -411,8 +411,8 @@ def test_each_setting_forks_the_parent_and_runs_the_new_turns_live(
     for path in _runs(batch):
         forked = _records(path)[0]
         assert isinstance(forked, Forked)
-        assert costs.loc[path.stem, "started"] == pd.Timestamp(forked.time)
-        assert costs.loc[path.stem, "started"] > parent_start
+        started = pd.Timestamp(str(costs.loc[path.stem, "started"]))
+        assert started == pd.Timestamp(forked.time) and started > parent_start
     again = run_batch([task], batch, servers=[llama.url], registry=TOOLS, grid=GRID)
     assert (again.done, again.skipped) == (2, 2)
     assert len(llama.bodies) == sent + 6  # a finished batch of forks sends nothing

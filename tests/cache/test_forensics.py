@@ -640,7 +640,8 @@ def test_what_the_server_reprocessed_counts_the_reply_it_held() -> None:
     # a one-token reply left only the prompt in the slot; no reply, the same
     for predicted in (0, 1):
         only_prompt = {**previous, "predicted_n": predicted}
-        assert reprocessed(only_prompt, new) == (5, pytest.approx(3200 * 5 / 297))
+        got = reprocessed(only_prompt, new)
+        assert got is not None and got[0] == 5 and got[1] == pytest.approx(3200 * 5 / 297)
     assert reprocessed(previous, {**new, "prompt_n": 0}) == (0, None)
     assert reprocessed({"cache_n": 0}, new) is None
     # more reused than the slot held (the cross-request prompt cache): nothing re-processed
