@@ -232,18 +232,22 @@ def _mean(values: pd.Series) -> float:
 
 
 def format_compare(table: pd.DataFrame) -> str:
-    """``table`` (from :func:`compare`) as fixed-width text: one line per setting, the success
-    rate with its interval, the difference to the baseline, and the main costs; a header line
-    names the scorer, the baseline and the bootstrap's seed, resamples and confidence."""
+    """``table`` (from :func:`compare`) as fixed-width text: one line per setting, each
+    setting column (the ``by`` keys) a column of its own, as wide as its longest value (a
+    label is never cut: two settings that differ past 40 characters read apart), the success
+    rate with its interval, the difference to the baseline, and the main costs (``unknown``
+    where a run's logs did not say); a header line names the scorer, the baseline and the
+    bootstrap's seed, resamples and confidence."""
     attrs = table.attrs
-    lines = [
+    head = [
         f"scorer {attrs.get('scorer')}, baseline {attrs.get('baseline')!s}; "
         f"paired bootstrap over tasks: {attrs.get('resamples')} resamples, "
-        f"seed {attrs.get('seed')}, {float(attrs.get('confidence', 0.95)):.0%} intervals",
-        f"{'setting':<40} {'runs':>5} {'success':>17} {'diff':>21} "
-        f"{'gen tok':>8} {'prefill ms':>10} {'lost tok':>8} {'hits':>5}",
+        f"seed {attrs.get('seed')}, {float(attrs.get('confidence', 0.95)):.0%} intervals"
     ]
+    columns = list(table.columns)
+    keys = columns[columns.index("setting") + 1 : columns.index("runs")] or ["setting"]
     hits = [c for c in table.columns if c.endswith("_hits")]
+    rows: list[list[str]] = []
     for row in table.to_dict("records"):
         success = f"{row['success']:.2f} [{row['success_low']:.2f},{row['success_high']:.2f}]"
         diff = (
@@ -252,20 +256,39 @@ def format_compare(table: pd.DataFrame) -> str:
             else f"{row['diff']:+.2f} [{row['diff_low']:+.2f},{row['diff_high']:+.2f}]"
         )
         total_hits = sum(float(row[c]) for c in hits) if hits else float("nan")
-        lines.append(
-            f"{str(row['setting'])[:40]:<40} {int(row['runs']):>5} {success:>17} {diff:>21} "
-            f"{_num(row.get('generated_tokens')):>8} {_num(row.get('prefill_ms')):>10} "
-            f"{_num(row.get('lost_tokens')):>8} {_num(total_hits, 2):>5}"
+        rows.append(
+            [
+                *(str(row[k]) for k in keys),
+                str(int(row["runs"])),
+                success,
+                diff,
+                _num(row.get("generated_tokens")),
+                _num(row.get("prefill_ms")),
+                _num(row.get("lost_tokens")),
+                _num(row.get("reprocessed_tokens")),
+                _num(total_hits, 2),
+            ]
         )
-    return "\n".join(lines)
+    names = [*keys, "runs", "success", "diff", "gen tok", "prefill ms", "lost tok"]
+    names += ["re-proc tok", "hits"]
+    widths = [max(len(n), *(len(r[i]) for r in rows)) for i, n in enumerate(names)]
+    left = len(keys)  # the settings' values read left-aligned, the numbers right-aligned
+
+    def line(cells: list[str]) -> str:
+        return " ".join(
+            c.ljust(w) if i < left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    return "\n".join([*head, line(names), *(line(r) for r in rows)])
 
 
 def _num(value: Any, digits: int = 0) -> str:
     try:
         number = float(value)
     except (TypeError, ValueError):
-        return "-"
-    return "-" if number != number else f"{number:.{digits}f}"
+        return "unknown"
+    return "unknown" if number != number else f"{number:.{digits}f}"
 
 
 def success_vs_cost(table: pd.DataFrame, cost: str = "prefill_ms", ax: Any = None) -> Any:

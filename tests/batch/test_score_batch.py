@@ -152,6 +152,10 @@ def test_compare_gives_rates_intervals_differences_and_costs(tmp_path: Path) -> 
     assert again[["success_low", "success_high"]].equals(table[["success_low", "success_high"]])
     text = format_compare(table)
     assert "seed 3" in text and "1000 resamples" in text and "baseline" in text
+    assert text.splitlines()[1].split()[:3] == ["loop.cap", "runs", "success"]  # a column each
+    long = table.assign(**{"loop.cap": ["a" * 45 + "1", "a" * 45 + "2"]})
+    shown = format_compare(long)  # issue 37: labels cut at 40 characters read the same
+    assert "a" * 45 + "1" in shown and "a" * 45 + "2" in shown
     with pytest.raises(ConfigError, match="unknown setting column"):
         compare(folder, "loop.nope")
     with pytest.raises(ConfigError, match="no scores of scorer 'other'"):
