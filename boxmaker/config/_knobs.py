@@ -59,7 +59,7 @@ from ._checks import check as _check
 from ._checks import check_loop_types
 from ._checks import nonneg as _nonneg
 from ._ports import ApprovalPolicy, McpConfig, McpServerConfig
-from ._read import build, fits, read_toml
+from ._read import build, did_you_mean, fits, read_toml
 from ._tap import TapConfig
 
 __all__ = [
@@ -510,7 +510,7 @@ class Config:
         data = _moved_turn_tokens(data, source)
         for name, value in data.items():
             if name not in hints:
-                raise ConfigError(f"{source}: unknown section [{name}]")
+                raise ConfigError(f"{source}: unknown section [{name}]{did_you_mean(name, hints)}")
             if not isinstance(value, dict):
                 raise ConfigError(f"{source}: [{name}] must be a table")
             sections[name] = build(hints[name], value, f"{source}: [{name}]", globals())

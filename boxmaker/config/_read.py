@@ -6,12 +6,13 @@ the key. Knows nothing of which knobs exist (that is ``_knobs``)."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import reprlib
 import tomllib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,16 @@ def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ConfigError(f"{p}: invalid TOML: arrays or tables nested too deeply") from None
 
 
+def did_you_mean(key: str, known: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` naming the known key closest to a misspelled ``key``
+    (:func:`difflib.get_close_matches`), else ``"; known keys: a, b, ..."``."""
+    names = sorted(known)
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    return f"; known keys: {', '.join(names)}"
+
+
 def build(cls: Any, values: dict[str, Any], where: str, namespace: dict[str, Any]) -> Any:
     """The dataclass ``cls`` from a TOML table: unknown keys refused, each value read as its
     field's type (``namespace``: the globals its string annotations are resolved in; the
@@ -53,7 +64,7 @@ def build(cls: Any, values: dict[str, Any], where: str, namespace: dict[str, Any
     kwargs: dict[str, Any] = {}
     for key, value in values.items():
         if key not in known:
-            raise ConfigError(f"{where}: unknown key {key!r}")
+            raise ConfigError(f"{where}: unknown key {key!r}{did_you_mean(key, known)}")
         kwargs[key] = _value(hints[key], value, where, key, namespace)
     try:
         return cls(**kwargs)

@@ -36,7 +36,8 @@ def test_toml_round(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("[loop]\ntool_iteration = 3\n", "unknown key 'tool_iteration'"),
+        ("[loop]\ntool_iteration = 3\n", "unknown key 'tool_iteration'; did you mean 'tool_it"),
+        ("[lop]\ntool_iterations = 3\n", r"unknown section \[lop\]; did you mean 'loop'\?"),
         ("[lop]\n", r"unknown section \[lop\]"),
         ("[loop]\ntool_iterations = '3'\n", "tool_iterations = '3' is not of type"),
         ("[loop]\nrepeat_detection = 1\n", "repeat_detection = 1 is not of type"),
