@@ -369,6 +369,7 @@ def _doctor(args: argparse.Namespace) -> int:
     """``doctor``: one line per check (or JSON); exit 1 when a check failed."""
     from .doctor import diagnose  # httpx: imported only when a command talks to a server
 
+    args.url = ClientConfig(url=args.url).url  # 127.0.0.1:8080 without http:// said plainly
     print(
         f"probing {args.url}: GET /health, /props, /slots, four small streamed completions "
         f"(at most {args.probe_tokens} tokens each) and six pinned pairs for the slot check "

@@ -158,7 +158,10 @@ class ClientConfig:
         except ValueError:
             ok = False
         if not ok:
-            raise ConfigError(f"client.url = {self.url!r} is not an http(s) URL with a host")
+            hint = "" if "://" in self.url else f" (with its scheme: 'http://{self.url}')"
+            raise ConfigError(
+                f"client.url = {self.url!r} is not an http(s) URL with a host{hint}"
+            )
         _check(
             "client",
             connect_timeout_s=(

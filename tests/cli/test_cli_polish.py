@@ -292,6 +292,13 @@ def test_the_tap_refuses_an_upstream_that_is_no_url(capsys: pytest.CaptureFixtur
     assert "the tap's upstream 'notaurl' is not an http(s) URL with a host" in err
 
 
+def test_doctor_says_a_url_without_its_scheme_plainly(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 37: ``doctor --url 127.0.0.1:P`` printed httpx's exception text as a failed check."""
+    assert main(["doctor", "--url", "127.0.0.1:9"]) == 1
+    err = capsys.readouterr().err
+    assert "with its scheme: 'http://127.0.0.1:9'" in err and "UnsupportedProtocol" not in err
+
+
 def test_the_tap_takes_an_upstream_given_as_an_openai_base_url() -> None:
     from boxmaker.tap import Tap
 
