@@ -114,6 +114,12 @@ def compare_frame(
 
     mine = scored[scored["scorer"] == scorer]
     if mine.empty:
+        have = sorted(str(s) for s in scored["scorer"].dropna().unique())
+        if have:
+            raise ConfigError(
+                f"no scores of scorer {scorer!r}; the batch has scores of: {', '.join(have)} "
+                "(--scorer NAME)"
+            )
         raise ConfigError(f"no scores of scorer {scorer!r}: run `boxmaker score` first")
     keys = _keys(mine, by)
     mine = mine.assign(setting=_labels(mine, keys))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -119,18 +120,27 @@ def run_score(args: argparse.Namespace) -> int:
 
 def _load_scorer(spec: str) -> Scorer:
     """``MODULE:NAME`` -> a :class:`~boxmaker.score.Scorer` (a bare function is named by its
-    ``MODULE:NAME``)."""
+    ``MODULE:NAME``). ``MODULE`` is found as ``python -m`` finds one: the current folder first
+    (a ``graders.py`` beside the batch needs no ``PYTHONPATH=.``)."""
     import importlib
+    import sys
 
     from ..score import Scorer  # numpy: only when a command scores
 
     module, _, name = spec.partition(":")
     if not module or not name:
         raise ConfigError(f"--scorer {spec!r}: write MODULE:NAME")
+    here = os.getcwd()
+    added = here not in sys.path
+    if added:
+        sys.path.insert(0, here)
     try:
         found = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"--scorer {spec!r}: {exc}") from exc
+    finally:
+        if added:
+            sys.path.remove(here)
     if isinstance(found, Scorer):
         return found
     if callable(found):

@@ -159,9 +159,7 @@ class ClientConfig:
             ok = False
         if not ok:
             hint = "" if "://" in self.url else f" (with its scheme: 'http://{self.url}')"
-            raise ConfigError(
-                f"client.url = {self.url!r} is not an http(s) URL with a host{hint}"
-            )
+            raise ConfigError(f"client.url = {self.url!r} is not an http(s) URL with a host{hint}")
         _check(
             "client",
             connect_timeout_s=(

@@ -158,7 +158,9 @@ def test_compare_gives_rates_intervals_differences_and_costs(tmp_path: Path) -> 
     assert "a" * 45 + "1" in shown and "a" * 45 + "2" in shown
     with pytest.raises(ConfigError, match="unknown setting column"):
         compare(folder, "loop.nope")
-    with pytest.raises(ConfigError, match="no scores of scorer 'other'"):
+    with pytest.raises(
+        ConfigError, match="no scores of scorer 'other'; the batch has scores of: target"
+    ):
         compare(folder, scorer="other")
     with pytest.raises(ConfigError, match="baseline 'x' is none of the settings"):
         compare(folder, baseline="x")
@@ -192,6 +194,21 @@ def test_score_and_compare_commands(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert [r["setting"] for r in rows] == ["loop.cap=40", "loop.cap=4000"]
     assert main(["score", str(folder), "--scorer", "nowhere.module:fn"]) == 1
     assert "--scorer 'nowhere.module:fn'" in capsys.readouterr().err
+
+
+def test_a_scorer_in_the_current_folder_needs_no_pythonpath(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 37: ``score --scorer graders:said_hi`` with graders.py in the current folder
+    failed until PYTHONPATH=.; compare --scorer of a name not scored listed none."""
+    folder = _two_settings(tmp_path)
+    (tmp_path / "boxmaker_graders_here.py").write_text("def said_hi(records):\n    return 1.0\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["score", str(folder), "--scorer", "boxmaker_graders_here:said_hi"]) == 0
+    assert "boxmaker_graders_here:said_hi" in capsys.readouterr().out
+    assert main(["compare", str(folder), "--scorer", "said_hi"]) == 1
+    err = capsys.readouterr().err
+    assert "the batch has scores of: boxmaker_graders_here:said_hi, target" in err
 
 
 @pytest.mark.live
