@@ -19,7 +19,16 @@ from ._compare import (
     success_vs_cost,
 )
 from ._grade import GRADE_TEMPLATE, GRADES, model_graded
-from ._plan import REPLAY_MODES, BatchProgress, ForkTask, Task, load_grid, load_tasks, manifest
+from ._plan import (
+    REPLAY_MODES,
+    BatchProgress,
+    ForkTask,
+    Task,
+    load_grid,
+    load_tasks,
+    manifest,
+    pending,
+)
 from ._runner import ProgressHook, frames, run_batch
 from ._score import SCORES, SCORES_TORN, read_scores, score_batch, scores
 from ._view import BatchView, TerminalProgress, describe_progress
@@ -50,6 +59,7 @@ __all__ = [
     "load_tasks",
     "manifest",
     "model_graded",
+    "pending",
     "read_scores",
     "rules_fired",
     "run_batch",

@@ -64,6 +64,7 @@ __all__ = [
     "load_tasks",
     "log_state",
     "manifest",
+    "pending",
     "read_manifest",
 ]
 
@@ -500,6 +501,31 @@ class LogState:
     def finished(self, messages: int) -> bool:
         """Whether a run of ``messages`` user messages has nothing left to send."""
         return self.full or self.diverged or self.turns_done >= messages
+
+
+def pending(
+    tasks: Sequence[Task | ForkTask],
+    batch_dir: str | os.PathLike[str],
+    grid: Mapping[str, Sequence[Any]] | None = None,
+) -> list[str]:
+    """The ids of the runs of ``tasks`` x ``grid`` a batch folder has not finished (their log
+    missing, unreadable, or with messages left to send): what :func:`run_batch` would run.
+    ``[]``: a finished batch, resumed, needs no server (the CLI starts none).
+
+    Raises:
+        ConfigError: as :func:`expand`.
+    """
+    logs = Path(batch_dir) / "logs"
+    left = []
+    for spec in expand(tasks, grid):
+        path = logs / f"{spec.id}.jsonl"
+        try:
+            done = path.exists() and log_state(path).finished(len(spec.task.turns))
+        except SessionError:
+            done = False
+        if not done:
+            left.append(spec.id)
+    return left
 
 
 def copied_records(first: Mapping[str, Any] | None) -> int:

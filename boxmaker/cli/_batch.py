@@ -28,6 +28,7 @@ def run_batch_command(args: argparse.Namespace) -> int:
         describe_progress,
         load_grid,
         load_tasks,
+        pending,
         run_batch,
         score_batch,
     )
@@ -40,6 +41,9 @@ def run_batch_command(args: argparse.Namespace) -> int:
         return 2
     tasks = load_tasks(args.tasks)  # a bad file is said before a server starts or tools load
     progress = TerminalProgress()
+    if not pending(tasks, args.dir, grid):  # a finished batch, resumed: no server to start
+        print(f"batch {args.dir}: every run is done already; nothing to run")
+        return 0
     with contextlib.ExitStack() as stack:
         if args.embedded:
             from ..server import EmbeddedServer

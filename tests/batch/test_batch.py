@@ -581,6 +581,14 @@ def test_cli_batch_runs_tasks_and_exits_by_outcome(
     assert "4/6 runs done" in out and "2 failed" in out and out.count("failed t2.") == 2
     assert "6/6" in err  # the progress bar, on stderr
     assert main(["batch", str(tasks), "--dir", str(tmp_path / "c")]) == 2
+    # issue 37: a finished batch, resumed, starts no server (nor asks one): nothing to run
+    servers[0].fail = None
+    assert main([*args, "--tries", "1"]) == 0
+    capsys.readouterr()
+    dead = ["batch", str(tasks), "--url", "http://127.0.0.1:9", "--dir", str(tmp_path / "b")]
+    dead += ["--grid", str(tmp_path / "grid.json"), "--config", str(tmp_path / "fast.toml")]
+    assert main(dead) == 0
+    assert "every run is done already; nothing to run" in capsys.readouterr().out
 
 
 def test_report_of_a_batch_shows_each_run_with_its_task_and_settings(
