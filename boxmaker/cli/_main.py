@@ -62,7 +62,9 @@ import json
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import ClientConfig, Config, HistoryConfig, TapConfig
@@ -70,7 +72,7 @@ from ..demo import demo_registry
 from ..errors import BoxmakerError, ServerError
 from ..records import SCHEMA_VERSION
 from ..server import LIMITS, EmbeddedServer, check_param
-from ..session import upgrade_log
+from ..session import LogReadWarning, read_logs, upgrade_log
 from ..view import terminal_safe
 from ._bench import add_bench
 from ._chat import CHAT_COMMANDS
@@ -341,28 +343,43 @@ def _log(args: argparse.Namespace) -> int:
 
 
 def _cache(args: argparse.Namespace) -> int:
-    """``cache explain``: one block per loss (or JSON); exit 1 when one could not be explained."""
+    """``cache explain``: one block per loss of each log (or JSON); the logs as ``report``
+    takes them (files or folders, the one source iterator: a copy of a session, or a log the
+    session refuses, is said on stderr and left out); exit 1 when a loss could not be
+    explained."""
     from ..cache import explain_log  # httpx: imported only when a command talks to a server
 
     config = Config(history=HistoryConfig(reasoning=args.reasoning))
-    losses = explain_log(args.log, args.url, config=config, api_key=args.api_key)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", LogReadWarning)
+        logs = [log.path for log in read_logs(args.logs)]
+    for w in caught:
+        print(terminal_safe(f"boxmaker cache explain: {w.message}"), file=sys.stderr)
+    explained = {path: explain_log(path, args.url, config=config, api_key=args.api_key)
+                 for path in logs}  # fmt: skip
+    failed = any(e.found is None for losses in explained.values() for e in losses)
     if args.json:
-        print(json.dumps([e.to_json() for e in losses], indent=2))
-        return 1 if any(e.found is None for e in losses) else 0
-    print(f"{args.log}: {len(losses)} cache loss(es)")
-    for e in losses:
-        again = "unknown" if e.reprocessed is None else str(e.reprocessed)
-        head = (
-            f"request {e.request}: lost_tokens {e.lost_tokens} ({e.reused} of the previous "
-            f"prompt's {e.expected} reused), reprocessed_tokens {again}"
-        )
-        if e.found is None:
-            print(f"{head}, not explained: {terminal_safe(e.error or '')}")
-            continue
-        print(f"{head}, {e.found.cause} at token {e.found.position}: {e.found.detail}")
-        for name, text in (("old", e.found.old_window), ("new", e.found.new_window)):
-            print(f"  {name}: {terminal_safe(json.dumps(text or '', ensure_ascii=False))}")
-    return 1 if any(e.found is None for e in losses) else 0
+        if len(args.logs) == 1 and len(logs) == 1 and Path(args.logs[0]).is_file():
+            print(json.dumps([e.to_json() for e in explained[logs[0]]], indent=2))
+        else:
+            body = {path: [e.to_json() for e in losses] for path, losses in explained.items()}
+            print(json.dumps(body, indent=2))
+        return 1 if failed else 0
+    for path, losses in explained.items():
+        print(f"{path}: {len(losses)} cache loss(es)")
+        for e in losses:
+            again = "unknown" if e.reprocessed is None else str(e.reprocessed)
+            head = (
+                f"request {e.request}: lost_tokens {e.lost_tokens} ({e.reused} of the previous "
+                f"prompt's {e.expected} reused), reprocessed_tokens {again}"
+            )
+            if e.found is None:
+                print(f"{head}, not explained: {terminal_safe(e.error or '')}")
+                continue
+            print(f"{head}, {e.found.cause} at token {e.found.position}: {e.found.detail}")
+            for name, text in (("old", e.found.old_window), ("new", e.found.new_window)):
+                print(f"  {name}: {terminal_safe(json.dumps(text or '', ensure_ascii=False))}")
+    return 1 if failed else 0
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -712,7 +729,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     text = "explain each cache loss of a log: where the prompt first differed, and why"
     cache = cache_actions.add_parser("explain", help=text, description=text)
-    cache.add_argument("log", help="a session log (.jsonl)")
+    cache.add_argument(
+        "logs", nargs="+", metavar="LOG", help="session logs or directories (recursive), as report"
+    )
     cache.add_argument("--url", required=True, help="a llama-server with the session's model")
     cache.add_argument("--api-key", default=None, help="its API key (--api-key), if any")
     cache.add_argument(

@@ -111,7 +111,10 @@ def test_dropped_reasoning_is_history_rewritten_where_the_first_reply_began_live
     assert main(["cache", "explain", log, "--url", url]) == 0
     text = capsys.readouterr().out
     lost = loss.expected - loss.reused
-    head = f"request 3: {lost} tokens lost ({loss.reused} of {loss.expected} reused)"
+    head = (
+        f"request 3: lost_tokens {lost} ({loss.reused} of the previous prompt's "
+        f"{loss.expected} reused), reprocessed_tokens {loss.reprocessed}"
+    )
     assert f"{head}, history_rewritten at token {first_prompt}" in text
     assert '  old: "' in text and "<think>" in text
     assert main(["cache", "explain", log, "--url", url, "--json"]) == 0
@@ -121,6 +124,9 @@ def test_dropped_reasoning_is_history_rewritten_where_the_first_reply_began_live
         first_prompt,
         lost,
     )
+    # a folder, as report takes it (issue 37): the same losses, keyed by log
+    assert main(["cache", "explain", str(session.path.parent), "--url", url, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[log][0]["lost_tokens"] == lost
 
 
 @pytest.mark.needs("tools")
