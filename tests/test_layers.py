@@ -47,7 +47,7 @@ SAME_LAYER = {
 
 SHARED_INTERNALS = {
     "session._sources": "vet_logs: the source iterator's vetting in worker processes (DuckDB)",
-    "session._turns": "backwards: the split's warning of a turn that ends before it starts",
+    "session._turns": "backwards, unknown_types: the split's warnings, said alike by DuckDB",
 }
 """Private modules of a lower part that the library's higher parts may import (never users):
 LAYOUT.md's internal helpers, each named with what is taken from it."""

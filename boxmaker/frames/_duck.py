@@ -53,7 +53,7 @@ from ..errors import EngineError
 from ..records import LIMIT_KINDS, SCHEMA_VERSION, parse_time
 from ..session import ENDING_LIMITS, KNOWN_TYPES, Log, LogReadWarning, Session, open_log
 from ..session._sources import vet_logs
-from ..session._turns import backwards
+from ..session._turns import backwards, unknown_types
 from ._columns import COLUMNS, TIME, TURN_OUTCOMES, Column
 
 if TYPE_CHECKING:
@@ -552,12 +552,7 @@ def connect(
         vetting = vet_logs(source, functools.partial(_vet, scratch=str(scratch)), workers=workers)
         for number, log in enumerate(vetting):
             if log.unknown:
-                kinds = ", ".join(sorted(log.unknown))
-                warnings.warn(
-                    f"{log.path}: records of unknown type skipped: {kinds}",
-                    LogReadWarning,
-                    stacklevel=2,
-                )
+                warnings.warn(unknown_types(log.path, log.unknown), LogReadWarning, stacklevel=2)
             files.append((log.file, number, log.skip, log.records))
             heads.append(
                 (

@@ -99,13 +99,6 @@ class Rows:
             _take(recs, self.getters[frame])
         for problem in reading.problems:
             warnings.warn(problem, LogReadWarning, stacklevel=5)
-        if reading.unknown:
-            kinds = ", ".join(sorted(reading.unknown))
-            warnings.warn(
-                f"{log.path}: records of unknown type skipped: {kinds}",
-                LogReadWarning,
-                stacklevel=5,
-            )
         forked = reading.forked or {}
         for name, value in (
             ("session", log.session),

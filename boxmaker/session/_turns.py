@@ -51,6 +51,7 @@ __all__ = [
     "copied_records",
     "inferred_outcome",
     "split_turns",
+    "unknown_types",
 ]
 
 KNOWN_TYPES = (
@@ -184,8 +185,9 @@ class Reading(NamedTuple):
         ended: the time of its last record of a known type (the baseline's if none).
         turns: its turns, in order, with the records before the first one (if any) first.
         unknown: the count of records of each type this version does not know.
-        problems: what is odd in the log, in words, one message each (a turn that ends
-            before it starts: the clock went back); the readers warn them.
+        problems: what is odd in the log, in words, one message each (records of unknown
+            type skipped, a turn that ends before it starts: the clock went back); the
+            readers warn them.
     """
 
     log: Log
@@ -306,7 +308,8 @@ def split_turns(log: Log) -> Reading:
         )
         turns.append(turn)
     started = fork_time if fork_time is not None else log.head.get("time")
-    problems = tuple(
+    problems: tuple[str, ...] = (unknown_types(log.path, unknown),) if unknown else ()
+    problems += tuple(
         backwards(log.path, t.number)
         for t in turns
         if t.number is not None
@@ -315,6 +318,12 @@ def split_turns(log: Log) -> Reading:
         and parse_time(t.ended) < parse_time(t.started)
     )
     return Reading(log, copied, forked, started, last_time, tuple(turns), unknown, problems)
+
+
+def unknown_types(path: str, unknown: Mapping[str, int]) -> str:
+    """The warning of records of a type this version does not know (a newer version's),
+    skipped by every reader."""
+    return f"{path}: records of unknown type skipped: {', '.join(sorted(unknown))}"
 
 
 def backwards(path: str, turn: int) -> str:
