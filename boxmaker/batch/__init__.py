@@ -19,7 +19,17 @@ from ._compare import (
     success_vs_cost,
 )
 from ._grade import GRADE_TEMPLATE, GRADES, model_graded
-from ._plan import REPLAY_MODES, BatchProgress, ForkTask, Task, load_grid, load_tasks, manifest
+from ._plan import (
+    MANIFEST,
+    REPLAY_MODES,
+    BatchProgress,
+    ForkTask,
+    Task,
+    load_grid,
+    load_tasks,
+    manifest,
+    read_manifest,
+)
 from ._runner import ProgressHook, frames, run_batch
 from ._score import read_scores, score_batch, scores
 from ._view import BatchView, TerminalProgress, describe_progress
@@ -29,6 +39,7 @@ __all__ = [
     "COST_COLUMNS",
     "GRADES",
     "GRADE_TEMPLATE",
+    "MANIFEST",
     "REPLAY_MODES",
     "BatchProgress",
     "BatchView",
@@ -48,6 +59,7 @@ __all__ = [
     "load_tasks",
     "manifest",
     "model_graded",
+    "read_manifest",
     "read_scores",
     "rules_fired",
     "run_batch",
