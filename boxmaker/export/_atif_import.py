@@ -32,6 +32,8 @@ read by ATIF's own fields:
   two equal lines as one record written twice, and second-resolution timestamps repeat).
 
 Left out, and counted in :attr:`AtifImport.left_out`: ``system`` steps after the first step,
+the ``is_copied_context`` flag of a step (a log names the parent it copies; the trajectory
+names none, so the step is the log's own),
 observation results that answer no call of their step (or of no step), image and audio parts
 (their text parts are kept), subagent trajectories and references to them, and metrics
 boxmaker has no field for (costs, logprobs, token ids).
@@ -248,6 +250,10 @@ class _Reader:
     def step(self, step: Mapping[str, Any]) -> None:
         source = step.get("source")
         time = self.step_time(step)
+        if step.get("is_copied_context") and not self.native:
+            self.left[
+                "is_copied_context flags (no parent to name: the steps are the log's own)"
+            ] += 1
         made: list[dict[str, Any]]
         if source == "user":
             made = [{"type": "user", "content": self.text(step.get("message"), "a message")}]

@@ -311,7 +311,7 @@ FOREIGN: dict[str, Any] = {
          "timestamp": "2026-01-15T09:00:04Z",
          "metrics": {"prompt_tokens": 760, "cached_tokens": 500, "completion_tokens": 8}},
         {"step_id": 5, "source": "system", "message": "compacted", "is_copied_context": True},
-        {"step_id": 6, "source": "user", "message": "Thanks"},
+        {"step_id": 6, "source": "user", "message": "Thanks", "is_copied_context": True},
         {"step_id": 7, "source": "agent", "message": "You're welcome.", "llm_call_count": 1},
     ],
 }  # fmt: skip
@@ -328,6 +328,7 @@ def test_another_harness_trajectory_reads_as_a_session_log(tmp_path: Path) -> No
         "observation results that answer no call of their step": 1,
         "system steps after the first": 1,
         "metrics cost_usd": 1,
+        "is_copied_context flags (no parent to name: the steps are the log's own)": 1,
     }
     with Session.open(done.path, read_only=True) as session:
         assert session.baseline.system == "You are helpful."
