@@ -48,7 +48,7 @@ def _export(args: argparse.Namespace) -> int:
             on_file=print,
         )
     else:
-        print(export.export_inspect(args.paths, args.out, task=args.task))
+        export.export_inspect(args.paths, args.out, task=args.task, on_file=print)
     return 0
 
 
