@@ -79,7 +79,7 @@ def test_read_eval_log_and_samples_df_give_a_row_per_run(batch: Path, tmp_path: 
     assert lost == {k: int(v) for k, v in summary.lost_tokens.items()}
 
 
-GRID = {"loop.thinking_tokens": [16, 64], "sampling.temperature": [0.0, 0.7]}
+GRID: dict[str, list[Any]] = {"loop.thinking_tokens": [16, 64], "sampling.temperature": [0.0, 0.7]}
 TASKS = {"lisbon": "34", "tokyo": "never said"}
 
 
