@@ -78,6 +78,7 @@ from ..config import Config
 from ..records import usage_tokens
 from ..session import Reading, Source, read_logs, split_turns
 from ._batches import batch_runs
+from ._logs import boxmaker_version
 
 __all__ = ["ATIF_VERSION", "atif_trajectory", "export_atif"]
 
@@ -87,15 +88,6 @@ ATIF_VERSION = "ATIF-v1.8"
 NATIVE = ("user", "assistant", "usage", "tool_result")
 """The record types ATIF carries in its own fields (their stubs in ``extra.boxmaker.records``
 say ``native``)."""
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("boxmaker")
-    except PackageNotFoundError:  # pragma: no cover - run from a checkout, not installed
-        return "unknown"
 
 
 def _arguments(text: str) -> tuple[dict[str, Any], str | None]:
@@ -274,7 +266,7 @@ def atif_trajectory(
         (str(r["model"]) for r in records if r["type"] == "capabilities" and r.get("model")),
         None,
     )
-    agent: dict[str, Any] = {"name": "boxmaker", "version": _version()}
+    agent: dict[str, Any] = {"name": "boxmaker", "version": boxmaker_version()}
     if model is not None:
         agent["model_name"] = model
     if head.get("tools"):
