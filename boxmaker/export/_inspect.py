@@ -36,7 +36,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..records import records_from_json
 from ..session import Log, Source, read_logs, split_turns
@@ -211,7 +211,13 @@ class _Facts:
         self, logs: list[Log], task: str, settings: dict[str, Any] | None, *, label_ids: bool
     ) -> Any:
         """One eval log of ``logs``: ``settings`` the setting they share (``None``: any)."""
-        from inspect_ai.log import EvalConfig, EvalDataset, EvalLog, EvalSpec, EvalStats
+        from inspect_ai.log import (
+            EvalConfig,
+            EvalDataset,
+            EvalLog,
+            EvalSpec,
+            EvalStats,
+        )
 
         model = "llama.cpp/boxmaker"
         for log in logs:
@@ -234,6 +240,8 @@ class _Facts:
                 finished = end if finished is None else max(finished, end, key=nanos)
             samples.append(sample)
         spec_settings = settings or {}
+        names = list(dict.fromkeys(n for s in samples for n in (s.scores or {})))
+        meta = {"boxmaker_settings": dict(spec_settings)} if settings is not None else None
         return EvalLog(
             status="success",
             eval=EvalSpec(
@@ -249,11 +257,15 @@ class _Facts:
                 ),
                 model=model,
                 config=EvalConfig(epochs=max(epochs.values(), default=1)),
-                metadata={"boxmaker_settings": dict(spec_settings)}
-                if settings is not None
-                else None,
+                metadata=meta,
+                # EvalScorer is not in inspect_ai.log's public names: its JSON form, validated
+                scorers=cast(Any, [{"name": n} for n in names] or None),
             ),
-            stats=EvalStats(started_at=started or "", completed_at=finished or ""),
+            stats=EvalStats(
+                started_at=started or "",
+                completed_at=finished or "",
+                model_usage=_total_usage(samples, model),
+            ),
             results=_results(samples),
             samples=samples,
         )
@@ -322,6 +334,31 @@ class _Facts:
                 "boxmaker_cache_reuse_ratio": _number(row["cache_reuse_ratio"]),
             },
         )
+
+
+def _total_usage(samples: list[Any], model: str) -> dict[str, Any]:
+    """The tokens of all samples (each a run's own), ``{}`` when a sample's prompt or
+    generated total is unknown (a partial sum would read as the total); an unknown cached or
+    reasoning part is left out."""
+    from inspect_ai.model import ModelUsage
+
+    usages = [next(iter(s.model_usage.values()), None) for s in samples]
+    if not usages or any(u is None for u in usages):
+        return {}
+
+    def total(name: str) -> int | None:
+        values = [getattr(u, name) for u in usages]
+        return None if any(v is None for v in values) else sum(values)
+
+    return {
+        model: ModelUsage(
+            input_tokens=total("input_tokens") or 0,
+            output_tokens=total("output_tokens") or 0,
+            total_tokens=total("total_tokens") or 0,
+            input_tokens_cache_read=total("input_tokens_cache_read"),
+            reasoning_tokens=total("reasoning_tokens"),
+        )
+    }
 
 
 def _results(samples: list[Any]) -> Any:

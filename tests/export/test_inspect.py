@@ -165,6 +165,11 @@ def test_a_grid_batch_is_a_log_per_setting_with_targets_answers_and_results(
             assert sample.scores is not None and set(sample.scores) == {"target", "polite"}
             assert sample.scores["target"].answer == "In Tokyo it is 21:01."  # the last answer
             assert sample.scores["target"].explanation.startswith("looked for")
+        assert [s.name for s in log.eval.scorers or []] == ["target", "polite"]
+        (usage,) = log.stats.model_usage.values()  # the two runs' tokens, summed
+        assert usage.total_tokens == 2 * sum(
+            next(iter(s.model_usage.values())).total_tokens for s in log.samples[:1]
+        )
         assert log.results is not None
         result = {s.name: (s.metrics["mean"].value, s.scored_samples) for s in log.results.scores}
         lisbon_right = setting["loop.thinking_tokens"] == 64
