@@ -42,7 +42,7 @@ def _config(url: str) -> Config:
     return Config(
         client=ClientConfig(url=url, retry_attempts=0, api_key=SERVER_API_KEY),
         loop=LoopLimits(tool_iterations=2),
-        sampling=SamplingConfig(max_tokens=120),
+        sampling=SamplingConfig(max_tokens=200),
     )
 
 
