@@ -4,13 +4,14 @@ A folder of generated logs (plain sessions, forks after a turn, at an edited too
 before an answer, a fork of a fork, cancelled and limited turns, completions whose server sent
 no ``timings`` or only OpenAI ``usage``, a byte-for-byte copy of a fork's log and a corrupt
 log) is read by every view: the pandas frames, the DuckDB frames, the Parquet files, the
-OpenTelemetry spans, the Inspect samples, the transcript view and ``report --json``. Per
+OpenTelemetry spans, the Inspect samples, the ATIF trajectories, the transcript view and
+``report --json``. Per
 session and per turn they must agree on turns, completions, tokens (unknown where the server
 did not say, in every view), times, cache losses and limit hits. The views of an optional
 extra take part where it is installed (CI installs them all).
 
 Two properties over the same generated folders: the light views (pandas frames, ``report
---json``, the transcript, the OTel spans) over :data:`EXAMPLES` examples, and the heavy ones
+--json``, the transcript, the OTel spans, ATIF) over :data:`EXAMPLES` examples, and the heavy ones
 (the DuckDB engine, Parquet, Inspect's ``.eval``, a second or more each) over a sixth of them.
 ``BOXMAKER_AGREEMENT=2000`` runs 2,000 examples of the first (and 333 of the second); the
 quick suite runs 150 (and 25).
