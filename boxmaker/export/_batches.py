@@ -23,14 +23,16 @@ def source_paths(source: Source) -> list[str]:
 
 
 def batch_folders(source: Source) -> list[Path]:
-    """The batch folders among ``source``: a path that is one (it holds the manifest), or
-    whose parent is one (its ``logs/`` folder, or a log in it)."""
+    """The batch folders among ``source``: a path that is one (it holds the manifest), its
+    ``logs/`` folder, or a log in that folder."""
     from ..batch import MANIFEST
 
     out: list[Path] = []
     for item in source_paths(source):
         path = Path(item)
-        for candidate in (path, path.parent, path.parent.parent):
+        logs = path if path.is_dir() else path.parent
+        candidates = [path] + ([logs.parent] if logs.name == "logs" else [])
+        for candidate in candidates:
             if (candidate / MANIFEST).is_file():
                 if candidate not in out:
                     out.append(candidate)

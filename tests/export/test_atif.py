@@ -170,7 +170,11 @@ def _batch(tmp_path: Path) -> Path:
 
 
 def test_a_batch_keeps_each_runs_task_settings_and_target(tmp_path: Path) -> None:
-    written = export_atif(_batch(tmp_path), tmp_path / "out")
+    folder = _batch(tmp_path)
+    for one in (folder / "logs", folder / "logs" / "lisbon.aaaaaaaa.jsonl"):  # also named so
+        (path, *_) = export_atif(one, tmp_path / "one")
+        assert json.loads(path.read_text())["extra"]["boxmaker"]["run"]["task"] == "lisbon"
+    written = export_atif(folder, tmp_path / "out")
     got = {}
     for path in written:
         trajectory = _validated(path)
