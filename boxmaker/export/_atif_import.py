@@ -63,6 +63,7 @@ from ..records import (
     utc_now,
 )
 from ..session import Session, inferred_outcome
+from ._atif import NATIVE
 from ._errors import ExportError
 
 __all__ = ["AtifImport", "atif_log", "import_atif"]
@@ -271,7 +272,7 @@ class _Reader:
                 rec["time"] = time
             self.records += made
             return
-        native = {kind: [r for r in made if r["type"] == kind] for kind in _NATIVE}
+        native = {kind: [r for r in made if r["type"] == kind] for kind in NATIVE}
         for entry in layout:
             if not isinstance(entry, Mapping):
                 raise self.fail(f"step {step.get('step_id')}: a record that is no object")
@@ -286,9 +287,6 @@ class _Reader:
             if kind == "assistant" and "content" in entry and entry["content"] is None:
                 rec["content"] = None
             self.records.append(rec)
-
-
-_NATIVE = ("user", "assistant", "usage", "tool_result")
 
 
 def _count(value: Any) -> int | None:
