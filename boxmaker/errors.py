@@ -17,7 +17,8 @@ Tree::
     │   └── UnrecordedRequest     a replayed request that matched no recorded interaction
     ├── RecordError               a log line that breaks the records' rule (also a ValueError)
     ├── EngineError               the frames' DuckDB engine cannot run (extra missing, bad SQL)
-    ├── ExportError               an export cannot run (extra missing) or was refused
+    ├── ExportError               an export cannot run (extra missing) or was refused;
+    │                             an import's file is no trajectory boxmaker can read
     ├── BenchError                a benchmark cannot run (its package missing, a bad slice)
     ├── ToolError                 a tool that cannot be registered (also a ValueError)
     ├── ToolPortError             a tool port that cannot start (an MCP server not reachable)
@@ -95,7 +96,8 @@ class EngineError(BoxmakerError):
 
 class ExportError(BoxmakerError):
     """An export cannot run or failed: an optional library is missing (the message names the
-    extra to install), or a receiver refused the data (its status and words kept)."""
+    extra to install), or a receiver refused the data (its status and words kept); or an
+    import (``boxmaker import atif``) was given a file that is no trajectory it can read."""
 
 
 class BenchError(BoxmakerError):

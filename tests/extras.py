@@ -20,6 +20,8 @@ EXTRA_OF: dict[str, str] = {
     "pyarrow.parquet": "parquet",
     "opentelemetry.sdk": "otel",
     "inspect_ai": "inspect",
+    "atif": "atif",
+    "datasets": "hub",
     "mlflow": "live-receivers",
     "ray": "ray",
     "pydantic_ai": "tap-agents",

@@ -4,13 +4,14 @@ A folder of generated logs (plain sessions, forks after a turn, at an edited too
 before an answer, a fork of a fork, cancelled and limited turns, completions whose server sent
 no ``timings`` or only OpenAI ``usage``, a byte-for-byte copy of a fork's log and a corrupt
 log) is read by every view: the pandas frames, the DuckDB frames, the Parquet files, the
-OpenTelemetry spans, the Inspect samples, the transcript view and ``report --json``. Per
+OpenTelemetry spans, the Inspect samples, the ATIF trajectories, the transcript view and
+``report --json``. Per
 session and per turn they must agree on turns, completions, tokens (unknown where the server
 did not say, in every view), times, cache losses and limit hits. The views of an optional
 extra take part where it is installed (CI installs them all).
 
 Two properties over the same generated folders: the light views (pandas frames, ``report
---json``, the transcript, the OTel spans) over :data:`EXAMPLES` examples, and the heavy ones
+--json``, the transcript, the OTel spans, ATIF) over :data:`EXAMPLES` examples, and the heavy ones
 (the DuckDB engine, Parquet, Inspect's ``.eval``, a second or more each) over a sixth of them.
 ``BOXMAKER_AGREEMENT=2000`` runs 2,000 examples of the first (and 333 of the second); the
 quick suite runs 150 (and 25).
@@ -318,6 +319,95 @@ def _inspect_view(folder: Path, out: Path) -> dict[str, Any]:
     return sessions
 
 
+def _plus(total: int | None, value: Any) -> int | None:
+    """A sum that stays unknown once a part is (the frames' ``sum(skipna=False)``)."""
+    return None if total is None or value is None else total + int(value)
+
+
+def _atif_view(folder: Path, out: Path) -> dict[str, Any]:
+    """Per session (``final_metrics`` and the records kept in ``extra``) and per own turn (a
+    user step and the steps after it: own agent steps' metrics, own records), what the ATIF
+    export says; every trajectory validated by the ``atif`` package's models where installed."""
+    from boxmaker.export import export_atif
+
+    if out.exists():
+        shutil.rmtree(out)
+    sessions: dict[str, Any] = {}
+    turns: dict[tuple[str, int], Any] = {}
+    for path in export_atif(folder, out):
+        body = json.loads(path.read_text())
+        if has("atif"):
+            import atif
+
+            atif.Trajectory.model_validate(body)
+        sid = str(body["session_id"])
+        before = body["extra"]["boxmaker"].get("records", [])
+        forked = next((r["time"] for r in before if r["type"] == "forked"), None)
+        times = [r["time"] for r in before]
+        number, current, mine_of = 0, None, {}
+        for step in body["steps"]:
+            if step["source"] == "system":
+                continue
+            kept = step["extra"]["boxmaker"]
+            records = kept["records"]
+            copied = bool(step.get("is_copied_context"))
+            mine = records[kept.get("own", len(records) if copied else 0) :]
+            times += [r["time"] for r in records]
+            if step["source"] == "user":
+                number += 1
+                current = turns.setdefault((sid, number), dict.fromkeys(_TURN_FIGURES, 0))
+                current["started"], mine_of[(sid, number)] = step["timestamp"], False
+            if current is None:
+                continue
+            current["ended"] = records[-1]["time"]
+            mine_of[(sid, number)] = mine_of[(sid, number)] or bool(mine)
+            if step.get("llm_call_count") and not copied:
+                current["requests"] += 1
+                for name in ("prompt_tokens", "cached_tokens"):
+                    current[name] = _plus(current[name], step["metrics"].get(name))
+                generated = step["metrics"].get("completion_tokens")
+                current["generated_tokens"] = _plus(current["generated_tokens"], generated)
+            current["cache_losses"] += sum(r.get("type") == "cache_loss" for r in mine)
+            current["limit_hits"] += sum(r.get("type") == "limit_hit" for r in mine)
+            current["tool_results"] += sum(
+                r.get("native") == "tool_result" or r.get("type") == "tool_result" for r in mine
+            )
+        own = [k for k in mine_of if k[0] == sid and mine_of[k]]
+        for key in [k for k in mine_of if k[0] == sid]:
+            if not mine_of[key]:
+                del turns[key]
+                continue
+            turn = turns[key]
+            started = turn.pop("started")
+            if forked is not None and _us(forked) > _us(started):
+                started = forked  # a turn the fork goes on with from copied records
+            turn["wall_us"] = _us(turn.pop("ended")) - _us(started)
+        final = body["final_metrics"]
+        start = forked or body["extra"]["boxmaker"]["baseline_time"]
+        sessions[sid] = {
+            "turns": len(own),
+            "requests": final["extra"]["boxmaker"]["completions"],
+            "prompt_tokens": final.get("total_prompt_tokens"),
+            "cached_tokens": final.get("total_cached_tokens"),
+            "generated_tokens": final.get("total_completion_tokens"),
+            "cache_losses": sum(turns[k]["cache_losses"] for k in own),
+            "limit_hits": sum(turns[k]["limit_hits"] for k in own),
+            "wall_us": _us(times[-1] if times else start) - _us(start),
+        }
+    return {"sessions": sessions, "turns": turns}
+
+
+_TURN_FIGURES = (
+    "requests",
+    "prompt_tokens",
+    "cached_tokens",
+    "generated_tokens",
+    "cache_losses",
+    "limit_hits",
+    "tool_results",
+)
+
+
 def _report_view(folder: Path) -> dict[tuple[str, int], Any]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
@@ -428,6 +518,8 @@ def test_the_light_views_of_a_session_give_the_same_numbers(tmp_path: Path, plan
     if has("opentelemetry.sdk"):
         with _quiet():
             assert _otel_view(folder) == want["turns"]
+    with _quiet():
+        assert _atif_view(folder, tmp_path / "atif") == want
 
 
 @_settings(max(1, EXAMPLES // 6))

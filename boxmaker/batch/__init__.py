@@ -20,6 +20,7 @@ from ._compare import (
 )
 from ._grade import GRADE_TEMPLATE, GRADES, model_graded
 from ._plan import (
+    MANIFEST,
     REPLAY_MODES,
     BatchProgress,
     ForkTask,
@@ -28,6 +29,7 @@ from ._plan import (
     load_tasks,
     manifest,
     pending,
+    read_manifest,
 )
 from ._runner import ProgressHook, frames, run_batch
 from ._score import SCORES, SCORES_TORN, read_scores, score_batch, scores
@@ -38,6 +40,7 @@ __all__ = [
     "COST_COLUMNS",
     "GRADES",
     "GRADE_TEMPLATE",
+    "MANIFEST",
     "REPLAY_MODES",
     "SCORES",
     "SCORES_TORN",
@@ -60,6 +63,7 @@ __all__ = [
     "manifest",
     "model_graded",
     "pending",
+    "read_manifest",
     "read_scores",
     "rules_fired",
     "run_batch",

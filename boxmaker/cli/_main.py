@@ -18,6 +18,9 @@
   as llama-server's (:class:`boxmaker.server.EmbeddedServer`). Numbers out of
   :data:`boxmaker.server.LIMITS` are refused as bad usage, before llama.cpp could abort.
 - ``boxmaker report PATH... [--html FILE]``: usage, cache loss and limit hits of session logs.
+- ``boxmaker export parquet|otel|inspect|atif PATH... ...``: the logs in other tools' formats;
+  ``boxmaker import atif FILE... [--dir DIR]``: an ATIF trajectory as a session log
+  (:mod:`boxmaker.cli._export`).
 - ``boxmaker cassette show|check PATH...``: a cassette's transcript; check that every chat
   request extends the previous one.
 - ``boxmaker replay CASSETTE [--tool-iterations N] [--loop-cycle K] [--demo-tools] ...``: re-run
@@ -76,6 +79,7 @@ from ..session import LogReadWarning, read_logs, upgrade_log
 from ..view import terminal_safe
 from ._bench import add_bench
 from ._chat import CHAT_COMMANDS
+from ._export import add_export_commands
 
 if TYPE_CHECKING:
     pass
@@ -169,33 +173,6 @@ def _coverage(text: str) -> float:
     if not 0.0 < value < 1.0:
         raise argparse.ArgumentTypeError(f"{value} is out of range: it must be between 0 and 1")
     return value
-
-
-def _export(args: argparse.Namespace) -> int:
-    """``export``: logs as Parquet frames, OpenTelemetry spans or an Inspect eval log (the
-    libraries are imported here: ``boxmaker --help`` stays fast)."""
-    from .. import export  # pyarrow, OpenTelemetry, inspect_ai: inside the exporters
-
-    if args.format == "parquet":
-        written = export.write_parquet(args.paths, args.out, engine=args.engine)
-        for path in written.values():
-            print(path)
-    elif args.format == "otel":
-        if (args.endpoint is None) == (args.file is None):
-            print("boxmaker export otel: give --endpoint URL or --file PATH", file=sys.stderr)
-            return 2
-        n = export.export_otel(
-            args.paths,
-            endpoint=args.endpoint,
-            file=args.file,
-            content=args.content,
-            server=args.server,
-            headers=dict(h.split("=", 1) for h in args.header),
-        )
-        print(f"{n} spans to {args.endpoint or args.file}")
-    else:
-        print(export.export_inspect(args.paths, args.out, task=args.task))
-    return 0
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -601,33 +578,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     report.set_defaults(run=_report)
 
-    exporting = sub.add_parser("export", help="logs as Parquet, OpenTelemetry spans, Inspect logs")
-    formats = exporting.add_subparsers(dest="format", required=True)
-    parquet = formats.add_parser("parquet", help="every frame as a Parquet file (pyarrow)")
-    parquet.add_argument("paths", nargs="+", help="session logs or directories (recursive)")
-    parquet.add_argument("--out", required=True, help="the directory to write")
-    parquet.add_argument(
-        "--engine",
-        choices=("pandas", "duckdb"),
-        default="pandas",
-        help="how the frames are computed (duckdb: past memory; the duckdb extra)",
-    )
-    parquet.set_defaults(run=_export)
-    otel = formats.add_parser("otel", help="OpenTelemetry GenAI spans over OTLP/HTTP or a file")
-    otel.add_argument("paths", nargs="+", help="session logs or directories (recursive)")
-    otel.add_argument("--endpoint", help="OTLP/HTTP traces URL (http://host:4318/v1/traces)")
-    otel.add_argument("--file", help="write OTLP JSON here instead (one request per log)")
-    otel.add_argument("--content", action="store_true", help="include message texts (private)")
-    otel.add_argument("--server", help="the llama-server URL, for server.address/server.port")
-    otel.add_argument(
-        "--header", action="append", default=[], metavar="KEY=VALUE", help="an HTTP header"
-    )
-    otel.set_defaults(run=_export)
-    inspect = formats.add_parser("inspect", help="an Inspect AI eval log, a sample per run")
-    inspect.add_argument("paths", nargs="+", help="a batch folder, logs or directories")
-    inspect.add_argument("--out", required=True, help="the .eval file to write")
-    inspect.add_argument("--task", default="boxmaker", help="the eval's task name")
-    inspect.set_defaults(run=_export)
+    add_export_commands(sub, _DefaultsHelp)
 
     cassette = sub.add_parser("cassette", help="read and check recorded cassettes")
     actions = cassette.add_subparsers(dest="action", required=True)

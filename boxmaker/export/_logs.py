@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from ..records import parse_time
 from ..session import Reading, Source, read_logs, split_turns
 
-__all__ = ["nanos", "readings"]
+__all__ = ["boxmaker_version", "nanos", "readings"]
 
 
 def readings(source: Source) -> Iterator[Reading]:
@@ -27,3 +27,14 @@ def nanos(time: str) -> int:
     """A log time (ISO 8601 with an offset) as nanoseconds since the Unix epoch (UTC)."""
     t = parse_time(time)
     return (int(t.timestamp()) * 1_000_000 + t.microsecond) * 1000
+
+
+def boxmaker_version() -> str:
+    """The installed boxmaker's version (``"unknown"`` when run from a checkout that is not
+    installed), as the exports name their writer."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("boxmaker")
+    except PackageNotFoundError:  # pragma: no cover - an installed package in CI
+        return "unknown"

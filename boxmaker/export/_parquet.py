@@ -1,4 +1,6 @@
-"""``boxmaker export parquet``: every frame as a Parquet file, through pyarrow."""
+"""``boxmaker export parquet``: the logs as a dataset folder that the Hugging Face Hub and
+``datasets.load_dataset`` read: every frame as a Parquet file (pyarrow), the conversations in
+``messages.parquet``, and a dataset card (``README.md``)."""
 
 from __future__ import annotations
 
@@ -7,15 +9,28 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from ..session import LogReadWarning, read_logs
+from ._card import ServersSeen, dataset_card
+from ._logs import boxmaker_version
+from ._messages import MessagesWriter, message_row
+
 __all__ = ["write_parquet"]
 
 
 def write_parquet(source: Any, out: str | Path, *, engine: str = "pandas") -> dict[str, Path]:
-    """Write the six frames of ``source`` (:mod:`boxmaker.frames`) as ``<out>/<frame>.parquet``.
+    """Write ``source``'s logs as a dataset folder: ``<out>/<frame>.parquet`` for the six
+    frames of :mod:`boxmaker.frames`, ``<out>/messages.parquet`` (one row per session: its
+    conversation in the OpenAI chat shape, each message flagged ``from_parent`` where a fork
+    copied it; :mod:`boxmaker.export._messages`) and ``<out>/README.md``, the dataset card
+    (each table a config in its YAML front matter, as the Hugging Face Hub reads it; the
+    tables' features with units, the servers and models the sessions ran on, the null counts
+    of what is unknown, how forks are counted).
 
-    The columns, names, dtypes and units are the frames' own (:data:`boxmaker.frames.COLUMNS`):
+    The frames' columns, names, dtypes and units are their own (:data:`boxmaker.frames.COLUMNS`):
     each Parquet field carries ``unit`` and ``doc`` in its metadata, and the file's metadata
     names the frame. Categories are dictionary-encoded, times ``timestamp[ns, tz=UTC]``.
+    ``datasets.load_dataset("parquet", data_files=...)`` loads any of the files, and
+    ``datasets.load_dataset(out, "turns")`` a table by its config.
 
     Args:
         source: as for :func:`boxmaker.frames.load` (a log, a directory, a list).
@@ -23,7 +38,7 @@ def write_parquet(source: Any, out: str | Path, *, engine: str = "pandas") -> di
         engine: ``"pandas"`` or ``"duckdb"`` (:func:`boxmaker.frames.load`'s engine).
 
     Returns:
-        The path of each frame's file, by frame name.
+        The path of each table's file, by table name, then ``"README"``: the card.
 
     Raises:
         SessionError: a path of ``source`` names no log.
@@ -62,4 +77,22 @@ def write_parquet(source: Any, out: str | Path, *, engine: str = "pandas") -> di
         path = folder / f"{name}.parquet"
         pq.write_table(table, path)
         written[name] = path
+    servers = ServersSeen()
+    path = folder / "messages.parquet"
+    with warnings.catch_warnings(), MessagesWriter(path) as messages:
+        # the same source, read again a log at a time: what it leaves out the frames said
+        warnings.simplefilter("ignore", LogReadWarning)
+        for log in read_logs(source):
+            messages.add(message_row(log))
+            servers.add(log.records)
+    written["messages"] = path
+    card = dataset_card(
+        loaded,
+        servers,
+        sessions=messages.written,
+        version=boxmaker_version(),
+        tables=["messages", *frames.Frames._fields],
+    )
+    written["README"] = folder / "README.md"
+    written["README"].write_text(card, encoding="utf-8")
     return written

@@ -28,6 +28,7 @@ from ._turns import (
     Reading,
     Request,
     Turn,
+    inferred_outcome,
     split_turns,
 )
 
@@ -49,6 +50,7 @@ __all__ = [
     "dumps_line",
     "find_logs",
     "first_difference",
+    "inferred_outcome",
     "message_of",
     "messages",
     "new_session_id",
