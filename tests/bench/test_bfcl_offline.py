@@ -1,5 +1,5 @@
 """BFCL on boxmaker, offline: the slice, the tasks, each run's tools, and a recorded slice
-(``cassettes/bench``, ``tests/data/bench/bfcl``: made by ``benchmarks/bfcl.py --record`` on
+(``cassettes/bench``, ``tests/bench/data/bfcl``: made by ``benchmarks/bfcl.py --record`` on
 the shipped model) replayed through the batch and scored again, for boxmaker's loop and the
 two other harnesses the tap recorded."""
 
@@ -37,7 +37,7 @@ from boxmaker.errors import BenchError  # noqa: E402
 from boxmaker.session import Session  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "tests" / "data" / "bench" / "bfcl"
+DATA = ROOT / "tests" / "bench" / "data" / "bfcl"
 CASSETTE = ROOT / "cassettes" / "bench" / "bfcl-boxmaker.yaml"
 HARNESSES = ("boxmaker", "pydantic-ai", "openai-agents")
 
