@@ -31,7 +31,9 @@ starts a new session, so two agents at once never share one.
 
 Records (boxmaker's own, :mod:`boxmaker.records`): the first request's system message is the
 session's ``Baseline`` (with its tools); after it each new ``user`` message is a ``User``
-(a turn begins), each ``tool`` message a ``ToolResult`` as the agent sent it, each answer an
+(a turn begins; user messages one after the other, with nothing between them, are one
+``User``, their texts joined by a blank line: Codex sends its environment context before the
+prompt), each ``tool`` message a ``ToolResult`` as the agent sent it, each answer an
 ``Assistant`` with its ``Usage`` (llama.cpp's ``timings``) and, when the prompt cache fell
 short, a ``CacheLoss`` by the loop's own rule (:func:`boxmaker.cache.cache_loss`: the new
 ``cache_n`` below the previous ``cache_n + prompt_n``) with forensics' cause and position
@@ -40,8 +42,10 @@ by that rule: ``reprocessed_tokens`` of the next loss, or the requests' timings,
 answer without tool
 calls ends the turn (``TurnEnd`` ``answered``; ``length`` when cut by ``max_tokens``); an
 upstream error ends it as ``infer_error`` (its HTTP status kept), a disconnect as
-``cancelled``; calls left unanswered when a turn ends are answered ``not_run`` so that
-every log stays well formed.
+``cancelled``. A new user message while a turn is open ends it: ``cancelled`` when calls of it
+had no results yet, ``abandoned`` when their results came and no answer was asked for (a turn
+without an answer, not ``answered``). Calls left unanswered when a turn ends are answered
+``not_run`` so that every log stays well formed.
 """
 
 from __future__ import annotations
@@ -164,6 +168,7 @@ class _Conversation:
     pending: dict[str, ToolCall] = field(default_factory=dict)
     answered: set[str] = field(default_factory=set)
     open: bool = False
+    last: str = ""  # the role of the turn's last message: user, assistant, tool; reply
     failed: bool = False
     next_call: int = 1
     created: bool = False
@@ -438,12 +443,15 @@ class TapLog:
                 conv.next_call += 1
                 conv.answered.add(cid)
             elif role == "user":
+                text = text_of(m.get("content"))
+                if conv.open and conv.last == "user" and out and isinstance(out[-1], User):
+                    # user messages one after the other are the turn's one input (Codex sends
+                    # its environment context as a user message before the prompt)
+                    out[-1] = User(content=f"{out[-1].content}\n\n{text}")
+                    continue
                 if conv.open:
-                    why = "the agent sent a user message before the results of its calls"
-                    out += self._end(
-                        conv, "cancelled" if conv.pending else "answered", why, "cancelled"
-                    )
-                out.append(User(content=text_of(m.get("content"))))
+                    out += self._left(conv)
+                out.append(User(content=text))
                 conv.open = True
             elif role == "assistant":
                 calls = _calls(m)
@@ -456,7 +464,24 @@ class TapLog:
                     )
                 )
                 conv.pending.update((c.id, c) for c in calls)
+            conv.last = role if role in ("user", "assistant", "tool") else conv.last
         return out
+
+    def _left(self, conv: _Conversation) -> list[Record]:
+        """The end of a turn the agent left for a new user message: ``cancelled`` when calls
+        of it had no results yet, ``answered`` when its last message was an answer the agent
+        wrote itself, else ``abandoned`` (its calls' results came, the answer was never
+        asked for)."""
+        if conv.pending:
+            why = "the agent sent a user message before the results of its calls"
+            return self._end(conv, "cancelled", why, "cancelled")
+        if conv.last == "assistant":
+            return self._end(conv, "answered", "the agent wrote the answer itself", "cancelled")
+        why = (
+            "the agent sent a new user message after the results of its calls, "
+            "without asking for an answer"
+        )
+        return self._end(conv, "abandoned", why, "cancelled")
 
     def _end(
         self,
@@ -498,6 +523,7 @@ class TapLog:
             why = reply.error or "no answer"
             return self._end(conv, "infer_error", why, "infer_error", reply.status)
         out: list[Record] = [reply.assistant]
+        conv.last = "reply"
         usage = reply.usage
         if usage is not None:
             out.append(usage)

@@ -18,6 +18,7 @@ import httpx
 import pytest
 from fake_llama import SSE_HEAD, FakeLlama, Raw, Reply, Stall, chunk, running
 
+from boxmaker import frames
 from boxmaker.cassettes import use_cassette
 from boxmaker.cli import main
 from boxmaker.records import Assistant, CacheLoss, ToolResult, TurnEnd, Usage, User
@@ -447,3 +448,58 @@ def test_the_listening_socket_says_tcp_so_each_agent_connection_has_nagle_off() 
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
     finally:
         tap.stop()
+
+
+def test_a_turn_the_agent_abandons_is_abandoned_not_answered(tmp_path: Path) -> None:
+    # the agent sent the call's result, then a new question, never asking for the answer
+    later = {"role": "user", "content": "Never mind. And Rome?"}
+    with tapped([CALL, ANSWER], tmp_path, forensics=False) as (_, tap):
+        _post(tap.url, [ASK])
+        _post(tap.url, [ASK, *_echo(), later])
+    (session,) = _sessions(tap)
+    assert_log_well_formed(session)
+    ends = [r for r in session.records if isinstance(r, TurnEnd)]
+    assert [e.outcome for e in ends] == ["abandoned", "answered"]
+    assert ends[0].detail == (
+        "the agent sent a new user message after the results of its calls, "
+        "without asking for an answer"
+    )
+    assert list(frames.turns(tmp_path / "logs")["outcome"]) == ["abandoned", "answered"]
+    summary = frames.summary(tmp_path / "logs")
+    assert (summary["answered_turns"].tolist(), summary["abandoned_turns"].tolist()) == ([1], [1])
+
+
+def test_a_new_question_before_the_results_cancels_and_an_own_answer_answers(
+    tmp_path: Path,
+) -> None:
+    with tapped([CALL, ANSWER], tmp_path, forensics=False) as (_, tap):
+        _post(tap.url, [ASK])
+        echo = _echo()[0]  # the reply, not its result
+        _post(tap.url, [ASK, echo, {"role": "user", "content": "Rome?"}])
+    (session,) = _sessions(tap)
+    ends = [r for r in session.records if isinstance(r, TurnEnd)]
+    assert (ends[0].outcome, ends[0].detail) == (
+        "cancelled",
+        "the agent sent a user message before the results of its calls",
+    )
+    # a few-shot example the agent wrote itself answers its turn
+    shots = [ASK, {"role": "assistant", "content": "Sunny."}, {"role": "user", "content": "Rome?"}]
+    with tapped([ANSWER], tmp_path / "shots", forensics=False) as (_, tap):
+        _post(tap.url, shots)
+    (session,) = _sessions(tap)
+    ends = [r for r in session.records if isinstance(r, TurnEnd)]
+    assert [(e.outcome, e.detail) for e in ends] == [
+        ("answered", "the agent wrote the answer itself"),
+        ("answered", ""),
+    ]
+
+
+def test_user_messages_one_after_the_other_are_one_turn(tmp_path: Path) -> None:
+    context = {"role": "user", "content": "<context>a repository</context>"}
+    with tapped([ANSWER], tmp_path, forensics=False) as (_, tap):
+        _post(tap.url, [SYSTEM, context, ASK])
+    (session,) = _sessions(tap)
+    assert [type(r).__name__ for r in session.records] == ["User", "Assistant", "Usage", "TurnEnd"]
+    user = session.records[0]
+    assert isinstance(user, User)
+    assert user.content == f"{context['content']}\n\n{ASK['content']}"
