@@ -20,6 +20,11 @@ kill was missing; see the README for the figures. SIGTERM, SIGINT and SIGHUP sto
 command's tap after the answers in flight and write everything queued first
 (:meth:`~boxmaker.tap.Tap.serve_forever`).
 
+Every request is read as the chat body llama.cpp renders for it (:func:`~boxmaker.tap.chat_body`:
+chat completions as they are, Anthropic messages and Responses converted), so the three
+formats group, log and explain alike; a request the tap cannot read is forwarded unlogged and
+said once per route (:attr:`TapLog.notes`).
+
 Grouping (one session per conversation): each request's messages are compared with every
 conversation's last request, message by message as the model sees them
 (:func:`message_key`, reasoning left out). A request continues the conversation whose last
@@ -83,10 +88,9 @@ from ..records import (
 from ..session import Session, message_of
 from ._traffic import Traffic
 from ._wire import (
-    ANTHROPIC_PATHS,
-    CHAT_PATHS,
     WireReply,
-    anthropic_body,
+    api_of,
+    chat_body,
     message_key,
     read_reply,
     text_of,
@@ -189,7 +193,12 @@ class TapLog:
     Attributes:
         sessions: the log of each conversation, in the order they began.
         problems: what could not be logged, in words (a full disk is said once).
-        skipped: requests forwarded but not logged (not JSON, no ``messages``).
+        notes: what the tap forwarded without reading, in words, once per route
+            (:meth:`note_route`): a request it cannot read (not JSON, no ``messages``, a
+            Responses request with ``previous_response_id``...), a route it does not read
+            (:data:`~boxmaker.tap.UNREAD_PATHS`: prompts, not conversations).
+        skipped: requests forwarded but not logged (not JSON, no ``messages``, what
+            :func:`~boxmaker.tap.responses_body` cannot read).
         written: exchanges handled by the writer so far (logged or skipped).
         slowest_s: the longest time from an answer's end to its exchange being written, in
             seconds, so far (the measured side of :data:`LOG_WITHIN_S`).
@@ -208,6 +217,7 @@ class TapLog:
         self.forensics = forensics
         self.sessions: list[Path] = []
         self.problems: list[str] = []
+        self.notes: list[str] = []
         self.skipped = 0
         self.written = 0
         self.slowest_s = 0.0
@@ -217,6 +227,8 @@ class TapLog:
         self._idle = threading.Condition()
         self._pending = 0
         self._disk_said = False
+        self._noted: set[str] = set()
+        self._noted_lock = threading.Lock()
         self._traffic = traffic
         self._thread = threading.Thread(target=self._run, name="boxmaker-tap-log", daemon=True)
         self._thread.start()
@@ -308,23 +320,38 @@ class TapLog:
         self.problems.append(text)
         LOGGER.warning("%s", text)
 
+    def note_route(self, path: str, text: str) -> None:
+        """Say once per route (``path``) what the tap forwarded without reading: ``text``
+        goes to :attr:`notes` and the ``boxmaker.tap`` logger (a warning: ``boxmaker tap``
+        prints it), the first time only. Called on the writer thread (a request it cannot
+        read) and by the proxy (a route it does not read); never raises."""
+        with self._noted_lock:
+            if path in self._noted:
+                return
+            self._noted.add(path)
+        note = f"{path}: {text}"
+        self.notes.append(note)
+        LOGGER.warning("%s", note)
+
     def _write(self, exchange: Exchange) -> None:
-        anthropic = exchange.path in ANTHROPIC_PATHS
-        if not (anthropic or exchange.path in CHAT_PATHS):
+        api = api_of(exchange.path)
+        if api is None:
             return
         try:
             parsed = json.loads(exchange.body)
         except (ValueError, RecursionError):
             parsed = None
-        if not isinstance(parsed, dict) or not isinstance(parsed.get("messages"), list):
+        try:
+            body = chat_body(api, parsed)
+        except ValueError as exc:  # not a JSON object, or what the tap cannot read in it
             self.skipped += 1
+            self.note_route(exchange.path, f"forwarded, not logged: {exc}")
             return
-        body = anthropic_body(parsed) if anthropic else parsed
         msgs = [m for m in body["messages"] if isinstance(m, dict)]
         reply = read_reply(
             exchange.answer,
             status=exchange.status,
-            anthropic=anthropic,
+            api=api,
             streamed=exchange.streamed,
             error=exchange.error,
         )

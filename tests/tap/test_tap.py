@@ -503,3 +503,19 @@ def test_user_messages_one_after_the_other_are_one_turn(tmp_path: Path) -> None:
     user = session.records[0]
     assert isinstance(user, User)
     assert user.content == f"{context['content']}\n\n{ASK['content']}"
+
+
+def test_what_the_tap_cannot_read_is_forwarded_and_said_once_per_route(tmp_path: Path) -> None:
+    with tapped([ANSWER], tmp_path, forensics=False) as (up, tap):
+        for _ in range(2):
+            assert httpx.post(tap.url + "/v1/completions", json={"prompt": "Hi"}).status_code == 200
+            chained = {"input": "And then?", "previous_response_id": "resp_1"}
+            assert httpx.post(tap.url + "/v1/responses", json=chained).status_code == 200
+        assert tap.log is not None and tap.log.wait()
+    assert len(up.requests) == 4  # all forwarded
+    assert tap.log.notes == [
+        "/v1/completions: forwarded, not logged: a prompt, not a conversation",
+        "/v1/responses: forwarded, not logged: previous_response_id (the earlier turns are "
+        "kept by the server, not sent)",
+    ]
+    assert (tap.log.sessions, tap.log.problems, tap.log.skipped) == ([], [], 2)
