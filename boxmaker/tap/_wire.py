@@ -7,7 +7,8 @@ all three in boxmaker's records, so it reads each request as an OpenAI-shaped bo
 (``messages``, ``tools``, ``chat_template_kwargs``: what llama.cpp's template renders, and what
 :class:`boxmaker.cache.SentRequest` takes; :func:`chat_body`) and each answer as a
 :class:`WireReply` (the assistant message, its :class:`~boxmaker.records.Usage`, the HTTP
-status; :func:`read_reply`).
+status; :func:`read_reply`). Every ``Usage`` is made by the client's one rule
+(:meth:`boxmaker.client.Completion.usage_record`): what the server measured, or unknown.
 
 Anthropic's format (docs.anthropic.com, "Messages"): ``system`` is a string or text blocks;
 ``messages[i].content`` is a string or blocks (``text``, ``thinking``, ``tool_use`` with
@@ -24,10 +25,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
-from ..client import StreamDecoder
+from ..client import Completion, StreamDecoder
 from ..errors import InferError
 from ..records import Assistant, ToolCall, Usage
-from ._responses import RESPONSES_PATHS, read_responses, responses_body
+from ._responses import RESPONSES_PATHS, input_output_usage, read_responses, responses_body
 
 __all__ = [
     "ANTHROPIC_PATHS",
@@ -277,6 +278,7 @@ def _anthropic_reply(body: bytes, *, streamed: bool, status: int, error: str | N
     timings: dict[str, Any] = {}
     stop: str | None = None
     problem = error
+    deltas = 0
     if streamed:
         events = _anthropic_events(body)
         for event in events:
@@ -291,6 +293,7 @@ def _anthropic_reply(body: bytes, *, streamed: bool, status: int, error: str | N
                 for field, key in (("text", "text"), ("thinking", "thinking")):
                     if field in delta:
                         block[key] = str(block.get(key) or "") + str(delta[field])
+                deltas += "thinking" in delta
                 if "partial_json" in delta:
                     block["_json"] = str(block["_json"]) + str(delta["partial_json"])
             elif kind == "message_delta":
@@ -333,17 +336,42 @@ def _anthropic_reply(body: bytes, *, streamed: bool, status: int, error: str | N
         tool_calls=tuple(calls),
     )
     finish = _STOP_REASONS.get(str(stop), "tool_calls" if stop == "tool_use" else stop)
-    record = Usage(
-        timings={k: v for k, v in timings.items() if isinstance(v, int | float)},
-        prompt_tokens=_count(usage.get("input_tokens")),
-        completion_tokens=_count(usage.get("output_tokens")),
+    completion = Completion(
+        id="",
+        content=assistant.content,
+        reasoning=assistant.reasoning,
+        tool_calls=assistant.tool_calls,
         finish_reason=finish,
+        timings=dict(timings),
+        usage=_anthropic_usage(usage),
+        reasoning_tokens=deltas,  # one thinking_delta a token, as llama.cpp streams them
+        whole=not streamed,  # Anthropic's usage counts no thinking tokens: then unknown
     )
+    record = input_output_usage(completion, usage)
     return WireReply(assistant=assistant, usage=record, error=problem, status=status)
 
 
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and value >= 0 else None
+def _anthropic_usage(usage: Mapping[str, Any]) -> dict[str, Any]:
+    """An Anthropic ``usage`` in the chat names :class:`~boxmaker.client.Completion` reads:
+    the prompt is ``input_tokens`` and the cached tokens beside it
+    (``cache_read_input_tokens``, ``cache_creation_input_tokens``: Anthropic's
+    ``input_tokens`` leaves them out, and llama.cpp sends ``input_tokens`` as the prompt less
+    its cached part)."""
+    out: dict[str, Any] = {}
+    if "input_tokens" in usage:
+        prompt = usage["input_tokens"]
+        for key in ("cache_read_input_tokens", "cache_creation_input_tokens"):
+            more = usage.get(key)
+            if _is_count(prompt) and _is_count(more):
+                prompt += more
+        out["prompt_tokens"] = prompt
+    if "output_tokens" in usage:
+        out["completion_tokens"] = usage["output_tokens"]
+    return out
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def tool_names(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:

@@ -505,6 +505,55 @@ def test_user_messages_one_after_the_other_are_one_turn(tmp_path: Path) -> None:
     assert user.content == f"{context['content']}\n\n{ASK['content']}"
 
 
+def _json_reply(answer: dict[str, Any]) -> Raw:
+    body = json.dumps(answer).encode()
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+    return Raw([head % len(body), body], hold=False)
+
+
+def test_a_whole_chat_answer_counts_reasoning_as_the_server_sent_it(tmp_path: Path) -> None:
+    message = {"role": "assistant", "content": "Sunny.", "reasoning_content": "Look it up. " * 9}
+    answer: dict[str, Any] = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 30, "completion_tokens": 70},
+        "timings": {"cache_n": 0, "prompt_n": 30, "predicted_n": 70},
+    }
+    counted = {**answer, "usage": {**answer["usage"], "completion_tokens_details": {
+        "reasoning_tokens": 63}}}  # fmt: skip
+    script = [_json_reply(counted), _json_reply(answer)]
+    with tapped(script, tmp_path, forensics=False) as (_, tap):
+        _post(tap.url, [ASK], stream=False)
+        _post(tap.url, [{"role": "user", "content": "Another question."}], stream=False)
+    usages = [r for s in _sessions(tap) for r in s.records if isinstance(r, Usage)]
+    # 63 as the server counted it; unknown when it did not (one piece of reasoning is no
+    # count: the tap logged 1 for each before)
+    assert [u.reasoning_tokens for u in usages] == [63, None]
+    assert [(u.prompt_tokens, u.completion_tokens) for u in usages] == [(30, 70), (30, 70)]
+
+
+def test_anthropic_thinking_is_counted_and_the_prompt_includes_its_cached_part(
+    tmp_path: Path,
+) -> None:
+    answer = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "thinking", "thinking": "Look."}, {"type": "text", "text": "Hi."}],
+        "stop_reason": "end_turn",
+        # llama.cpp: input_tokens is the prompt less its cached part
+        "usage": {"input_tokens": 4, "cache_read_input_tokens": 26, "output_tokens": 9},
+    }
+    body = {"messages": [{"role": "user", "content": "Hi?"}], "max_tokens": 50}
+    with tapped([_json_reply(answer)], tmp_path, forensics=False) as (_, tap):
+        assert httpx.post(tap.url + "/v1/messages", json=body).status_code == 200
+    (session,) = _sessions(tap)
+    (usage,) = [r for r in session.records if isinstance(r, Usage)]
+    assert (usage.prompt_tokens, usage.completion_tokens) == (30, 9)
+    assert usage.reasoning_tokens is None  # thinking came whole, uncounted: unknown, not 0
+
+
 def test_what_the_tap_cannot_read_is_forwarded_and_said_once_per_route(tmp_path: Path) -> None:
     with tapped([ANSWER], tmp_path, forensics=False) as (up, tap):
         for _ in range(2):
