@@ -97,7 +97,7 @@ def responses_body(body: Mapping[str, Any]) -> dict[str, Any]:
     else:
         raise ValueError("an input that is neither a string nor a list of items")
     out: dict[str, Any] = {"messages": messages}
-    tools = [_tool(t) for t in body.get("tools") or () if isinstance(t, dict)]
+    tools = [_tool(t) for t in _objects(body.get("tools"))]
     if any(tools):
         out["tools"] = [t for t in tools if t is not None]
     if isinstance(body.get("chat_template_kwargs"), dict):
@@ -321,7 +321,9 @@ class ResponsesDecoder:
         if kind == "error" or (kind is None and event.get("error") is not None):
             self._fail(_error_text(event))
         elif kind in ("response.created", "response.in_progress", "response.queued"):
-            self.id = str((event.get("response") or {}).get("id") or self.id)
+            response = event.get("response")
+            if isinstance(response, dict):
+                self.id = str(response.get("id") or self.id)
         elif kind == "response.output_item.added":
             self._add(event)
         elif kind == "response.output_item.done":
@@ -366,6 +368,11 @@ class ResponsesDecoder:
         if added is None and self._items:
             return self._items[-1]
         return self._add({"item": added or {}, "output_index": index})
+
+
+def _objects(value: Any) -> list[dict[str, Any]]:
+    """The objects of a JSON list (``[]`` for anything but a list)."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
 def _text(value: Any) -> str:
@@ -413,7 +420,7 @@ def read_responses(
                 return None, None, _error_text(answer)
             return None, None, f"not a Responses answer: {body[:200]!r}"
         response, deltas, problem = answer, 0, None
-        items = [i for i in answer.get("output") or () if isinstance(i, dict)]
+        items = _objects(answer.get("output"))
         given = answer.get("timings")
         timings = given if isinstance(given, dict) else {}
     status = response.get("status")
@@ -453,13 +460,12 @@ def _reply(
         if kind == "message":
             texts += [
                 p["text"]
-                for p in item.get("content") or ()
-                if isinstance(p, dict) and p.get("type") in ("output_text", "text")
+                for p in _objects(item.get("content"))
+                if p.get("type") in ("output_text", "text")
                 and isinstance(p.get("text"), str)
             ]  # fmt: skip
         elif kind == "reasoning":
-            parts = [p for p in item.get("content") or () if isinstance(p, dict)]
-            parts = parts or [p for p in item.get("summary") or () if isinstance(p, dict)]
+            parts = _objects(item.get("content")) or _objects(item.get("summary"))
             thinking += [p["text"] for p in parts if isinstance(p.get("text"), str)]
         elif kind == "function_call":
             arguments = item.get("arguments", "")

@@ -672,3 +672,42 @@ def test_the_agents_sdk_whole_answers_are_one_session(tmp_path: Path) -> None:
     assert [u.prompt_tokens for u in usages] == [50, 70]
     assert [u.reasoning_tokens for u in usages] == [None, 0]
     assert [r.outcome for r in session.records if isinstance(r, TurnEnd)] == ["answered"]
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+KEYS = st.sampled_from(
+    ["type", "item", "item_id", "output_index", "delta", "response", "error", "timings",
+     "output", "usage", "status", "content", "summary", "arguments", "call_id", "name", "id"]
+)  # fmt: skip
+TYPES = st.sampled_from(
+    ["response.created", "response.output_item.added", "response.output_item.done",
+     "response.output_text.delta", "response.function_call_arguments.delta",
+     "response.reasoning_text.delta", "response.reasoning_summary_text.delta",
+     "response.completed", "response.incomplete", "response.failed", "error", None]
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(TYPES, st.dictionaries(KEYS, JSON, max_size=5)), max_size=6))
+def test_any_event_shape_is_read_without_a_traceback(
+    events: list[tuple[Any, dict[str, Any]]],
+) -> None:
+    stream = b"".join(
+        b"data: " + json.dumps({**fields, "type": kind}).encode() + b"\n\n"
+        for kind, fields in events
+    )
+    for streamed, body in (
+        (True, stream),
+        (False, json.dumps({"object": "response", **(events[-1][1] if events else {})}).encode()),
+    ):
+        got = _reply(body, streamed=streamed)
+        assert got.assistant is not None or got.error is not None
+    for kind, fields in events:
+        with contextlib.suppress(ValueError):
+            responses_body({"input": [{**fields, "type": kind}], "tools": [fields]})
