@@ -76,7 +76,8 @@ messages) and the optional ``CacheLoss`` fields ``reprocessed`` and ``reprocesse
 ``None`` in older logs), the cause ``checkpoint``, ``Usage.note`` (optional, read as ``None``)
 and a ``null`` ``Usage.reasoning_tokens`` (a count the client could not make; older logs
 always have a number), the ``not_run`` reasons ``tool_calls``, ``tool_arguments`` and
-``completion_tokens`` (the calls of a completion a client-side bound refused, now logged).
+``completion_tokens`` (the calls of a completion a client-side bound refused, now logged),
+the turn outcome ``abandoned`` (a tapped agent left a turn without its answer).
 Readers now check these values by their ``Literal`` types (:data:`RULES`), so a value added
 later is refused by an older reader, naming it (the log reads with the version that added it).
 """
@@ -121,6 +122,7 @@ TurnEndOutcome: TypeAlias = Literal[
     "server_stopped",
     "tool_call_in_content",
     "diverged",
+    "abandoned",
 ]
 TURN_END_OUTCOMES: tuple[TurnEndOutcome, ...] = typing.get_args(TurnEndOutcome)
 """How a turn can end (:attr:`TurnEnd.outcome`): an answer, an answer cut at ``max_tokens``
@@ -133,7 +135,9 @@ written when a log is reopened: the process stopped inside that turn (killed, cr
 an answer; ``tool_call_in_content``, the answer's content holds a tool call the server did not
 parse (the detail names the format and the fix), not taken as the answer; ``diverged``
 (schema 4), a fork's call differed from its parent's and the fork was asked to stop there
-(:mod:`boxmaker.turn`'s replay). A ``length`` turn
+(:mod:`boxmaker.turn`'s replay); ``abandoned``, an agent the tap logs sent a new user message
+after the results of its calls without asking for the answer (:mod:`boxmaker.tap`): a turn
+without an answer. A ``length`` turn
 whose completion had tool calls ran none of them (cut by ``max_tokens``; the detail says so).
 Then the turn's client-side bounds, each named as its limit kind (:data:`LIMIT_KINDS`)."""
 

@@ -20,6 +20,11 @@ kill was missing; see the README for the figures. SIGTERM, SIGINT and SIGHUP sto
 command's tap after the answers in flight and write everything queued first
 (:meth:`~boxmaker.tap.Tap.serve_forever`).
 
+Every request is read as the chat body llama.cpp renders for it (:func:`~boxmaker.tap.chat_body`:
+chat completions as they are, Anthropic messages and Responses converted), so the three
+formats group, log and explain alike; a request the tap cannot read is forwarded unlogged and
+said once per route (:attr:`TapLog.notes`).
+
 Grouping (one session per conversation): each request's messages are compared with every
 conversation's last request, message by message as the model sees them
 (:func:`message_key`, reasoning left out). A request continues the conversation whose last
@@ -31,7 +36,9 @@ starts a new session, so two agents at once never share one.
 
 Records (boxmaker's own, :mod:`boxmaker.records`): the first request's system message is the
 session's ``Baseline`` (with its tools); after it each new ``user`` message is a ``User``
-(a turn begins), each ``tool`` message a ``ToolResult`` as the agent sent it, each answer an
+(a turn begins; user messages one after the other, with nothing between them, are one
+``User``, their texts joined by a blank line: Codex sends its environment context before the
+prompt), each ``tool`` message a ``ToolResult`` as the agent sent it, each answer an
 ``Assistant`` with its ``Usage`` (llama.cpp's ``timings``) and, when the prompt cache fell
 short, a ``CacheLoss`` by the loop's own rule (:func:`boxmaker.cache.cache_loss`: the new
 ``cache_n`` below the previous ``cache_n + prompt_n``) with forensics' cause and position
@@ -40,8 +47,10 @@ by that rule: ``reprocessed_tokens`` of the next loss, or the requests' timings,
 answer without tool
 calls ends the turn (``TurnEnd`` ``answered``; ``length`` when cut by ``max_tokens``); an
 upstream error ends it as ``infer_error`` (its HTTP status kept), a disconnect as
-``cancelled``; calls left unanswered when a turn ends are answered ``not_run`` so that
-every log stays well formed.
+``cancelled``. A new user message while a turn is open ends it: ``cancelled`` when calls of it
+had no results yet, ``abandoned`` when their results came and no answer was asked for (a turn
+without an answer, not ``answered``). Calls left unanswered when a turn ends are answered
+``not_run`` so that every log stays well formed.
 """
 
 from __future__ import annotations
@@ -79,10 +88,9 @@ from ..records import (
 from ..session import Session, message_of
 from ._traffic import Traffic
 from ._wire import (
-    ANTHROPIC_PATHS,
-    CHAT_PATHS,
     WireReply,
-    anthropic_body,
+    api_of,
+    chat_body,
     message_key,
     read_reply,
     text_of,
@@ -164,6 +172,7 @@ class _Conversation:
     pending: dict[str, ToolCall] = field(default_factory=dict)
     answered: set[str] = field(default_factory=set)
     open: bool = False
+    last: str = ""  # the role of the turn's last message: user, assistant, tool; reply
     failed: bool = False
     next_call: int = 1
     created: bool = False
@@ -184,7 +193,12 @@ class TapLog:
     Attributes:
         sessions: the log of each conversation, in the order they began.
         problems: what could not be logged, in words (a full disk is said once).
-        skipped: requests forwarded but not logged (not JSON, no ``messages``).
+        notes: what the tap forwarded without reading, in words, once per route
+            (:meth:`note_route`): a request it cannot read (not JSON, no ``messages``, a
+            Responses request with ``previous_response_id``...), a route it does not read
+            (:data:`~boxmaker.tap.UNREAD_PATHS`: prompts, not conversations).
+        skipped: requests forwarded but not logged (not JSON, no ``messages``, what
+            :func:`~boxmaker.tap.responses_body` cannot read).
         written: exchanges handled by the writer so far (logged or skipped).
         slowest_s: the longest time from an answer's end to its exchange being written, in
             seconds, so far (the measured side of :data:`LOG_WITHIN_S`).
@@ -203,6 +217,7 @@ class TapLog:
         self.forensics = forensics
         self.sessions: list[Path] = []
         self.problems: list[str] = []
+        self.notes: list[str] = []
         self.skipped = 0
         self.written = 0
         self.slowest_s = 0.0
@@ -212,6 +227,8 @@ class TapLog:
         self._idle = threading.Condition()
         self._pending = 0
         self._disk_said = False
+        self._noted: set[str] = set()
+        self._noted_lock = threading.Lock()
         self._traffic = traffic
         self._thread = threading.Thread(target=self._run, name="boxmaker-tap-log", daemon=True)
         self._thread.start()
@@ -303,23 +320,38 @@ class TapLog:
         self.problems.append(text)
         LOGGER.warning("%s", text)
 
+    def note_route(self, path: str, text: str) -> None:
+        """Say once per route (``path``) what the tap forwarded without reading: ``text``
+        goes to :attr:`notes` and the ``boxmaker.tap`` logger (a warning: ``boxmaker tap``
+        prints it), the first time only. Called on the writer thread (a request it cannot
+        read) and by the proxy (a route it does not read); never raises."""
+        with self._noted_lock:
+            if path in self._noted:
+                return
+            self._noted.add(path)
+        note = f"{path}: {text}"
+        self.notes.append(note)
+        LOGGER.warning("%s", note)
+
     def _write(self, exchange: Exchange) -> None:
-        anthropic = exchange.path in ANTHROPIC_PATHS
-        if not (anthropic or exchange.path in CHAT_PATHS):
+        api = api_of(exchange.path)
+        if api is None:
             return
         try:
             parsed = json.loads(exchange.body)
         except (ValueError, RecursionError):
             parsed = None
-        if not isinstance(parsed, dict) or not isinstance(parsed.get("messages"), list):
+        try:
+            body = chat_body(api, parsed)
+        except ValueError as exc:  # not a JSON object, or what the tap cannot read in it
             self.skipped += 1
+            self.note_route(exchange.path, f"forwarded, not logged: {exc}")
             return
-        body = anthropic_body(parsed) if anthropic else parsed
         msgs = [m for m in body["messages"] if isinstance(m, dict)]
         reply = read_reply(
             exchange.answer,
             status=exchange.status,
-            anthropic=anthropic,
+            api=api,
             streamed=exchange.streamed,
             error=exchange.error,
         )
@@ -438,12 +470,15 @@ class TapLog:
                 conv.next_call += 1
                 conv.answered.add(cid)
             elif role == "user":
+                text = text_of(m.get("content"))
+                if conv.open and conv.last == "user" and out and isinstance(out[-1], User):
+                    # user messages one after the other are the turn's one input (Codex sends
+                    # its environment context as a user message before the prompt)
+                    out[-1] = User(content=f"{out[-1].content}\n\n{text}")
+                    continue
                 if conv.open:
-                    why = "the agent sent a user message before the results of its calls"
-                    out += self._end(
-                        conv, "cancelled" if conv.pending else "answered", why, "cancelled"
-                    )
-                out.append(User(content=text_of(m.get("content"))))
+                    out += self._left(conv)
+                out.append(User(content=text))
                 conv.open = True
             elif role == "assistant":
                 calls = _calls(m)
@@ -456,7 +491,24 @@ class TapLog:
                     )
                 )
                 conv.pending.update((c.id, c) for c in calls)
+            conv.last = role if role in ("user", "assistant", "tool") else conv.last
         return out
+
+    def _left(self, conv: _Conversation) -> list[Record]:
+        """The end of a turn the agent left for a new user message: ``cancelled`` when calls
+        of it had no results yet, ``answered`` when its last message was an answer the agent
+        wrote itself, else ``abandoned`` (its calls' results came, the answer was never
+        asked for)."""
+        if conv.pending:
+            why = "the agent sent a user message before the results of its calls"
+            return self._end(conv, "cancelled", why, "cancelled")
+        if conv.last == "assistant":
+            return self._end(conv, "answered", "the agent wrote the answer itself", "cancelled")
+        why = (
+            "the agent sent a new user message after the results of its calls, "
+            "without asking for an answer"
+        )
+        return self._end(conv, "abandoned", why, "cancelled")
 
     def _end(
         self,
@@ -498,6 +550,7 @@ class TapLog:
             why = reply.error or "no answer"
             return self._end(conv, "infer_error", why, "infer_error", reply.status)
         out: list[Record] = [reply.assistant]
+        conv.last = "reply"
         usage = reply.usage
         if usage is not None:
             out.append(usage)

@@ -18,9 +18,11 @@ ones of RFC 9110 7.6.1 and ``Host``, which httpx sets to the upstream's); the st
 reaches the agent when it reaches the tap). A client that disconnects closes the upstream
 connection (llama-server then stops generating); an upstream that is not reached gets the
 agent an HTTP 502 whose JSON body says so, in OpenAI's error shape. Chat requests
-(:data:`CHAT_PATHS`, :data:`ANTHROPIC_PATHS`) are also handed to the :class:`TapLog` after
-the answer ended (a queue put: logging never delays the agent), and with a cassette every
-exchange the upstream answered is handed to the :class:`TapCassette` the same way.
+(:data:`CHAT_PATHS`, :data:`ANTHROPIC_PATHS`, :data:`RESPONSES_PATHS`) are also handed to the
+:class:`TapLog` after the answer ended (a queue put: logging never delays the agent), and with
+a cassette every exchange the upstream answered is handed to the :class:`TapCassette` the same
+way. A request to a route that generates from a prompt (:data:`UNREAD_PATHS`) is forwarded
+unlogged, said once per route (:meth:`TapLog.note_route`).
 """
 
 from __future__ import annotations
@@ -57,8 +59,9 @@ from ._guard import (
     upstream_url,
 )
 from ._log import Exchange, TapLog
+from ._responses import RESPONSES_PATHS
 from ._traffic import Traffic
-from ._wire import ANTHROPIC_PATHS, CHAT_PATHS
+from ._wire import ANTHROPIC_PATHS, CHAT_PATHS, UNREAD_PATHS
 
 __all__ = ["CAUGHT_SIGNALS", "GRACE_S", "HOP_BY_HOP", "Tap", "make_app"]
 
@@ -77,7 +80,7 @@ HOP_BY_HOP = frozenset(
 """Headers that belong to one connection, not forwarded (RFC 9110 section 7.6.1)."""
 
 _HOP = frozenset(h.encode() for h in HOP_BY_HOP)
-_LOGGED = CHAT_PATHS | ANTHROPIC_PATHS
+_LOGGED = CHAT_PATHS | ANTHROPIC_PATHS | RESPONSES_PATHS
 _TIMEOUTS = {"timeout": {"connect": 10.0, "read": None, "write": 60.0, "pool": None}}
 
 
@@ -160,6 +163,8 @@ def make_app(
             if k.lower() not in _HOP and k.lower() not in (b"host", b"content-length")
         ]
         logged = log is not None and path in _LOGGED and scope["method"] == "POST"
+        if log is not None and path in UNREAD_PATHS and scope["method"] == "POST":
+            log.note_route(path, "forwarded, not logged: a prompt, not a conversation")
         if log is not None and logged:
             await log.catch_up()  # the log's writer behind: this agent waits, the log does not
         request = httpx.Request(

@@ -1,11 +1,14 @@
-"""The two chat formats the tap reads, as one (pure: no I/O).
+"""The three chat formats the tap reads, as one (pure: no I/O).
 
 llama-server answers OpenAI chat completions (``POST /v1/chat/completions``, also
-``/chat/completions``) and Anthropic messages (``POST /v1/messages``). The tap logs both in
-boxmaker's records, so it reads each request as an OpenAI-shaped body (``messages``,
-``tools``, ``chat_template_kwargs``: what llama.cpp's template renders, and what
-:class:`boxmaker.cache.SentRequest` takes) and each answer as a :class:`WireReply` (the
-assistant message, its :class:`~boxmaker.records.Usage`, the HTTP status).
+``/chat/completions``), Anthropic messages (``POST /v1/messages``) and OpenAI responses
+(``POST /v1/responses``, also ``/responses``: :mod:`boxmaker.tap._responses`). The tap logs
+all three in boxmaker's records, so it reads each request as an OpenAI-shaped body
+(``messages``, ``tools``, ``chat_template_kwargs``: what llama.cpp's template renders, and what
+:class:`boxmaker.cache.SentRequest` takes; :func:`chat_body`) and each answer as a
+:class:`WireReply` (the assistant message, its :class:`~boxmaker.records.Usage`, the HTTP
+status; :func:`read_reply`). Every ``Usage`` is made by the client's one rule
+(:meth:`boxmaker.client.Completion.usage_record`): what the server measured, or unknown.
 
 Anthropic's format (docs.anthropic.com, "Messages"): ``system`` is a string or text blocks;
 ``messages[i].content`` is a string or blocks (``text``, ``thinking``, ``tool_use`` with
@@ -20,17 +23,22 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
-from ..client import StreamDecoder
+from ..client import Completion, StreamDecoder
 from ..errors import InferError
 from ..records import Assistant, ToolCall, Usage
+from ._responses import RESPONSES_PATHS, input_output_usage, read_responses, responses_body
 
 __all__ = [
     "ANTHROPIC_PATHS",
     "CHAT_PATHS",
+    "UNREAD_PATHS",
+    "WireApi",
     "WireReply",
     "anthropic_body",
+    "api_of",
+    "chat_body",
     "message_key",
     "read_reply",
     "text_of",
@@ -42,7 +50,43 @@ CHAT_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
 ANTHROPIC_PATHS = frozenset({"/v1/messages"})
 """Path of Anthropic messages on llama-server."""
 
+UNREAD_PATHS = frozenset({"/completion", "/completions", "/v1/completions", "/infill"})
+"""llama-server's routes that generate from a prompt, not a conversation (legacy and OpenAI
+completions, code infill): the tap forwards them without logging and says so once per route
+(:meth:`boxmaker.tap.TapLog.note_route`)."""
+
 _STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length"}
+
+WireApi: TypeAlias = Literal["chat", "anthropic", "responses"]
+"""The formats the tap reads: OpenAI chat completions, Anthropic messages, OpenAI responses."""
+
+
+def api_of(path: str) -> WireApi | None:
+    """The format the tap reads at ``path`` (:data:`CHAT_PATHS`, :data:`ANTHROPIC_PATHS`,
+    :data:`~boxmaker.tap.RESPONSES_PATHS`), ``None`` for a route it does not read."""
+    if path in CHAT_PATHS:
+        return "chat"
+    if path in ANTHROPIC_PATHS:
+        return "anthropic"
+    return "responses" if path in RESPONSES_PATHS else None
+
+
+def chat_body(api: WireApi, body: Any) -> dict[str, Any]:
+    """A request's JSON ``body`` in ``api``'s format as the OpenAI chat body llama.cpp renders
+    (:func:`anthropic_body`, :func:`~boxmaker.tap.responses_body`; a chat body as it is).
+
+    Raises:
+        ValueError: what of the request the tap cannot read, in words (not an object, no
+            ``messages`` list, a Responses request holding what :func:`responses_body`
+            refuses).
+    """
+    if not isinstance(body, dict):
+        raise ValueError("the body is not a JSON object")
+    if api == "responses":
+        return responses_body(body)
+    if not isinstance(body.get("messages"), list):
+        raise ValueError("the body has no messages list")
+    return anthropic_body(body) if api == "anthropic" else body
 
 
 def text_of(content: Any) -> str:
@@ -175,14 +219,14 @@ class WireReply:
 
 
 def read_reply(
-    body: bytes, *, status: int | None, anthropic: bool, streamed: bool, error: str | None
+    body: bytes, *, status: int | None, api: WireApi, streamed: bool, error: str | None
 ) -> WireReply:
     """Read an upstream answer (the bytes the agent got) as a :class:`WireReply`.
 
     Args:
         body: the answer's bytes (a stream cut by a disconnect: what arrived).
         status: its HTTP status (``None``: the upstream was not reached).
-        anthropic: an Anthropic messages answer (else OpenAI chat completions).
+        api: its format (:data:`WireApi`).
         streamed: an SSE stream (``text/event-stream``), else one JSON answer.
         error: what went wrong on the way (the upstream unreachable, the agent gone), or
             ``None``.
@@ -191,8 +235,12 @@ def read_reply(
         text = body.decode("utf-8", "replace")[:500]
         why = error or f"HTTP {status}: {text}"
         return WireReply(assistant=None, usage=None, error=why, status=status)
-    if anthropic:
+    if api == "anthropic":
         return _anthropic_reply(body, streamed=streamed, status=status, error=error)
+    if api == "responses":
+        assistant, usage, problem = read_responses(body, streamed=streamed)
+        problem = error or problem
+        return WireReply(assistant=assistant, usage=usage, error=problem, status=status)
     decoder = StreamDecoder(tool_call_deltas=False, max_event_bytes=None)
     problem = error
     try:
@@ -230,6 +278,7 @@ def _anthropic_reply(body: bytes, *, streamed: bool, status: int, error: str | N
     timings: dict[str, Any] = {}
     stop: str | None = None
     problem = error
+    deltas = 0
     if streamed:
         events = _anthropic_events(body)
         for event in events:
@@ -244,6 +293,7 @@ def _anthropic_reply(body: bytes, *, streamed: bool, status: int, error: str | N
                 for field, key in (("text", "text"), ("thinking", "thinking")):
                     if field in delta:
                         block[key] = str(block.get(key) or "") + str(delta[field])
+                deltas += "thinking" in delta
                 if "partial_json" in delta:
                     block["_json"] = str(block["_json"]) + str(delta["partial_json"])
             elif kind == "message_delta":
@@ -286,17 +336,42 @@ def _anthropic_reply(body: bytes, *, streamed: bool, status: int, error: str | N
         tool_calls=tuple(calls),
     )
     finish = _STOP_REASONS.get(str(stop), "tool_calls" if stop == "tool_use" else stop)
-    record = Usage(
-        timings={k: v for k, v in timings.items() if isinstance(v, int | float)},
-        prompt_tokens=_count(usage.get("input_tokens")),
-        completion_tokens=_count(usage.get("output_tokens")),
+    completion = Completion(
+        id="",
+        content=assistant.content,
+        reasoning=assistant.reasoning,
+        tool_calls=assistant.tool_calls,
         finish_reason=finish,
+        timings=dict(timings),
+        usage=_anthropic_usage(usage),
+        reasoning_tokens=deltas,  # one thinking_delta a token, as llama.cpp streams them
+        whole=not streamed,  # Anthropic's usage counts no thinking tokens: then unknown
     )
+    record = input_output_usage(completion, usage)
     return WireReply(assistant=assistant, usage=record, error=problem, status=status)
 
 
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and value >= 0 else None
+def _anthropic_usage(usage: Mapping[str, Any]) -> dict[str, Any]:
+    """An Anthropic ``usage`` in the chat names :class:`~boxmaker.client.Completion` reads:
+    the prompt is ``input_tokens`` and the cached tokens beside it
+    (``cache_read_input_tokens``, ``cache_creation_input_tokens``: Anthropic's
+    ``input_tokens`` leaves them out, and llama.cpp sends ``input_tokens`` as the prompt less
+    its cached part)."""
+    out: dict[str, Any] = {}
+    if "input_tokens" in usage:
+        prompt = usage["input_tokens"]
+        for key in ("cache_read_input_tokens", "cache_creation_input_tokens"):
+            more = usage.get(key)
+            if _is_count(prompt) and _is_count(more):
+                prompt += more
+        out["prompt_tokens"] = prompt
+    if "output_tokens" in usage:
+        out["completion_tokens"] = usage["output_tokens"]
+    return out
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def tool_names(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:

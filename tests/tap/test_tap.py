@@ -18,6 +18,7 @@ import httpx
 import pytest
 from fake_llama import SSE_HEAD, FakeLlama, Raw, Reply, Stall, chunk, running
 
+from boxmaker import frames
 from boxmaker.cassettes import use_cassette
 from boxmaker.cli import main
 from boxmaker.records import Assistant, CacheLoss, ToolResult, TurnEnd, Usage, User
@@ -447,3 +448,123 @@ def test_the_listening_socket_says_tcp_so_each_agent_connection_has_nagle_off() 
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
     finally:
         tap.stop()
+
+
+def test_a_turn_the_agent_abandons_is_abandoned_not_answered(tmp_path: Path) -> None:
+    # the agent sent the call's result, then a new question, never asking for the answer
+    later = {"role": "user", "content": "Never mind. And Rome?"}
+    with tapped([CALL, ANSWER], tmp_path, forensics=False) as (_, tap):
+        _post(tap.url, [ASK])
+        _post(tap.url, [ASK, *_echo(), later])
+    (session,) = _sessions(tap)
+    assert_log_well_formed(session)
+    ends = [r for r in session.records if isinstance(r, TurnEnd)]
+    assert [e.outcome for e in ends] == ["abandoned", "answered"]
+    assert ends[0].detail == (
+        "the agent sent a new user message after the results of its calls, "
+        "without asking for an answer"
+    )
+    assert list(frames.turns(tmp_path / "logs")["outcome"]) == ["abandoned", "answered"]
+    summary = frames.summary(tmp_path / "logs")
+    assert (summary["answered_turns"].tolist(), summary["abandoned_turns"].tolist()) == ([1], [1])
+
+
+def test_a_new_question_before_the_results_cancels_and_an_own_answer_answers(
+    tmp_path: Path,
+) -> None:
+    with tapped([CALL, ANSWER], tmp_path, forensics=False) as (_, tap):
+        _post(tap.url, [ASK])
+        echo = _echo()[0]  # the reply, not its result
+        _post(tap.url, [ASK, echo, {"role": "user", "content": "Rome?"}])
+    (session,) = _sessions(tap)
+    ends = [r for r in session.records if isinstance(r, TurnEnd)]
+    assert (ends[0].outcome, ends[0].detail) == (
+        "cancelled",
+        "the agent sent a user message before the results of its calls",
+    )
+    # a few-shot example the agent wrote itself answers its turn
+    shots = [ASK, {"role": "assistant", "content": "Sunny."}, {"role": "user", "content": "Rome?"}]
+    with tapped([ANSWER], tmp_path / "shots", forensics=False) as (_, tap):
+        _post(tap.url, shots)
+    (session,) = _sessions(tap)
+    ends = [r for r in session.records if isinstance(r, TurnEnd)]
+    assert [(e.outcome, e.detail) for e in ends] == [
+        ("answered", "the agent wrote the answer itself"),
+        ("answered", ""),
+    ]
+
+
+def test_user_messages_one_after_the_other_are_one_turn(tmp_path: Path) -> None:
+    context = {"role": "user", "content": "<context>a repository</context>"}
+    with tapped([ANSWER], tmp_path, forensics=False) as (_, tap):
+        _post(tap.url, [SYSTEM, context, ASK])
+    (session,) = _sessions(tap)
+    assert [type(r).__name__ for r in session.records] == ["User", "Assistant", "Usage", "TurnEnd"]
+    user = session.records[0]
+    assert isinstance(user, User)
+    assert user.content == f"{context['content']}\n\n{ASK['content']}"
+
+
+def _json_reply(answer: dict[str, Any]) -> Raw:
+    body = json.dumps(answer).encode()
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+    return Raw([head % len(body), body], hold=False)
+
+
+def test_a_whole_chat_answer_counts_reasoning_as_the_server_sent_it(tmp_path: Path) -> None:
+    message = {"role": "assistant", "content": "Sunny.", "reasoning_content": "Look it up. " * 9}
+    answer: dict[str, Any] = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 30, "completion_tokens": 70},
+        "timings": {"cache_n": 0, "prompt_n": 30, "predicted_n": 70},
+    }
+    counted = {**answer, "usage": {**answer["usage"], "completion_tokens_details": {
+        "reasoning_tokens": 63}}}  # fmt: skip
+    script = [_json_reply(counted), _json_reply(answer)]
+    with tapped(script, tmp_path, forensics=False) as (_, tap):
+        _post(tap.url, [ASK], stream=False)
+        _post(tap.url, [{"role": "user", "content": "Another question."}], stream=False)
+    usages = [r for s in _sessions(tap) for r in s.records if isinstance(r, Usage)]
+    # 63 as the server counted it; unknown when it did not (one piece of reasoning is no
+    # count: the tap logged 1 for each before)
+    assert [u.reasoning_tokens for u in usages] == [63, None]
+    assert [(u.prompt_tokens, u.completion_tokens) for u in usages] == [(30, 70), (30, 70)]
+
+
+def test_anthropic_thinking_is_counted_and_the_prompt_includes_its_cached_part(
+    tmp_path: Path,
+) -> None:
+    answer = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "thinking", "thinking": "Look."}, {"type": "text", "text": "Hi."}],
+        "stop_reason": "end_turn",
+        # llama.cpp: input_tokens is the prompt less its cached part
+        "usage": {"input_tokens": 4, "cache_read_input_tokens": 26, "output_tokens": 9},
+    }
+    body = {"messages": [{"role": "user", "content": "Hi?"}], "max_tokens": 50}
+    with tapped([_json_reply(answer)], tmp_path, forensics=False) as (_, tap):
+        assert httpx.post(tap.url + "/v1/messages", json=body).status_code == 200
+    (session,) = _sessions(tap)
+    (usage,) = [r for r in session.records if isinstance(r, Usage)]
+    assert (usage.prompt_tokens, usage.completion_tokens) == (30, 9)
+    assert usage.reasoning_tokens is None  # thinking came whole, uncounted: unknown, not 0
+
+
+def test_what_the_tap_cannot_read_is_forwarded_and_said_once_per_route(tmp_path: Path) -> None:
+    with tapped([ANSWER], tmp_path, forensics=False) as (up, tap):
+        for _ in range(2):
+            assert httpx.post(tap.url + "/v1/completions", json={"prompt": "Hi"}).status_code == 200
+            chained = {"input": "And then?", "previous_response_id": "resp_1"}
+            assert httpx.post(tap.url + "/v1/responses", json=chained).status_code == 200
+        assert tap.log is not None and tap.log.wait()
+    assert len(up.requests) == 4  # all forwarded
+    assert tap.log.notes == [
+        "/v1/completions: forwarded, not logged: a prompt, not a conversation",
+        "/v1/responses: forwarded, not logged: previous_response_id (the earlier turns are "
+        "kept by the server, not sent)",
+    ]
+    assert (tap.log.sessions, tap.log.problems, tap.log.skipped) == ([], [], 2)

@@ -1,6 +1,7 @@
 """The tap in front of the embedded server (shipped model), with agents nobody here wrote:
-pydantic-ai and the OpenAI Agents SDK from PyPI (extra ``tap-agents``), and a small harness
-that drops the reasoning of each reply it sends back. Every request captured, the logs well
+pydantic-ai and the OpenAI Agents SDK from PyPI (extra ``tap-agents``; the SDK on chat
+completions and on its default Responses model), and a small harness that drops the reasoning
+of each reply it sends back. Every request captured, the logs well
 formed, one session per conversation, the frames and the what-if read them."""
 
 from __future__ import annotations
@@ -307,3 +308,121 @@ def test_an_agents_sdk_stream_recorded_by_the_tap_replays_offline_live(
         replayed = asyncio.run(run("http://127.0.0.1:9"))
     assert played.all_played
     assert replayed == live
+
+
+def test_openai_agents_default_responses_model_is_one_session_a_row_per_response_live(
+    server: EmbeddedServer | GivenServer, tmp_path: Path
+) -> None:
+    _shipped("the shipped model's answers")
+    need("agents")
+    from agents import (
+        Agent,
+        ModelSettings,
+        OpenAIProvider,
+        OpenAIResponsesModel,
+        RunConfig,
+        Runner,
+        TResponseInputItem,
+        function_tool,
+        set_tracing_disabled,
+    )
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)  # no traces sent anywhere
+    sent: list[str] = []
+
+    async def run(url: str) -> tuple[Any, Any]:
+        client = AsyncOpenAI(base_url=url + "/v1", api_key="none", http_client=_counted(sent))
+        provider = OpenAIProvider(openai_client=client)  # the SDK's default provider...
+        assert isinstance(provider.get_model("tiny"), OpenAIResponsesModel)  # ...and model
+        agent = Agent(
+            name="weather",
+            instructions="You answer questions about the weather.",
+            model="tiny",
+            tools=[function_tool(get_weather)],
+            model_settings=ModelSettings(temperature=0.0),
+        )
+        config = RunConfig(model_provider=provider)
+        first = await Runner.run(agent, "What is the weather in Lisbon?", run_config=config)
+        ask: TResponseInputItem = {"role": "user", "content": "What is the weather in Tokyo?"}
+        again = [*first.to_input_list(), ask]
+        second = Runner.run_streamed(agent, again, run_config=config)  # the second one streamed
+        async for _ in second.stream_events():
+            pass
+        await client.close()
+        return first, second
+
+    with Tap(server.url, directory=tmp_path) as tap:
+        first, second = asyncio.run(run(tap.url))
+    assert tap.log is not None and tap.log.notes == []
+    session = _only_session(tap)
+    assert "Lisbon" in str(first.final_output) and "Tokyo" in str(second.final_output)
+    # one session, a request row per response the agent asked for (whole and streamed)
+    usages = _kinds(session, Usage)
+    assert set(sent) == {"/v1/responses"}
+    assert len(sent) == len(usages) == len(frames.requests(tmp_path)) == 4
+    assert [u.content for u in _kinds(session, User)] == [
+        "What is the weather in Lisbon?",
+        "What is the weather in Tokyo?",
+    ]
+    results = _kinds(session, ToolResult)
+    assert [(r.name, r.content) for r in results] == [
+        ("get_weather", get_weather("Lisbon")),
+        ("get_weather", get_weather("Tokyo")),
+    ]
+    assert [e.outcome for e in _kinds(session, TurnEnd)] == ["answered", "answered"]
+    assert [u.finish_reason for u in usages] == ["tool_calls", "stop"] * 2
+    # the whole answers: no timings from llama.cpp, reasoning uncounted (unknown, never 1);
+    # the streamed ones: llama.cpp's timings, one reasoning delta a token
+    assert [bool(u.timings) for u in usages] == [False, False, True, True]
+    assert [u.reasoning_tokens is None for u in usages] == [True, True, False, False]
+    assert all(u.prompt_tokens and u.completion_tokens for u in usages)
+    # the SDK sends each reply back with its reasoning: the prompt held in the streamed turn
+    assert _kinds(session, CacheLoss) == []
+
+
+def test_a_responses_history_edit_is_a_loss_forensics_finds_where_the_server_did_live(
+    server: EmbeddedServer | GivenServer, tmp_path: Path
+) -> None:
+    _shipped("the shipped model's template and answers")
+    tool = {
+        "type": "function",
+        "name": "get_weather",
+        "description": "Get the current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "The city name."}},
+            "required": ["city"],
+        },
+    }
+    ask = {"role": "user", "content": "What is the weather in Lisbon?"}
+    body: dict[str, Any] = {
+        "model": "tiny",
+        "instructions": "You answer questions about the weather.",
+        "tools": [tool],
+        "temperature": 0,
+        "stream": True,
+    }
+
+    def output(url: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        r = httpx.post(url + "/v1/responses", json={**body, "input": items}, timeout=120)
+        assert r.status_code == 200, r.text
+        events = [json.loads(line[5:]) for line in r.text.splitlines() if line[:5] == "data:"]
+        assert events[-1]["type"] == "response.completed"
+        got: list[dict[str, Any]] = events[-1]["response"]["output"]
+        return got
+
+    with Tap(server.url, directory=tmp_path) as tap:
+        call = output(tap.url, [ask])
+        result = {"type": "function_call_output", "call_id": call[-1]["call_id"], "output": "20 C"}
+        answer = output(tap.url, [ask, *call, result])
+        edited = {**result, "output": "21 C"}  # the agent rewrote a result in its history
+        oslo = {"role": "user", "content": "And in Oslo?"}
+        output(tap.url, [ask, *call, edited, *answer, oslo])
+    session = _only_session(tap)
+    (loss,) = _kinds(session, CacheLoss)
+    # forensics rendered the requests as llama-server converted them (/apply-template): the
+    # first token that differs is the one the server stopped reusing at
+    assert loss.cause == "history_edited" and loss.position == loss.reused
+    assert loss.old_window is not None and "20 C" in loss.old_window
+    assert loss.new_window is not None and "21 C" in loss.new_window
