@@ -715,4 +715,4 @@ def doc_table(frame: str) -> str:
     for c in COLUMNS[frame]:
         unit = f", {c.unit}" if c.unit else ""
         lines.append(f"        - ``{c.name}`` ({c.dtype}{unit}): {c.doc} [``{c.origin(record)}``]")
-    return "\n".join(lines).lstrip()
+    return "\n" + "\n".join(lines)  # a blank line: the list starts a block of its own
