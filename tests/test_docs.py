@@ -343,3 +343,20 @@ def test_searching_the_site_for_a_function_lands_on_its_api_page(
         described = browser.js(f"{target}.parentElement.innerText")
         assert "Cut a log" in described and "records into turns" in described
         assert browser.js("document.title").startswith("boxmaker.session")
+
+
+def test_every_measured_figure_names_a_benchmark_and_what_it_prints() -> None:
+    """``docs/measurements.toml`` (the benchmarks page's figures) holds what a script printed:
+    the script exists, and it prints each figure's name."""
+    rows = tomllib.loads((DOCS / "measurements.toml").read_text())["measurement"]
+    assert rows
+    for row in rows:
+        assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", row["date"]), row
+        script = ROOT / shlex.split(row["command"])[1]
+        assert script.is_file() and script.parent.name == "benchmarks", row["command"]
+        source = script.read_text()
+        names = re.findall(r"([a-z][a-z_0-9]*) -?\d", row["line"])
+        assert names, row["line"]
+        for name in names:  # rss_50m_mb is printed as f"rss_{n}m_mb"
+            for piece in filter(None, re.split(r"\d+", name)):
+                assert piece in source, f"{script.name} prints no {name}"
