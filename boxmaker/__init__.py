@@ -1,6 +1,7 @@
 """boxmaker: a Jupyter-first research toolkit for LLM agent turn loops on llama.cpp's server.
 
-The public API, in one place (implementation lives in one module per role; see the README).
+The public API, in one place (implementation lives in one module per role; see the docs'
+Architecture page).
 
 What is here, and what is not: the top-level namespace holds what a notebook user needs to
 run turns, watch them and keep their logs: the loop (``run_turn``, ``Runtime``,
@@ -15,6 +16,8 @@ capping (``boxmaker.tools.dispatch``, ``cap_result``), the log file (``boxmaker.
 ``read_log``), the frames (``boxmaker.frames``), cassettes (``boxmaker.cassettes``), the
 batch runner (``boxmaker.batch``), the embedded server (``boxmaker.server``).
 ``tests/test_package.py`` keeps this list exact.
+
+A turn, in short::
 
     from boxmaker import Client, Config, Runtime, Session, Baseline, Registry, run_turn
 

@@ -28,6 +28,10 @@ EXTRA_OF: dict[str, str] = {
     "agents": "tap-agents",
     "bfcl_eval": "bench",
     "mpmath": "bench",
+    "sphinx": "docs",
+    "myst_nb": "docs",
+    "furo": "docs",
+    "sphinxarg": "docs",
 }
 """The optional extra (``pyproject.toml``) that installs each module the tests may need."""
 

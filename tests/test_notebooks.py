@@ -105,7 +105,7 @@ def test_notebook_runs_headless(
 
     nb = nbformat.read(path, as_version=4)
     if missing := _missing_modules(nb):
-        pytest.skip(f"{path.name} needs {', '.join(missing)} (an optional extra: see README)")
+        pytest.skip(f"{path.name} needs {', '.join(missing)} (an optional extra: CONTRIBUTING.md)")
     monkeypatch.delenv("BOXMAKER_URL", raising=False)  # 01 starts its own embedded server
     monkeypatch.setenv("JUPYTER_PLATFORM_DIRS", "1")
     monkeypatch.setenv("TMPDIR", str(tmp_path))

@@ -1,4 +1,5 @@
-"""The public face: exported names, environment.yml in step with pyproject, CI runs the README."""
+"""The public face: exported names, environment.yml in step with pyproject, CI runs the README,
+the docs name every part."""
 
 from __future__ import annotations
 
@@ -203,15 +204,16 @@ def test_readme_api_snippets_run(
     assert namespace["loaded"].limit_hits.kind.tolist() == ["tool_iterations"]
 
 
-def test_the_readme_parts_table_names_every_module() -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Parts", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_parts_table_names_every_module() -> None:
+    """The parts table of the docs' architecture page (the README's before the docs site)."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    section = page.split("## The parts", 1)[1].split("\n## ", 1)[0]
     table = "\n".join(line for line in section.splitlines() if line.startswith("| `"))
     named = set(re.findall(r"`(\w+)`", " ".join(row.split("|")[1] for row in table.splitlines())))
     modules = {p.stem for p in (ROOT / "boxmaker").glob("*.py") if not p.stem.startswith("_")}
     modules |= {p.name for p in (ROOT / "boxmaker").iterdir() if (p / "__init__.py").exists()}
-    assert modules - named == set(), "README's Parts table misses these modules"
-    assert named - modules == set(), "README's Parts table names modules that do not exist"
+    assert modules - named == set(), "the architecture page's parts table misses these modules"
+    assert named - modules == set(), "the parts table names modules that do not exist"
 
 
 def test_no_old_module_path_is_kept() -> None:
@@ -223,13 +225,18 @@ def test_no_old_module_path_is_kept() -> None:
     assert not (ROOT / "boxmaker" / "_relocated.py").exists()
 
 
-def test_the_readme_task_with_a_target_is_a_line_the_batch_reads(tmp_path: Path) -> None:
-    """The retrial: the example was wrapped over three lines, which no JSON Lines file holds."""
+def test_the_docs_task_with_a_target_is_a_line_the_batch_reads(tmp_path: Path) -> None:
+    """The retrial: the example was wrapped over three lines, which no JSON Lines file holds.
+    (The examples were the README's; they are the docs' batch and score pages' now.)"""
     from boxmaker.batch import ForkTask, load_tasks
 
-    readme = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```json\n(.*?)```", readme, re.S)
-    assert len(blocks) == 2  # a fork task (Batch) and a task with a target (Score and compare)
+    pages = [ROOT / "docs" / "guides" / name for name in ("batch.md", "score.md")]
+    blocks = [
+        block.strip() + "\n"
+        for page in pages
+        for block in re.findall(r"```json\n(.*?)```", page.read_text(), re.S)
+    ]
+    assert len(blocks) == 2  # a fork task (batch) and a task with a target (score and compare)
     (tmp_path / "tasks.jsonl").write_text("".join(blocks))
     fork, task = load_tasks(tmp_path / "tasks.jsonl")
     assert task.id == "lisbon" and task.target is not None

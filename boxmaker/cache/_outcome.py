@@ -268,6 +268,7 @@ def classify_loss(
 
     The slot held ``old_prompt + generated``; ``position`` is the first token where that and
     the new prompt differ. The prompts agree up to ``agree = min(position, expected)``:
+
     - the re-rendered old prompt is not ``expected`` tokens long: ``unknown`` (another model
       or template than the one that served the session);
     - ``reused < agree``: the server reused less than the prompts share: ``truncated`` when

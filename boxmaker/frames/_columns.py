@@ -708,11 +708,11 @@ ROW_RECORD = {
 
 
 def doc_table(frame: str) -> str:
-    """The column table of ``frame`` for its function's docstring: one line per column,
-    ``name`` (dtype, unit): doc [source]."""
+    """The column table of ``frame`` for its function's docstring: one list item per column,
+    name (dtype, unit): doc [source], each name and source a literal (the docs site renders it)."""
     record = ROW_RECORD[frame]
     lines = []
     for c in COLUMNS[frame]:
         unit = f", {c.unit}" if c.unit else ""
-        lines.append(f"        ``{c.name}`` ({c.dtype}{unit}): {c.doc} [{c.origin(record)}]")
-    return "\n".join(lines).lstrip()
+        lines.append(f"        - ``{c.name}`` ({c.dtype}{unit}): {c.doc} [``{c.origin(record)}``]")
+    return "\n" + "\n".join(lines)  # a blank line: the list starts a block of its own

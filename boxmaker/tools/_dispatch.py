@@ -182,7 +182,7 @@ def cap_result(text: str, cap: int | None) -> tuple[str, bool]:
 
     A longer text keeps its head and ends with a note saying how much was shown, all within
     ``cap`` characters; a cap too small for that note ends it with the short note
-    ``"\n[truncated]"`` (12 characters), and a cap smaller than that cuts the text bare (the
+    ``"\\n[truncated]"`` (12 characters), and a cap smaller than that cuts the text bare (the
     log's ``truncated`` flag still says so). ``None``: no cap.
 
     Raises:

@@ -1,6 +1,6 @@
 """The general live suite (turns, client, cassettes, reasoning, doctor) on every model boxmaker
 ships or fetches, not only the default one: each run is a pytest of its own with
-``BOXMAKER_TEST_MODEL`` set (as a user runs it, README "Real models and servers"), so the
+``BOXMAKER_TEST_MODEL`` set (as a user runs it, the docs' "Real models and servers" page), so the
 tests that cannot hold on a model must say what it lacks and skip, and the others pass.
 
 What each model is known to lack (its template's ``GET /props``): SmolLM2 and Gemma 3 take no
@@ -32,7 +32,7 @@ SUITE = (
     "tests/client/test_reasoning_live.py",
     "tests/cli/test_doctor_live.py",
 )
-"""The live tests a user runs against their own server (the README's list)."""
+"""The live tests a user runs against their own server (the docs' doctor page lists them)."""
 
 MODELS = {
     "tiny-qwen3": 15,  # tools and reasoning: all but the shipped model's own answers
