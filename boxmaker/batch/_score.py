@@ -198,7 +198,8 @@ def score_batch(
         SessionError: the manifest or the scores file cannot be read or written, or another
             process holds the scores file (:class:`~boxmaker.errors.LogBusy`).
         ConfigError: two scorers share a name and version.
-        LogReadWarning: (a warning) a torn tail set aside, or lines of the file skipped.
+        boxmaker.errors.LogReadWarning: (a warning) a torn tail set aside, or lines of the
+            file skipped.
 
     A scorer that raises gives a score with ``value`` NaN (``null`` in the file) and the error;
     a run whose log cannot be read is skipped with a warning naming it.
