@@ -261,6 +261,18 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _upstream_down(url: str) -> str | None:
+    """Why the tap's upstream does not answer ``GET /health`` (2 s), ``None`` when it does
+    (any HTTP answer counts: a server still loading says 503)."""
+    import httpx
+
+    try:
+        httpx.get(f"{url}/health", timeout=2.0)
+    except httpx.HTTPError as exc:
+        return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return None
+
+
 def _tap(args: argparse.Namespace) -> int:
     """``tap``: serve until SIGINT (Ctrl-C), SIGTERM or SIGHUP, the logs written before it
     exits (0); what could not be logged goes to stderr (once)."""
@@ -292,6 +304,13 @@ def _tap(args: argparse.Namespace) -> int:
         print(
             f"  warning: anyone who can reach {config.host}:{tap.port} can use the upstream "
             "with the agents' credentials",
+            flush=True,
+        )
+    down = _upstream_down(tap.upstream)
+    if down is not None:  # said at once, not at the agent's first request (a 502 then)
+        print(
+            f"  warning: the upstream does not answer GET /health ({down}): start "
+            "llama-server there, or give the right --upstream; the tap waits for it",
             flush=True,
         )
     stopped = tap.serve_forever()  # SIGINT, SIGTERM, SIGHUP: the logs written first

@@ -434,6 +434,40 @@ def test_the_command_serves_until_interrupted_and_names_its_logs_and_cassette(
         assert _post("http://127.0.0.1:9", [ASK]).content == r.content
 
 
+def test_the_command_says_at_once_when_its_upstream_does_not_answer(tmp_path: Path) -> None:
+    """Issue 37: the tap started without checking its upstream; the agent's first request got
+    a 502 and the researcher no word. It still serves (the upstream may start later)."""
+    import signal
+    import socket
+    import sys
+    import time
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    upstream = f"http://127.0.0.1:{dead}"
+    command = [sys.executable, "-m", "boxmaker.cli", "tap", "--upstream", upstream]
+    command += ["--port", "0", "--dir", str(tmp_path / "logs")]
+    tap = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert tap.stdout is not None
+        lines = [tap.stdout.readline() for _ in range(3)]
+        assert lines[2].startswith("  warning: the upstream does not answer GET /health (")
+        assert "start llama-server there, or give the right --upstream" in lines[2]
+        url = lines[0].split("listening on ", 1)[1].split()[0]
+        for _ in range(100):  # still serving: the agent gets the upstream's absence as a 502
+            with contextlib.suppress(httpx.TransportError):
+                assert httpx.get(f"{url}/health", timeout=5).status_code == 502
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the tap never answered")
+    finally:
+        tap.send_signal(signal.SIGINT)
+        tap.communicate(timeout=30)
+    assert tap.returncode == 0
+
+
 def test_the_listening_socket_says_tcp_so_each_agent_connection_has_nagle_off() -> None:
     import socket
 
