@@ -13,11 +13,14 @@ slot and the fork's requests go there. When neither works (no saved file, a serv
 Files are named by session and turn, ``<session id>.turn-<k>.bin`` (:meth:`SlotStore.name`),
 in the server's slot folder; where that folder is local (the embedded server's), the store
 lists them and removes a session's with it (:meth:`SlotStore.files`,
-:meth:`SlotStore.remove`).
+:meth:`SlotStore.remove`). A local folder the store cannot use (missing, not a folder, not
+readable and writable, or not the one the server saves in) is a :class:`SlotError` at once,
+never a file that silently goes elsewhere.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import warnings
 from dataclasses import dataclass
@@ -64,17 +67,26 @@ class WarmStart:
     detail: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class SlotStore:
     """The saved slots of one llama-server.
 
     Args:
-        folder: the server's ``--slot-save-path`` when it is on this machine (listing,
-            removing and telling a missing file from a corrupt one need it); ``None`` for a
-            remote server (save and restore still work).
+        folder: the server's ``--slot-save-path`` when it is on this machine (a ``str`` or
+            any path-like; listing, removing and telling a missing file from a corrupt one
+            need it); ``None`` for a remote server (save and restore still work).
+
+    Raises:
+        SlotError: ``folder`` does not exist, is no folder, or cannot be read and written.
     """
 
-    folder: Path | None = None
+    folder: Path | None
+
+    def __init__(self, folder: str | os.PathLike[str] | None = None) -> None:
+        path = None if folder is None else Path(folder)
+        if path is not None:
+            _check_folder(path)
+        object.__setattr__(self, "folder", path)
 
     @staticmethod
     def name(session_id: str, turn: int) -> str:
@@ -87,7 +99,9 @@ class SlotStore:
 
         Raises:
             SlotError: no slot known yet, the server has no ``--slot-save-path`` (HTTP 501),
-                or it refused the save (the message gives its answer).
+                it refused the save (the message gives its answer), or it saved the file
+                elsewhere than the store's local ``folder`` (not the server's
+                ``--slot-save-path``).
         """
         slot = client.last_slot if slot is None else slot
         if slot is None:
@@ -95,6 +109,11 @@ class SlotStore:
         turn = sum(1 for r in session.records if isinstance(r, User))
         name = self.name(session.id, turn)
         answer = _act(client, slot, "save", name)
+        if self.folder is not None and not (self.folder / name).is_file():
+            raise SlotError(
+                f"the server at {client.url} saved {name}, but not in {self.folder}: give the "
+                "folder the server was started with (its --slot-save-path)"
+            )
         return SlotFile(
             session=session.id,
             turn=turn,
@@ -104,14 +123,32 @@ class SlotStore:
             bytes=_int(answer.get("n_written")),
         )
 
-    def saver(self, session: Session, client: Client) -> Hook:
+    def check(self, client: Client) -> None:
+        """Make sure the server at ``client`` saves slots, before a session relies on it:
+        a save to an invalid file name is refused HTTP 400 by a server that saves slots
+        (nothing is written), HTTP 501 by one without ``--slot-save-path``.
+
+        Raises:
+            SlotError: the server cannot save slots, or answered something else.
+        """
+        try:
+            client.slot_action(0, "save", "../boxmaker-check")
+        except InferError as exc:
+            if exc.status == 400 and "filename" in str(exc.body or exc).lower():
+                return
+            raise _refusal(client, 0, "save", "a probe", exc) from exc
+        raise SlotError(f"the server at {client.url} saved a file named '../boxmaker-check'")
+
+    def saver(self, session: Session, client: Client, *, slot: int | None = None) -> Hook:
         """A turn event hook that saves the session's slot at each turn's end (its
         ``TurnEnd``): pass it as ``on_event`` (an error saving is logged by the loop's hook
-        guard, the turn is not touched)."""
+        guard, the turn is not touched). ``slot``: the slot the session's requests are
+        pinned to (a client shared by several sessions at once: its ``last_slot`` is
+        another's); ``None``: the client's ``last_slot``."""
 
         def on_event(event: object) -> None:
             if isinstance(event, TurnEnd):
-                self.save(client, session)
+                self.save(client, session, slot=slot)
 
         return on_event
 
@@ -210,7 +247,7 @@ def warm_fork(
         target = client.pick_slot(messages) if slot is None else slot
         try:
             return store.restore(client, forked.parent_session, turn, target, holds=messages)
-        except SlotError as exc:
+        except (SlotError, OSError) as exc:
             why = str(exc)
     warnings.warn(f"{fork.id}: the fork runs cold: {why}", ColdFork, stacklevel=2)
     return WarmStart(how="cold", detail=why)
@@ -221,15 +258,35 @@ def _act(client: Client, slot: int, action: str, name: str, *, holds: Any = None
     try:
         return client.slot_action(slot, action, name, holds=holds)
     except InferError as exc:
-        if exc.status == 501:
-            raise SlotError(
-                f"the server at {client.url} cannot save or restore slots (start it with "
-                f"--slot-save-path; EmbeddedServer(slot_save_path=...)): {exc}"
-            ) from exc
+        raise _refusal(client, slot, action, name, exc) from exc
+
+
+def _refusal(client: Client, slot: int, action: str, name: str, exc: InferError) -> SlotError:
+    """The :class:`SlotError` of a refused slot action: no slot saving (HTTP 501), else a
+    file the server could not use."""
+    if exc.status == 501:
+        return SlotError(
+            f"the server at {client.url} cannot save or restore slots (start it with "
+            f"--slot-save-path; EmbeddedServer(slot_save_path=...)): {exc}"
+        )
+    return SlotError(
+        f"slot {slot}: {action} of {name} failed (a missing or corrupt file, or one too "
+        f"large for the KV cache): {exc}"
+    )
+
+
+def _check_folder(path: Path) -> None:
+    """Refuse a local slot folder the store cannot use, naming it and why."""
+    if not path.exists():
         raise SlotError(
-            f"slot {slot}: {action} of {name} failed (a missing or corrupt file, or one too "
-            f"large for the KV cache): {exc}"
-        ) from exc
+            f"slot folder {path} does not exist: give the folder the server saves slots in "
+            "(llama-server --slot-save-path DIR; boxmaker serve/demo/batch --slot-save-path "
+            "DIR make it)"
+        )
+    if not path.is_dir():
+        raise SlotError(f"slot folder {path} is not a folder")
+    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        raise SlotError(f"slot folder {path} cannot be read and written by this user")
 
 
 def _int(value: object) -> int | None:
