@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -57,7 +57,12 @@ class WarmStart:
     """How a fork's first request finds its parent's prefix: ``how`` is ``"slot"`` (a slot
     still holds it), ``"restored"`` (the saved slot ``file`` was restored into ``slot``:
     ``tokens`` of prompt cache back, in ``restore_ms``) or ``"cold"`` (``detail`` says why);
-    ``slot`` is the slot the fork's requests should go to (``None``: any)."""
+    ``slot`` is the slot the fork's requests should go to (``None``: any); ``session`` the
+    fork it was made for (:func:`warm_fork`; ``""`` from :meth:`SlotStore.restore`).
+
+    It says how the cache was *found*: whether the server used it is measured at the fork's
+    first completion (:func:`boxmaker.cache.fork_warmth`; set ``Runtime.warm`` to this and
+    the loop records both in the fork's :class:`~boxmaker.records.Warmed` record)."""
 
     how: Literal["slot", "restored", "cold"]
     slot: int | None = None
@@ -65,6 +70,7 @@ class WarmStart:
     tokens: int | None = None
     restore_ms: float | None = None
     detail: str = ""
+    session: str = ""
 
 
 @dataclass(frozen=True, init=False)
@@ -238,7 +244,7 @@ def warm_fork(
     held = client.holder(messages, [slot] if pinned and slot is not None else None)
     if held is not None:  # the fork's next request, which extends its messages, goes there
         client.note_slot(held, messages)
-        return WarmStart(how="slot", slot=held)
+        return WarmStart(how="slot", slot=held, session=fork.id)
     turn = forked.turn if forked.point == "after_turn" else forked.turn - 1
     why = "no slot store (the server's --slot-save-path) was given"
     if store is not None and turn < 1:
@@ -246,11 +252,12 @@ def warm_fork(
     elif store is not None:
         target = client.pick_slot(messages) if slot is None else slot
         try:
-            return store.restore(client, forked.parent_session, turn, target, holds=messages)
+            restored = store.restore(client, forked.parent_session, turn, target, holds=messages)
+            return replace(restored, session=fork.id)
         except (SlotError, OSError) as exc:
             why = str(exc)
     warnings.warn(f"{fork.id}: the fork runs cold: {why}", ColdFork, stacklevel=2)
-    return WarmStart(how="cold", detail=why)
+    return WarmStart(how="cold", detail=why, session=fork.id)
 
 
 def _act(client: Client, slot: int, action: str, name: str, *, holds: Any = None) -> dict[str, Any]:

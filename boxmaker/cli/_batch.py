@@ -83,8 +83,9 @@ def run_batch_command(args: argparse.Namespace) -> int:
 
 
 def _say_warm(batch_dir: str) -> None:
-    """For a batch of forks: how their first requests found the parent's prompt cache (the
-    manifest's ``warm``), and why the cold ones ran cold, one line each."""
+    """For a batch of forks: how warm their first requests found the parent's prefix, as
+    measured (the manifest's ``warm``: the fork's ``Warmed`` label), and, one line each, what
+    those that were not warm reused and why."""
     from ..batch import manifest
 
     runs = manifest(batch_dir)
@@ -92,11 +93,13 @@ def _say_warm(batch_dir: str) -> None:
         return
     how = list(runs["warm"])
     print(
-        f"forks: {how.count('slot')} found the parent's prefix in their slot, "
-        f"{how.count('restored')} restored it from a saved slot, {how.count('cold')} ran cold"
+        f"forks (measured: 0.9 of the parent's prefix reused is warm): {how.count('slot')} "
+        f"found it in their slot, {how.count('restored')} restored it from a saved slot, "
+        f"{how.count('server')} found it in the server's own cache, {how.count('partial')} "
+        f"partial, {how.count('cold')} cold, {how.count('unknown')} not measured"
     )
-    for row in runs[runs["warm"] == "cold"].to_dict("records"):
-        print(terminal_safe(f"cold {row['run']}: {row['warm_detail']}"))
+    for row in runs[runs["warm"].isin(["partial", "cold", "unknown"])].to_dict("records"):
+        print(terminal_safe(f"{row['warm']} {row['run']}: {row['warm_detail']}"))
 
 
 def run_score(args: argparse.Namespace) -> int:

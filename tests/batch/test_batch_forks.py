@@ -85,9 +85,16 @@ class ForkLlama:
 
     ``stall_on``: a request whose last user message is this text gets no answer until
     :attr:`release` is set (:attr:`stalled` says one came). ``bodies``: the chat requests;
-    ``restores``: the file names asked to be restored."""
+    ``restores``: the file names asked to be restored. ``reused``: the ``cache_n`` every
+    answer's timings report (default 0: nothing reused)."""
 
-    def __init__(self, *, saved: tuple[str, ...] | None = None, stall_on: str | None = None):
+    def __init__(
+        self,
+        *,
+        saved: tuple[str, ...] | None = None,
+        stall_on: str | None = None,
+        reused: int = 0,
+    ):
         self.saved, self.stall_on = saved, stall_on
         self.bodies: list[dict[str, Any]] = []
         self.restores: list[str] = []
@@ -139,6 +146,7 @@ class ForkLlama:
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
                 events = [e for e in _answer(body).events() if isinstance(e, bytes)]
+                events = [e.replace(b'"cache_n": 0', b'"cache_n": %d' % reused) for e in events]
                 with contextlib.suppress(OSError):  # the runner was killed meanwhile
                     self.wfile.write(b"".join(events))
 
@@ -355,7 +363,10 @@ def test_each_setting_forks_the_parent_and_runs_the_new_turns_live(
     runs = manifest(batch).set_index("run")
     assert sorted(runs["sampling.temperature"]) == [0.0, 0.5]
     assert set(runs["state"]) == {"done"} and set(runs["turns"]) == {2}
-    assert set(runs["warm"]) == {"slot"}  # this process ran the parent on the same slot
+    # this process ran the parent on the same slot, but the fake server reused nothing
+    # (cache_n 0): the label is what the fork's first request measured, not the slot's claim
+    assert set(runs["warm"]) == {"cold"}
+    assert all("slot 0 was expected to hold the parent's prefix" in d for d in runs["warm_detail"])
     entries = read_manifest(batch)
     for run, entry in entries.items():
         assert entry["fork"] == {
@@ -435,7 +446,7 @@ def test_a_fork_on_another_server_restores_the_saved_slot_or_runs_cold_and_says_
 ) -> None:
     parent = _parent(tmp_path, llama.url)  # this process knows nothing of the others' slots
     task = ForkTask(id="f", parent=parent, at=2)
-    saving = ForkLlama(saved=("parent.turn-2.bin",))
+    saving = ForkLlama(saved=("parent.turn-2.bin",), reused=1000)  # the restore was used
     plain = ForkLlama()
     try:
         run_batch([task], tmp_path / "restored", servers=[saving.url], registry=TOOLS)
@@ -445,7 +456,10 @@ def test_a_fork_on_another_server_restores_the_saved_slot_or_runs_cold_and_says_
         plain.close()
     restored = read_manifest(tmp_path / "restored")["f"]
     assert (restored["state"], restored["warm"]) == ("done", "restored")
-    assert restored["warm_detail"] == "parent.turn-2.bin restored into slot 0 (42 tokens)"
+    held = restored["warm_detail"].split(": ")[1].split()[0]  # the parent's prefix, measured
+    assert restored["warm_detail"] == (
+        f"restored parent.turn-2.bin into slot 0: {held} of {held} prefix tokens reused (1.00)"
+    )
     assert saving.restores == ["parent.turn-2.bin"]
     cold = read_manifest(tmp_path / "cold")["f"]
     assert (cold["state"], cold["warm"]) == ("done", "cold")
@@ -621,11 +635,13 @@ def test_cli_batch_of_forks_says_how_each_found_the_cache(
     out = capsys.readouterr().out
     assert code == 0
     assert "scored 2 run(s) by their targets" in out
-    # the first fork ran cold (the server cannot restore); the second found the first's
-    # requests, which start with the parent's prefix, in the one slot
-    said = "forks: 1 found the parent's prefix in their slot, 0 restored it from a saved slot"
-    assert said + ", 1 ran cold" in out
-    assert out.count("cold f.") == 1 and "--slot-save-path" in out
+    # the first fork found nothing (the server cannot restore); the second found the first's
+    # requests, which start with the parent's prefix, in the one slot; the fake server
+    # reused nothing for either (cache_n 0): both are measured cold, each says why
+    said = "found it in their slot, 0 restored it from a saved slot, 0 found it in the "
+    assert said + "server's own cache, 0 partial, 2 cold, 0 not measured" in out
+    assert out.count("cold f.") == 2 and "--slot-save-path" in out
+    assert "slot 0 was expected to hold the parent's prefix" in out
     for path in _runs(tmp_path / "b"):
         assert _own_finished(path) == ["Thanks!"]
     assert main(["report", batch]) == 0
