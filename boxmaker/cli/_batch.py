@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,7 +19,17 @@ from ..view import terminal_safe
 if TYPE_CHECKING:
     from ..score import Scorer
 
-__all__ = ["run_batch_command", "run_compare", "run_score"]
+__all__ = ["SavingServer", "run_batch_command", "run_compare", "run_score"]
+
+
+@dataclass(frozen=True)
+class SavingServer:
+    """A llama-server at ``url`` that saves slots in ``slot_save_path`` (its
+    ``--slot-save-path``, a folder on this machine): the batch saves every run's slot there
+    at its turn ends and restores a fork's parent's from it."""
+
+    url: str
+    slot_save_path: Path
 
 
 def run_batch_command(args: argparse.Namespace) -> int:
@@ -38,6 +49,8 @@ def run_batch_command(args: argparse.Namespace) -> int:
         print("boxmaker batch: give --url URL (one or more) or --embedded", file=sys.stderr)
         return 2
     tasks = load_tasks(args.tasks)  # a bad file is said before a server starts or tools load
+    if args.slot_save_path is not None:  # the URL servers save slots there, on this machine
+        servers = [SavingServer(str(url), Path(args.slot_save_path)) for url in servers]
     progress = TerminalProgress()
     with contextlib.ExitStack() as stack:
         if args.embedded:

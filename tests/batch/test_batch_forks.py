@@ -86,7 +86,8 @@ class ForkLlama:
     ``stall_on``: a request whose last user message is this text gets no answer until
     :attr:`release` is set (:attr:`stalled` says one came). ``bodies``: the chat requests;
     ``restores``: the file names asked to be restored. ``reused``: the ``cache_n`` every
-    answer's timings report (default 0: nothing reused)."""
+    answer's timings report (default 0: nothing reused). ``folder``: a save writes its file
+    there (as ``--slot-save-path`` on this machine); ``saves``: the names saved."""
 
     def __init__(
         self,
@@ -94,10 +95,12 @@ class ForkLlama:
         saved: tuple[str, ...] | None = None,
         stall_on: str | None = None,
         reused: int = 0,
+        folder: Path | None = None,
     ):
-        self.saved, self.stall_on = saved, stall_on
+        self.saved, self.stall_on, self.folder = saved, stall_on, folder
         self.bodies: list[dict[str, Any]] = []
         self.restores: list[str] = []
+        self.saves: list[str] = []
         self.stalled, self.release = threading.Event(), threading.Event()
         owner = self
 
@@ -123,6 +126,15 @@ class ForkLlama:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path.startswith("/slots/") and "action=save" in self.path:
+                    name = body["filename"]
+                    if owner.folder is None or "/" in name:
+                        self._json(501, {"error": {"code": 501, "message": "no saving"}})
+                    else:
+                        owner.saves.append(name)
+                        (owner.folder / name).write_bytes(b"slot")
+                        self._json(200, {"n_saved": 10, "n_written": 100})
+                    return
                 if self.path.startswith("/slots/"):
                     owner.restores.append(body["filename"])
                     if owner.saved is None:
@@ -650,3 +662,25 @@ def test_cli_batch_of_forks_says_how_each_found_the_cache(
     assert main(["compare", batch, "--seed", "1", "--resamples", "50"]) == 0
     table = capsys.readouterr().out
     assert "sampling.temperature=0.0" in table and "sampling.temperature=0.5" in table
+
+
+def test_cli_batch_saves_each_runs_slot_at_its_turn_ends_on_a_url_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``boxmaker batch --url URL --slot-save-path DIR``: DIR is where that server saves slots
+    (on this machine): every run's slot is saved there at each turn's end, named by run and
+    turn, so a later fork of it restores it."""
+    slots = tmp_path / "slots"
+    slots.mkdir()
+    server = ForkLlama(folder=slots)
+    try:
+        tasks = tmp_path / "tasks.jsonl"
+        tasks.write_text(json.dumps({"id": "t", "messages": ["Hi", "Bye"]}) + "\n")
+        args = ["batch", str(tasks), "--url", server.url, "--dir", str(tmp_path / "b")]
+        assert main([*args, "--slot-save-path", str(slots)]) == 0
+        assert main([*args, "--slot-save-path", str(tmp_path / "nowhere")]) == 1
+    finally:
+        server.close()
+    assert server.saves == ["t.turn-1.bin", "t.turn-2.bin"]
+    assert sorted(p.name for p in slots.iterdir()) == server.saves
+    assert "slot folder" in capsys.readouterr().err
