@@ -194,7 +194,9 @@ def _open_fork(path: Path, spec: RunSpec, task: ForkTask, state: LogState) -> Se
         )
 
 
-def _warm(session: Session, client: ChatClient, slot: int, store: SlotStore | None) -> WarmStart:
+def _warm(
+    session: Session, client: ChatClient, slot: int, store: SlotStore | None, config: Config
+) -> WarmStart:
     """Find the parent's prompt cache for the fork's first request on the run's own ``slot``
     (:func:`~boxmaker.cache.warm_fork` pinned to it; a :class:`~boxmaker.cache.ColdFork`
     warning's reason is kept in the answer's ``detail``); what the request then reused is
@@ -203,7 +205,7 @@ def _warm(session: Session, client: ChatClient, slot: int, store: SlotStore | No
         return WarmStart(how="cold", detail="the client knows no slots", session=session.id)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ColdFork)
-        start = warm_fork(session, client, store, slot=slot, pinned=True)
+        start = warm_fork(session, client, store, slot=slot, pinned=True, config=config)
     for w in caught:
         if not issubclass(w.category, ColdFork):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -281,7 +283,7 @@ def run_one(
         if isinstance(task, ForkTask):
             forked = session.forked
             if forked is not None and len(session.records) == forked.record:  # no own record
-                start = _warm(session, client, slot, store)
+                start = _warm(session, client, slot, store, config)
             if task.replay != "off":
                 replay = Replay.of(session, stop=task.replay == "stop")
     except SessionError as exc:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..client import Client
+from ..config import Config
 from ..errors import ColdFork, InferError, SlotError
 from ..events import Hook
 from ..records import SESSION_ID, TurnEnd, User
@@ -59,6 +60,9 @@ class WarmStart:
     ``tokens`` of prompt cache back, in ``restore_ms``) or ``"cold"`` (``detail`` says why);
     ``slot`` is the slot the fork's requests should go to (``None``: any); ``session`` the
     fork it was made for (:func:`warm_fork`; ``""`` from :meth:`SlotStore.restore`).
+    ``prefilled`` / ``prefill_ms``: the prompt tokens the prefill request processed and its
+    ``prompt_ms`` (a sliding-window model: the fork's prefix sent once into the slot so that a
+    context checkpoint ends where the fork begins; ``None``: no prefill).
 
     It says how the cache was *found*: whether the server used it is measured at the fork's
     first completion (:func:`boxmaker.cache.fork_warmth`; set ``Runtime.warm`` to this and
@@ -71,6 +75,8 @@ class WarmStart:
     restore_ms: float | None = None
     detail: str = ""
     session: str = ""
+    prefilled: int | None = None
+    prefill_ms: float | None = None
 
 
 @dataclass(frozen=True, init=False)
@@ -215,6 +221,8 @@ def warm_fork(
     *,
     slot: int | None = None,
     pinned: bool = False,
+    prefill: bool | None = None,
+    config: Config | None = None,
 ) -> WarmStart:
     """Make a fork's first request find its parent's prefix in a slot.
 
@@ -228,9 +236,26 @@ def warm_fork(
     3. Else, or when the restore fails: ``"cold"``, with a :class:`ColdFork` warning saying
        why. Nothing is lost: the fork's log and the saved file stay as they were.
 
+    On a sliding-window model (Gemma 3: ``n_swa`` in the server's capabilities) a slot, or a
+    restored one, does not serve the whole prefix: llama.cpp reuses a sliding-window cache
+    only from a context checkpoint, made a few tokens before the end of each prompt, so the
+    parent's last reply is processed again (0.65 of a 373-token prefix reused on Gemma 3
+    270M), and a restored file carries no checkpoint at all (0 reused on llama-server
+    b11434). Unless the server keeps a full cache (``--swa-full``: then nothing of this is
+    needed), the best it allows is a prefill: the fork's messages sent once into the slot
+    (``max_tokens`` 0: one token generated), which leaves a checkpoint where the fork's
+    prefix ends; the fork's first request then reuses it (0.99), and so does every later
+    fork of the same prefix on that slot (the prefill then costs a few tokens). Its cost is
+    in ``prefilled`` and ``prefill_ms`` (and the fork's ``Warmed`` record), never hidden.
+
     Args:
         pinned: the fork's requests all go to ``slot`` (a batch run keeps its slot): only
             that slot counts in step 1 (another slot holding the prefix is another run's).
+        prefill: prefill the slot found or restored (``None``: when the server's model has
+            a sliding window, ``Capabilities.n_swa`` > 0; with ``--swa-full`` it costs about
+            a token); never for a cold fork (a prefill would cost what the fork saves).
+        config: what the fork runs with (the template kwargs the prefill's prompt is
+            rendered with, as the fork's own requests are); ``None``: the defaults.
 
     Raises:
         SlotError: ``fork`` is no fork, or ``pinned`` without a ``slot``.
@@ -244,7 +269,8 @@ def warm_fork(
     held = client.holder(messages, [slot] if pinned and slot is not None else None)
     if held is not None:  # the fork's next request, which extends its messages, goes there
         client.note_slot(held, messages)
-        return WarmStart(how="slot", slot=held, session=fork.id)
+        found = WarmStart(how="slot", slot=held, session=fork.id)
+        return _prefilled(found, fork, client, prefill, config)
     turn = forked.turn if forked.point == "after_turn" else forked.turn - 1
     why = "no slot store (the server's --slot-save-path) was given"
     if store is not None and turn < 1:
@@ -253,11 +279,50 @@ def warm_fork(
         target = client.pick_slot(messages) if slot is None else slot
         try:
             restored = store.restore(client, forked.parent_session, turn, target, holds=messages)
-            return replace(restored, session=fork.id)
+            found = replace(restored, session=fork.id)
+            return _prefilled(found, fork, client, prefill, config)
         except (SlotError, OSError) as exc:
             why = str(exc)
     warnings.warn(f"{fork.id}: the fork runs cold: {why}", ColdFork, stacklevel=2)
     return WarmStart(how="cold", detail=why, session=fork.id)
+
+
+def _prefilled(
+    found: WarmStart,
+    fork: Session,
+    client: Client,
+    prefill: bool | None,
+    config: Config | None,
+) -> WarmStart:
+    """``found`` after the fork's prefix was sent once into its slot (see :func:`warm_fork`),
+    when ``prefill`` says so (``None``: a sliding-window model); a prefill that fails leaves
+    ``found`` as it was, with why in its ``detail`` (the fork's first request measures the
+    rest)."""
+    if prefill is None:
+        caps = client.capabilities()
+        prefill = bool(caps is not None and caps.n_swa)
+    if not prefill or found.slot is None:
+        return found
+    cfg = config or Config()
+    body: dict[str, Any] = {
+        "messages": fork.messages(),
+        "id_slot": found.slot,
+        "max_tokens": 0,  # llama.cpp: the prompt evaluated into the cache, one token sampled
+        "chat_template_kwargs": cfg.template_kwargs(),
+    }
+    if fork.baseline.tools:
+        body["tools"] = [dict(t) for t in fork.baseline.tools]
+    try:
+        done = client.chat_with_retry(body, lambda event: None)
+    except InferError as exc:
+        return replace(found, detail=f"the prefill of slot {found.slot} failed: {exc}")
+    timings = done.usage_record().timings
+    ms = timings.get("prompt_ms")
+    return replace(
+        found,
+        prefilled=_int(timings.get("prompt_n")),
+        prefill_ms=float(ms) if isinstance(ms, int | float) else None,
+    )
 
 
 def _act(client: Client, slot: int, action: str, name: str, *, holds: Any = None) -> dict[str, Any]:

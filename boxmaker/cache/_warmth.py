@@ -87,6 +87,7 @@ def fork_warmth(
             slot=None if start is None else start.slot,
             file=None if start is None else start.file,
             restored=None if start is None else start.tokens,
+            prefilled=None if start is None else start.prefilled,
             detail=detail,
         )
 
@@ -121,7 +122,8 @@ def _why(
     elif start.how == "restored":
         parts = [
             f"{start.file} was restored into slot {start.slot} ({start.tokens} tokens), but "
-            f"the server reused only {reused} of the {prefix}: a restore accepted and not used"
+            f"the server reused only {reused} of the {prefix}"
+            + (": a restore accepted and not used" if reused < prefix * COLD_SHARE else "")
         ]
     elif start.how == "slot":
         parts = [f"slot {start.slot} was expected to hold the parent's prefix"]
@@ -168,6 +170,8 @@ def describe_warmth(warmed: Warmed) -> str:
     figure = "reuse not measured"
     if share is not None and prefix is not None and reused is not None:
         figure = f"{min(reused, prefix)} of {prefix} prefix tokens reused ({share:.2f})"
+    if warmed.prefilled is not None:
+        figure += f", after a prefill that processed {warmed.prefilled} tokens"
     if warmed.how == "slot":
         head = f"slot {warmed.slot} held the parent's prefix"
     elif warmed.how == "restored":

@@ -57,14 +57,14 @@ def parse_settings(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def _warm(fork: Session, client: Client, store: SlotStore | None) -> WarmStart:
+def _warm(fork: Session, runtime: Runtime, client: Client, store: SlotStore | None) -> WarmStart:
     """Bring the parent's prompt cache to the fork's slot (:func:`boxmaker.cache.warm_fork`;
     a fresh process knows no slot's contents, so without ``store`` only the server itself
     can still hold it); a :class:`~boxmaker.cache.ColdFork` warning's reason is kept in the
     answer's ``detail``, not printed: the measured line says it after the turn."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ColdFork)
-        start = warm_fork(fork, client, store)
+        start = warm_fork(fork, client, store, config=runtime.config)
     for w in caught:
         if not issubclass(w.category, ColdFork):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -135,7 +135,7 @@ def _run(
     as ``--replay`` asks, its slot saved at the turn's end with a ``store``; print what the
     first request's cache reuse measured (:func:`cache_line`), the answer and how far the
     replay followed the parent; 0 on an answer, else 1."""
-    runtime.warm = start = _warm(fork, client, store)
+    runtime.warm = start = _warm(fork, runtime, client, store)
     replay = None if args.replay == "off" else Replay.of(fork, stop=args.replay == "stop")
     runtime.replay = replay
     saver = None if store is None else store.saver(fork, client)

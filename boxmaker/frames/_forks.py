@@ -34,6 +34,8 @@ FORK_COLUMNS: dict[str, str] = {
     "fork point's last completion, prompt and reply)",
     "warm_reused": "of it, the tokens the fork's first request reused (its cache_n)",
     "warm_share": "warm_reused / warm_prefix, at most 1 (warm at 0.9 or more)",
+    "warm_prefilled": "prompt tokens a prefill request processed before the fork's first "
+    "request (a sliding-window model's prefix sent once into the slot; <NA>: none)",
     "warm_detail": "why the fork was not warm (or warm though nothing was done for it)",
     "requests": "the fork's own completions (after the copy)",
     "prompt_tokens": "prompt tokens processed by its own completions (timings.prompt_n; "
@@ -79,6 +81,7 @@ def _warmth(own: list[dict[str, Any]]) -> dict[str, Any]:
         "warm_prefix": record.prefix,
         "warm_reused": record.reused,
         "warm_share": record.share,
+        "warm_prefilled": record.prefilled,
         "warm_detail": record.detail,
     }
 
@@ -137,7 +140,8 @@ def forks(source: Source) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=list(FORK_COLUMNS))
     for name in ("fork_turn", "edited_call", "first_difference", "replayed", "requests",
                  "prompt_tokens", "parent_requests", "parent_prompt_tokens", "limit_hits",
-                 "parent_limit_hits", "warm_prefix", "warm_reused"):  # fmt: skip
+                 "parent_limit_hits", "warm_prefix", "warm_reused",
+                 "warm_prefilled"):  # fmt: skip
         frame[name] = frame[name].astype("Int64")
     frame["warm_share"] = frame["warm_share"].astype("Float64")
     for name in ("session", "parent_session", "parent_path", "fork_point", "settings",

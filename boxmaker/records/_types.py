@@ -551,9 +551,11 @@ class Warmed:
     ``server`` only when ``reused >= 0.9 * prefix``). ``found`` is what
     ``boxmaker.cache.warm_fork`` did beforehand (``None``: it was not asked), ``slot`` the slot
     it sent the fork to, ``file`` the saved slot it restored and ``restored`` the tokens the
-    server said it restored. ``detail`` says why a fork is not warm (or was warm though
-    nothing was done for it), in words; ``""`` otherwise. A figure the server did not send is
-    ``None``.
+    server said it restored; ``prefilled`` the prompt tokens a prefill request processed
+    before the fork's first one (a sliding-window model: the prefix sent once into the slot,
+    ``None``: no prefill), a cost the fork's own ``reused`` does not show. ``detail`` says
+    why a fork is not warm (or was warm though nothing was done for it), in words; ``""``
+    otherwise. A figure the server did not send is ``None``.
     """
 
     how: WarmLabel
@@ -563,6 +565,7 @@ class Warmed:
     slot: int | None = None
     file: str | None = None
     restored: Tokens | None = None
+    prefilled: Tokens | None = None
     detail: str = ""
     time: datetime = field(default_factory=utc_now)
 

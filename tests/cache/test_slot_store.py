@@ -228,3 +228,28 @@ def test_a_saver_pinned_to_a_slot_saves_that_slot(server: FakeLlama, tmp_path: P
         runtime = Runtime(config=Config(), client=client, registry=Registry())
         run_turn(session, runtime, "One", SlotStore().saver(session, client, slot=1))
     assert server.slot_files == {f"{session.id}.turn-1.bin": 1}
+
+
+def test_a_prefill_sends_the_forks_prefix_once_into_the_slot_found(
+    server: FakeLlama, tmp_path: Path
+) -> None:
+    """On a sliding-window model the slot found is prefilled with the fork's messages
+    (``max_tokens`` 0, pinned to it), so a checkpoint ends where the fork begins; its cost is
+    kept. Not on a model without a sliding window (``None``: the server's ``n_swa``), never
+    for a cold fork."""
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    with client_of(server, SlotLeases(locks)) as client:
+        parent = parent_of(tmp_path, client, None)
+        fork = parent.fork(at=2)
+        sent = len(server.bodies)
+        start = warm_fork(fork, client)  # the fake's /props states no n_swa: no prefill
+        assert (start.how, start.prefilled, len(server.bodies)) == ("slot", None, sent)
+        start = warm_fork(fork, client, prefill=True)
+        assert (start.how, start.slot, start.prefilled, start.prefill_ms) == ("slot", 0, 10, 1.0)
+        (body,) = server.bodies[sent:]
+        assert (body["max_tokens"], body["id_slot"]) == (0, 0)
+        assert body["messages"] == fork.messages()
+    with client_of(server, SlotLeases(locks)) as fresh, pytest.warns(ColdFork):
+        assert warm_fork(fork, fresh, prefill=True).prefilled is None
+    assert len(server.bodies) == sent + 1
