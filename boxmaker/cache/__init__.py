@@ -19,6 +19,7 @@ from ._forensics import (
 )
 from ._outcome import (
     CAUSES,
+    REMEDIES,
     WINDOW_TOKENS,
     CacheOutcome,
     LossCause,
@@ -38,6 +39,7 @@ from ._warmth import COLD_SHARE, WARM_SHARE, describe_warmth, fork_prefix, fork_
 __all__ = [
     "CAUSES",
     "COLD_SHARE",
+    "REMEDIES",
     "WARM_SHARE",
     "WINDOW_TOKENS",
     "CacheForensics",
