@@ -34,7 +34,7 @@ from boxmaker.batch import (
     run_batch,
 )
 from boxmaker.batch import score_batch as score
-from boxmaker.batch._plan import RETRIED_OUTCOMES, log_state, read_manifest
+from boxmaker.batch._plan import RETRIED_OUTCOMES, expand, log_state, read_manifest
 from boxmaker.cli import main
 from boxmaker.demo import demo_registry
 from boxmaker.errors import ConfigError
@@ -684,3 +684,31 @@ def test_cli_batch_saves_each_runs_slot_at_its_turn_ends_on_a_url_server(
     assert server.saves == ["t.turn-1.bin", "t.turn-2.bin"]
     assert sorted(p.name for p in slots.iterdir()) == server.saves
     assert "slot folder" in capsys.readouterr().err
+
+
+def test_forks_of_one_parent_follow_each_other_on_the_slot_that_ran_its_prefix(
+    tmp_path: Path,
+) -> None:
+    """Cache affinity (issue 39 item 5): a worker takes first a run whose prefix (a fork
+    task's parent, or an earlier fork of it) last ran on its slot, then one whose prefix ran
+    nowhere yet, then any; the manifest says ``affinity: "slot"`` where it placed one so."""
+    from boxmaker.batch._plan import Manifest
+    from boxmaker.batch._runner import _Batch
+
+    llama = ForkLlama()
+    try:
+        parents = {name: _parent(tmp_path / name, llama.url) for name in ("a", "b")}
+    finally:
+        llama.close()
+    tasks = [ForkTask(id=f"{name}{i}", parent=parents[name], at=1).resolve()
+             for i in range(2) for name in ("a", "b")]  # fmt: skip
+    logs = tmp_path / "batch" / "logs"
+    logs.mkdir(parents=True)
+    book = Manifest(tmp_path / "batch")
+    batch = _Batch(expand(tasks), logs, book, 1, None, threading.Event())
+    taken = [batch.pop("u", slot) for slot in (0, 1, 1, 0)]
+    assert [s.task.id if s else None for s in taken] == ["a0", "b0", "b1", "a1"]
+    book.close()
+    lines = [json.loads(x) for x in (tmp_path / "batch" / "manifest.ndjson").read_text().split()]
+    running = {x["run"]: (x["slot"], x.get("affinity")) for x in lines if x["state"] == "running"}
+    assert running == {"a0": (0, None), "b0": (1, None), "b1": (1, "slot"), "a1": (0, "slot")}
