@@ -312,10 +312,13 @@ def classify_loss(
       or template than the one that served the session);
     - ``reused < agree``: the server reused less than the prompts share: ``truncated`` when
       the slot was full (``held_tokens >= n_ctx``: context shift), ``restore_cold`` after a
-      restore (``restored``), ``idle_slot_cleared`` when nothing at all was reused on a server
-      of several slots (the slot was emptied, not taken by another prompt, which shares at
-      least the template's first tokens; ``slept`` on a one-slot server, where no other slot
-      starts a task; ``n_slots`` unknown: not told apart from ``evicted``),
+      restore (``restored``) that served next to nothing (less than a tenth of what the
+      prompts share), ``idle_slot_cleared`` when nothing at all was reused on a server of
+      several slots and a model without a sliding window (``n_swa == 0``: the slot was
+      emptied, not taken by another prompt, which shares at least the template's first
+      tokens; ``slept`` on a one-slot server, where no other slot starts a task; the slots or
+      the window unknown, or a sliding window, where a prompt that shares less than its first
+      checkpoint is processed whole: not told apart, ``detail`` says so),
       ``checkpoint`` on a sliding-window model (``n_swa > 0``: a context checkpoint
       restored), else ``evicted`` (``detail`` says when a checkpoint could not be told
       apart: ``n_swa`` unknown);
@@ -342,12 +345,12 @@ def classify_loss(
             detail = f"the slot held {held_tokens} tokens of n_ctx {n_ctx}: context shift"
             return LossCause(position=position, cause="truncated", detail=detail, **windows)
         detail = f"the prompts agree on {agree} tokens, the server reused {reused}"
-        if restored:
+        if restored and reused * 10 < agree:  # next to nothing of the restored prompt
             detail += f": the restored slot was not used; {REMEDIES['restore_cold']}"
             return LossCause(position=position, cause="restore_cold", detail=detail, **windows)
-        if reused == 0 and n_slots is not None:
-            emptied = ": the slot held nothing at all (another prompt shares at least the "
-            emptied += "template's first tokens)"
+        emptied = ": the slot held nothing at all (another prompt shares at least the "
+        emptied += "template's first tokens)"
+        if reused == 0 and n_swa == 0 and n_slots is not None:
             if n_slots == 1:  # no other slot to start a task: a sleep, a restart
                 detail += f"{emptied}: the server slept or restarted; {REMEDIES['slept']}"
                 return LossCause(position=position, cause="slept", detail=detail, **windows)
@@ -358,6 +361,12 @@ def classify_loss(
             )
             return LossCause(position=position, cause="idle_slot_cleared", detail=detail,
                              **windows)  # fmt: skip
+        if reused == 0:  # a sliding window, or one not known: a reset cannot be told apart
+            detail += (
+                " (nothing reused: on a sliding-window model a prompt that shares less than its "
+                "first checkpoint with the slot is processed whole; the slot may also have been "
+                "emptied: cleared while idle, --cache-idle-slots, a sleep or a restart)"
+            )
         if n_swa:
             detail += (
                 f": a sliding-window model (n_swa {n_swa}) restored a context checkpoint "
