@@ -36,8 +36,8 @@ M`` and, for the shipped model, ``prefill_ratio R``: the restored fork's prompt 
 every label agrees; on Gemma 3 with ``prefill`` or ``swa-full``, slot and restored forks reuse
 at least 0.9.
 
-Run: ``python benchmarks/fork.py`` (``--models shipped,gemma3``, ``--tokens N``,
-``--threads N``).
+Run: ``python benchmarks/fork.py`` (``--models shipped,gemma3``, ``--gemma-settings
+checkpoint,prefill,swa-full``, ``--tokens N``, ``--threads N``).
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ def run_setup(setup: Setup, threads: int) -> list[Fork]:
             return forks
 
 
-def setups(models: list[str], tokens: int) -> list[Setup]:
+def setups(models: list[str], tokens: int, settings: list[str]) -> list[Setup]:
     out = []
     if "shipped" in models:
         out.append(
@@ -190,11 +190,16 @@ def setups(models: list[str], tokens: int) -> list[Setup]:
             print("gemma3: not fetched (python scripts/fetch_models.py gemma3): skipped")
         else:
             prompts = ("What is the capital of France?", "And of Spain?", "And of Italy?")
-            for name, server, prefill in (
-                ("checkpoint", {}, False),
-                ("prefill", {}, None),
-                ("swa-full", {"swa_full": True}, False),
-            ):
+            chosen = [
+                (name, server, prefill)
+                for name, server, prefill in (
+                    ("checkpoint", {}, False),
+                    ("prefill", {}, None),
+                    ("swa-full", {"swa_full": True}, False),
+                )
+                if name in settings
+            ]
+            for name, server, prefill in chosen:
                 out.append(
                     Setup(
                         name=f"gemma3 {name}",
@@ -215,10 +220,15 @@ def main() -> None:
     parser.add_argument("--models", default="shipped,gemma3", help="shipped, gemma3 (comma)")
     parser.add_argument("--tokens", type=int, default=3000, help="shipped: parent prompt, tokens")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads")
+    parser.add_argument(
+        "--gemma-settings",
+        default="checkpoint,prefill,swa-full",
+        help="gemma3's server settings to run (comma)",
+    )
     args = parser.parse_args()
     total = agree = 0
     ratio = None
-    for setup in setups(args.models.split(","), args.tokens):
+    for setup in setups(args.models.split(","), args.tokens, args.gemma_settings.split(",")):
         forks = run_setup(setup, args.threads)
         for f in forks:
             t = f.usage.timings
