@@ -15,10 +15,12 @@
   in ``--config``, the tools are those servers' (instead of the demo's), and calls the
   ``[approval]`` policy names wait for a y/n answer on the terminal.
 - ``boxmaker serve [MODEL.gguf] [--port N] [-c N] [-np N] [-t N] [--[no-]kv-unified]
-  [--cache-ram N] [--swa-full] [--ctx-checkpoints N] [--[no-]reasoning-preserve]``: serve a
-  model (default: the shipped one) on 127.0.0.1 until Ctrl-C, the flags named and defaulted
-  as llama-server's (:class:`boxmaker.server.EmbeddedServer`). Numbers out of
-  :data:`boxmaker.server.LIMITS` are refused as bad usage, before llama.cpp could abort.
+  [--cache-ram N] [--swa-full] [--ctx-checkpoints N] [--[no-]reasoning-preserve]
+  [--[no-]cache-idle-slots]``: serve a model (default: the shipped one) on 127.0.0.1 until
+  Ctrl-C, the flags named and defaulted as llama-server's but ``--no-cache-idle-slots``
+  (boxmaker pins each session's requests to its slot:
+  :class:`boxmaker.server.EmbeddedServer`). Numbers out of :data:`boxmaker.server.LIMITS` are
+  refused as bad usage, before llama.cpp could abort.
 - ``boxmaker report PATH... [--html FILE]``: usage, cache loss and limit hits of session logs.
 - ``boxmaker cassette show|check PATH...``: a cassette's transcript; check that every chat
   request extends the previous one.
@@ -93,6 +95,7 @@ def _serve(args: argparse.Namespace) -> int:
         ctx_checkpoints=args.ctx_checkpoints,
         reasoning_preserve=args.reasoning_preserve,
         slot_save_path=args.slot_save_path,
+        cache_idle_slots=args.cache_idle_slots,
     )
     with server:
         print(f"serving {server.model_path} at {server.url} (Ctrl-C stops)", flush=True)
@@ -556,6 +559,14 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="DIR",
         help="where POST /slots/{id}?action=save|restore keeps slots (warm forks); default off",
+    )
+    serve.add_argument(
+        "--cache-idle-slots",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="save idle slots to the RAM cache and clear them when another slot starts a task "
+        "(llama-server's default on; off here: a session's pinned requests then find their "
+        "slot as they left it)",
     )
     serve.set_defaults(run=_serve)
 
