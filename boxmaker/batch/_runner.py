@@ -155,6 +155,32 @@ class _Batch:
                     book.write(spec.id, "done", turns=state.turns_done, outcome=state.last_outcome)
             else:
                 self.queue.append(spec)
+        self._homes_from_parents_batches()
+
+    def _homes_from_parents_batches(self) -> None:
+        """Where each fork task's parent ran, when it ran in a batch (its log at
+        ``<batch>/logs/<run>.jsonl``): the server and slot of its last ``running`` line, the
+        first place to look for its prefix (a slot that may still hold it, a server whose
+        folder holds its saved slot). A parent's manifest that cannot be read is skipped: it
+        only orders the queue."""
+        read: dict[Path, dict[str, dict[str, Any]]] = {}
+        for spec in self.queue:
+            task = spec.task
+            if not isinstance(task, ForkTask):
+                continue
+            parent = Path(task.parent)
+            folder = parent.parent.parent
+            if parent.parent.name != "logs" or not (folder / "manifest.ndjson").is_file():
+                continue
+            if folder not in read:
+                try:
+                    read[folder] = read_manifest(folder)
+                except SessionError:
+                    read[folder] = {}
+            entry = read[folder].get(parent.stem, {})
+            server, slot = entry.get("server"), entry.get("slot")
+            if isinstance(server, str) and isinstance(slot, int):
+                self.home.setdefault(self._prefix(spec), (server.rstrip("/"), slot))
 
     def snapshot(self, finished: bool = False) -> BatchProgress:
         """The counters now."""

@@ -712,3 +712,30 @@ def test_forks_of_one_parent_follow_each_other_on_the_slot_that_ran_its_prefix(
     lines = [json.loads(x) for x in (tmp_path / "batch" / "manifest.ndjson").read_text().split()]
     running = {x["run"]: (x["slot"], x.get("affinity")) for x in lines if x["state"] == "running"}
     assert running == {"a0": (0, None), "b0": (1, None), "b1": (1, "slot"), "a1": (0, "slot")}
+
+
+def test_a_fork_goes_first_to_the_slot_its_parents_batch_ran_it_on(tmp_path: Path) -> None:
+    """A parent run in an earlier batch (its log under ``<batch>/logs``): its manifest says
+    the server and slot it ran on, where a fork of it looks first."""
+    from boxmaker.batch._plan import Manifest
+    from boxmaker.batch._runner import _Batch
+
+    llama = ForkLlama()
+    try:
+        parents = {name: _parent(tmp_path / name, llama.url) for name in ("a", "b")}
+    finally:
+        llama.close()
+    assert {read_manifest(p.parent.parent)[p.stem]["slot"] for p in parents.values()} == {0}
+    tasks = [ForkTask(id=f"{name}{i}", parent=parents[name], at=1).resolve()
+             for i in range(2) for name in ("a", "b")]  # fmt: skip
+    logs = tmp_path / "batch" / "logs"
+    logs.mkdir(parents=True)
+    book = Manifest(tmp_path / "batch")
+    batch = _Batch(expand(tasks), logs, book, 1, None, threading.Event())
+    url = llama.url.rstrip("/")
+    taken = [batch.pop(url, slot) for slot in (1, 0, 0, 1)]
+    assert [s.task.id if s else None for s in taken] == ["a0", "b0", "b1", "a1"]
+    book.close()
+    lines = [json.loads(x) for x in (tmp_path / "batch" / "manifest.ndjson").read_text().split()]
+    running = {x["run"]: (x["slot"], x.get("affinity")) for x in lines if x["state"] == "running"}
+    assert running == {"a0": (1, None), "b0": (0, "slot"), "b1": (0, "slot"), "a1": (1, "slot")}
