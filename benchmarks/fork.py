@@ -30,13 +30,21 @@ Models and settings (``--models``):
   ``swa-full`` (``--swa-full``, no prefill); the RAM prompt cache on (llama.cpp's 8 GiB), so
   the ``ram`` and ``cold`` forks show what it gives.
 
+``batch`` (in ``--models``): 16 forks of 4 parents over 2 embedded servers of 2 slots each
+(the shipped model, each server its own slot folder, no RAM cache): the parents run as one
+batch (their slots saved at turn ends), the forks as another (:func:`boxmaker.batch.run_batch`,
+four fork tasks per parent); cache affinity sends each fork first to the slot its parent ran
+on. Per fork: its label, the share of the prefix reused, and its prefill against a cold
+one's (``prompt_n / (cache_n + prompt_n)`` of its first request: the share of its prompt
+processed).
+
 One line per fork, then one summary line per model and setting, then ``forks N labels_agree
 M`` and, for the shipped model, ``prefill_ratio R``: the restored fork's prompt processing
 (its ``prompt_ms`` plus the restore's ``restore_ms``) over the cold fork's, as before. Goal:
 every label agrees; on Gemma 3 with ``prefill`` or ``swa-full``, slot and restored forks reuse
 at least 0.9.
 
-Run: ``python benchmarks/fork.py`` (``--models shipped,gemma3``, ``--gemma-settings
+Run: ``python benchmarks/fork.py`` (``--models shipped,gemma3,batch``, ``--gemma-settings
 checkpoint,prefill,swa-full``, ``--tokens N``, ``--threads N``).
 """
 
@@ -215,9 +223,51 @@ def setups(models: list[str], tokens: int, settings: list[str]) -> list[Setup]:
     return out
 
 
+def run_batch_forks(threads: int) -> list[tuple[str, Warmed, Usage]]:
+    """16 forks of 4 parents over 2 servers (see the module): each fork's ``Warmed`` record and
+    first ``Usage``."""
+    from boxmaker.batch import ForkTask, Task, run_batch
+
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        servers = []
+        for i in range(2):
+            folder = Path(tmp) / f"slots-{i}"
+            server = EmbeddedServer(
+                n_ctx=2 * 4096, n_parallel=2, n_threads=threads, cache_ram_mib=0,
+                slot_save_path=folder,
+            )  # fmt: skip
+            servers.append(stack.enter_context(server))
+        config = Config(sampling=SamplingConfig(max_tokens=32))
+        parents = [
+            Task(id=f"p{k}", messages=("Weather in Paris?",), system=system_prompt(1500, f"P{k}"))
+            for k in range(4)
+        ]
+        run_batch(parents, Path(tmp) / "parents", servers=servers, registry=Registry(),
+                  config=config)  # fmt: skip
+        logs = Path(tmp) / "parents" / "logs"
+        forks = [
+            ForkTask(id=f"p{k}-f{i}", parent=logs / f"p{k}.jsonl", at=1, messages=("And Oslo?",))
+            for i in range(4)
+            for k in range(4)
+        ]
+        run_batch(forks, Path(tmp) / "forks", servers=servers, registry=Registry(),
+                  config=config)  # fmt: skip
+        out = []
+        for task in forks:
+            with Session.open(Path(tmp) / "forks" / "logs" / f"{task.id}.jsonl") as fork:
+                records = fork.records
+            warmed = next(r for r in records if isinstance(r, Warmed))
+            usage = next(r for r in records[records.index(warmed) - 1 :: -1]
+                         if isinstance(r, Usage))  # fmt: skip
+            out.append((task.id, warmed, usage))
+        return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", default="shipped,gemma3", help="shipped, gemma3 (comma)")
+    parser.add_argument(
+        "--models", default="shipped,gemma3,batch", help="shipped, gemma3, batch (comma)"
+    )
     parser.add_argument("--tokens", type=int, default=3000, help="shipped: parent prompt, tokens")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads")
     parser.add_argument(
@@ -250,6 +300,19 @@ def main() -> None:
             restored = by["restored"]
             spent = restored.usage.timings.get("prompt_ms", 0.0) + (restored.start.restore_ms or 0)
             ratio = spent / cold_ms if cold_ms else float("nan")
+    if "batch" in args.models.split(","):
+        ratios = []
+        for run, warmed, usage in run_batch_forks(args.threads):
+            t = usage.timings
+            processed = t.get("prompt_n", 0) / max(1, t.get("cache_n", 0) + t.get("prompt_n", 0))
+            ratios.append(processed)
+            share = warmed.share
+            agrees = (warmed.how in WARM_LABELS) == (share is not None and share >= WARM_SHARE)
+            total, agree = total + 1, agree + agrees
+            print(f"batch {run:8} label {warmed.how:8} prefill {processed:.3f} agrees {agrees}: "
+                  f"{describe_warmth(warmed)}")  # fmt: skip
+        print(f"batch: {len(ratios)} forks, prefill ratio max {max(ratios):.3f} "
+              f"mean {sum(ratios) / len(ratios):.3f}")  # fmt: skip
     tail = f" prefill_ratio {ratio:.2f}" if ratio is not None else ""
     print(f"forks {total} labels_agree {agree}{tail}")
 
