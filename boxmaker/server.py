@@ -126,6 +126,14 @@ class EmbeddedServer:
             ``content``), ``"auto"``, ``"deepseek-legacy"``; ``None`` keeps the default.
         api_key: llama-server's ``--api-key`` (requests without it get HTTP 401); ``None``:
             none needed.
+        cache_idle_slots: llama-server's ``--cache-idle-slots`` (its default on, with
+            ``--cache-ram``): when a slot starts a task, every idle slot is saved to the RAM
+            prompt cache and, with a unified KV cache, cleared; a request pinned to the
+            cleared slot (boxmaker pins every request to its session's slot) is then not
+            reloaded from the RAM cache. Off here: measured on the embedded server's defaults
+            (4 slots, unified KV), two and four concurrent sessions lost their whole prompt at
+            every turn but the first with it on (0 of 544, then 0 of 605 reused), none with it
+            off. llama.cpp still clears an idle slot when the pool needs the room.
         slot_save_path: a folder for saved slots (llama-server's ``--slot-save-path``): with
             it, ``POST /slots/{id}?action=save|restore`` saves a slot's prompt cache to a file
             there and brings it back (:class:`boxmaker.cache.SlotStore`); ``None``: the server
@@ -163,6 +171,7 @@ class EmbeddedServer:
         ctx_checkpoints: int | None = None,
         reasoning_preserve: bool = True,
         slot_save_path: str | os.PathLike[str] | None = None,
+        cache_idle_slots: bool = False,
     ) -> None:
         if reasoning_format is not None and reasoning_format not in REASONING_FORMATS:
             raise ServerError(
@@ -189,6 +198,7 @@ class EmbeddedServer:
         self.swa_full = swa_full
         self.ctx_checkpoints = ctx_checkpoints
         self.reasoning_preserve = reasoning_preserve
+        self.cache_idle_slots = cache_idle_slots
         self.slot_save_path = None if slot_save_path is None else Path(slot_save_path)
         self.n_threads = n_threads
         self.port = port
@@ -213,6 +223,7 @@ class EmbeddedServer:
         params.kv_unified = self.kv_unified
         params.cache_ram_mib = self.cache_ram_mib
         params.swa_full = self.swa_full
+        params.cache_idle_slots = self.cache_idle_slots
         if self.ctx_checkpoints is not None:
             params.n_ctx_checkpoints = self.ctx_checkpoints
         # llama-server's --[no-]reasoning-preserve lands in the template's default kwargs

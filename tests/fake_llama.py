@@ -24,7 +24,9 @@ A ``GET`` (``/health``) is answered ``{"status": "ok"}`` and takes no item of th
 none either; nor does a ``POST /slots/{id}?action=...``: answered as llama-server without
 ``--slot-save-path`` does (HTTP 501 ``not_supported_error``), or, with
 :attr:`FakeLlama.slot_files` set (a dict), as one with it (save keeps the name, restore of a
-name not saved is HTTP 400, an invalid name HTTP 400 ``Invalid filename``).
+name not saved is HTTP 400, an invalid name HTTP 400 ``Invalid filename``); with
+:attr:`FakeLlama.slot_folder` set too, a save also writes the file there (the server's
+``--slot-save-path`` on this machine).
 
 Example::
 
@@ -42,6 +44,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 
 from boxmaker.testing import (
@@ -130,6 +133,7 @@ class FakeLlama(Script):
         super().__init__(script)
         self.requests: list[bytes] = []
         self.slot_files: dict[str, int] | None = None  # name -> slot; None: no slot saving
+        self.slot_folder: Path | None = None  # where a save writes its file (None: nowhere)
         self.paths: dict[str, Raw] = {}  # a path (GET or POST) answered by these steps
         self.connections = 0
         self.disconnected = threading.Event()
@@ -286,6 +290,8 @@ class FakeLlama(Script):
                                       "type": "invalid_request_error"})  # fmt: skip
         if action == "save":
             self.slot_files[name] = slot
+            if self.slot_folder is not None:
+                (self.slot_folder / name).write_bytes(b"slot %d" % slot)
             return _json_answer(200, {"id_slot": slot, "filename": name, "n_saved": 40,
                                       "n_written": 4000, "timings": {"save_ms": 0.5}})  # fmt: skip
         if name not in self.slot_files:

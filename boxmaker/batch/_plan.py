@@ -576,9 +576,10 @@ class Manifest:
     ``{"time", "run", "state", ...}``. States: ``planned`` (with ``task``, ``settings``,
     ``messages``, ``target`` when the task has one, and for a :class:`ForkTask` ``fork``:
     ``{"parent", "at", "rerun", "replay"}``), ``running`` (``server``, ``slot``,
-    ``attempt``), ``retry`` (``reason``), ``done`` (``turns``, ``outcome``; a fork's
-    ``turns`` are its own, and the line of the attempt that started the fork adds ``warm`` and
-    ``warm_detail``), ``failed``
+    ``attempt``; ``affinity: "slot"`` when the run was placed on the slot that ran its
+    prefix: its fork task's parent, or an earlier fork of it), ``retry`` (``reason``),
+    ``done`` (``turns``, ``outcome``; a fork's ``turns`` are its own, and the line of the
+    attempt that started the fork adds ``warm`` and ``warm_detail``, measured), ``failed``
     (``reason``: also a run whose log cannot be read, which the others do not wait for),
     ``interrupted``; a
     ``server_down`` line names a server (``server``, ``reason``) instead of a run. Lines are

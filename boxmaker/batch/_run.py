@@ -13,8 +13,11 @@ A run of a :class:`~boxmaker.batch._plan.ForkTask` makes its log by forking the 
 overrides recorded in its ``Forked`` record) and, before the fork's first request, finds the
 parent's prompt cache for the run's own slot (:func:`boxmaker.cache.warm_fork` pinned to it:
 the slot holds the prefix, else the parent's saved slot is restored into it, else the fork
-runs cold and the manifest says why); the parent's tool results are replayed as the task's
-``replay`` says (:class:`boxmaker.turn.Replay`, which goes on where a resumed fork left off).
+runs cold), and the manifest says what its first request measured (the fork's ``Warmed``
+record: the share of the parent's prefix reused); the parent's tool results are replayed as
+the task's ``replay`` says (:class:`boxmaker.turn.Replay`, which goes on where a resumed fork
+left off). With a local slot folder (the server's ``--slot-save-path`` on this machine) every
+run's slot is saved at each of its turn ends, so a later fork of it can be restored.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from pathlib import Path
 
 import httpx
 
-from ..cache import ColdFork, SlotStore, warm_fork
+from ..cache import ColdFork, SlotStore, WarmStart, describe_warmth, warm_fork
 from ..client import ChatClient, Client
 from ..config import Config, SlotsConfig
 from ..errors import (
@@ -42,7 +45,7 @@ from ..errors import (
     TurnNotAnswered,
 )
 from ..events import Hook, TurnEvent
-from ..records import Baseline, Record, Usage
+from ..records import Baseline, Record, Usage, Warmed
 from ..session import Session
 from ..tools import Registry
 from ..turn import Replay, Runtime, run_turn
@@ -129,10 +132,12 @@ class RunOutcome:
         outcome: the last ``TurnEnd`` outcome (``None``: none yet).
         reason: why it failed ("" otherwise).
         tokens: tokens generated in this attempt (``predicted_n``).
-        warm: a fork's attempt that made the fork: how its first request finds the parent's
-            prompt cache (``slot``, ``restored``, ``cold``; :class:`~boxmaker.cache.WarmStart`);
+        warm: a fork's attempt that made the fork: how warm its first request found the
+            parent's prefix, measured (its ``Warmed`` record's label: ``slot``, ``restored``,
+            ``server``, ``partial``, ``cold``; ``unknown`` when no completion came);
             ``None`` otherwise.
-        warm_detail: why it runs cold, or what was restored ("" otherwise).
+        warm_detail: the measured reuse in words (:func:`boxmaker.cache.describe_warmth`:
+            tokens reused of the prefix, the share, why it was not warm).
     """
 
     state: str
@@ -200,22 +205,33 @@ def _open_fork(path: Path, spec: RunSpec, task: ForkTask, state: LogState) -> Se
         )
 
 
-def _warm(session: Session, client: ChatClient, slot: int, store: SlotStore | None) -> RunOutcome:
+def _warm(
+    session: Session, client: ChatClient, slot: int, store: SlotStore | None, config: Config
+) -> WarmStart:
     """Find the parent's prompt cache for the fork's first request on the run's own ``slot``
-    (:func:`~boxmaker.cache.warm_fork` pinned to it); returns the ``warm`` fields of the run's
-    outcome (a :class:`~boxmaker.cache.ColdFork` warning's reason becomes ``warm_detail``)."""
+    (:func:`~boxmaker.cache.warm_fork` pinned to it; a :class:`~boxmaker.cache.ColdFork`
+    warning's reason is kept in the answer's ``detail``); what the request then reused is
+    measured by the loop (the fork's ``Warmed`` record, :func:`_measured`)."""
     if not isinstance(client, Client):
-        return RunOutcome("done", warm="cold", warm_detail="the client knows no slots")
+        return WarmStart(how="cold", detail="the client knows no slots", session=session.id)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ColdFork)
-        start = warm_fork(session, client, store, slot=slot, pinned=True)
+        start = warm_fork(session, client, store, slot=slot, pinned=True, config=config)
     for w in caught:
         if not issubclass(w.category, ColdFork):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    detail = start.detail
-    if start.how == "restored":
-        detail = f"{start.file} restored into slot {slot} ({start.tokens} tokens)"
-    return RunOutcome("done", warm=start.how, warm_detail=detail)
+    return start
+
+
+def _measured(session: Session, start: WarmStart) -> tuple[str, str]:
+    """The manifest's ``warm`` and ``warm_detail`` of the attempt that made a fork: its
+    ``Warmed`` record's label and line; ``unknown`` with what was tried when no completion
+    came."""
+    warmed = next((r for r in session.records if isinstance(r, Warmed)), None)
+    if warmed is not None:
+        return warmed.how, describe_warmth(warmed)
+    tried = start.detail or f"{start.how} (slot {start.slot}, {start.file or 'no file'})"
+    return "unknown", f"not measured (no completion): {tried}"
 
 
 def run_one(
@@ -274,25 +290,30 @@ def run_one(
     except SessionError as exc:
         return RunOutcome("failed", reason=str(exc))
     result = RunOutcome("done")
-    replay = None
+    replay = start = None
     task = spec.task
     try:
         if isinstance(task, ForkTask):
             forked = session.forked
             if forked is not None and len(session.records) == forked.record:  # no own record
-                result = _warm(session, client, slot, store)
+                start = _warm(session, client, slot, store, config)
             if task.replay != "off":
                 replay = Replay.of(session, stop=task.replay == "stop")
     except SessionError as exc:
         session.close()
         return RunOutcome("failed", reason=str(exc))
-    runtime = Runtime(config=config, client=client, registry=registry, replay=replay)
+    runtime = Runtime(config=config, client=client, registry=registry, replay=replay, warm=start)
     tokens = 0
+    saver = None  # a local slot folder: the run's slot saved at its turn ends
+    if store is not None and store.folder is not None and isinstance(client, Client):
+        saver = store.saver(session, client, slot=slot)
 
     def hook(event: TurnEvent | Record) -> None:
         nonlocal tokens
         if isinstance(event, Usage):
             tokens += int(event.timings.get("predicted_n", 0))
+        if saver is not None:
+            saver(event)
         if on_event is not None:
             on_event(event)
 
@@ -318,6 +339,9 @@ def run_one(
     except SessionError as exc:
         result = dataclasses.replace(result, state="failed", reason=str(exc))
     finally:
+        if start is not None:
+            warm, detail = _measured(session, start)
+            result = dataclasses.replace(result, warm=warm, warm_detail=detail)
         session.close()
     final = log_state(path)
     return dataclasses.replace(

@@ -53,6 +53,7 @@ How it runs:
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import threading
 import time
@@ -133,6 +134,9 @@ class _Batch:
         self.running, self.done, self.skipped, self.tokens = 0, 0, 0, 0
         self.slots_of: dict[str, int] = {}
         self.failures: list[tuple[str, str]] = []
+        self.home: dict[str, tuple[str, int]] = {}  # a prefix (its log) -> the slot it ran on
+        self.resolved: dict[str, str] = {}  # a fork task's parent as given -> resolved
+        self.logs_root = logs_dir.resolve()
         known = read_manifest(book.path.parent) if book.path.stat().st_size else {}
         for spec in runs:
             if spec.id not in known:
@@ -151,6 +155,32 @@ class _Batch:
                     book.write(spec.id, "done", turns=state.turns_done, outcome=state.last_outcome)
             else:
                 self.queue.append(spec)
+        self._homes_from_parents_batches()
+
+    def _homes_from_parents_batches(self) -> None:
+        """Where each fork task's parent ran, when it ran in a batch (its log at
+        ``<batch>/logs/<run>.jsonl``): the server and slot of its last ``running`` line, the
+        first place to look for its prefix (a slot that may still hold it, a server whose
+        folder holds its saved slot). A parent's manifest that cannot be read is skipped: it
+        only orders the queue."""
+        read: dict[Path, dict[str, dict[str, Any]]] = {}
+        for spec in self.queue:
+            task = spec.task
+            if not isinstance(task, ForkTask):
+                continue
+            parent = Path(task.parent)
+            folder = parent.parent.parent
+            if parent.parent.name != "logs" or not (folder / "manifest.ndjson").is_file():
+                continue
+            if folder not in read:
+                try:
+                    read[folder] = read_manifest(folder)
+                except SessionError:
+                    read[folder] = {}
+            entry = read[folder].get(parent.stem, {})
+            server, slot = entry.get("server"), entry.get("slot")
+            if isinstance(server, str) and isinstance(slot, int):
+                self.home.setdefault(self._prefix(spec), (server.rstrip("/"), slot))
 
     def snapshot(self, finished: bool = False) -> BatchProgress:
         """The counters now."""
@@ -176,17 +206,51 @@ class _Batch:
             self.on_progress(self.snapshot(finished))
 
     def pop(self, url: str, slot: int) -> RunSpec | None:
-        """The next run for ``url``'s ``slot`` (marked running), or ``None`` when none waits."""
+        """The next run for ``url``'s ``slot`` (marked running), or ``None`` when none waits.
+
+        Cache affinity: a run whose prefix (a fork task's parent, or a run's own log when it
+        continues) last ran on this slot comes first, then a run whose prefix ran nowhere in
+        this batch yet, then any: forks of one parent follow each other on one slot, where its
+        prefix stays warm. The manifest's ``running`` line says ``affinity: "slot"`` for a
+        run placed on the slot that held its prefix."""
         with self.cond:
             if self.stop.is_set() or url in self.down or not self.queue:
                 return None
-            spec = self.queue.popleft()
+            here = (url, slot)
+            window = itertools.islice(self.queue, AFFINITY_WINDOW)
+            homes = [self.home.get(self._prefix(spec)) for spec in window]
+            at = next((i for i, h in enumerate(homes) if h == here), None)
+            if at is None:
+                at = next((i for i, h in enumerate(homes) if h is None), 0)
+            spec = self.queue[at]
+            del self.queue[at]
+            affinity = {"affinity": "slot"} if homes[at] == here else {}
+            self.home[self._prefix(spec)] = self.home[self._own(spec)] = here
             self.running += 1
             self.book.write(
-                spec.id, "running", server=url, slot=slot, attempt=self.tries.get(spec.id, 0) + 1
+                spec.id,
+                "running",
+                server=url,
+                slot=slot,
+                attempt=self.tries.get(spec.id, 0) + 1,
+                **affinity,
             )
         self.notify()
         return spec
+
+    def _prefix(self, spec: RunSpec) -> str:
+        """The log whose prefix ``spec``'s first request extends: a fork task's parent, else
+        the run's own log (resolved once per task)."""
+        task = spec.task
+        if isinstance(task, ForkTask):
+            key = self.resolved.get(str(task.parent))
+            if key is None:
+                key = self.resolved[str(task.parent)] = str(Path(task.parent).resolve())
+            return key
+        return self._own(spec)
+
+    def _own(self, spec: RunSpec) -> str:
+        return str(self.logs_root / f"{spec.id}.jsonl")
 
     def take(self, url: str, slot: int) -> RunSpec | None:
         """Like :meth:`pop`, but waits while runs are in flight (they may come back)."""
@@ -262,6 +326,10 @@ def _planned(spec: RunSpec) -> dict[str, Any]:
         parent = str(Path(task.parent).resolve())
         line["fork"] = {"parent": parent, "at": task.at, "rerun": task.rerun, "replay": task.replay}
     return line
+
+
+AFFINITY_WINDOW = 256
+"""Queued runs :meth:`_Batch.pop` looks through for one whose prefix ran on the asking slot."""
 
 
 def _run_threads(

@@ -4,7 +4,8 @@ happened, in the model's tokens, through the server's ``/apply-template`` and ``
 asked through the client's side requests); saved slots (``SlotStore``: a session's slot
 saved at a turn's end, by session and turn) and ``warm_fork``: a fork's first request served
 from its parent's prompt cache (a slot that holds it, else the saved slot restored, else cold
-with a ``ColdFork`` warning).
+with a ``ColdFork`` warning); a fork's warmth measured at its first completion
+(``fork_warmth``: the share of its parent's prefix reused, and the label that follows).
 """
 
 from .._public import publish
@@ -18,6 +19,7 @@ from ._forensics import (
 )
 from ._outcome import (
     CAUSES,
+    REMEDIES,
     WINDOW_TOKENS,
     CacheOutcome,
     LossCause,
@@ -32,9 +34,13 @@ from ._outcome import (
     window,
 )
 from ._slot_store import ColdFork, SlotFile, SlotStore, WarmStart, warm_fork
+from ._warmth import COLD_SHARE, WARM_SHARE, describe_warmth, fork_prefix, fork_warmth
 
 __all__ = [
     "CAUSES",
+    "COLD_SHARE",
+    "REMEDIES",
+    "WARM_SHARE",
     "WINDOW_TOKENS",
     "CacheForensics",
     "CacheOutcome",
@@ -50,9 +56,12 @@ __all__ = [
     "cache_loss",
     "cache_outcome",
     "classify_loss",
+    "describe_warmth",
     "explain_log",
     "explain_loss",
     "first_divergence",
+    "fork_prefix",
+    "fork_warmth",
     "held_tokens",
     "history_change",
     "reprocessed",

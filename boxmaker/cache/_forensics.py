@@ -43,7 +43,7 @@ import httpx
 from ..client import ChatClient, Client, ServerJson, capabilities_of, refused
 from ..config import ClientConfig, Config
 from ..errors import BoxmakerError, InferError
-from ..records import Assistant, Baseline, CacheLoss, Capabilities, Record, Usage
+from ..records import Assistant, Baseline, CacheLoss, Capabilities, Record, Usage, Warmed
 from ..session import Session, message_of, messages
 from ._outcome import (
     LossCause,
@@ -220,6 +220,8 @@ def explain_loss(
     expected: int,
     reused: int,
     held_tokens: int | None = None,
+    recorded: Capabilities | None = None,
+    restored: bool = False,
 ) -> LossCause:
     """Where and why the cache was lost between two requests (at most :data:`MAX_REQUESTS`).
 
@@ -230,6 +232,10 @@ def explain_loss(
         expected: previous ``cache_n + prompt_n`` (tokens); ``reused``: new ``cache_n``.
         held_tokens: the slot's tokens after the earlier completion (``cache_n + prompt_n +
             predicted_n``), to tell a context shift.
+        recorded: the session's ``Capabilities`` record (its ``model``, to tell a model
+            swapped since: ``model_swapped``).
+        restored: the new request is a fork's first after its parent's slot was restored
+            (``restore_cold`` when it was not used).
 
     Raises:
         BoxmakerError: a request failed or was answered in an unexpected shape.
@@ -244,7 +250,8 @@ def explain_loss(
     generated = server.tokenize(generated_text, add_special=False)
     new_prompt = server.tokenize(new_text, add_special=True)
     edited = history_change(old.messages, old.tools, new.messages, new.tools)
-    caps = server.props() if reused < min(expected, len(new_prompt)) else None
+    odd = recorded is not None and len(old_prompt) != expected  # another model now?
+    caps = server.props() if odd or reused < min(expected, len(new_prompt)) else None
     found = classify_loss(
         expected=expected,
         reused=reused,
@@ -255,6 +262,9 @@ def explain_loss(
         held_tokens=held_tokens,
         n_ctx=caps.n_ctx if caps else None,
         n_swa=caps.n_swa if caps else None,
+        n_slots=caps.slots if caps else None,
+        swapped=_swapped(recorded, caps),
+        restored=restored,
     )
     if not rebuilt:
         note += "; the rendered reply does not extend the old prompt: generated part left out"
@@ -267,6 +277,34 @@ def explain_loss(
         new_window=found.new_window,
         detail=found.detail + note,
     )
+
+
+def _swapped(recorded: Capabilities | None, now: Capabilities | None) -> str | None:
+    """The model change between a session's ``Capabilities`` record and ``GET /props`` now,
+    in words; ``None`` when either does not name a model, or both name the same."""
+    if recorded is None or now is None or not recorded.model or not now.model:
+        return None
+    if recorded.model == now.model:
+        return None
+    return f"the session ran on {recorded.model}, the server now serves {now.model}"
+
+
+def _recorded(records: Sequence[Record]) -> Capabilities | None:
+    """The session's latest ``Capabilities`` record in ``records`` (``None``: none)."""
+    return next((r for r in reversed(records) if isinstance(r, Capabilities)), None)
+
+
+def _after_restore(session: Session, runs: object) -> bool:
+    """The completion about to be recorded is a fork's first, after
+    :func:`boxmaker.cache.warm_fork` restored its parent's slot (``runs.warm``: the
+    loop's :class:`~boxmaker.turn.Runtime`)."""
+    warm, forked = getattr(runs, "warm", None), session.forked
+    if forked is None or getattr(warm, "how", None) != "restored":
+        return False
+    if getattr(warm, "session", "") not in ("", session.id):
+        return False
+    own = session.records[forked.record :]
+    return not any(isinstance(r, Usage) for r in own)
 
 
 def _loss(loss: CacheLoss, found: LossCause | None, detail: str | None) -> CacheLoss:
@@ -364,6 +402,8 @@ class CacheForensics:
                 expected=expected,
                 reused=reused,
                 held_tokens=held_tokens(earlier.timings),
+                recorded=_recorded(session.records),
+                restored=_after_restore(session, runtime),
             )
         except InferError as exc:
             if refused(exc):  # inside a cassette: no side request is sent
@@ -507,6 +547,7 @@ def _explain_at(
         return failed("no assistant record before the usage")
     earlier = records[usages[-2]]
     held = held_tokens(earlier.timings) if isinstance(earlier, Usage) else None
+    after = records[at + 1] if at + 1 < len(records) else None  # a fork's first: its Warmed
     try:
         found = explain_loss(
             server,
@@ -516,6 +557,8 @@ def _explain_at(
             expected=loss.expected,
             reused=loss.reused,
             held_tokens=held,
+            recorded=_recorded(records[:at]),
+            restored=isinstance(after, Warmed) and after.found == "restored",
         )
     except BoxmakerError as exc:
         if isinstance(exc.__cause__, httpx.TransportError):

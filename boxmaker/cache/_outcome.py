@@ -22,6 +22,7 @@ from ..records import CacheLoss, Usage
 
 __all__ = [
     "CAUSES",
+    "REMEDIES",
     "WINDOW_TOKENS",
     "CacheOutcome",
     "LossCause",
@@ -104,12 +105,43 @@ CAUSES: tuple[str, ...] = (
     "checkpoint",
     "truncated",
     "unknown",
+    "idle_slot_cleared",
+    "restore_cold",
+    "slept",
+    "model_swapped",
 )
-"""Why a cache reuse fell short, as :func:`classify_loss` says it. ``checkpoint``: a
-sliding-window (or hybrid) model cannot reuse part of a slot's cache, so llama.cpp restores a
-context checkpoint from before and re-processes the rest (remedy: llama-server's
-``--swa-full``, :class:`boxmaker.server.EmbeddedServer` ``swa_full=True``; or checkpoint
-settings such as ``--ctx-checkpoints``)."""
+"""Why a cache reuse fell short, as :func:`classify_loss` says it (each with its remedy in
+:data:`REMEDIES`). ``checkpoint``: a sliding-window (or hybrid) model cannot reuse part of a
+slot's cache, so llama.cpp restores a context checkpoint from before and re-processes the rest.
+``idle_slot_cleared``: the slot held nothing at all (not even the template's first tokens) on
+a server of several slots: llama-server saves an idle slot to its RAM cache and clears it when
+another slot starts a task (``--cache-idle-slots``, on by default with a unified KV cache),
+and a request pinned to the emptied slot (``id_slot``) is not reloaded from the RAM cache.
+``slept``: the same on a one-slot server: it slept (``--sleep-idle-seconds``, the model
+unloaded) or restarted. ``restore_cold``: the fork's first request after its parent's slot
+was restored reused less than the restored prompt: the server accepted the restore and did not
+use it. ``model_swapped``: ``GET /props`` names another model than the session's
+``Capabilities`` record (a router, llama-swap, a restart with another model)."""
+
+REMEDIES: dict[str, str] = {
+    "history_rewritten": 'history.reasoning = "keep" where the template supports it',
+    "history_edited": "append to the history, do not edit it",
+    "evicted": "one slot per session (slots.main), more slots (--parallel)",
+    "checkpoint": "llama-server --swa-full (EmbeddedServer(swa_full=True)); a fork: "
+    "warm_fork's prefill",
+    "truncated": "a larger n_ctx",
+    "unknown": "explain the log with the server that made it",
+    "idle_slot_cleared": "llama-server --no-cache-idle-slots (or --no-kv-unified): idle slots "
+    "are then kept, and boxmaker's pinned requests find their slot as they left it",
+    "restore_cold": "a sliding-window or hybrid model's slot file holds no context "
+    "checkpoints (ggml-org/llama.cpp#25913): llama-server --swa-full, or warm_fork's prefill; "
+    "a dense model: a build where a restore is used (ggml-org/llama.cpp#26676)",
+    "slept": "a longer --sleep-idle-seconds (or none), and --slot-save-path with slots saved at "
+    "turn ends, to restore them",
+    "model_swapped": "one model per server, or a router that keeps the session's model loaded "
+    "(llama-swap's ttl, llama-server --models-max)",
+}
+"""What avoids each of :data:`CAUSES`, in words (a server flag or a client setting)."""
 
 
 def held_tokens(timings: Mapping[str, float]) -> int | None:
@@ -248,6 +280,9 @@ def classify_loss(
     held_tokens: int | None = None,
     n_ctx: int | None = None,
     n_swa: int | None = None,
+    n_slots: int | None = None,
+    swapped: str | None = None,
+    restored: bool = False,
 ) -> LossCause:
     """Say where and why a cache reuse fell short, from the server's own tokens.
 
@@ -265,16 +300,28 @@ def classify_loss(
         n_ctx: the slot's context size (tokens), ``None`` if unknown.
         n_swa: the model's sliding-window size (tokens; ``0``: none), ``None`` if the server
             does not say.
+        n_slots: the server's slots (``total_slots``), ``None`` if it does not say.
+        swapped: the model change between the session's ``Capabilities`` record and the
+            server now, in words (``None``: the same model, or not known).
+        restored: the new request is a fork's first after its parent's slot was restored.
 
     The slot held ``old_prompt + generated``; ``position`` is the first token where that and
     the new prompt differ. The prompts agree up to ``agree = min(position, expected)``:
-
+    - the server's model is not the session's (``swapped``): ``model_swapped``;
     - the re-rendered old prompt is not ``expected`` tokens long: ``unknown`` (another model
       or template than the one that served the session);
     - ``reused < agree``: the server reused less than the prompts share: ``truncated`` when
-      the slot was full (``held_tokens >= n_ctx``: context shift), ``checkpoint`` on a
-      sliding-window model (``n_swa > 0``: a context checkpoint restored), else ``evicted``
-      (``detail`` says when a checkpoint could not be told apart: ``n_swa`` unknown);
+      the slot was full (``held_tokens >= n_ctx``: context shift), ``restore_cold`` after a
+      restore (``restored``) that served next to nothing (less than a tenth of what the
+      prompts share), ``idle_slot_cleared`` when nothing at all was reused on a server of
+      several slots and a model without a sliding window (``n_swa == 0``: the slot was
+      emptied, not taken by another prompt, which shares at least the template's first
+      tokens; ``slept`` on a one-slot server, where no other slot starts a task; the slots or
+      the window unknown, or a sliding window, where a prompt that shares less than its first
+      checkpoint is processed whole: not told apart, ``detail`` says so),
+      ``checkpoint`` on a sliding-window model (``n_swa > 0``: a context checkpoint
+      restored), else ``evicted`` (``detail`` says when a checkpoint could not be told
+      apart: ``n_swa`` unknown);
     - otherwise the new prompt differs inside the old one: ``history_edited`` when the client
       changed the history (``edited``), else ``history_rewritten`` (the template rendered the
       same messages differently, e.g. dropped an earlier reasoning).
@@ -283,6 +330,9 @@ def classify_loss(
     position = first_divergence(held.ids, new_prompt.ids)
     windows = {"old_window": window(held, position), "new_window": window(new_prompt, position)}
     agree = min(position, expected)
+    if swapped is not None:
+        detail = f"the server's model changed: {swapped}; {REMEDIES['model_swapped']}"
+        return LossCause(position=position, cause="model_swapped", detail=detail, **windows)
     if len(old_prompt) != expected:
         detail = (
             f"the old prompt re-renders to {len(old_prompt)} tokens, the server counted "
@@ -295,6 +345,28 @@ def classify_loss(
             detail = f"the slot held {held_tokens} tokens of n_ctx {n_ctx}: context shift"
             return LossCause(position=position, cause="truncated", detail=detail, **windows)
         detail = f"the prompts agree on {agree} tokens, the server reused {reused}"
+        if restored and reused * 10 < agree:  # next to nothing of the restored prompt
+            detail += f": the restored slot was not used; {REMEDIES['restore_cold']}"
+            return LossCause(position=position, cause="restore_cold", detail=detail, **windows)
+        emptied = ": the slot held nothing at all (another prompt shares at least the "
+        emptied += "template's first tokens)"
+        if reused == 0 and n_swa == 0 and n_slots is not None:
+            if n_slots == 1:  # no other slot to start a task: a sleep, a restart
+                detail += f"{emptied}: the server slept or restarted; {REMEDIES['slept']}"
+                return LossCause(position=position, cause="slept", detail=detail, **windows)
+            detail += (
+                f"{emptied}: cleared while idle when another slot started a task "
+                "(llama-server's --cache-idle-slots; or the server slept or restarted); "
+                + REMEDIES["idle_slot_cleared"]
+            )
+            return LossCause(position=position, cause="idle_slot_cleared", detail=detail,
+                             **windows)  # fmt: skip
+        if reused == 0:  # a sliding window, or one not known: a reset cannot be told apart
+            detail += (
+                " (nothing reused: on a sliding-window model a prompt that shares less than its "
+                "first checkpoint with the slot is processed whole; the slot may also have been "
+                "emptied: cleared while idle, --cache-idle-slots, a sleep or a restart)"
+            )
         if n_swa:
             detail += (
                 f": a sliding-window model (n_swa {n_swa}) restored a context checkpoint "

@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,7 +20,17 @@ from ..view import terminal_safe
 if TYPE_CHECKING:
     from ..score import Scorer
 
-__all__ = ["run_batch_command", "run_compare", "run_score"]
+__all__ = ["SavingServer", "run_batch_command", "run_compare", "run_score"]
+
+
+@dataclass(frozen=True)
+class SavingServer:
+    """A llama-server at ``url`` that saves slots in ``slot_save_path`` (its
+    ``--slot-save-path``, a folder on this machine): the batch saves every run's slot there
+    at its turn ends and restores a fork's parent's from it."""
+
+    url: str
+    slot_save_path: Path
 
 
 def run_batch_command(args: argparse.Namespace) -> int:
@@ -40,6 +51,8 @@ def run_batch_command(args: argparse.Namespace) -> int:
         print("boxmaker batch: give --url URL (one or more) or --embedded", file=sys.stderr)
         return 2
     tasks = load_tasks(args.tasks)  # a bad file is said before a server starts or tools load
+    if args.slot_save_path is not None:  # the URL servers save slots there, on this machine
+        servers = [SavingServer(str(url), Path(args.slot_save_path)) for url in servers]
     progress = TerminalProgress()
     if not pending(tasks, args.dir, grid):  # a finished batch, resumed: no server to start
         print(f"batch {args.dir}: every run is done already; nothing to run")
@@ -88,8 +101,9 @@ def run_batch_command(args: argparse.Namespace) -> int:
 
 
 def _say_warm(batch_dir: str) -> None:
-    """For a batch of forks: how their first requests found the parent's prompt cache (the
-    manifest's ``warm``), and why the cold ones ran cold, one line each."""
+    """For a batch of forks: how warm their first requests found the parent's prefix, as
+    measured (the manifest's ``warm``: the fork's ``Warmed`` label), and, one line each, what
+    those that were not warm reused and why."""
     from ..batch import manifest
 
     runs = manifest(batch_dir)
@@ -97,11 +111,13 @@ def _say_warm(batch_dir: str) -> None:
         return
     how = list(runs["warm"])
     print(
-        f"forks: {how.count('slot')} found the parent's prefix in their slot, "
-        f"{how.count('restored')} restored it from a saved slot, {how.count('cold')} ran cold"
+        f"forks (measured: 0.9 of the parent's prefix reused is warm): {how.count('slot')} "
+        f"found it in their slot, {how.count('restored')} restored it from a saved slot, "
+        f"{how.count('server')} found it in the server's own cache, {how.count('partial')} "
+        f"partial, {how.count('cold')} cold, {how.count('unknown')} not measured"
     )
-    for row in runs[runs["warm"] == "cold"].to_dict("records"):
-        print(terminal_safe(f"cold {row['run']}: {row['warm_detail']}"))
+    for row in runs[runs["warm"].isin(["partial", "cold", "unknown"])].to_dict("records"):
+        print(terminal_safe(f"{row['warm']} {row['run']}: {row['warm_detail']}"))
 
 
 def run_score(args: argparse.Namespace) -> int:

@@ -6,7 +6,12 @@ fork runs with (:meth:`boxmaker.config.Config.with_settings`). With ``--rerun``,
 or ``--say`` a turn runs on the server (``--url``, else the ``--config`` file's), with the
 parent's tool results replayed while the calls match (``--replay``), once the server has
 answered ``GET /health`` (a wrong URL or no server makes no log); without, only the log is
-made. Exit 0 on an answer, 1 when the turn ended otherwise.
+made. Before the turn the parent's prompt cache is looked for (:func:`boxmaker.cache.warm_fork`:
+a slot, else with ``--slot-save-path`` the parent's saved slot restored); after it, the line
+``cache: ...`` says what the fork's first request measured (its ``Warmed`` record: the share
+of the parent's prefix reused, and why when it is not warm). With ``--slot-save-path`` the
+fork's own slot is saved at its turn's end too. Exit 0 on an answer, 1 when the turn ended
+otherwise.
 """
 
 from __future__ import annotations
@@ -16,13 +21,13 @@ import contextlib
 import dataclasses
 import tomllib
 import warnings
-from pathlib import Path
 from typing import Any
 
-from ..cache import ColdFork, SlotStore, warm_fork
+from ..cache import ColdFork, SlotStore, WarmStart, describe_warmth, warm_fork
 from ..client import Client
 from ..config import Config, load_config
 from ..errors import ConfigError, TurnError
+from ..records import Warmed
 from ..session import Session
 from ..turn import Replay, Runtime, continue_fork
 from ._chat import check_server
@@ -52,23 +57,30 @@ def parse_settings(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def _warm(fork: Session, client: Client, folder: str | None) -> str:
+def _warm(fork: Session, runtime: Runtime, client: Client, store: SlotStore | None) -> WarmStart:
     """Bring the parent's prompt cache to the fork's slot (:func:`boxmaker.cache.warm_fork`;
-    a fresh process knows no slot's contents, so without ``folder`` the fork runs cold) and
-    say how, in one line (a :class:`~boxmaker.cache.ColdFork` warning's reason included)."""
-    store = SlotStore(Path(folder)) if folder is not None else None
+    a fresh process knows no slot's contents, so without ``store`` only the server itself
+    can still hold it); a :class:`~boxmaker.cache.ColdFork` warning's reason is kept in the
+    answer's ``detail``, not printed: the measured line says it after the turn."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ColdFork)
-        start = warm_fork(fork, client, store)
+        start = warm_fork(fork, client, store, config=runtime.config)
     for w in caught:
         if not issubclass(w.category, ColdFork):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    if start.how == "restored":
-        ms = f" in {start.restore_ms:.0f} ms" if start.restore_ms is not None else ""
-        return f"cache: restored {start.file} into slot {start.slot} ({start.tokens} tokens{ms})"
-    if start.how == "slot":
-        return f"cache: slot {start.slot} still holds the parent's prefix"
-    return f"cache: cold ({start.detail})"
+    return start
+
+
+def cache_line(fork: Session, start: WarmStart) -> str:
+    """What the fork's first request measured, in one line (its ``Warmed`` record,
+    :func:`boxmaker.cache.describe_warmth`); when no completion came, what was tried."""
+    warmed = next((r for r in fork.records if isinstance(r, Warmed)), None)
+    if warmed is not None:
+        return f"cache: {describe_warmth(warmed)}"
+    tried = {"slot": f"slot {start.slot} was to hold the parent's prefix",
+             "restored": f"{start.file} was restored into slot {start.slot}",
+             "cold": start.detail}[start.how]  # fmt: skip
+    return f"cache: not measured (no completion of the fork): {tried}"
 
 
 def run_fork(args: argparse.Namespace) -> int:
@@ -83,6 +95,7 @@ def run_fork(args: argparse.Namespace) -> int:
     code = 0
     with contextlib.ExitStack() as stack:
         runtime: Runtime | None = None
+        store = None
         if runs:  # all before the fork's log is made: a failure leaves no log, and the
             # tools' set-up (seconds of imports) is not counted in the fork's turn time
             url = args.url or config.client.url
@@ -91,6 +104,9 @@ def run_fork(args: argparse.Namespace) -> int:
             registry, port = _tools(config, stack)
             client = stack.enter_context(Client(config.client))
             runtime = Runtime(config=config, client=client, registry=registry, port=port)
+            if args.slot_save_path is not None:
+                store = SlotStore(args.slot_save_path)  # a folder it cannot use: said now
+                store.check(client)  # a server that cannot save: said now
         with Session.open(args.log, read_only=True) as parent:
             fork = parent.fork(
                 args.at,
@@ -104,22 +120,32 @@ def run_fork(args: argparse.Namespace) -> int:
             turn = fork.forked.turn if fork.forked else "?"
             print(f"fork {fork.path} of {parent.path} (turn {turn})")
             if runtime is not None:
-                code = _run(fork, args, runtime, client)
+                code = _run(fork, args, runtime, client, store)
     return code
 
 
-def _run(fork: Session, args: argparse.Namespace, runtime: Runtime, client: Client) -> int:
+def _run(
+    fork: Session,
+    args: argparse.Namespace,
+    runtime: Runtime,
+    client: Client,
+    store: SlotStore | None,
+) -> int:
     """The fork's turn: its cache warmed (:func:`_warm`), the parent's tool results replayed
-    as ``--replay`` asks; print the answer and how far the replay followed the parent; 0 on an
-    answer, else 1."""
-    print(_warm(fork, client, args.slot_save_path))
+    as ``--replay`` asks, its slot saved at the turn's end with a ``store``; print what the
+    first request's cache reuse measured (:func:`cache_line`), the answer and how far the
+    replay followed the parent; 0 on an answer, else 1."""
+    runtime.warm = start = _warm(fork, runtime, client, store)
     replay = None if args.replay == "off" else Replay.of(fork, stop=args.replay == "stop")
     runtime.replay = replay
+    saver = None if store is None else store.saver(fork, client)
     try:
-        outcome = continue_fork(fork, runtime, args.say)
+        outcome = continue_fork(fork, runtime, args.say, saver)
     except TurnError as exc:
+        print(cache_line(fork, start))
         print(f"the fork's turn ended without an answer: {exc}")
         return 1
+    print(cache_line(fork, start))
     print(outcome.content)
     if replay is not None:
         at = replay.diverged_at

@@ -1,22 +1,26 @@
 """``boxmaker ...`` commands.
 
-- ``boxmaker demo [--dir DIR] [--url URL]``: starts the embedded llama.cpp server on the
-  shipped model (or uses the llama-server at ``URL``), runs a short session with the demo
-  tools, streams it to the terminal, then prints one row per request (``prompt_n``,
-  ``cache_n``, ``predicted_n``, reasoning tokens, ``prompt_ms``, ``predicted_ms``) and the
-  session log's path. No network without ``--url``. Ctrl-C cancels the running turn and ends
-  the demo (the table and the path are still printed).
-- ``boxmaker chat --url URL``: the same loop, interactive, against any llama-server. Ctrl-C
+- ``boxmaker demo [--dir DIR] [--url URL] [--slot-save-path DIR]``: starts the embedded
+  llama.cpp server on the shipped model (or uses the llama-server at ``URL``), runs a short
+  session with the demo tools, streams it to the terminal, then prints one row per request
+  (``prompt_n``, ``cache_n``, ``predicted_n``, reasoning tokens, ``prompt_ms``,
+  ``predicted_ms``) and the session log's path. No network without ``--url``. Ctrl-C cancels
+  the running turn and ends the demo (the table and the path are still printed). With
+  ``--slot-save-path`` the slot is saved at each turn's end (for ``boxmaker fork``).
+- ``boxmaker chat --url URL [--slot-save-path DIR]``: the same loop, interactive, against any
+  llama-server (with ``--slot-save-path``, the slot saved at each turn's end). Ctrl-C
   in a turn cancels it (``[turn cancelled]``, the prompt comes back once it has stopped);
   Ctrl-C or Ctrl-D at the prompt ends the chat. Once the session no longer fits the server's
   context nothing more is sent to it; ``/new`` starts a new session. With ``[[mcp.servers]]``
   in ``--config``, the tools are those servers' (instead of the demo's), and calls the
   ``[approval]`` policy names wait for a y/n answer on the terminal.
 - ``boxmaker serve [MODEL.gguf] [--port N] [-c N] [-np N] [-t N] [--[no-]kv-unified]
-  [--cache-ram N] [--swa-full] [--ctx-checkpoints N] [--[no-]reasoning-preserve]``: serve a
-  model (default: the shipped one) on 127.0.0.1 until Ctrl-C, the flags named and defaulted
-  as llama-server's (:class:`boxmaker.server.EmbeddedServer`). Numbers out of
-  :data:`boxmaker.server.LIMITS` are refused as bad usage, before llama.cpp could abort.
+  [--cache-ram N] [--swa-full] [--ctx-checkpoints N] [--[no-]reasoning-preserve]
+  [--[no-]cache-idle-slots]``: serve a model (default: the shipped one) on 127.0.0.1 until
+  Ctrl-C, the flags named and defaulted as llama-server's but ``--no-cache-idle-slots``
+  (boxmaker pins each session's requests to its slot:
+  :class:`boxmaker.server.EmbeddedServer`). Numbers out of :data:`boxmaker.server.LIMITS` are
+  refused as bad usage, before llama.cpp could abort.
 - ``boxmaker report PATH... [--html FILE]``: usage, cache loss and limit hits of session logs.
 - ``boxmaker export parquet|otel|inspect|atif PATH... ...``: the logs in other tools' formats;
   ``boxmaker import atif FILE... [--dir DIR]``: an ATIF trajectory as a session log
@@ -49,7 +53,8 @@
   ``--embedded --parallel N``; ``--ray auto|ADDRESS``): every task under every grid setting,
   on every slot of every server, with a progress bar; rerun the same command to resume
   (:mod:`boxmaker.batch`). A task line with ``fork`` and ``at`` forks that log at that turn
-  under every setting (``--slot-save-path``: the embedded server's saved slots).
+  under every setting (``--slot-save-path``: where the servers save slots: every run's slot
+  saved at its turn ends, a fork's parent's restored).
 
 Exit codes: 0 done, 1 a boxmaker error or an OS error (one line on stderr, no traceback; also
 a demo stopped by a full session), 2 bad usage, 130 interrupted, 141 stdout closed by its
@@ -105,6 +110,7 @@ def _serve(args: argparse.Namespace) -> int:
         ctx_checkpoints=args.ctx_checkpoints,
         reasoning_preserve=args.reasoning_preserve,
         slot_save_path=args.slot_save_path,
+        cache_idle_slots=args.cache_idle_slots,
     )
     with server:
         print(f"serving {server.model_path} at {server.url} (Ctrl-C stops)", flush=True)
@@ -485,6 +491,13 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--url", default=None, help="use this running llama-server instead of the embedded one"
     )
+    demo.add_argument(
+        "--slot-save-path",
+        default=None,
+        metavar="DIR",
+        help="save the session's slot at each turn's end in DIR (the embedded server is "
+        "started with it; with --url, the folder that server saves slots in), for warm forks",
+    )
     demo.set_defaults(run=_demo)
 
     chat = sub.add_parser(
@@ -504,6 +517,13 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="LOG",
         help="go on with this session log (.jsonl; its system prompt and tools are kept)",
+    )
+    chat.add_argument(
+        "--slot-save-path",
+        default=None,
+        metavar="DIR",
+        help="the folder the server saves slots in (its --slot-save-path, on this machine): "
+        "the session's slot is saved there at each turn's end, for warm forks",
     )
     chat.set_defaults(run=_chat)
 
@@ -535,7 +555,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="DIR",
         help="the server's --slot-save-path: restore the parent's slot saved at the fork's "
-        "turn before the fork's turn runs (else the fork runs cold, and says why)",
+        "turn before the fork's turn runs, and save the fork's slot at its turn's end",
     )
     fork.add_argument(
         "--replay",
@@ -583,6 +603,14 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="DIR",
         help="where POST /slots/{id}?action=save|restore keeps slots (warm forks); default off",
+    )
+    serve.add_argument(
+        "--cache-idle-slots",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="save idle slots to the RAM cache and clear them when another slot starts a task "
+        "(llama-server's default on; off here: a session's pinned requests then find their "
+        "slot as they left it)",
     )
     serve.set_defaults(run=_serve)
 
@@ -747,8 +775,9 @@ def _parser() -> argparse.ArgumentParser:
         "--slot-save-path",
         default=None,
         metavar="DIR",
-        help="embedded: the server's saved slots, where a fork task's run restores its "
-        "parent's slot saved at the fork's turn (else the fork finds the cache only in a slot)",
+        help="where the servers save slots (the embedded one is started with it; with --url, "
+        "the folder those servers save in, on this machine): each run's slot is saved at its "
+        "turn ends, and a fork task's run restores its parent's slot saved at the fork's turn",
     )
     batch.add_argument(
         "--ray",

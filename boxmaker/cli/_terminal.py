@@ -5,8 +5,10 @@ The interactive half of the CLI (:mod:`boxmaker.cli` parses the command line and
 waits on an event (never on ``Thread.join(timeout)``, which a Ctrl-C can cut short on Python
 3.11); Ctrl-C during a turn cancels the turn's token and waits until the turn has ended
 (``[turn cancelled]``); at an idle chat prompt it ends the chat like Ctrl-D; a full session
-stops sending; a closed stdout (``| head``) cancels the turn and exits 141. It prints: it is
-part of the CLI.
+stops sending; a closed stdout (``| head``) cancels the turn and exits 141. With
+``--slot-save-path DIR`` (the folder the server saves slots in; ``demo`` starts its embedded
+server with it) the session's slot is saved at each turn's end (:meth:`SlotStore.saver`), so a
+later ``boxmaker fork --slot-save-path DIR`` finds it. It prints: it is part of the CLI.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ..cache import SlotStore
 from ..client import Client
 from ..config import ClientConfig, Config, load_config
 from ..demo import DEMO_PROMPTS, DEMO_SYSTEM, demo_registry
@@ -33,7 +36,7 @@ from ..errors import (
     TurnError,
     TurnInferError,
 )
-from ..events import TurnEvent
+from ..events import Hook, TurnEvent
 from ..records import Baseline, CacheLoss, Record
 from ..server import EmbeddedServer
 from ..session import Session
@@ -96,7 +99,12 @@ class _PipeGuard:
 
 
 def _turn(
-    session: Session, runtime: Runtime, text: str, view: ConsoleView, interrupts: _Interrupts
+    session: Session,
+    runtime: Runtime,
+    text: str,
+    view: ConsoleView,
+    interrupts: _Interrupts,
+    saver: Hook | None = None,
 ) -> BaseException | None:
     """Run one turn in a worker thread so Ctrl-C can cancel it; return how it failed (None:
     answered).
@@ -108,11 +116,17 @@ def _turn(
     cancels the turn's token (never cleared, so a press as the turn starts is not lost),
     prints ``[stopping the turn]`` (``[still stopping the turn]`` on later presses) and is
     otherwise absorbed. Errors other than :class:`TurnError` (a log that cannot be written)
-    are raised.
+    are raised. ``saver`` also gets every event (a slot saved at the turn's end).
     """
     token = CancelToken()
     guard = _PipeGuard(view, token)
-    runner = TurnRunner(session, runtime, text, guard, cancel=token)
+
+    def hook(event: TurnEvent | Record) -> None:
+        guard(event)
+        if saver is not None:
+            saver(event)
+
+    runner = TurnRunner(session, runtime, text, hook, cancel=token)
     interrupts.cancel = token
     if interrupts.presses:
         token.cancel()  # pressed before this turn: it stops at once
@@ -186,19 +200,28 @@ FULL_CHAT = (
 )
 
 
-def _demo_session(runtime: Runtime, directory: Path) -> int:
+def _saver(store: SlotStore | None, session: Session, runtime: Runtime) -> Hook | None:
+    """The hook that saves ``session``'s slot at each turn's end (``None`` without a store)."""
+    if store is None or not isinstance(runtime.client, Client):
+        return None
+    return store.saver(session, runtime.client)
+
+
+def _demo_session(runtime: Runtime, directory: Path, store: SlotStore | None = None) -> int:
     """Run the demo's prompts; Ctrl-C cancels the running turn and ends the demo (130), a full
     session ends it too (1); another failed turn makes the exit code 1. The usage table and
-    the log path are printed in every case."""
+    the log path are printed in every case. With a ``store`` the slot is saved at each turn's
+    end."""
     baseline = Baseline(system=DEMO_SYSTEM, tools=runtime.registry.definitions())
     session = Session.create(directory, baseline)
+    saver = _saver(store, session, runtime)
     view = ConsoleView()
     code = 0
     try:
         with _Interrupts() as interrupts:
             for text in DEMO_PROMPTS:
                 print(f"\nyou> {text}", flush=True)
-                failure = _turn(session, runtime, text, view, interrupts)
+                failure = _turn(session, runtime, text, view, interrupts, saver)
                 if interrupts.presses:
                     code = 130
                     break
@@ -216,13 +239,18 @@ def _demo_session(runtime: Runtime, directory: Path) -> int:
 
 
 def _chat_session(
-    runtime: Runtime, directory: Path, baseline: Baseline, session: Session | None
+    runtime: Runtime,
+    directory: Path,
+    baseline: Baseline,
+    session: Session | None,
+    store: SlotStore | None = None,
 ) -> int:
     """Read messages until Ctrl-D, ``/quit`` or Ctrl-C at the prompt; one turn each. Ctrl-C in a
     turn cancels it. After :class:`SessionFull` nothing is sent to that session; ``/new``
     starts a new one. ``session`` is a resumed one, or ``None``: then the log is made at the
     first message (a chat ended before it leaves no file and prints no table). Exit code 1
-    when turns were tried and none reached the server."""
+    when turns were tried and none reached the server. With a ``store`` each session's slot
+    is saved at each turn's end."""
     view = ConsoleView()
     full = False
     tried = reached = False
@@ -245,7 +273,8 @@ def _chat_session(
                 if session is None:
                     session = Session.create(directory, baseline)
                 with _Interrupts() as interrupts:
-                    failure = _turn(session, runtime, text, view, interrupts)
+                    saver = _saver(store, session, runtime)
+                    failure = _turn(session, runtime, text, view, interrupts, saver)
                 tried = True
                 reached = reached or not _unreachable(failure)
                 if isinstance(failure, SessionFull):
@@ -280,21 +309,35 @@ def run_demo(args: argparse.Namespace) -> int:
     if args.url:
         print(f"running the demo against {args.url}", flush=True)
         check_server(config.client)  # one line and exit 1, not three turns of retries
-        return _demo_with(config, Path(args.dir))
+        return _demo_with(config, Path(args.dir), args.slot_save_path)
     if args.model is not None and not Path(args.model).is_file():
         raise ServerError(f"{args.model}: no such model file (a GGUF)")
-    server = EmbeddedServer(args.model, n_ctx=args.ctx, n_threads=args.threads)
+    server = EmbeddedServer(
+        args.model, n_ctx=args.ctx, n_threads=args.threads, slot_save_path=args.slot_save_path
+    )
     print(f"starting the embedded llama.cpp server on {server.model_path.name} ...", flush=True)
     with server:
         print(f"server at {server.url}", flush=True)
         config = Config(client=ClientConfig(url=server.url))
-        return _demo_with(config, Path(args.dir))
+        return _demo_with(config, Path(args.dir), args.slot_save_path)
 
 
-def _demo_with(config: Config, directory: Path) -> int:
+def _demo_with(config: Config, directory: Path, slots: str | None = None) -> int:
     with Client(config.client) as client:
+        store = _store(slots, client)
         runtime = Runtime(config=config, client=client, registry=demo_registry())
-        return _demo_session(runtime, directory)
+        return _demo_session(runtime, directory, store)
+
+
+def _store(folder: str | None, client: Client) -> SlotStore | None:
+    """The saved slots in ``folder`` (``--slot-save-path``), checked at once: a folder the
+    store cannot use or a server that cannot save slots is a ``SlotError`` before any turn."""
+    if folder is None:
+        return None
+    store = SlotStore(folder)
+    store.check(client)
+    print(f"the slot is saved at each turn's end in {folder}", flush=True)
+    return store
 
 
 def run_chat(args: argparse.Namespace) -> int:
@@ -312,10 +355,11 @@ def run_chat(args: argparse.Namespace) -> int:
             baseline = session.baseline
             print(f"resuming {session.path} ({len(session.records)} records)")
         runtime = Runtime(config=config, client=client, registry=registry, port=port)
+        store = _store(args.slot_save_path, client)
         tools = ", ".join(registry.names)
         print(f"chatting with {client_cfg.url} (tools: {tools}; Ctrl-D ends; Ctrl-C stops a turn)")
         print(CHAT_COMMANDS)
-        return _chat_session(runtime, Path(args.dir), baseline, session)
+        return _chat_session(runtime, Path(args.dir), baseline, session, store)
 
 
 def _tools(config: Config, stack: contextlib.ExitStack) -> tuple[Registry, ToolPort | None]:

@@ -32,6 +32,7 @@ from typing import Any
 
 import httpx
 
+from ..cache import WARM_SHARE, held_tokens
 from ..client import LEASES, StreamDecoder, capabilities_of, send_once_more
 from ..config import ClientConfig, server_base_url
 from ..demo import DEMO_PROMPTS, demo_registry
@@ -87,6 +88,7 @@ class Probe:
         control: the reasoning-control answer's ``success`` (``None`` if none was sent).
         control_status: the reasoning-control answer's HTTP status (0 if none was sent).
         reasoning_after_control: reasoning deltas after ``reasoning_end`` was accepted.
+        text: the reply's content, joined; reasoning: its ``reasoning_content``, joined.
     """
 
     status: int
@@ -101,6 +103,8 @@ class Probe:
     control: bool | None = None
     control_status: int = 0
     reasoning_after_control: int = 0
+    text: str = ""
+    reasoning: str = ""
 
 
 @dataclass(frozen=True)
@@ -290,6 +294,7 @@ def _stream(
     in_think = False
     cid = ""
     content: list[str] = []  # every content delta: a call written as text may span several
+    thought: list[str] = []
     with _open(http, f"{url}/v1/chat/completions", body) as response:
         if response.status_code != 200:
             response.read()
@@ -326,6 +331,7 @@ def _stream(
                 reasoned = False
                 if delta.get("reasoning_content") or delta.get("reasoning"):
                     seen["reasoning_field"] = reasoned = True
+                    thought.append(str(delta.get("reasoning_content") or delta.get("reasoning")))
                 text = delta.get("content") or ""
                 if _THINK_OPEN in text or _THINK_CLOSE in text:
                     seen["think_tags"] = True
@@ -356,6 +362,8 @@ def _stream(
         control=control,
         control_status=status,
         reasoning_after_control=after,
+        text="".join(content),
+        reasoning="".join(thought),
         **seen,
     )
 
@@ -426,7 +434,8 @@ def diagnose(
                 props = _request(http, "GET", f"{base}/props")
             checks += _props_checks(props)
             checks += _slot_checks(http, base, props)
-            checks.append(_slot_saving(http, base))
+            saving = _slot_saving(http, base)
+            checks.append(saving)
             d = probe_deadline_s
             n = probe_tokens
             first = _stream(http, base, _body(n), None, d)
@@ -442,6 +451,7 @@ def diagnose(
                 base,
                 n,
             )
+            cache = _warm_checks(http, base, props, saving.ok is True, min(n, 48), d)
         except ProbeOverrun as exc:
             fix = "the server ignores max_tokens or never ends its stream: see its log"
             checks.append(Check("bounded", False, f"{exc}; stream closed", fix))
@@ -459,6 +469,7 @@ def diagnose(
             return DoctorReport(base, tuple(checks))
     checks += _stream_checks(first, again, budget, control)
     checks.append(pinned)
+    checks += cache
     return DoctorReport(base, tuple(checks))
 
 
@@ -549,6 +560,96 @@ def _slot_saving(http: httpx.Client, base: str) -> Check:
     if answer.status_code == 400 and "filename" in words.lower():
         return Check("slot saving", True, "on (--slot-save-path): forks can restore saved slots")
     return Check("slot saving", None, f"unknown: HTTP {answer.status_code} {words[:80]}")
+
+
+_PROBE_FILE = "boxmaker-doctor-probe.bin"
+"""The file the warm-fork probe saves slot 0 to (in the server's ``--slot-save-path``; left
+there, overwritten by the next doctor)."""
+
+
+def _warm_checks(
+    http: httpx.Client, base: str, props: httpx.Response, saving: bool, tokens: int, d: float
+) -> list[Check]:
+    """Does a fork find its parent's prefix, and does a session keep its slot? Pinned
+    probes (slot 0 leased by the doctor; slot 1 leased here when there is one):
+
+    - ``fork from a slot``: a reply, then a follow-up that extends it in the same slot: the
+      share of what the slot held (prompt and reply, :func:`boxmaker.cache.held_tokens`)
+      reused; a sliding-window model without ``--swa-full`` reuses only up to its last
+      context checkpoint;
+    - ``fork from a saved slot`` (with ``--slot-save-path``): the slot saved, another prompt
+      run in it, the file restored, then the follow-up: was the restore used?
+    - ``idle slot kept`` (two slots or more): another prompt on slot 1, then the follow-up on
+      slot 0: llama-server's ``--cache-idle-slots`` (on by default with a unified KV cache)
+      clears an idle slot when another starts a task, and a pinned request is not reloaded
+      from the RAM cache: nothing reused.
+    """
+    data = props.json() if props.status_code == 200 else {}
+    caps = capabilities_of(data)
+    n_swa, n_slots = (caps.n_swa, caps.slots) if caps is not None else (None, None)
+    ask = "In one sentence: what is a prompt cache for?"
+    other = {"role": "user", "content": "Name three rivers of Europe, one per line."}
+
+    def probe(messages: list[dict[str, Any]], slot: int = 0) -> Probe:
+        body = _body(tokens, messages=messages, id_slot=slot)
+        body.pop("tools")
+        return _stream(http, base, body, None, d)
+
+    def follow(first: Probe) -> list[dict[str, Any]]:
+        reply: dict[str, Any] = {"role": "assistant", "content": first.text}
+        if first.reasoning:
+            reply["reasoning_content"] = first.reasoning
+        return [{"role": "user", "content": ask}, reply, {"role": "user", "content": "Why?"}]
+
+    def judged(name: str, first: Probe, then: Probe, how: str) -> Check:
+        held, reused = held_tokens(first.timings), _tokens(then.timings, "cache_n")
+        if held is None or reused is None or held <= 0:
+            return Check(name, None, "the timings do not say cache_n and predicted_n")
+        share = min(reused, held) / held
+        seen = f"{how}: {min(reused, held)} of {held} held tokens reused ({share:.2f})"
+        if share >= WARM_SHARE:
+            return Check(name, True, seen)
+        if n_swa:
+            fix = (
+                f"a sliding-window model (n_swa {n_swa}): start llama-server with --swa-full "
+                "(boxmaker serve --swa-full); without it boxmaker's warm_fork prefills the "
+                "slot (the parent's reply processed once more)"
+            )
+        elif reused == 0:
+            fix = "the restore was accepted and not used (ggml-org/llama.cpp#26676): another build"
+        else:
+            fix = "see the server's log: the follow-up did not extend the slot's prompt"
+        return Check(name, False, seen, fix)
+
+    first = probe([{"role": "user", "content": ask}])
+    checks = [judged("fork from a slot", first, probe(follow(first)), "the follow-up at once")]
+    if saving:
+        first = probe([{"role": "user", "content": ask}])
+        _request(http, "POST", f"{base}/slots/0?action=save", {"filename": _PROBE_FILE})
+        probe([other])
+        _request(http, "POST", f"{base}/slots/0?action=restore", {"filename": _PROBE_FILE})
+        how = "saved, another prompt run, restored, then the follow-up"
+        checks.append(judged("fork from a saved slot", first, probe(follow(first)), how))
+    if isinstance(n_slots, int) and n_slots > 1:
+        first = probe([{"role": "user", "content": ask}])
+        with LEASES.lease(base, 1, [], count=lambda: None, on_wait=lambda slot: None):
+            probe([other], slot=1)
+        then = probe(follow(first))
+        reused = _tokens(then.timings, "cache_n")
+        name = "idle slot kept"
+        if reused is None:
+            checks.append(Check(name, None, "the timings do not say cache_n"))
+        elif reused == 0:
+            seen = "slot 0 held nothing once slot 1 started a task: the idle slot was cleared"
+            fix = (
+                "start llama-server with --no-cache-idle-slots (or --no-kv-unified): a pinned "
+                "request is not reloaded from the RAM cache (boxmaker pins every request)"
+            )
+            checks.append(Check(name, False, seen, fix))
+        else:
+            seen = f"slot 0 kept its prompt while slot 1 ran ({reused} tokens reused)"
+            checks.append(Check(name, True, seen))
+    return checks
 
 
 def _slots_seen(n_slots: int, per_slot: int, unified: bool | None) -> tuple[str, str]:

@@ -450,8 +450,9 @@ CACHE_LOSS_COLUMNS: tuple[Column, ...] = (
     Column(
         name="cause",
         dtype="category",
-        doc="why the reuse fell short (history_rewritten, history_edited, evicted, checkpoint, "
-        "truncated, unknown; <NA>: not looked into)",
+        doc="why the reuse fell short (boxmaker.cache.CAUSES: history_rewritten, history_edited, "
+        "evicted, checkpoint, truncated, unknown, idle_slot_cleared, restore_cold, slept, "
+        "model_swapped; <NA>: not looked into)",
         field="cause",
     ),
     Column(

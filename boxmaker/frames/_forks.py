@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import SessionError
+from ..records import Warmed, record_from_json
 from ..session import Log, Reading, Source, first_difference, read_log, read_logs, split_turns
 
 __all__ = ["FORK_COLUMNS", "forks"]
@@ -26,6 +27,16 @@ FORK_COLUMNS: dict[str, str] = {
     "that differs from the parent's record at the same place, times aside (<NA>: none "
     "differs and the fork is no longer than its parent)",
     "replayed": "tool results the fork took from its parent (source=replayed)",
+    "warm": "how warm its first request found the parent's prefix, measured (Warmed.how: slot, "
+    "restored, server, partial, cold, unknown; <NA>: no Warmed record, an older log or no "
+    "completion yet)",
+    "warm_prefix": "the parent's prefix in tokens (Warmed.prefix: what its slot held after the "
+    "fork point's last completion, prompt and reply)",
+    "warm_reused": "of it, the tokens the fork's first request reused (its cache_n)",
+    "warm_share": "warm_reused / warm_prefix, at most 1 (warm at 0.9 or more)",
+    "warm_prefilled": "prompt tokens a prefill request processed before the fork's first "
+    "request (a sliding-window model's prefix sent once into the slot; <NA>: none)",
+    "warm_detail": "why the fork was not warm (or warm though nothing was done for it)",
     "requests": "the fork's own completions (after the copy)",
     "prompt_tokens": "prompt tokens processed by its own completions (timings.prompt_n; "
     "<NA> when one is unknown)",
@@ -57,6 +68,22 @@ def _costs(reading: Reading, start: int) -> tuple[int, int | None, int]:
     known = None if None in processed else sum(int(v) for v in processed if v is not None)
     hits = sum(1 for t in reading.turns for i, _ in t.limits if i >= start)
     return len(usages), known, hits
+
+
+def _warmth(own: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fork's ``Warmed`` record as the ``warm*`` columns (all ``<NA>`` without one)."""
+    found = next((r for r in own if r["type"] == "warmed"), None)
+    record = None if found is None else record_from_json(found)  # read_log checked it
+    if not isinstance(record, Warmed):
+        return {}
+    return {
+        "warm": record.how,
+        "warm_prefix": record.prefix,
+        "warm_reused": record.reused,
+        "warm_share": record.share,
+        "warm_prefilled": record.prefilled,
+        "warm_detail": record.detail,
+    }
 
 
 def _replayed(reading: Reading) -> int:
@@ -97,6 +124,7 @@ def forks(source: Source) -> pd.DataFrame:
             "settings": json.dumps(forked.get("settings") or {}, sort_keys=True),
             "replayed": _replayed(reading),
         }
+        row.update(_warmth(own))
         row["requests"], row["prompt_tokens"], row["limit_hits"] = _costs(reading, start)
         row["answer"] = _answer(log.records, start)
         parent = _parent(log, forked, by_session)
@@ -112,10 +140,12 @@ def forks(source: Source) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=list(FORK_COLUMNS))
     for name in ("fork_turn", "edited_call", "first_difference", "replayed", "requests",
                  "prompt_tokens", "parent_requests", "parent_prompt_tokens", "limit_hits",
-                 "parent_limit_hits"):  # fmt: skip
+                 "parent_limit_hits", "warm_prefix", "warm_reused",
+                 "warm_prefilled"):  # fmt: skip
         frame[name] = frame[name].astype("Int64")
+    frame["warm_share"] = frame["warm_share"].astype("Float64")
     for name in ("session", "parent_session", "parent_path", "fork_point", "settings",
-                 "answer", "parent_answer"):  # fmt: skip
+                 "answer", "parent_answer", "warm", "warm_detail"):  # fmt: skip
         frame[name] = frame[name].astype("string")
     frame["same_answer"] = (frame["answer"] == frame["parent_answer"]).astype("boolean")
     return frame

@@ -51,6 +51,10 @@ CAUSE_COLORS = {
     "checkpoint": "#30a0a0",
     "truncated": "#8060b0",
     "unknown": "#808080",
+    "idle_slot_cleared": "#70a040",
+    "restore_cold": "#b07040",
+    "slept": "#a0a0d0",
+    "model_swapped": "#d070a0",
     "not explained": "#c8c8c8",
 }
 """The colour of each cache-loss cause (:data:`boxmaker.cache.CAUSES`; ``not explained``: a

@@ -24,6 +24,7 @@ __all__ = [
     "TIME_RANGE",
     "TURN_END_OUTCOMES",
     "TYPE_OF",
+    "WARM_LABELS",
     "Approval",
     "ApprovalDecision",
     "Assistant",
@@ -47,6 +48,9 @@ __all__ = [
     "Unknown",
     "Usage",
     "User",
+    "WarmFound",
+    "WarmLabel",
+    "Warmed",
     "format_time",
     "parse_time",
     "time_problem",
@@ -78,6 +82,8 @@ and a ``null`` ``Usage.reasoning_tokens`` (a count the client could not make; ol
 always have a number), the ``not_run`` reasons ``tool_calls``, ``tool_arguments`` and
 ``completion_tokens`` (the calls of a completion a client-side bound refused, now logged),
 the turn outcome ``abandoned`` (a tapped agent left a turn without its answer).
+Added within schema 4, the same way: :class:`Warmed` records (a fork's measured cache reuse;
+kept as ``Unknown`` by a reader that does not know the type; never messages).
 Readers now check these values by their ``Literal`` types (:data:`RULES`), so a value added
 later is refused by an older reader, naming it (the log reads with the version that added it).
 """
@@ -190,6 +196,21 @@ RESULT_SOURCES: tuple[ResultSource, ...] = typing.get_args(ResultSource)
 """Where a tool result came from when no tool ran for it (:attr:`ToolResult.source`):
 ``replayed``, the parent's result for the same call (a fork replaying its parent's tools);
 ``edited``, text a researcher wrote in place of the tool's output at a fork point."""
+
+WarmLabel: TypeAlias = Literal["slot", "restored", "server", "partial", "cold", "unknown"]
+WARM_LABELS: tuple[WarmLabel, ...] = typing.get_args(WarmLabel)
+"""How warm a fork's first request found its parent's prefix, as measured
+(:attr:`Warmed.how`; the threshold is :data:`boxmaker.cache.WARM_SHARE`, 0.9 of the prefix
+reused): ``slot``, a slot held it (``boxmaker.cache.warm_fork`` found it there); ``restored``,
+the parent's saved slot was restored and used; ``server``, the server found it by itself (a
+slot this process did not know of, or its RAM prompt cache, ``--cache-ram``); ``partial``, less
+than 0.9 but at least :data:`boxmaker.cache.COLD_SHARE` (0.1) reused; ``cold``, less than 0.1;
+``unknown``, no measurement (the server sent no ``cache_n``, or the parent made no completion
+before the fork point)."""
+
+WarmFound: TypeAlias = Literal["slot", "restored", "cold"]
+"""What ``boxmaker.cache.warm_fork`` did before a fork's first request
+(:attr:`Warmed.found`): found a slot holding the prefix, restored the saved slot, or neither."""
 
 ApprovalDecision: TypeAlias = Literal["approved", "denied"]
 APPROVAL_DECISIONS: tuple[ApprovalDecision, ...] = typing.get_args(ApprovalDecision)
@@ -522,6 +543,46 @@ class Forked:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Warmed:
+    """How much of its parent's prompt cache a fork's first request reused, measured: one
+    record, right after the fork's first completion (its ``Usage``, and its ``CacheLoss`` if
+    any; within schema 4, never a message).
+
+    ``prefix`` is the parent's prefix in tokens: what the parent's slot held after the last
+    completion the fork copies (:func:`boxmaker.cache.held_tokens`: its prompt and its reply
+    but the reply's last token); ``reused`` the fork's first completion's ``cache_n``; ``how``
+    the label that follows from them (:data:`WARM_LABELS`: ``slot``, ``restored`` or
+    ``server`` only when ``reused >= 0.9 * prefix``). ``found`` is what
+    ``boxmaker.cache.warm_fork`` did beforehand (``None``: it was not asked), ``slot`` the slot
+    it sent the fork to, ``file`` the saved slot it restored and ``restored`` the tokens the
+    server said it restored; ``prefilled`` the prompt tokens a prefill request processed
+    before the fork's first one (a sliding-window model: the prefix sent once into the slot,
+    ``None``: no prefill), a cost the fork's own ``reused`` does not show. ``detail`` says
+    why a fork is not warm (or was warm though nothing was done for it), in words; ``""``
+    otherwise. A figure the server did not send is ``None``.
+    """
+
+    how: WarmLabel
+    prefix: Tokens | None = None
+    reused: Tokens | None = None
+    found: WarmFound | None = None
+    slot: int | None = None
+    file: str | None = None
+    restored: Tokens | None = None
+    prefilled: Tokens | None = None
+    detail: str = ""
+    time: datetime = field(default_factory=utc_now)
+
+    @property
+    def share(self) -> float | None:
+        """The share of ``prefix`` reused (``min(reused, prefix) / prefix``), ``None`` when
+        either is unknown or the prefix is empty."""
+        if self.prefix is None or self.reused is None or self.prefix <= 0:
+            return None
+        return min(self.reused, self.prefix) / self.prefix
+
+
+@dataclass(frozen=True, kw_only=True)
 class Unknown:
     """A record of a type this version does not know, kept as read so nothing is lost."""
 
@@ -541,6 +602,7 @@ Record: TypeAlias = (
     | TurnEnd
     | Capabilities
     | Forked
+    | Warmed
     | Unknown
 )
 """Any record that can follow the baseline in a session log."""
@@ -556,5 +618,6 @@ TYPE_OF: dict[str, type[Any]] = {
     "turn_end": TurnEnd,
     "capabilities": Capabilities,
     "forked": Forked,
+    "warmed": Warmed,
 }
 NAME_OF: dict[type[Any], str] = {cls: name for name, cls in TYPE_OF.items()}

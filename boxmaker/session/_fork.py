@@ -166,11 +166,23 @@ def _plain(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def first_difference(mine: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> int | None:
-    """The position (0-based) of the first record of ``mine`` that differs from ``theirs`` at
-    the same position (their JSON objects, times aside), or where one of them ends first;
-    ``None`` when they are equal. A fork's own records against its parent's from the fork
-    point on (the frames' ``forks``, the ``BranchView``)."""
-    for k, (a, b) in enumerate(zip(mine, theirs, strict=False)):
-        if _plain(a) != _plain(b):
-            return k
-    return None if len(mine) == len(theirs) else min(len(mine), len(theirs))
+    """The position (0-based, in ``mine``) of the first record of ``mine`` that differs from
+    ``theirs`` at the same place (their JSON objects, times aside), or where one of them
+    ends first (``len(mine)`` when ``mine`` does); ``None`` when they are equal. A fork's own
+    records against its parent's from the fork point on (the frames' ``forks``, the
+    ``BranchView``). ``Warmed`` records (what the server's cache did, :data:`BOOKKEEPING`)
+    are left out of both, as times are: a fork that does what its parent did differs
+    nowhere."""
+    kept = [i for i, r in enumerate(mine) if r.get("type") not in BOOKKEEPING]
+    other = [r for r in theirs if r.get("type") not in BOOKKEEPING]
+    for i, b in zip(kept, other, strict=False):
+        if _plain(mine[i]) != _plain(b):
+            return i
+    if len(kept) == len(other):
+        return None
+    return kept[len(other)] if len(kept) > len(other) else len(mine)
+
+
+BOOKKEEPING = ("warmed",)
+"""Record types :func:`first_difference` leaves out: what the server's cache did for a
+fork's request, not what the fork did."""

@@ -65,6 +65,7 @@ KNOWN_TYPES = (
     "approval",
     "capabilities",
     "forked",
+    "warmed",
 )
 """The record types a reading knows (a tuple: ``in`` compares, so any JSON value is safe);
 others (a newer version's) are counted in :attr:`Reading.unknown` and skipped."""

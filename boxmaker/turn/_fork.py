@@ -8,7 +8,9 @@ the parent's calls: the same tool name and canonical arguments
 (:func:`boxmaker.tools.canonical_arguments`) at the same position (the ``n``-th call run
 since the fork point, counting only calls that ran, in both logs). From the first call that
 differs, tools run live; with ``stop=True`` the turn ends there instead
-(:class:`~boxmaker.errors.ForkDiverged`, outcome ``diverged``).
+(:class:`~boxmaker.errors.ForkDiverged`, outcome ``diverged``). :func:`warmth` gives the
+fork's ``Warmed`` record after its first completion: how much of its parent's prefix the
+server reused (:func:`boxmaker.cache.fork_warmth`).
 """
 
 from __future__ import annotations
@@ -17,12 +19,23 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..cache import WarmStart, fork_warmth
 from ..errors import ForkDiverged, SessionError
-from ..records import Assistant, Forked, Record, ToolCall, ToolResult, TurnEnd
+from ..records import (
+    Assistant,
+    CacheLoss,
+    Forked,
+    Record,
+    ToolCall,
+    ToolResult,
+    TurnEnd,
+    Usage,
+    Warmed,
+)
 from ..session import Session
 from ..tools import Dispatched, canonical_arguments
 
-__all__ = ["Replay", "open_calls", "replayed"]
+__all__ = ["Replay", "open_calls", "replayed", "warmth"]
 
 
 @dataclass
@@ -197,3 +210,24 @@ def open_calls(session: Session) -> tuple[ToolCall, ...]:
     if not session.turn_left_open():
         raise SessionError(f"{session.path}: no open turn to go on with; give a user message")
     return session.unanswered_calls()
+
+
+def warmth(
+    session: Session, start: WarmStart | None, usage: Usage, new: Sequence[Record]
+) -> list[Warmed]:
+    """The ``Warmed`` record to append with a fork's first completion (``usage``, with the
+    ``new`` records about to be appended with it: its ``CacheLoss`` says why when forensics
+    could tell); ``[]`` for a session that is no fork, or a fork with a completion of its
+    own already. ``start``: what :func:`boxmaker.cache.warm_fork` did for this fork
+    (another session's is ignored)."""
+    forked = session.forked
+    if forked is None:
+        return []
+    records = session.records
+    for i in range(len(records) - 1, forked.record - 1, -1):  # back to the last completion
+        if isinstance(records[i], Usage | Warmed):
+            return []
+    if start is not None and start.session and start.session != session.id:
+        start = None
+    loss = next((r for r in new if isinstance(r, CacheLoss)), None)
+    return [fork_warmth(records, forked, usage, start, loss=loss)]

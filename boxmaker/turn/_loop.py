@@ -33,7 +33,7 @@ from ..tools import Dispatched, cap_result, dispatch
 from ._bounds import BoundHit, TurnBounds
 from ._caps import read_capabilities, refuse_unsupported_tools, side_requests_cancelled
 from ._finish import ending
-from ._fork import open_calls, replayed
+from ._fork import open_calls, replayed, warmth
 from ._guard import AnswerAfterLimit, LoopGuard, after_limit, dead_turn, ended, not_run_results
 from ._keys import api_keys
 from ._runtime import Runtime, TurnOutcome
@@ -188,7 +188,8 @@ def _record_completion(
     *,
     refused: bool = False,
 ) -> tuple[tuple[ToolCall, ...], Usage]:
-    """Step 4 (and 5): Assistant, Usage, CacheLoss (+ forensics), thinking-cap LimitHit, the
+    """Step 4 (and 5): Assistant, Usage, CacheLoss (+ forensics), a fork's Warmed (its first
+    completion's reuse of the parent's prefix), thinking-cap LimitHit, the
     TurnEnd of a completion that ends the turn (:func:`ending`: no calls to run; raises if no
     answer). After ``limit`` (on_limit="answer"): answered_after_limit, calls 'not run'.
     ``refused``: the completion and its cost only (the caller ends the turn)."""
@@ -198,6 +199,7 @@ def _record_completion(
         usage,
     ]
     records += runtime.forensics.losses(session, runtime, state.body, state.earlier, usage)
+    records += warmth(session, runtime.warm, usage, records)  # a fork's first: reuse measured
     records += [] if state.capped else completion.limit_hits()  # the cap's LimitHit: once a turn
     state.capped = state.capped or completion.thinking_capped or bool(completion.cap_warning)
     end = None if limit or refused else ending(completion, session.next_call())

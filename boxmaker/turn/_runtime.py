@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from ..cache import CacheForensics
+from ..cache import CacheForensics, WarmStart
 from ..client import ChatClient
 from ..config import Config
 from ..records import Usage
@@ -28,6 +28,9 @@ class Runtime:
         forensics: explains cache losses (remembers each session's last request).
         replay: a fork's replay of its parent's tool results (:class:`Replay`); ``None``:
             every tool runs.
+        warm: what :func:`boxmaker.cache.warm_fork` did for a fork (its answer): recorded,
+            with the reuse its first completion measured, in the fork's ``Warmed`` record
+            (ignored for another session than the one it was made for).
     """
 
     config: Config
@@ -37,6 +40,7 @@ class Runtime:
     cancel: threading.Event = field(default_factory=threading.Event)
     forensics: CacheForensics = field(default_factory=CacheForensics)
     replay: Replay | None = None
+    warm: WarmStart | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

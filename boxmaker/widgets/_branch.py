@@ -3,7 +3,8 @@
 Read from the logs only (read-only opens: a log another process is writing can be shown). For
 each fork (a log whose first record is a :class:`~boxmaker.records.Forked`): the turn and
 point it branches at, its settings, the first of its own records that differs from the
-parent's record at the same place (:func:`boxmaker.session.first_difference`), its
+parent's record at the same place (:func:`boxmaker.session.first_difference`), how warm its
+first request found the parent's prefix (its ``Warmed`` record: the share reused, measured), its
 completions, prompt tokens processed, limit hits and last answer next to the parent's from the
 fork point on.
 """
@@ -20,8 +21,9 @@ from typing import Any
 
 import ipywidgets as ipw
 
+from ..cache import describe_warmth
 from ..errors import SessionError
-from ..records import Forked, record_to_json
+from ..records import Forked, Warmed, record_to_json
 from ..session import Session, find_logs, first_difference
 
 __all__ = ["Branch", "BranchView"]
@@ -33,7 +35,9 @@ class Branch:
     root); ``first_difference`` the 1-based number of its first own record that differs from
     the parent's (``None``: none, or no parent to compare); ``own``/``theirs`` a short text of
     those two records; ``usage``: (completions, prompt tokens, limit hits, last answer) of
-    the fork's own records and of the parent's after the fork point."""
+    the fork's own records and of the parent's after the fork point; ``warmth``: its
+    measured cache reuse in words (:func:`boxmaker.cache.describe_warmth` of its ``Warmed``
+    record; ``""`` without one)."""
 
     session: str
     path: Path
@@ -42,6 +46,7 @@ class Branch:
     own: str = ""
     theirs: str = ""
     usage: tuple[tuple[int, int, int, str | None], tuple[int, int, int, str | None]] | None = None
+    warmth: str = ""
 
 
 def _summary(records: Sequence[dict[str, Any]]) -> tuple[int, int, int, str | None]:
@@ -73,15 +78,18 @@ def branches(paths: Iterable[str | os.PathLike[str]]) -> list[Branch]:
         with Session.open(path, read_only=True) as session:
             forked, records = session.forked, [record_to_json(r) for r in session.records]
             parent_path = session.parent_path()
+            warmed = [r for r in session.records[forked.record if forked else 0 :]
+                      if isinstance(r, Warmed)]  # fmt: skip
         if forked is None or parent_path is None:
             out.append(Branch(session.id, path, None))
             continue
+        warmth = describe_warmth(warmed[0]) if warmed else ""
         own = records[forked.record :]
         try:
             with Session.open(parent_path, read_only=True) as parent:
                 theirs = [record_to_json(r) for r in parent.records][forked.record - 1 :]
         except SessionError:  # a parent gone: the fork is shown without a comparison
-            out.append(Branch(session.id, path, forked))
+            out.append(Branch(session.id, path, forked, warmth=warmth))
             continue
         at = first_difference(own, theirs)
         out.append(
@@ -93,6 +101,7 @@ def branches(paths: Iterable[str | os.PathLike[str]]) -> list[Branch]:
                 _short(own[at] if at is not None and at < len(own) else None),
                 _short(theirs[at] if at is not None and at < len(theirs) else None),
                 (_summary(own), _summary(theirs)),
+                warmth,
             )
         )
     return out
@@ -144,6 +153,8 @@ class BranchView:
         text = (f"{name} <span class='bxm-fork-point'>forked from "
                 f"{html.escape(f.parent_session)} at turn {f.turn} ({f.point})</span> "
                 f"<code>{html.escape(settings)}</code>")  # fmt: skip
+        if b.warmth:
+            text += f"<div class='bxm-fork-cache'>cache: {html.escape(b.warmth)}</div>"
         if b.first_difference is None and b.usage is None:
             return text + " <i>parent not found</i>"
         where = ("no record differs" if b.first_difference is None

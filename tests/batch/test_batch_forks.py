@@ -34,7 +34,7 @@ from boxmaker.batch import (
     run_batch,
 )
 from boxmaker.batch import score_batch as score
-from boxmaker.batch._plan import RETRIED_OUTCOMES, log_state, read_manifest
+from boxmaker.batch._plan import RETRIED_OUTCOMES, expand, log_state, read_manifest
 from boxmaker.cli import main
 from boxmaker.demo import demo_registry
 from boxmaker.errors import ConfigError
@@ -85,12 +85,22 @@ class ForkLlama:
 
     ``stall_on``: a request whose last user message is this text gets no answer until
     :attr:`release` is set (:attr:`stalled` says one came). ``bodies``: the chat requests;
-    ``restores``: the file names asked to be restored."""
+    ``restores``: the file names asked to be restored. ``reused``: the ``cache_n`` every
+    answer's timings report (default 0: nothing reused). ``folder``: a save writes its file
+    there (as ``--slot-save-path`` on this machine); ``saves``: the names saved."""
 
-    def __init__(self, *, saved: tuple[str, ...] | None = None, stall_on: str | None = None):
-        self.saved, self.stall_on = saved, stall_on
+    def __init__(
+        self,
+        *,
+        saved: tuple[str, ...] | None = None,
+        stall_on: str | None = None,
+        reused: int = 0,
+        folder: Path | None = None,
+    ):
+        self.saved, self.stall_on, self.folder = saved, stall_on, folder
         self.bodies: list[dict[str, Any]] = []
         self.restores: list[str] = []
+        self.saves: list[str] = []
         self.stalled, self.release = threading.Event(), threading.Event()
         owner = self
 
@@ -116,6 +126,15 @@ class ForkLlama:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path.startswith("/slots/") and "action=save" in self.path:
+                    name = body["filename"]
+                    if owner.folder is None or "/" in name:
+                        self._json(501, {"error": {"code": 501, "message": "no saving"}})
+                    else:
+                        owner.saves.append(name)
+                        (owner.folder / name).write_bytes(b"slot")
+                        self._json(200, {"n_saved": 10, "n_written": 100})
+                    return
                 if self.path.startswith("/slots/"):
                     owner.restores.append(body["filename"])
                     if owner.saved is None:
@@ -139,6 +158,7 @@ class ForkLlama:
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
                 events = [e for e in _answer(body).events() if isinstance(e, bytes)]
+                events = [e.replace(b'"cache_n": 0', b'"cache_n": %d' % reused) for e in events]
                 with contextlib.suppress(OSError):  # the runner was killed meanwhile
                     self.wfile.write(b"".join(events))
 
@@ -355,7 +375,10 @@ def test_each_setting_forks_the_parent_and_runs_the_new_turns_live(
     runs = manifest(batch).set_index("run")
     assert sorted(runs["sampling.temperature"]) == [0.0, 0.5]
     assert set(runs["state"]) == {"done"} and set(runs["turns"]) == {2}
-    assert set(runs["warm"]) == {"slot"}  # this process ran the parent on the same slot
+    # this process ran the parent on the same slot, but the fake server reused nothing
+    # (cache_n 0): the label is what the fork's first request measured, not the slot's claim
+    assert set(runs["warm"]) == {"cold"}
+    assert all("slot 0 was expected to hold the parent's prefix" in d for d in runs["warm_detail"])
     entries = read_manifest(batch)
     for run, entry in entries.items():
         assert entry["fork"] == {
@@ -435,7 +458,7 @@ def test_a_fork_on_another_server_restores_the_saved_slot_or_runs_cold_and_says_
 ) -> None:
     parent = _parent(tmp_path, llama.url)  # this process knows nothing of the others' slots
     task = ForkTask(id="f", parent=parent, at=2)
-    saving = ForkLlama(saved=("parent.turn-2.bin",))
+    saving = ForkLlama(saved=("parent.turn-2.bin",), reused=1000)  # the restore was used
     plain = ForkLlama()
     try:
         run_batch([task], tmp_path / "restored", servers=[saving.url], registry=TOOLS)
@@ -445,7 +468,10 @@ def test_a_fork_on_another_server_restores_the_saved_slot_or_runs_cold_and_says_
         plain.close()
     restored = read_manifest(tmp_path / "restored")["f"]
     assert (restored["state"], restored["warm"]) == ("done", "restored")
-    assert restored["warm_detail"] == "parent.turn-2.bin restored into slot 0 (42 tokens)"
+    held = restored["warm_detail"].split(": ")[1].split()[0]  # the parent's prefix, measured
+    assert restored["warm_detail"] == (
+        f"restored parent.turn-2.bin into slot 0: {held} of {held} prefix tokens reused (1.00)"
+    )
     assert saving.restores == ["parent.turn-2.bin"]
     cold = read_manifest(tmp_path / "cold")["f"]
     assert (cold["state"], cold["warm"]) == ("done", "cold")
@@ -621,11 +647,13 @@ def test_cli_batch_of_forks_says_how_each_found_the_cache(
     out = capsys.readouterr().out
     assert code == 0
     assert "scored 2 run(s) by their targets" in out
-    # the first fork ran cold (the server cannot restore); the second found the first's
-    # requests, which start with the parent's prefix, in the one slot
-    said = "forks: 1 found the parent's prefix in their slot, 0 restored it from a saved slot"
-    assert said + ", 1 ran cold" in out
-    assert out.count("cold f.") == 1 and "--slot-save-path" in out
+    # the first fork found nothing (the server cannot restore); the second found the first's
+    # requests, which start with the parent's prefix, in the one slot; the fake server
+    # reused nothing for either (cache_n 0): both are measured cold, each says why
+    said = "found it in their slot, 0 restored it from a saved slot, 0 found it in the "
+    assert said + "server's own cache, 0 partial, 2 cold, 0 not measured" in out
+    assert out.count("cold f.") == 2 and "--slot-save-path" in out
+    assert "slot 0 was expected to hold the parent's prefix" in out
     for path in _runs(tmp_path / "b"):
         assert _own_finished(path) == ["Thanks!"]
     assert main(["report", batch]) == 0
@@ -635,3 +663,80 @@ def test_cli_batch_of_forks_says_how_each_found_the_cache(
     table = capsys.readouterr().out.splitlines()
     assert table[1].split()[0] == "sampling.temperature"  # the setting, a column of its own
     assert [line.split()[0] for line in table[2:]] == ["0.0", "0.5"]
+
+
+def test_cli_batch_saves_each_runs_slot_at_its_turn_ends_on_a_url_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``boxmaker batch --url URL --slot-save-path DIR``: DIR is where that server saves slots
+    (on this machine): every run's slot is saved there at each turn's end, named by run and
+    turn, so a later fork of it restores it."""
+    slots = tmp_path / "slots"
+    slots.mkdir()
+    server = ForkLlama(folder=slots)
+    try:
+        tasks = tmp_path / "tasks.jsonl"
+        tasks.write_text(json.dumps({"id": "t", "messages": ["Hi", "Bye"]}) + "\n")
+        args = ["batch", str(tasks), "--url", server.url, "--dir", str(tmp_path / "b")]
+        assert main([*args, "--slot-save-path", str(slots)]) == 0
+        assert main([*args, "--slot-save-path", str(tmp_path / "nowhere")]) == 1
+    finally:
+        server.close()
+    assert server.saves == ["t.turn-1.bin", "t.turn-2.bin"]
+    assert sorted(p.name for p in slots.iterdir()) == server.saves
+    assert "slot folder" in capsys.readouterr().err
+
+
+def test_forks_of_one_parent_follow_each_other_on_the_slot_that_ran_its_prefix(
+    tmp_path: Path,
+) -> None:
+    """Cache affinity (issue 39 item 5): a worker takes first a run whose prefix (a fork
+    task's parent, or an earlier fork of it) last ran on its slot, then one whose prefix ran
+    nowhere yet, then any; the manifest says ``affinity: "slot"`` where it placed one so."""
+    from boxmaker.batch._plan import Manifest
+    from boxmaker.batch._runner import _Batch
+
+    llama = ForkLlama()
+    try:
+        parents = {name: _parent(tmp_path / name, llama.url) for name in ("a", "b")}
+    finally:
+        llama.close()
+    tasks = [ForkTask(id=f"{name}{i}", parent=parents[name], at=1).resolve()
+             for i in range(2) for name in ("a", "b")]  # fmt: skip
+    logs = tmp_path / "batch" / "logs"
+    logs.mkdir(parents=True)
+    book = Manifest(tmp_path / "batch")
+    batch = _Batch(expand(tasks), logs, book, 1, None, threading.Event())
+    taken = [batch.pop("u", slot) for slot in (0, 1, 1, 0)]
+    assert [s.task.id if s else None for s in taken] == ["a0", "b0", "b1", "a1"]
+    book.close()
+    lines = [json.loads(x) for x in (tmp_path / "batch" / "manifest.ndjson").read_text().split()]
+    running = {x["run"]: (x["slot"], x.get("affinity")) for x in lines if x["state"] == "running"}
+    assert running == {"a0": (0, None), "b0": (1, None), "b1": (1, "slot"), "a1": (0, "slot")}
+
+
+def test_a_fork_goes_first_to_the_slot_its_parents_batch_ran_it_on(tmp_path: Path) -> None:
+    """A parent run in an earlier batch (its log under ``<batch>/logs``): its manifest says
+    the server and slot it ran on, where a fork of it looks first."""
+    from boxmaker.batch._plan import Manifest
+    from boxmaker.batch._runner import _Batch
+
+    llama = ForkLlama()
+    try:
+        parents = {name: _parent(tmp_path / name, llama.url) for name in ("a", "b")}
+    finally:
+        llama.close()
+    assert {read_manifest(p.parent.parent)[p.stem]["slot"] for p in parents.values()} == {0}
+    tasks = [ForkTask(id=f"{name}{i}", parent=parents[name], at=1).resolve()
+             for i in range(2) for name in ("a", "b")]  # fmt: skip
+    logs = tmp_path / "batch" / "logs"
+    logs.mkdir(parents=True)
+    book = Manifest(tmp_path / "batch")
+    batch = _Batch(expand(tasks), logs, book, 1, None, threading.Event())
+    url = llama.url.rstrip("/")
+    taken = [batch.pop(url, slot) for slot in (1, 0, 0, 1)]
+    assert [s.task.id if s else None for s in taken] == ["a0", "b0", "b1", "a1"]
+    book.close()
+    lines = [json.loads(x) for x in (tmp_path / "batch" / "manifest.ndjson").read_text().split()]
+    running = {x["run"]: (x["slot"], x.get("affinity")) for x in lines if x["state"] == "running"}
+    assert running == {"a0": (1, None), "b0": (0, "slot"), "b1": (0, "slot"), "a1": (1, "slot")}

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from boxmaker.cache import (
     CAUSES,
+    REMEDIES,
     CacheForensics,
     TokenizedText,
     cache_loss,
@@ -646,3 +647,47 @@ def test_what_the_server_reprocessed_counts_the_reply_it_held() -> None:
     assert reprocessed({"cache_n": 0}, new) is None
     # more reused than the slot held (the cross-request prompt cache): nothing re-processed
     assert reprocessed(previous, {"cache_n": 400, "prompt_n": 5, "prompt_ms": 1.0}) == (0, 0.0)
+
+
+def test_every_cause_has_its_remedy() -> None:
+    assert set(REMEDIES) == set(CAUSES)
+    assert all(REMEDIES[c] for c in CAUSES)
+
+
+@pytest.mark.parametrize(
+    ("extra", "cause", "said"),
+    [
+        ({"n_slots": 4, "n_swa": 0}, "idle_slot_cleared", "--no-cache-idle-slots"),
+        ({"n_slots": 1, "n_swa": 0}, "slept", "--sleep-idle-seconds"),
+        # a sliding window: another prompt that shares less than its first checkpoint is
+        # processed whole (Gemma 3: 0 reused), not told apart from an emptied slot
+        ({"n_slots": 4, "n_swa": 512}, "checkpoint", "may also have been emptied"),
+        ({"n_slots": 4}, "evicted", "may also have been emptied"),  # n_swa not known
+        ({"n_slots": 4, "restored": True}, "restore_cold", "restored slot was not used"),
+        ({"n_slots": 4, "restored": True, "reused": 3}, "evicted", "the server reused 3"),
+        ({"swapped": "the session ran on a, the server now serves b"}, "model_swapped",
+         "one model per server"),
+    ],
+)  # fmt: skip
+def test_a_slot_emptied_a_restore_unused_or_another_model_is_named_with_its_remedy(
+    extra: dict[str, Any], cause: str, said: str
+) -> None:
+    found = classify_loss(
+        **{"reused": 0, **extra},
+        expected=4,
+        old_prompt=toks("abcd"),
+        generated=toks("ef"),
+        new_prompt=toks("abcdefg"),
+        edited=None,
+    )
+    assert found.cause == cause and said in found.detail
+    assert found.cause in CAUSES
+
+
+def test_a_model_swapped_is_named_even_when_the_old_prompt_renders_otherwise() -> None:
+    found = classify_loss(expected=10, reused=0, old_prompt=toks("abcd"), generated=toks(""),
+                          new_prompt=toks("abXd"), edited=None, swapped="a to b")  # fmt: skip
+    assert found.cause == "model_swapped"
+    partly = classify_loss(expected=4, reused=2, old_prompt=toks("abcd"), generated=toks(""),
+                           new_prompt=toks("abcdx"), edited=None, n_slots=4, n_swa=0)  # fmt: skip
+    assert partly.cause == "evicted"  # two tokens reused: another prompt, not an empty slot

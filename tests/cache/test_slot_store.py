@@ -112,6 +112,7 @@ def test_a_missing_saved_slot_is_a_clear_error_and_a_cold_fork(
             SlotStore().restore(fresh, parent.id, 2, 0)
         with pytest.warns(ColdFork, match="missing or corrupt"):
             assert warm_fork(fork, fresh, SlotStore()).how == "cold"
+        (tmp_path / "slots").mkdir()
         local = SlotStore(tmp_path / "slots")
         with pytest.raises(SlotError, match="is missing"):
             local.restore(fresh, parent.id, 2, 0)
@@ -152,3 +153,103 @@ def test_a_pinned_fork_counts_only_its_own_slot_and_restores_into_it(
         assert client.holder(fork.messages(), [1]) == 1
         with pytest.raises(SlotError, match="needs the slot"):
             warm_fork(fork, client, store, pinned=True)
+
+
+def test_a_store_takes_a_plain_string_or_any_path_like_folder(
+    server: FakeLlama, tmp_path: Path
+) -> None:
+    folder = tmp_path / "slots"
+    folder.mkdir()
+    (folder / "a.turn-1.bin").write_bytes(b"x")
+    for given in (str(folder), folder, _PathLike(folder)):
+        store = SlotStore(given)
+        assert store.folder == folder and store == SlotStore(folder)
+        assert [(f.session, f.turn, f.path) for f in store.files()] == [
+            ("a", 1, folder / "a.turn-1.bin")]  # fmt: skip
+    server.slot_files = {}
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    with client_of(server, SlotLeases(locks)) as client:
+        parent = parent_of(tmp_path, client, None)  # nothing saved
+    fork = parent.fork(at=2)
+    # a plain string raised TypeError here: now a cold fork, with the warning
+    with client_of(server, SlotLeases(locks)) as fresh, pytest.warns(ColdFork, match="is missing"):
+        start = warm_fork(fork, fresh, SlotStore(str(folder)))
+    assert start.how == "cold" and str(folder) in start.detail
+
+
+class _PathLike:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+
+def test_a_folder_the_store_cannot_use_is_refused_at_once(
+    server: FakeLlama, tmp_path: Path
+) -> None:
+    with pytest.raises(SlotError, match="does not exist"):
+        SlotStore(tmp_path / "nowhere")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SlotError, match="is not a folder"):
+        SlotStore(str(tmp_path / "file"))
+    # the server saves elsewhere than the folder given: said at the first save
+    server.slot_files = {}
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    (tmp_path / "slots").mkdir()
+    store = SlotStore(tmp_path / "slots")
+    with client_of(server, SlotLeases(locks)) as client:
+        parent = parent_of(tmp_path, client, None)
+        with pytest.raises(SlotError, match=r"but not in .*--slot-save-path"):
+            store.save(client, parent)
+
+
+def test_check_says_whether_the_server_saves_slots_without_writing_a_file(
+    server: FakeLlama, tmp_path: Path
+) -> None:
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    with client_of(server, SlotLeases(locks)) as client:
+        with pytest.raises(SlotError, match="--slot-save-path"):
+            SlotStore().check(client)
+        server.slot_files = {}
+        SlotStore().check(client)
+    assert server.slot_files == {}
+
+
+def test_a_saver_pinned_to_a_slot_saves_that_slot(server: FakeLlama, tmp_path: Path) -> None:
+    server.slot_files = {}
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    with client_of(server, SlotLeases(locks)) as client:
+        session = Session.create(tmp_path, Baseline(system="Be brief."))
+        runtime = Runtime(config=Config(), client=client, registry=Registry())
+        run_turn(session, runtime, "One", SlotStore().saver(session, client, slot=1))
+    assert server.slot_files == {f"{session.id}.turn-1.bin": 1}
+
+
+def test_a_prefill_sends_the_forks_prefix_once_into_the_slot_found(
+    server: FakeLlama, tmp_path: Path
+) -> None:
+    """On a sliding-window model the slot found is prefilled with the fork's messages
+    (``max_tokens`` 0, pinned to it), so a checkpoint ends where the fork begins; its cost is
+    kept. Not on a model without a sliding window (``None``: the server's ``n_swa``), never
+    for a cold fork."""
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    with client_of(server, SlotLeases(locks)) as client:
+        parent = parent_of(tmp_path, client, None)
+        fork = parent.fork(at=2)
+        sent = len(server.bodies)
+        start = warm_fork(fork, client)  # the fake's /props states no n_swa: no prefill
+        assert (start.how, start.prefilled, len(server.bodies)) == ("slot", None, sent)
+        start = warm_fork(fork, client, prefill=True)
+        assert (start.how, start.slot, start.prefilled, start.prefill_ms) == ("slot", 0, 10, 1.0)
+        (body,) = server.bodies[sent:]
+        assert (body["max_tokens"], body["id_slot"]) == (0, 0)
+        assert body["messages"] == fork.messages()
+    with client_of(server, SlotLeases(locks)) as fresh, pytest.warns(ColdFork):
+        assert warm_fork(fork, fresh, prefill=True).prefilled is None
+    assert len(server.bodies) == sent + 1

@@ -406,3 +406,65 @@ def test_pairs_that_generate_at_the_same_time_ran_together() -> None:
 
     shared = diagnose("http://llama", transport=_doctor_server(answer)).check("slot shared")
     assert "ran in it together (6 of 6 pairs generated at the same time" in shared.seen
+
+
+# --- issue 39: does a fork find its parent's prefix, does a session keep its slot -------------
+
+
+def _cache_server(follow_ups: list[int], *, n_swa: int = 512) -> httpx.MockTransport:
+    """Two slots that save to files; every first reply holds 30 tokens (a prompt of 20 and
+    a reply of 11, its last never decoded), the ``n``-th follow-up ("Why?") reuses
+    ``follow_ups[n]`` of them."""
+    served = [0]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/health":
+            return httpx.Response(200, json={"status": "ok"})
+        if path == "/props":
+            settings = {"n_ctx": 8192}
+            props = {"total_slots": 2, "n_swa": n_swa, "default_generation_settings": settings}
+            return httpx.Response(200, json=props)
+        if path == "/slots":
+            return httpx.Response(200, json=[{"id": i, "n_ctx": 8192} for i in (0, 1)])
+        if path.startswith("/slots/"):
+            if json.loads(request.content).get("filename", "").startswith(".."):
+                return httpx.Response(400, json={"error": {"message": "Invalid filename"}})
+            return httpx.Response(200, json={"n_saved": 30, "n_restored": 30})
+        if path.endswith("/control"):
+            return httpx.Response(200, json={"success": False})
+        body = json.loads(request.content)
+        timings: dict[str, object] = {"cache_n": 0, "prompt_n": 20, "predicted_n": 11}
+        if body["messages"][-1]["content"] == "Why?":
+            assert body["messages"][1] == {"role": "assistant", "content": "Caching."}
+            reused = follow_ups[served[0]]
+            served[0] += 1
+            timings = {"cache_n": reused, "prompt_n": 40 - reused, "predicted_n": 3}
+        stream = _Paced(_answer("Caching.", timings), 0.0, None)
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=stream)
+
+    return httpx.MockTransport(handler)
+
+
+WARM_CHECKS = ("fork from a slot", "fork from a saved slot", "idle slot kept")
+
+
+def test_a_fork_and_an_idle_slot_that_keep_their_prefix_pass() -> None:
+    report = diagnose("http://llama", transport=_cache_server([30, 29, 30], n_swa=0))
+    fork, saved, idle = (report.check(n) for n in WARM_CHECKS)
+    assert fork.ok and "30 of 30 held tokens reused (1.00)" in fork.seen
+    assert saved.ok and "29 of 30 held tokens reused (0.97)" in saved.seen
+    assert idle.ok and "slot 0 kept its prompt while slot 1 ran (30 tokens reused)" in idle.seen
+
+
+def test_a_sliding_window_fork_and_a_cleared_idle_slot_are_told_with_the_flag() -> None:
+    """Gemma 3 without --swa-full reused 241 of 373 from a slot and 0 after a restore;
+    llama-server's --cache-idle-slots emptied a pinned session's slot when another slot
+    started a task: 0 of 1,020 reused."""
+    report = diagnose("http://llama", transport=_cache_server([21, 0, 0]))
+    fork, saved, idle = (report.check(n) for n in WARM_CHECKS)
+    assert fork.ok is False and "21 of 30 held tokens reused (0.70)" in fork.seen
+    assert "n_swa 512" in fork.fix and "--swa-full" in fork.fix
+    assert saved.ok is False and "0 of 30" in saved.seen and "--swa-full" in saved.fix
+    assert idle.ok is False and "--no-cache-idle-slots" in idle.fix
+    assert report.ok is False

@@ -15,7 +15,7 @@ from boxmaker.cli._fork import parse_settings
 from boxmaker.config import Config
 from boxmaker.demo import demo_registry
 from boxmaker.errors import ConfigError
-from boxmaker.records import Baseline, ToolResult
+from boxmaker.records import Baseline, ToolResult, Warmed
 from boxmaker.session import Session
 from boxmaker.testing import ScriptedClient, answer, call, calls
 from boxmaker.turn import Runtime, run_turn
@@ -70,7 +70,8 @@ def test_fork_reruns_a_turn_on_the_fake_server_with_the_tools_replayed(
     assert code == 0
     out = capsys.readouterr().out
     assert "Cold." in out and "replayed 1 tool result; first differing call: none" in out
-    assert "cache: cold (no slot store (the server's --slot-save-path) was given)" in out
+    # a rerun of turn 1: the parent made no completion before it, nothing to measure
+    assert "cache: unknown: reuse not measured: the parent made no completion before" in out
     assert [b.get("temperature") for b in server.bodies] == [0.25, 0.25]
     (path,) = [p for p in parent.parent.glob("*.jsonl") if p != parent]
     results = [r for r in Session.open(path, read_only=True).records if isinstance(r, ToolResult)]
@@ -86,11 +87,35 @@ def test_an_unknown_setting_is_refused_before_anything_is_made(
     assert list(parent.parent.glob("*.jsonl")) == [parent]
 
 
-def test_fork_restores_the_parents_saved_slot_from_the_command_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def measured(content: str, cache_n: int, prompt_n: int) -> Reply:
+    """A reply whose ``timings`` say ``cache_n`` prompt tokens were reused (one token a
+    character generated)."""
+    t = {"cache_n": cache_n, "prompt_n": prompt_n, "predicted_n": len(content)}
+    events = [
+        {"id": "c", "choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}]},
+        {"id": "c", "choices": [{"index": 0, "delta": {"content": content}}]},
+        {"id": "c", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        {"id": "c", "choices": [], "timings": t},
+    ]
+    return Reply(data=[*(json.dumps(e) for e in events), "[DONE]"])
+
+
+@pytest.mark.parametrize(
+    ("reused", "said"),
+    [
+        (34, "into slot 0: 34 of 34 prefix tokens reused (1.00)"),
+        (0, "cold: 0 of 34 prefix tokens reused (0.00): {file} was restored into slot 0 (40 "
+         "tokens), but the server reused only 0 of the 34: a restore accepted and not used"),
+    ],
+)  # fmt: skip
+def test_fork_says_the_cache_reuse_its_first_request_measured(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], reused: int, said: str
 ) -> None:
     """``--slot-save-path``: the parent's slot saved at the fork's turn is restored before the
-    fork's turn runs (a fresh process knows no slot's contents: without it the fork is cold)."""
+    fork's turn runs (a fresh process knows no slot's contents); the line printed is what the
+    fork's first request reused of the parent's prefix (30 prompt tokens and a reply of 5,
+    held but its last: 34), not what the restore claimed (it printed "restored" while the
+    server reused nothing)."""
     from boxmaker.cache import SlotStore
     from boxmaker.client import Client, SlotLeases
     from boxmaker.config import ClientConfig
@@ -98,7 +123,7 @@ def test_fork_restores_the_parents_saved_slot_from_the_command_line(
     saved, locks = tmp_path / "slots", tmp_path / "locks"
     saved.mkdir()
     locks.mkdir()
-    with running([Reply(content="Fine.")]) as server:
+    with running([measured("Fine.", 0, 30), measured("Again", reused, 40 - reused)]) as server:
         server.slot_files = {}  # the fake server saves slots (as with --slot-save-path)
         config = ClientConfig(url=server.url, retry_attempts=0)
         other = Client(config, leases=SlotLeases(locks))  # as another process
@@ -110,8 +135,27 @@ def test_fork_restores_the_parents_saved_slot_from_the_command_line(
         args = ["fork", str(parent.path), "--at", "1", "--say", "Again", "--url", server.url]
         assert main([*args, "--slot-save-path", str(saved)]) == 0
     out = capsys.readouterr().out
-    assert f"cache: restored {parent.id}.turn-1.bin into slot 0 (" in out
-    assert "Fine." in out
+    name = f"{parent.id}.turn-1.bin"
+    head = f"cache: restored {name} " if reused else "cache: "
+    assert head + said.format(file=name) in out
+    assert "Again" in out
+    (path,) = [p for p in tmp_path.glob("*.jsonl") if p != parent.path]
+    warmed = [r for r in Session.open(path, read_only=True).records if isinstance(r, Warmed)]
+    assert [(w.how, w.prefix, w.reused, w.found) for w in warmed] == [
+        ("restored" if reused else "cold", 34, reused, "restored")]  # fmt: skip
+
+
+def test_fork_refuses_a_slot_folder_or_a_server_it_cannot_use_before_making_a_log(
+    parent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with running([Reply(content="Fine.")]) as server:
+        args = ["fork", str(parent), "--at", "1", "--say", "Hi", "--url", server.url]
+        assert main([*args, "--slot-save-path", str(tmp_path / "nowhere")]) == 1
+        assert "does not exist" in capsys.readouterr().err
+        (tmp_path / "slots").mkdir()
+        assert main([*args, "--slot-save-path", str(tmp_path / "slots")]) == 1  # no saving
+        assert "cannot save or restore slots" in capsys.readouterr().err
+    assert list(parent.parent.glob("*.jsonl")) == [parent]
 
 
 @pytest.mark.parametrize(

@@ -56,7 +56,8 @@ def test_forks_frame_and_summary_columns(tmp_path: Path) -> None:
     assert json.loads(str(r["settings"])) == {"loop.tool_iterations": 1}
     assert r["replayed"] == 1 and r["same_answer"]
     # the replayed result carries source=replayed, the parent's did not: it differs there
-    assert r["first_difference"] == 5
+    # (record 6: the fork's Warmed record after its first usage is its own, not compared)
+    assert r["first_difference"] == 6
     assert (r["prompt_tokens"], r["parent_prompt_tokens"]) == (120, 120)
 
 

@@ -194,6 +194,10 @@ def test_defaults_are_llama_servers() -> None:
     assert params.cache_ram_mib == 8192
     assert params.swa_full is False
     assert params.default_template_kwargs == {"preserve_reasoning": "true"}
+    # but idle slots are kept: boxmaker pins each session's requests to its slot, which
+    # llama-server's --cache-idle-slots empties (issue 39)
+    assert params.cache_idle_slots is False
+    assert EmbeddedServer(cache_idle_slots=True)._params().cache_idle_slots is True
 
 
 def test_explicit_slots_are_not_unified_unless_asked() -> None:

@@ -1,0 +1,58 @@
+"""Concurrent sessions on the embedded server's defaults (4 slots sharing a unified KV cache,
+a RAM prompt cache) keep their prompt cache (issue 39 item 3): each session pinned to its own
+slot loses nothing it did not cause. With llama-server's ``--cache-idle-slots`` (on upstream,
+off on the embedded server) every turn but the first lost the whole prompt."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from live_server import embedded_only
+
+from boxmaker.client import Client
+from boxmaker.config import ClientConfig, Config, HistoryConfig, SamplingConfig
+from boxmaker.records import Baseline, CacheLoss, Usage
+from boxmaker.server import EmbeddedServer
+from boxmaker.session import Session
+from boxmaker.tools import Registry
+from boxmaker.turn import Runtime, run_turn
+
+pytestmark = pytest.mark.live
+
+
+def _run(server: EmbeddedServer, folder: Path, n: int) -> list[Session]:
+    config = Config(sampling=SamplingConfig(max_tokens=16), history=HistoryConfig(reasoning="keep"))
+    sessions = [
+        Session.create(folder, Baseline(system=f"You are agent {i}. " * 30)) for i in range(n)
+    ]
+    failed: list[BaseException] = []
+
+    def work(session: Session) -> None:
+        try:
+            with Client(ClientConfig(url=server.url)) as client:
+                runtime = Runtime(config=config, client=client, registry=Registry())
+                for text in ("Hello", "Tell me more", "And then?"):
+                    run_turn(session, runtime, text)
+        except BaseException as exc:  # raised on the test's thread
+            failed.append(exc)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in sessions]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failed, failed
+    return sessions
+
+
+@pytest.mark.parametrize("sessions", [2, 4])
+def test_concurrent_sessions_on_the_defaults_lose_nothing(tmp_path: Path, sessions: int) -> None:
+    embedded_only("the embedded server's own defaults")
+    with EmbeddedServer(n_threads=2) as server:
+        assert (server.n_parallel, server.kv_unified) == (4, True)
+        for session in _run(server, tmp_path, sessions):
+            assert not [r for r in session.records if isinstance(r, CacheLoss)]
+            usages = [r for r in session.records if isinstance(r, Usage)]
+            assert all(u.timings["cache_n"] > 0 for u in usages[1:])
