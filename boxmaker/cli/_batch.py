@@ -52,6 +52,9 @@ def run_batch_command(args: argparse.Namespace) -> int:
         return 2
     tasks = load_tasks(args.tasks)  # a bad file is said before a server starts or tools load
     if args.slot_save_path is not None:  # the URL servers save slots there, on this machine
+        from ..cache import SlotStore  # httpx: only when slots are saved
+
+        SlotStore(args.slot_save_path)  # a folder it cannot use is said before anything runs
         servers = [SavingServer(str(url), Path(args.slot_save_path)) for url in servers]
     progress = TerminalProgress()
     if not pending(tasks, args.dir, grid):  # a finished batch, resumed: no server to start
