@@ -307,6 +307,7 @@ def classify_loss(
 
     The slot held ``old_prompt + generated``; ``position`` is the first token where that and
     the new prompt differ. The prompts agree up to ``agree = min(position, expected)``:
+
     - the server's model is not the session's (``swapped``): ``model_swapped``;
     - the re-rendered old prompt is not ``expected`` tokens long: ``unknown`` (another model
       or template than the one that served the session);
