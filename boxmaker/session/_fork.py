@@ -40,6 +40,7 @@ from ..records import (
     Record,
     RecordError,
     ToolResult,
+    TurnEnd,
     User,
     baseline_from_json,
     records_from_json,
@@ -76,7 +77,21 @@ def fork_cut(
         raise SessionError(f"turn {at!r} is not a turn of this log (it has 1 to {len(starts)})")
     if point == "before_answer":
         return at, starts[at - 1]
+    if at == len(starts) and not _ended(records[starts[-1] :], records):
+        raise SessionError(
+            f"turn {at} has not ended (no TurnEnd record: it is still running, or its process "
+            "died before the log was reopened): fork after it once it ended, or before its "
+            f"answer (fork(at={at}, rerun=True))"
+        )
     return at, starts[at] if at < len(starts) else len(records)
+
+
+def _ended(turn: list[Record], records: list[Record]) -> bool:
+    """Whether the last turn of a log ended: it has its ``TurnEnd`` record, or the log holds
+    none at all (a log of schema 1, whose turns ended without one)."""
+    return any(isinstance(r, TurnEnd) for r in turn) or not any(
+        isinstance(r, TurnEnd) for r in records
+    )
 
 
 def fork_records(

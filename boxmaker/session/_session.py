@@ -19,6 +19,7 @@ upgrades of older schemas) is :mod:`boxmaker.session`'s. Guarantees:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -54,7 +55,7 @@ from ..records import (
 from ._file import LogReadWarning, LogWriter, dumps_line, read_log
 from ._fork import fork_records, parent_of
 from ._groups import dumps_group
-from ._safe import check_folder
+from ._safe import check_folder, open_fresh
 
 __all__ = ["Session", "message_of", "messages", "new_session_id", "wire_arguments"]
 
@@ -296,7 +297,8 @@ class Session:
         point as its file holds them, all in one all-or-nothing write
         (:mod:`boxmaker.session`'s fork points):
 
-        - ``fork(at=k)``: after turn ``k`` ended; the fork's next turn is a new one;
+        - ``fork(at=k)``: after turn ``k`` ended (a turn without its ``TurnEnd`` record, still
+          running or cut by a dead process, is refused); the fork's next turn is a new one;
         - ``fork(at=k, rerun=True)``: before turn ``k``'s answer (the records before its user
           message; :func:`boxmaker.turn.continue_fork` runs that message again);
         - ``fork(call=n, result="...")``: at tool call ``n``'s result, replaced by ``result``
@@ -315,9 +317,12 @@ class Session:
             baseline: the fork's system prompt and tools (default: this log's; another one
                 re-renders the whole prompt, so the cache is cold from its first token).
 
+        The fork's log is made whole or not at all (see :meth:`_create_whole`): a process
+        killed while making it leaves no log behind.
+
         Raises:
-            SessionError: no such turn or call, a bad combination of arguments, the parent
-                cannot be read, or the fork's log cannot be written (then it is removed).
+            SessionError: no such turn or call, turn ``at`` has not ended, a bad combination of
+                arguments, the parent cannot be read, or the fork's log cannot be written.
         """
         folder = Path(directory) if directory is not None else self.path.parent
         head, records = fork_records(
@@ -329,14 +334,59 @@ class Session:
             settings=settings,
             folder=folder,
         )
-        child = Session.create(folder, baseline or head, session_id=session_id)
+        return Session._create_whole(folder, baseline or head, records, session_id=session_id)
+
+    @classmethod
+    def _create_whole(
+        cls,
+        directory: Path,
+        baseline: Baseline,
+        records: Sequence[Record],
+        *,
+        session_id: str | None,
+    ) -> Session:
+        """A new log holding ``baseline`` and ``records`` from the start, made whole or not at
+        all: written to a side file (``.<id>.jsonl.part``, no reader lists it), fsynced, then
+        linked into place (never over a file that is there), so a process killed while making
+        a fork leaves no baseline-only log that readers would count as a session. Open for
+        writing, as :meth:`create` returns it.
+
+        Raises:
+            SessionError: as :meth:`create`, or a record breaks the log's rule.
+        """
+        sid = new_session_id() if session_id is None else session_id
+        if not SESSION_ID.fullmatch(sid):
+            raise SessionError(f"session id {sid!r} is not safe as a file name")
+        folder = Path(directory)
+        path = folder / f"{sid}.jsonl"
+        head = {"type": "baseline", "schema": SCHEMA_VERSION, "session_id": sid,
+                **record_to_json(baseline)}  # fmt: skip
+        objects = [record_to_json(r) for r in records]
         try:
-            child.extend(records)
-        except BaseException:
-            child.close()
-            child.path.unlink(missing_ok=True)
-            raise
-        return child
+            check_records(objects)
+        except RecordError as exc:
+            raise SessionError(f"{path}: not written: {exc}") from exc
+        data = dumps_line(head) + (dumps_group(objects, dumps_line) if objects else b"")
+        check_folder(folder, what="session directory")
+        part = folder / f".{sid}.jsonl.part"
+        try:
+            fd = open_fresh(part, what="fork's side file")
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.link(part, path)  # fails on a file (or a planted link) already there
+        except FileExistsError as exc:
+            raise SessionError(f"{path}: cannot create session log: it exists already") from exc
+        except OSError as exc:
+            raise SessionError(f"{path}: cannot create session log: {exc}") from exc
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(part)
+        return cls.open(path)
 
     @property
     def forked(self) -> Forked | None:
