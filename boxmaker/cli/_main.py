@@ -509,7 +509,23 @@ def _parser() -> argparse.ArgumentParser:
         help=f"llama-server base URL (default: the --config file's, else {ClientConfig().url})",
     )
     chat.add_argument("--config", default=None, help="TOML config file")
-    chat.add_argument("--dir", default="sessions", help="where session logs go (./sessions)")
+    chat.add_argument(
+        "--api-key",
+        default=None,
+        help="the server's API key (its --api-key; default: the --config file's, if any)",
+    )
+    chat.add_argument(
+        "--no-tools",
+        action="store_true",
+        help="offer the model no tools (a chat template without tool support: llama.cpp drops "
+        "them from the prompt without a word)",
+    )
+    chat.add_argument(
+        "--dir",
+        default=None,
+        help="where session logs go (default: ./sessions; with --resume, the resumed log's "
+        "folder, where /new puts the next session too)",
+    )
     first = chat.add_mutually_exclusive_group()
     first.add_argument("--system", default="", help="system prompt of a new session")
     first.add_argument(

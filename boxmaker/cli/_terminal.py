@@ -245,8 +245,9 @@ def _chat_session(
     session: Session | None,
     store: SlotStore | None = None,
 ) -> int:
-    """Read messages until Ctrl-D, ``/quit`` or Ctrl-C at the prompt; one turn each. Ctrl-C in a
-    turn cancels it. After :class:`SessionFull` nothing is sent to that session; ``/new``
+    """Read messages until Ctrl-D or ``/quit``; one turn each. Ctrl-C in a turn cancels it;
+    Ctrl-C at the prompt drops the line being typed and says how to end (it ended the chat).
+    After :class:`SessionFull` nothing is sent to that session; ``/new``
     starts a new one. ``session`` is a resumed one, or ``None``: then the log is made at the
     first message (a chat ended before it leaves no file and prints no table). Exit code 1
     when turns were tried and none reached the server. With a ``store`` each session's slot
@@ -258,8 +259,11 @@ def _chat_session(
         while True:
             try:
                 text = input("\nyou> ").strip()
-            except (EOFError, KeyboardInterrupt):
+            except EOFError:
                 break
+            except KeyboardInterrupt:
+                print("\n[Ctrl-C: the line is dropped; /quit or Ctrl-D ends the chat]", flush=True)
+                continue
             if text in ("/quit", "/exit"):
                 break
             if text == "/new":
@@ -344,22 +348,31 @@ def run_chat(args: argparse.Namespace) -> int:
     """``boxmaker chat``: an interactive session with any llama-server (see the module
     docstring); exit 1 when the server was never reached."""
     config = load_config(args.config) if args.config else Config()
-    client_cfg = dataclasses.replace(config.client, url=args.url or config.client.url)
+    client_cfg = dataclasses.replace(
+        config.client,
+        url=args.url or config.client.url,
+        api_key=args.api_key if args.api_key is not None else config.client.api_key,
+    )
     config = dataclasses.replace(config, client=client_cfg)
     check_server(config.client)  # one line and exit 1 now, rather than retries at the prompt
     with Client(config.client) as client, contextlib.ExitStack() as stack:
-        registry, port = _tools(config, stack)
+        registry, port = (Registry(), None) if args.no_tools else _tools(config, stack)
         session = stack.enter_context(resume_session(args.resume)) if args.resume else None
+        folder = Path(args.dir) if args.dir is not None else None
+        if folder is None:  # a resumed session's folder holds the next ones (/new) too
+            folder = session.path.parent if session is not None else Path("sessions")
         baseline = Baseline(system=args.system, tools=registry.definitions())
-        if session is not None:
+        if session is not None:  # the next sessions (/new) start as it did, --no-tools aside
             baseline = session.baseline
+            if args.no_tools:
+                baseline = dataclasses.replace(baseline, tools=())
             print(f"resuming {session.path} ({len(session.records)} records)")
         runtime = Runtime(config=config, client=client, registry=registry, port=port)
         store = _store(args.slot_save_path, client)
-        tools = ", ".join(registry.names)
+        tools = ", ".join(registry.names) or "none"
         print(f"chatting with {client_cfg.url} (tools: {tools}; Ctrl-D ends; Ctrl-C stops a turn)")
         print(CHAT_COMMANDS)
-        return _chat_session(runtime, Path(args.dir), baseline, session, store)
+        return _chat_session(runtime, folder, baseline, session, store)
 
 
 def _tools(config: Config, stack: contextlib.ExitStack) -> tuple[Registry, ToolPort | None]:

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -86,6 +87,40 @@ def test_chat_resume_goes_on_with_a_session(
         "second",
         "two",
     ]
+
+
+def test_chat_new_after_resume_stays_in_the_resumed_logs_folder_and_ctrl_c_keeps_the_chat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 37: after ``--resume``, ``/new`` wrote into ./sessions, not beside the resumed
+    log; Ctrl-C at the prompt ended the chat; no ``--api-key``, no way to offer no tools."""
+    folder = tmp_path / "runs"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("first\n"))
+    with running([Reply(content="one"), Reply(content="two"), Reply(content="three")]) as fake:
+        assert main(["chat", "--url", fake.url, "--dir", str(folder)]) == 0
+        (log,) = folder.glob("*.jsonl")
+        said: Iterator[str | BaseException] = iter([KeyboardInterrupt(), "/new", "again"])
+
+        def typed(prompt: str = "") -> str:
+            item = next(said, None)
+            if item is None:
+                raise EOFError
+            if isinstance(item, BaseException):
+                raise item
+            return item
+
+        monkeypatch.setattr("builtins.input", typed)
+        args = ["chat", "--url", fake.url, "--resume", str(log), "--api-key", "k-123"]
+        assert main([*args, "--no-tools"]) == 0
+    out = capsys.readouterr().out
+    assert "[Ctrl-C: the line is dropped; /quit or Ctrl-D ends the chat]" in out
+    assert "tools: none" in out
+    assert not (tmp_path / "sessions").exists()
+    assert len(list(folder.glob("*.jsonl"))) == 2  # the new session beside the resumed one
+    assert "tools" not in fake.bodies[-1]
+    chats = [r for r in fake.requests if b"/chat/completions" in r.split(b"\r\n", 1)[0]]
+    assert b"authorization: bearer k-123" in chats[-1].lower()
 
 
 def _said(record: object) -> bool:
