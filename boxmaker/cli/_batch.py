@@ -16,6 +16,7 @@ from ..config import Config, load_config
 from ..demo import demo_registry
 from ..errors import ConfigError
 from ..view import terminal_safe
+from ._flags import server_ctx
 
 if TYPE_CHECKING:
     from ..score import Scorer
@@ -67,7 +68,7 @@ def run_batch_command(args: argparse.Namespace) -> int:
             n = args.parallel
             embedded = EmbeddedServer(
                 args.model,
-                n_ctx=args.ctx * n,
+                n_ctx=server_ctx(args),
                 n_parallel=n,
                 n_threads=args.threads,
                 slot_save_path=args.slot_save_path,

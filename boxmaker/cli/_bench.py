@@ -16,12 +16,12 @@ import argparse
 import contextlib
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..config import Config, load_config
 from ..view import terminal_safe
+from ._flags import add_ctx, number, server_ctx
 
 __all__ = ["add_bench", "run_bench"]
 
@@ -31,9 +31,8 @@ HARNESS_HELP = (
 )
 
 
-def add_bench(sub: Any, number: Callable[..., None]) -> None:
-    """Add ``bench`` and its actions to the ``boxmaker`` parser (``number``: the int-flag
-    helper of the CLI, bounded by the server's limits)."""
+def add_bench(sub: Any) -> None:
+    """Add ``bench`` and its actions to the ``boxmaker`` parser."""
     bench = sub.add_parser("bench", help="benchmarks researchers cite (BFCL), on a local model")
     actions = bench.add_subparsers(dest="action", required=True)
     setup = actions.add_parser(
@@ -65,7 +64,7 @@ def add_bench(sub: Any, number: Callable[..., None]) -> None:
     )
     number(bfcl, "--parallel", "n_parallel", 2, "embedded: the server's slots")
     bfcl.add_argument("--model", default=None, help="embedded: GGUF (default: shipped model)")
-    number(bfcl, "--ctx", "n_ctx", 8192, "embedded: context per slot (tokens)")
+    add_ctx(bfcl, 8192)
     number(bfcl, "--threads", "n_threads", None, "embedded: CPU threads")
     bfcl.set_defaults(run=_bfcl)
     report = actions.add_parser("report", help="score a bench folder again and print its tables")
@@ -113,7 +112,7 @@ def _bfcl(args: argparse.Namespace) -> int:
 
             n = args.parallel
             embedded = EmbeddedServer(
-                args.model, n_ctx=args.ctx * n, n_parallel=n, n_threads=args.threads
+                args.model, n_ctx=server_ctx(args), n_parallel=n, n_threads=args.threads
             )
             servers.append(stack.enter_context(embedded))
         root = Path(args.dir)

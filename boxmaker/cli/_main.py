@@ -71,20 +71,22 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import ClientConfig, Config, HistoryConfig, TapConfig
 from ..demo import demo_registry
-from ..errors import BoxmakerError, ServerError
+from ..errors import BoxmakerError
 from ..records import SCHEMA_VERSION
-from ..server import LIMITS, EmbeddedServer, check_param
+from ..server import EmbeddedServer
 from ..session import LogReadWarning, read_logs, upgrade_log
 from ..view import terminal_safe
 from ._bench import add_bench
 from ._chat import CHAT_COMMANDS
 from ._export import add_export_commands
+from ._flags import add_ctx
+from ._flags import number as _number
 
 if TYPE_CHECKING:
     pass
@@ -135,28 +137,6 @@ def _pool_warning(slots: int, n_ctx: int) -> str:
         '("Context size has been exceeded"; boxmaker waits and retries). For N sessions of T '
         "tokens: -np N -c N*T (--no-kv-unified gives each slot its own n_ctx/N)"
     )
-
-
-def _bounded(param: str) -> Callable[[str], int]:
-    """An argparse ``type`` for an int flag checked against :data:`boxmaker.server.LIMITS`
-    (argparse then names the flag: ``argument --threads: ...``, exit 2)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        try:
-            check_param(param, value)
-        except ServerError:
-            low, high = LIMITS[param]
-            raise argparse.ArgumentTypeError(
-                f"{value} is out of range: it must be from {low} to {high}"
-            ) from None
-        return value
-
-    parse.__name__ = param  # argparse names the type in some messages
-    return parse
 
 
 def _at_least_one(text: str) -> int:
@@ -430,29 +410,6 @@ def _fork(args: argparse.Namespace) -> int:
     from ._fork import run_fork  # the client, the loop and httpx: only for a fork
 
     return run_fork(args)
-
-
-def _number(
-    parser: argparse.ArgumentParser,
-    flag: str | tuple[str, ...],
-    param: str,
-    default: int | None,
-    text: str,
-    *,
-    unset: str = "llama.cpp's choice",
-) -> None:
-    """Add an int flag (or its aliases) for the server parameter ``param``, its bounds in its
-    help; ``unset`` says what no value means."""
-    low, high = LIMITS[param]
-    shown = f"; default: {unset}" if default is None else f"; default {default}"
-    flags = (flag,) if isinstance(flag, str) else flag
-    parser.add_argument(
-        *flags,
-        type=_bounded(param),
-        metavar="N",
-        default=default,
-        help=f"{text} ({low} to {high}{shown})",
-    )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -768,7 +725,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     doctor.set_defaults(run=_doctor)
 
-    add_bench(sub, _number)
+    add_bench(sub)
 
     batch = sub.add_parser("batch", help="run tasks x a config grid on every slot, resumable")
     batch.add_argument(
@@ -784,8 +741,7 @@ def _parser() -> argparse.ArgumentParser:
     batch.add_argument("--embedded", action="store_true", help="also run the embedded server")
     _number(batch, "--parallel", "n_parallel", 4, "embedded: the server's slots")
     batch.add_argument("--model", default=None, help="embedded: GGUF (default: shipped model)")
-    per_slot = "embedded: context per slot (tokens; the server gets it times --parallel)"
-    _number(batch, "--ctx", "n_ctx", 4096, per_slot)
+    add_ctx(batch, 4096)
     _number(batch, "--threads", "n_threads", None, "embedded: CPU threads")
     batch.add_argument(
         "--slot-save-path",

@@ -14,6 +14,7 @@ from fake_llama import Reply, running
 
 from boxmaker import Baseline, Config, Registry, Runtime, Session, run_turn
 from boxmaker.cli import main
+from boxmaker.cli._flags import server_ctx
 from boxmaker.cli._main import _parser
 from boxmaker.server import EmbeddedServer
 from boxmaker.testing import ScriptedClient, answer, timings
@@ -40,11 +41,48 @@ def test_help_of_each_command_shows_its_defaults(capsys: pytest.CaptureFixture[s
     assert "(default: the --config file's, else http://127.0.0.1:8080)" in chat
     assert "/quit" in chat and "/new" in chat
     batch = _help("batch", capsys)
-    assert "--ctx N embedded: context per slot (tokens; the server gets it times --parallel)" in (
-        batch
-    )
-    assert "default 4096" in batch.split("--ctx N", 1)[1]
+    assert "--ctx N embedded: context size in tokens, all slots together" in batch
+    assert "default: 4096 per slot, times --parallel" in batch
+    assert "--ctx-per-slot N embedded: context per slot (tokens) (16 to" in batch
     assert "(default: sessions)" not in _help("demo", capsys)  # said once, as ./sessions
+
+
+@pytest.mark.parametrize(
+    ("argv", "n_ctx"),
+    [
+        (["batch", "t.toml", "--dir", "d", "--embedded", "--parallel", "3"], 3 * 4096),
+        (["batch", "t.toml", "--dir", "d", "--embedded", "--parallel", "3", "--ctx", "6000"], 6000),
+        (
+            [
+                "batch",
+                "t.toml",
+                "--dir",
+                "d",
+                "--embedded",
+                "--parallel",
+                "3",
+                "--ctx-per-slot",
+                "500",
+            ],
+            1500,
+        ),
+        (["bench", "bfcl", "--parallel", "2"], 2 * 8192),
+        (["bench", "bfcl", "--parallel", "2", "--ctx", "9000"], 9000),
+    ],
+)
+def test_ctx_means_all_slots_together_in_every_command(argv: list[str], n_ctx: int) -> None:
+    """``--ctx`` is llama-server's ``-c`` (all slots) in serve, demo, batch and bench alike;
+    batch and bench keep a per-slot default (``--ctx-per-slot``)."""
+    assert server_ctx(_parser().parse_args(argv)) == n_ctx
+
+
+def test_ctx_and_ctx_per_slot_exclude_each_other(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        _parser().parse_args(
+            ["batch", "t.toml", "--dir", "d", "--ctx", "6000", "--ctx-per-slot", "500"]
+        )
+    assert info.value.code == 2
+    assert "not allowed with argument --ctx" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
