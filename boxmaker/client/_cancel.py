@@ -28,12 +28,12 @@ class CancelWatch:
     httpx cannot interrupt a read in progress, and closing a socket from another thread does
     not wake a thread blocked reading it (Linux), but ``shutdown()`` does: the read then
     returns end-of-file at once. The watch learns the attempt's socket from httpcore's
-    ``trace`` request extension (``connection.connect_tcp.complete`` carries the new network
-    stream; :class:`~boxmaker.client.Client` keeps no idle connections, so every request opens
-    one) and from
-    the response's ``network_stream`` extension; a daemon thread waits for ``cancel`` and
-    shuts the sockets down. Transports without sockets (``httpx.MockTransport``, cassettes)
-    give none; there cancel is seen between reads.
+    ``trace`` request extension (``connection.connect_tcp.complete`` carries a new network
+    stream; the client's pooled transport names a kept one it takes with
+    ``connection.reused``, :mod:`boxmaker.client._pool`) and from
+    the response's ``network_stream`` extension; when ``cancel`` is set it shuts the sockets
+    down. Transports without sockets (``httpx.MockTransport``, cassettes) give none; there
+    cancel is seen between reads.
 
     Use: make one per attempt (it starts its thread), pass ``extensions={"trace":
     watch.trace}`` with the request, :meth:`add` the response's ``network_stream``, and call
@@ -54,8 +54,8 @@ class CancelWatch:
         threading.Thread(target=self._watch, name="boxmaker-cancel", daemon=True).start()
 
     def trace(self, name: str, info: dict[str, Any]) -> None:
-        """httpcore's trace hook: keep the socket of each new connection."""
-        if name == "connection.connect_tcp.complete":
+        """httpcore's trace hook: keep the socket of each new (or reused) connection."""
+        if name in ("connection.connect_tcp.complete", "connection.reused"):
             self.add(info.get("return_value"))
 
     def add(self, stream: object) -> None:
