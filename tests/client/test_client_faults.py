@@ -9,6 +9,7 @@ one that works takes about 0.1 s), not benchmarks.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 from fake_llama import SSE_HEAD, Every, FakeLlama, Raw, chunk, sse
 
 from boxmaker.client import Client
+from boxmaker.client._cancel import CancelWatch
 from boxmaker.config import ClientConfig, Config
 from boxmaker.errors import InferError, RequestCancelled, StreamCut, TurnCancelled
 from boxmaker.events import ClientEvent, Content, Progress, Queued
@@ -171,3 +173,32 @@ def test_cancel_of_a_turn_waiting_on_a_silent_server_is_turn_cancelled(tmp_path:
             run_turn(session, runtime, "hello")
         assert time.monotonic() - start < 2.0
         session.close()
+
+
+def test_one_thread_watches_every_request_in_flight() -> None:
+    """Issue 38: a request's cancel watch costs no thread of its own (64 requests in flight
+    woke 64 threads every 20 ms): one daemon thread looks at them all, and shuts a socket
+    within about 0.1 s of its cancel."""
+    cancels = [threading.Event() for _ in range(20)]
+    watches = [CancelWatch(cancel) for cancel in cancels]
+    names = [t.name for t in threading.enumerate()]
+    assert names.count("boxmaker-cancel") == 1
+    left, right = socket.socketpair()
+    try:
+
+        class Stream:
+            def get_extra_info(self, name: str) -> object:
+                return left if name == "socket" else None
+
+        watches[7].add(Stream())
+        cancels[7].set()
+        right.settimeout(2)
+        start = time.monotonic()
+        left.settimeout(2)
+        assert left.recv(1) == b""  # shut down: the blocked read ends
+        assert time.monotonic() - start < 1.0
+    finally:
+        for watch in watches:
+            watch.stop()
+        left.close()
+        right.close()
