@@ -48,6 +48,7 @@ from ..events import ClientEvent, Queued, Retrying, SlotWait
 from ..records import Capabilities
 from ._cancel import CancelWatch, cancellable
 from ._caps import capabilities_of
+from ._encoded import request_body
 from ._errors import http_error
 from ._pool import PooledTransport, pooled
 from ._retry import RETRIED_STATUSES, retry_after_s, retry_delay_s
@@ -839,6 +840,9 @@ def _request_body(payload: dict[str, Any]) -> bytes:
     Raises:
         ValueError: a ``NaN`` or infinite float in ``payload`` (as httpx's ``json=``).
     """
+    content = request_body(payload)  # the session's messages written once, not each time
+    if content is not None:
+        return content
     content = _json.dumps(payload)
     if content is not None:
         return content
