@@ -476,9 +476,8 @@ def run_batch(
     ray = _import_ray() if executor == "ray" else None
     base = config or Config()
     loaded = [t.resolve() if isinstance(t, ForkTask) else t for t in load_tasks(tasks)]
-    runs = expand(loaded, grid)
+    runs = expand(loaded, grid, base)  # each run's settings resolved here, once
     for spec in runs:
-        spec.config(base)
         offered = spec.task.tools if isinstance(spec.task, Task) else None
         missing = set(offered or ()) - set(registry.names)
         if missing:
