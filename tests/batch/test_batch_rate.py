@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from boxmaker.batch._plan import Manifest, RunSpec, expand, read_manifest
 from boxmaker.client._pool import PooledTransport
 from boxmaker.config import Config
 from boxmaker.errors import SessionError
-from boxmaker.records import ToolResult
+from boxmaker.records import ToolResult, TurnEnd
 from boxmaker.session import LogWriter, Session
 from boxmaker.testing import RateServer, assert_log_well_formed
 from boxmaker.tools import Registry
@@ -139,3 +140,74 @@ def test_a_manifest_that_cannot_be_written_says_so(
         book.write("r1", "planned")
     with pytest.raises(SessionError, match="No space left"):
         book.close()
+
+
+def die(city: str) -> str:
+    """Ends the worker process at once (a worker that dies mid-run).
+
+    Args:
+        city: The city.
+    """
+    os._exit(3)
+
+
+def test_worker_processes_give_the_same_batch(server: RateServer, tmp_path: Path) -> None:
+    """``executor="processes"``: the slots shared out among worker processes, this process
+    keeping the queue and the manifest; the same logs and manifest as with threads."""
+    tasks = [Task(id=f"t{i:02d}", messages=("Weather in Lisbon?",)) for i in range(10)]
+    progress = run_batch(
+        tasks, tmp_path, servers=[server.url], registry=tools(), executor="processes", workers=2
+    )
+    assert progress.done == 10 and not progress.failed and progress.tokens > 0
+    runs = manifest(tmp_path)
+    assert set(runs.state) == {"done"} and set(runs.turns) == {1}
+    for log in (tmp_path / "logs").glob("*.jsonl"):
+        with Session.open(log, read_only=True) as session:
+            assert_log_well_formed(session)
+    again = run_batch(tasks, tmp_path, servers=[server.url], registry=tools(), executor="processes")
+    assert again.skipped == 10  # resumed: nothing left to run
+
+
+def test_a_worker_process_that_dies_is_started_again(server: RateServer, tmp_path: Path) -> None:
+    registry = tools()
+    registry.add(die)
+    tasks = [Task(id="dies", messages=("Weather?",), tools=("die",))]
+    tasks += [Task(id=f"t{i}", messages=("Weather?",), tools=("get_weather",)) for i in range(6)]
+    progress = run_batch(
+        tasks,
+        tmp_path,
+        servers=[server.url],
+        registry=registry,
+        executor="processes",
+        workers=2,
+        max_tries=2,
+    )
+    assert progress.done == 6
+    assert [run for run, _ in progress.failures] == ["dies"]
+    assert "worker process died (exit code 3)" in progress.failures[0][1]
+
+
+def test_a_cancel_ends_the_turns_in_every_worker(tmp_path: Path) -> None:
+    """The caller's cancel: each worker's turns in flight end with their TurnEnd, the call
+    returns stopped, a rerun picks up."""
+    slow = RateServer(slots=2, prefill_s=0.0, tokens_per_s=20, answer_tokens=400)
+    cancel = threading.Event()
+    tasks = [Task(id=f"t{i}", messages=("Weather?",), tools=()) for i in range(4)]
+    with slow:
+        threading.Timer(1.5, cancel.set).start()
+        progress = run_batch(
+            tasks,
+            tmp_path,
+            servers=[slow.url],
+            registry=tools(),
+            executor="processes",
+            workers=2,
+            cancel=cancel,
+        )
+    assert progress.stopped and progress.done == 0
+    runs = read_manifest(tmp_path)
+    assert sorted(r["state"] for r in runs.values()) == ["interrupted"] * 2 + ["planned"] * 2
+    for log in (tmp_path / "logs").glob("*.jsonl"):
+        with Session.open(log, read_only=True) as session:
+            last = session.records[-1]
+            assert isinstance(last, TurnEnd) and last.outcome == "cancelled"
