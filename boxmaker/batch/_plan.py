@@ -7,13 +7,16 @@ Pure bookkeeping for :mod:`boxmaker.batch` (no network, no threads):
   (:meth:`boxmaker.session.Session.fork`) whose new turns run under each setting;
   :func:`load_tasks` reads both from Python objects, a pandas DataFrame or a JSON Lines file.
 - :func:`expand`: tasks times a config grid (``{"loop.thinking_tokens": [16, 64], ...}``) ->
-  :class:`RunSpec`, one per (task, settings); :meth:`RunSpec.config` applies the overrides.
+  :class:`RunSpec`, one per (task, settings); :meth:`RunSpec.config` applies the overrides
+  (once per base config: a run's settings are resolved once, not at each use).
 - :func:`log_state`: how far a run's session log got (turns done, finished or not), read
   from the log itself, so a rerun knows what to skip and what to continue; in a fork's log
   only the fork's own turns count (the parent's copied ones, read from its ``Forked``
-  record, do not).
+  record, do not). :func:`session_state`: the same of a log open for writing, from its
+  records in memory (no read).
 - :class:`Manifest`: the batch's ``manifest.ndjson``, one JSON line per run state change,
-  appended by the one runner of the batch (it holds the file's lock);
+  appended by the one runner of the batch (it holds the file's lock), in groups (one
+  ``write`` and one ``fsync`` for all the lines written meanwhile, off the caller's thread);
   :func:`read_manifest` folds it into one entry per run.
 - :class:`BatchProgress`: the counters a progress display shows.
 
@@ -30,6 +33,7 @@ import itertools
 import json
 import os
 import re
+import threading
 import tomllib
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -40,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from .._secrets import hide_in_json, searchable
 from ..config import Config
 from ..errors import ConfigError, LogBusy, SessionError
-from ..records import TurnEnd, User, utc_now
+from ..records import Forked, TurnEnd, User, record_to_json, utc_now
 from ..score import Target, parse_target
 from ..session import LogWriter, Session, check_folder, dumps_line, read_log
 
@@ -66,6 +70,7 @@ __all__ = [
     "manifest",
     "pending",
     "read_manifest",
+    "session_state",
 ]
 
 MANIFEST = "manifest.ndjson"
@@ -273,13 +278,25 @@ class RunSpec:
     id: str
     task: Task | ForkTask
     settings: Mapping[str, Any]
+    _resolved: list[tuple[Config, Config]] = field(
+        default_factory=list, init=False, repr=False, compare=False
+    )  # (base, config) of the last config(): a run's settings are resolved once per base
 
     def config(self, base: Config) -> Config:
-        """``base`` with the task's overrides, then the run's settings, applied.
+        """``base`` with the task's overrides, then the run's settings, applied (worked out
+        once per ``base``: later calls with the same object give the same config).
 
         Raises:
             ConfigError: an unknown key or a value of the wrong type or range.
         """
+        for known, config in self._resolved:
+            if known is base:
+                return config
+        config = self._resolve(base)
+        self._resolved[:] = [(base, config)]
+        return config
+
+    def _resolve(self, base: Config) -> Config:
         data = base.changed()  # rebuilt by from_dict below, the overrides laid on top
         sections = {f.name for f in dataclasses.fields(base)}
         for key, value in {**self.task.config, **self.settings}.items():
@@ -438,7 +455,9 @@ def load_grid(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def expand(
-    tasks: Sequence[Task | ForkTask], grid: Mapping[str, Sequence[Any]] | None = None
+    tasks: Sequence[Task | ForkTask],
+    grid: Mapping[str, Sequence[Any]] | None = None,
+    base: Config | None = None,
 ) -> list[RunSpec]:
     """Every task under every combination of the grid's values, task by task.
 
@@ -446,6 +465,8 @@ def expand(
         tasks: the tasks.
         grid: dotted config keys to lists of values (or nested, see :func:`flatten_settings`);
             ``None`` or ``{}``: one run per task.
+        base: the config the runs' settings go on (default ``Config()``); each run's config
+            is resolved here, once (:meth:`RunSpec.config` of the same object gives it).
 
     Returns:
         ``len(tasks) * prod(len(values))`` runs, ids as :class:`RunSpec` says.
@@ -459,6 +480,7 @@ def expand(
         if isinstance(values, str) or not isinstance(values, Sequence) or not values:
             raise ConfigError(f"grid: {key} must be a non-empty list of values")
     keys = sorted(flat)
+    base = base if base is not None else Config()
     runs: list[RunSpec] = []
     for task in tasks:
         for combo in itertools.product(*(flat[k] for k in keys)):
@@ -468,7 +490,7 @@ def expand(
                 canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"))
                 run_id += "." + hashlib.sha256(canonical.encode()).hexdigest()[:8]
             spec = RunSpec(id=run_id, task=task, settings=settings)
-            spec.config(Config())
+            spec.config(base)
             runs.append(spec)
     return runs
 
@@ -554,19 +576,44 @@ def log_state(path: Path) -> LogState:
         warnings.simplefilter("ignore")
         data = read_log(path)
     copied = copied_records(data.records[0] if data.records else None)
+    steps = (
+        (item.get("type"), item.get("outcome")) if isinstance(item, dict) else (None, None)
+        for item in data.records[copied:]
+    )
+    return _state(steps, len(data.records), copied)
+
+
+def session_state(session: Session) -> LogState:
+    """:func:`log_state` of a log open for writing, from its records in memory (they are
+    its file's, in order: nothing is read)."""
+    records = session.records
+    first = records[0] if records else None
+    copied = copied_records(record_to_json(first)) if isinstance(first, Forked) else 0
+    steps = (
+        ("user", None)
+        if isinstance(r, User)
+        else ("turn_end", r.outcome)
+        if isinstance(r, TurnEnd)
+        else (None, None)
+        for r in records[copied:]
+    )
+    return _state(steps, len(records), copied)
+
+
+def _state(steps: Iterable[tuple[Any, Any]], records: int, copied: int) -> LogState:
+    """The :class:`LogState` of a log's own records, given as ``(type, outcome)``."""
     done, open_turn, last, full, diverged = 0, False, None, False, False
-    for item in data.records[copied:]:
-        kind = item.get("type") if isinstance(item, dict) else None
+    for kind, outcome in steps:
         if kind == "user":
             open_turn = True
         elif kind == "turn_end":
-            last = item.get("outcome")
+            last = outcome
             if open_turn and last not in RETRIED_OUTCOMES:
                 done += 1
                 full = full or last == "session_full"
                 diverged = diverged or last == "diverged"
             open_turn = False
-    return LogState(done, last, full, diverged, len(data.records), copied)
+    return LogState(done, last, full, diverged, records, copied)
 
 
 class Manifest:
@@ -583,8 +630,15 @@ class Manifest:
     (``reason``: also a run whose log cannot be read, which the others do not wait for),
     ``interrupted``; a
     ``server_down`` line names a server (``server``, ``reason``) instead of a run. Lines are
-    only appended, each one fsynced (:class:`~boxmaker.session.LogWriter`); a torn last line
-    left by a kill is cut off when the manifest is opened again.
+    only appended. :meth:`write` queues a line and returns at once; a thread of the manifest
+    writes the lines queued meanwhile as one group, one ``write`` and one ``fsync``
+    (:class:`~boxmaker.session.LogWriter`), so the runner's workers never wait for the disk
+    and a batch of 64 slots does not fsync 64 times for 64 lines. :meth:`flush` waits until
+    every line written so far is durable; :meth:`close` flushes. A line is a record of what
+    the logs hold, not the truth: a run's log is made durable before its ``done`` line is
+    written, and a line a kill lost before its group was written is written again on the next
+    run of the batch (it reads each run's state from its log). A torn last line left by a
+    kill is cut off when the manifest is opened again.
 
     Args:
         batch_dir: the batch's directory (made when missing).
@@ -611,22 +665,96 @@ class Manifest:
         raw = self.path.read_bytes()
         if raw and not raw.endswith(b"\n"):
             self._writer.truncate(raw.rfind(b"\n") + 1)
+        self._cond = threading.Condition()
+        self._queued: list[bytes] = []
+        self._written = 0  # lines queued so far
+        self._durable = 0  # of them, written and fsynced
+        self._error: SessionError | None = None
+        self._closing = False
+        self._thread: threading.Thread | None = None
 
     def write(self, run: str | None, state: str, **fields: Any) -> None:
-        """Append one state change (``run`` ``None`` for a line about the batch).
+        """Queue one state change (``run`` ``None`` for a line about the batch); the
+        manifest's thread writes it with the others queued meanwhile (see the class).
 
         Secrets are hidden by the cassettes' rule (:mod:`boxmaker.cassettes`): the string of a
         credential-like setting (``client.api_key``, a ``token``) becomes ``<SECRET>``, and each
         of the manifest's ``secrets`` becomes ``<API_KEY>`` wherever it appears (a reason
-        quoting a server's answer)."""
+        quoting a server's answer).
+
+        Raises:
+            SessionError: an earlier group could not be written (the disk is full, say), or
+                the manifest is closed.
+        """
         line: dict[str, Any] = {"time": utc_now().isoformat(), "state": state}
         if run is not None:
             line["run"] = run
-        self._writer.append(dumps_line(hide_in_json({**line, **fields}, self._secrets)))
+        data = dumps_line(hide_in_json({**line, **fields}, self._secrets))
+        with self._cond:
+            if self._error is not None:
+                raise self._error
+            if self._closing:
+                raise SessionError(f"{self.path}: the batch manifest was closed")
+            self._queued.append(data)
+            self._written += 1
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._commit, name="boxmaker-manifest", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify_all()
+
+    def flush(self) -> None:
+        """Wait until every line written so far is in the file, fsynced.
+
+        Raises:
+            SessionError: a group could not be written.
+        """
+        with self._cond:
+            target = self._written
+            while self._durable < target and self._error is None and self._thread is not None:
+                self._cond.wait()
+            if self._error is not None:
+                raise self._error
+
+    def _commit(self) -> None:
+        """The manifest's thread: write what is queued as one group, again and again."""
+        while True:
+            with self._cond:
+                while not self._queued and not self._closing:
+                    self._cond.wait()
+                if not self._queued:
+                    return
+                lines, self._queued = self._queued, []
+                count = self._written
+            try:
+                self._writer.append(b"".join(lines))
+            except SessionError as exc:
+                with self._cond:
+                    self._error = exc
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                self._durable = count
+                self._cond.notify_all()
 
     def close(self) -> None:
-        """Release the file and its lock (idempotent)."""
-        self._writer.close()
+        """Write and fsync what is queued, then release the file and its lock (idempotent).
+
+        Raises:
+            SessionError: a group could not be written (the lock is released either way).
+        """
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+            thread = self._thread
+        try:
+            if thread is not None:
+                thread.join()
+        finally:
+            self._writer.close()
+        if self._error is not None:
+            raise self._error
 
 
 def read_manifest(batch_dir: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:

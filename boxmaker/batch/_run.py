@@ -49,7 +49,7 @@ from ..records import Baseline, Record, Usage, Warmed
 from ..session import Session
 from ..tools import Registry
 from ..turn import Replay, Runtime, run_turn
-from ._plan import ForkTask, LogState, RunSpec, Task, log_state
+from ._plan import ForkTask, LogState, RunSpec, Task, log_state, session_state
 
 __all__ = ["RunOutcome", "RunRegistry", "alive", "discover_slots", "run_alone", "run_one"]
 
@@ -161,13 +161,13 @@ def _open_log(path: Path, spec: RunSpec, registry: Registry, state: LogState) ->
     if isinstance(task, ForkTask):
         return _open_fork(path, spec, task, state)
     if path.exists() and path.stat().st_size > 0:
-        return Session.open(path)
+        return Session.open(path, sync="close")
     path.unlink(missing_ok=True)  # a kill between creating the file and writing the baseline
     offered = registry.definitions()
     if task.tools is not None:
         offered = tuple(d for d in offered if d["function"]["name"] in task.tools)
     baseline = Baseline(system=task.system, tools=offered)
-    return Session.create(path.parent, baseline, session_id=spec.id)
+    return Session.create(path.parent, baseline, session_id=spec.id, sync="close")
 
 
 def _open_fork(path: Path, spec: RunSpec, task: ForkTask, state: LogState) -> Session:
@@ -182,7 +182,7 @@ def _open_fork(path: Path, spec: RunSpec, task: ForkTask, state: LogState) -> Se
     if path.exists() and state.records > 0:
         if state.copied == 0:
             raise SessionError(f"{path}: the log of fork task {task.id} is no fork")
-        session = Session.open(path)
+        session = Session.open(path, sync="close")
         forked = session.forked
         point = "before_answer" if task.rerun else "after_turn"
         if forked is None or (forked.turn, forked.point) != (task.at, point):
@@ -266,9 +266,12 @@ def run_one(
             ``None``: none restored.
 
     Returns:
-        The :class:`RunOutcome`. A turn that ends on a limit or a full context is a finished
-        turn (a full context ends the run, as a fork's ``diverged`` turn does); an inference
-        error ends the attempt.
+        The :class:`RunOutcome`, once the run's log is closed: every record of the attempt is
+        then durable (the log is fsynced once, when it closes: ``Session(sync="close")``, not
+        at each append), so a ``done`` line written after it never names records a crash of
+        the machine could take back. A turn that ends on a limit or a full context is a
+        finished turn (a full context ends the run, as a fork's ``diverged`` turn does); an
+        inference error ends the attempt.
 
     Raises:
         ConfigError: the run's config is invalid (checked by :func:`run_batch` beforehand).
@@ -342,8 +345,11 @@ def run_one(
         if start is not None:
             warm, detail = _measured(session, start)
             result = dataclasses.replace(result, warm=warm, warm_detail=detail)
-        session.close()
-    final = log_state(path)
+        final = session_state(session)
+        try:
+            session.close()  # the attempt's one fsync
+        except SessionError as exc:
+            result = dataclasses.replace(result, state="failed", reason=str(exc))
     return dataclasses.replace(
         result, turns=final.turns_done, outcome=final.last_outcome, tokens=tokens
     )

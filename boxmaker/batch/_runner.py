@@ -43,6 +43,17 @@ How it runs:
   server that does not answer is given up on for this call, its runs go back to the queue and
   the other servers' slots take them (their logs go on). A run that fails otherwise is tried
   again, up to ``max_tries`` times, then marked ``failed`` with the reason.
+- Worker processes (``executor="processes"``): where one process cannot keep up with the
+  slots (a GPU server's 64 slots stream faster than one Python process reads), the slots are
+  shared out among ``workers`` processes of this machine, each running its slots' runs on
+  threads of its own (one client per server in each, its connections kept); this process keeps
+  the queue, the tries and the manifest, as with threads, and writes a run's ``done`` line
+  after its worker closed (fsynced) its log. The slot leases hold across the processes (their
+  lock files). Ctrl-C (or ``cancel``) cancels the in-flight turns in every worker (each log gets
+  its ``TurnEnd``), waits for them, then raises ``KeyboardInterrupt`` again. A worker that
+  dies is started again; its runs in flight count as failed attempts. Progress comes per
+  finished run (no live token count). On Linux the workers are forked (so tools defined in a
+  notebook are theirs too); elsewhere spawned (tools and tasks must then be importable).
 - Ray (``executor="ray"``, the optional extra ``boxmaker[ray]``): the same plan, manifest and
   resume rules; each run is a Ray task that writes its log to ``batch_dir`` (which every node
   must reach, e.g. a shared file system), the driver keeps the slots and the manifest. Ctrl-C
@@ -52,13 +63,19 @@ How it runs:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
+import multiprocessing
 import os
+import signal
+import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing import connection as mp_connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -413,6 +430,208 @@ def _stop(batch: _Batch) -> None:
         batch.cond.notify_all()
 
 
+def _run_processes(
+    batch: _Batch,
+    slots: Sequence[tuple[str, int]],
+    base: Config,
+    registry: Registry | RunRegistry,
+    stores: Mapping[str, SlotStore],
+    workers: int | None,
+) -> None:
+    """The slots shared out among worker processes (slot ``i`` to worker ``i % n``), each
+    running its runs on threads; this process keeps the queue and the manifest. Ctrl-C:
+    cancel in-flight turns in every worker, wait for their outcomes, raise
+    ``KeyboardInterrupt`` again.
+
+    Each worker has a pipe of its own each way, and its process sentinel is watched beside
+    them: nothing is shared between processes that a worker that dies could leave held (a
+    lock of a ``multiprocessing.Queue``, the sleepers of a ``multiprocessing.Event``); a
+    cancel goes to each worker down its pipe."""
+    context: Any = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+    n = max(1, min(workers or os.cpu_count() or 1, len(slots)))
+    owner = {slot: i % n for i, slot in enumerate(slots)}
+    urls = sorted({url for url, _slot in slots})
+    sizes = [sum(1 for k in owner.values() if k == i) for i in range(n)]
+    pool: list[_Worker] = []
+
+    def start(i: int) -> _Worker:
+        inbox, to_worker = context.Pipe(duplex=False)
+        from_worker, outbox = context.Pipe(duplex=False)
+        args = (inbox, outbox, batch.logs_dir, base, registry, stores, urls, sizes[i])
+        process = context.Process(target=_process_worker, args=args, daemon=True)
+        process.name = f"boxmaker-batch-worker-{i}"
+        process.start()
+        inbox.close()
+        outbox.close()
+        return _Worker(process, to_worker, from_worker)
+
+    pool += [start(i) for i in range(n)]
+    free = list(slots)
+    pending: dict[tuple[str, int], RunSpec] = {}
+    interrupted = False
+
+    cancelled: list[bool] = []
+
+    def cancel() -> None:  # every worker's turns in flight end (each log gets its TurnEnd)
+        if not cancelled:
+            cancelled.append(True)
+            for worker in pool:
+                worker.send(_CANCEL)
+
+    try:
+        while True:
+            if not batch.stop.is_set():
+                free = [s for s in free if s[0] not in batch.down]
+                while free and (spec := batch.pop(*free[0])) is not None:
+                    where = free.pop(0)
+                    pool[owner[where]].send((spec, *where))
+                    pending[where] = spec
+            if not pending:
+                break
+            if batch.stop.is_set():
+                cancel()  # the caller's cancel event
+            for i, outcome in _outcomes(pool, 0.2):
+                if outcome is None:  # the worker died: its runs in flight failed; again
+                    why = f"worker process died (exit code {pool[i].process.exitcode})"
+                    for where in [w for w in pending if owner[w] == i]:
+                        failed = RunOutcome("failed", reason=why)
+                        batch.settle(pending.pop(where), where[0], failed)
+                        free.append(where)
+                    pool[i].close()
+                    pool[i] = start(i)
+                    continue
+                url, slot, done = outcome
+                with batch.cond:
+                    batch.tokens += done.tokens
+                batch.settle(pending.pop((url, slot)), url, done)
+                free.append((url, slot))
+    except KeyboardInterrupt:
+        interrupted = True
+        _stop(batch)
+        cancel()
+        _collect(batch, pool, pending, owner)
+    finally:
+        for worker in pool:
+            worker.send(_CANCEL)
+            worker.send(None)
+        for worker in pool:
+            worker.process.join(10)
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join()
+            worker.close()
+    if interrupted:
+        raise KeyboardInterrupt
+
+
+_CANCEL = "cancel"  # down a worker's pipe: end the turns in flight
+
+
+@dataclasses.dataclass
+class _Worker:
+    """A worker process of ``executor="processes"`` and this side of its two pipes."""
+
+    process: Any
+    inbox: Any  # runs to it: (spec, url, slot), _CANCEL, or None to end
+    outbox: Any  # outcomes from it: (url, slot, RunOutcome)
+
+    def send(self, item: Any) -> None:
+        with contextlib.suppress(OSError):  # a worker that died reads nothing any more
+            self.inbox.send(item)
+
+    def close(self) -> None:
+        self.inbox.close()
+        self.outbox.close()
+
+
+def _outcomes(pool: list[_Worker], timeout: float) -> list[tuple[int, Any]]:
+    """The outcomes the workers sent within ``timeout`` seconds, as ``(worker, (url, slot,
+    outcome))``, and ``(worker, None)`` for a worker that died."""
+    ready = mp_connection.wait(
+        [w.outbox for w in pool] + [w.process.sentinel for w in pool], timeout
+    )
+    got: list[tuple[int, Any]] = []
+    for i, worker in enumerate(pool):
+        if worker.outbox in ready:
+            with contextlib.suppress(EOFError, OSError):
+                while worker.outbox.poll():
+                    got.append((i, worker.outbox.recv()))
+        if worker.process.sentinel in ready and not worker.process.is_alive():
+            got.append((i, None))
+    return got
+
+
+def _collect(
+    batch: _Batch,
+    pool: list[_Worker],
+    pending: dict[tuple[str, int], RunSpec],
+    owner: Mapping[tuple[str, int], int],
+) -> None:
+    """After a cancel: book the outcome of every run still in flight (another Ctrl-C does
+    not cut the wait; a worker that died gives its runs up)."""
+    while pending:
+        try:
+            got = _outcomes(pool, 0.2)
+        except KeyboardInterrupt:
+            continue
+        for i, outcome in got:
+            if outcome is None:
+                for where in [w for w in pending if owner[w] == i]:
+                    died = RunOutcome("cancelled", reason="worker process died")
+                    batch.settle(pending.pop(where), where[0], died)
+                continue
+            url, slot, done = outcome
+            if (url, slot) in pending:
+                batch.settle(pending.pop((url, slot)), url, done)
+
+
+def _process_worker(
+    inbox: Any,
+    outbox: Any,
+    logs_dir: Path,
+    base: Config,
+    registry: Registry | RunRegistry,
+    stores: Mapping[str, SlotStore],
+    urls: Sequence[str],
+    threads: int,
+) -> None:
+    """A worker process: the runs its inbox gives, each on a thread (at most ``threads`` at
+    once: its slots), with one client per server; each outcome goes to ``outbox``. Ctrl-C
+    is the driver's to handle (ignored here); :data:`_CANCEL` from the inbox sets the turns'
+    cancel event (for good: the batch stops)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stop = threading.Event()
+    sending = threading.Lock()
+    clients = {url: Client(dataclasses.replace(base.client, url=url)) for url in urls}
+
+    def one(spec: RunSpec, url: str, slot: int) -> None:
+        try:
+            outcome = run_one(
+                spec,
+                logs_dir,
+                url,
+                slot,
+                base=base,
+                registry=registry,
+                client=clients[url],
+                cancel=stop,
+                store=stores.get(url),
+            )
+        except Exception as exc:  # a bug or a config error: the run fails, the batch goes on
+            outcome = RunOutcome("failed", reason=f"{type(exc).__name__}: {exc}")
+        with sending:
+            outbox.send((url, slot, outcome))
+
+    with ThreadPoolExecutor(max(1, threads), thread_name_prefix="boxmaker-batch") as pool:
+        while (item := inbox.recv()) is not None:
+            if item == _CANCEL:
+                stop.set()
+            else:
+                pool.submit(one, *item)
+    for client in clients.values():
+        client.close()
+
+
 def _import_ray() -> Any:
     """The ``ray`` module (the optional extra ``boxmaker[ray]``).
 
@@ -500,6 +719,7 @@ def run_batch(
     config: Config | None = None,
     max_tries: int = 3,
     executor: str = "threads",
+    workers: int | None = None,
     ray_address: str | None = None,
     on_progress: ProgressHook | None = None,
     cancel: threading.Event | None = None,
@@ -523,7 +743,12 @@ def run_batch(
         config: the base config (default ``Config()``); its ``client`` settings (timeouts,
             retries) apply to every server.
         max_tries: attempts of a failing run before it is marked failed.
-        executor: ``"threads"`` (one thread per slot, here) or ``"ray"`` (one Ray task per run).
+        executor: ``"threads"`` (one thread per slot, here), ``"processes"`` (the slots shared
+            out among ``workers`` processes of this machine, each with a thread per slot of
+            its share: where one process cannot keep up with the slots) or ``"ray"`` (one Ray
+            task per run).
+        workers: ``executor="processes"``: how many worker processes (default: the CPU
+            count, at most one per slot).
         ray_address: ``ray.init(address=...)``: ``"auto"`` joins a running cluster, ``None``
             starts a local instance (unless Ray is initialised already).
         on_progress: called with a :class:`BatchProgress` on every change, and once at the end
@@ -541,14 +766,13 @@ def run_batch(
         SessionError: another runner holds this batch directory.
         KeyboardInterrupt: after Ctrl-C, once the in-flight turns are cancelled.
     """
-    if executor not in ("threads", "ray"):
-        raise ConfigError(f"executor must be 'threads' or 'ray', not {executor!r}")
+    if executor not in ("threads", "processes", "ray"):
+        raise ConfigError(f"executor must be 'threads', 'processes' or 'ray', not {executor!r}")
     ray = _import_ray() if executor == "ray" else None
     base = config or Config()
     loaded = [t.resolve() if isinstance(t, ForkTask) else t for t in load_tasks(tasks)]
-    runs = expand(loaded, grid)
+    runs = expand(loaded, grid, base)  # each run's settings resolved here, once
     for spec in runs:
-        spec.config(base)
         offered = spec.task.tools if isinstance(spec.task, Task) else None
         missing = set(offered or ()) - set(tools_of(registry, spec).names)
         if missing:
@@ -579,6 +803,8 @@ def run_batch(
         try:
             if ray is not None:
                 _run_ray(ray, batch, slots, base, registry, ray_address, stores)
+            elif executor == "processes":
+                _run_processes(batch, slots, base, registry, stores, workers)
             else:
                 _run_threads(batch, slots, base, registry, stores)
             batch.give_up_queue()

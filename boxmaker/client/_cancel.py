@@ -28,16 +28,20 @@ class CancelWatch:
     httpx cannot interrupt a read in progress, and closing a socket from another thread does
     not wake a thread blocked reading it (Linux), but ``shutdown()`` does: the read then
     returns end-of-file at once. The watch learns the attempt's socket from httpcore's
-    ``trace`` request extension (``connection.connect_tcp.complete`` carries the new network
-    stream; :class:`~boxmaker.client.Client` keeps no idle connections, so every request opens
-    one) and from
-    the response's ``network_stream`` extension; a daemon thread waits for ``cancel`` and
-    shuts the sockets down. Transports without sockets (``httpx.MockTransport``, cassettes)
-    give none; there cancel is seen between reads.
+    ``trace`` request extension (``connection.connect_tcp.complete`` carries a new network
+    stream; the client's pooled transport names a kept one it takes with
+    ``connection.reused``, :mod:`boxmaker.client._pool`) and from
+    the response's ``network_stream`` extension; when ``cancel`` is set it shuts the sockets
+    down. Transports without sockets (``httpx.MockTransport``, cassettes) give none; there
+    cancel is seen between reads.
 
-    Use: make one per attempt (it starts its thread), pass ``extensions={"trace":
-    watch.trace}`` with the request, :meth:`add` the response's ``network_stream``, and call
-    :meth:`stop` when the attempt ends, however it ends.
+    One daemon thread of the process looks at every live watch each :data:`WATCH_S` seconds
+    (and sleeps while there is none): a watch costs no thread of its own, so a batch of 64
+    requests in flight wakes one thread, not 64.
+
+    Use: make one per attempt, pass ``extensions={"trace": watch.trace}`` with the request,
+    :meth:`add` the response's ``network_stream``, and call :meth:`stop` when the attempt
+    ends, however it ends.
 
     Args:
         cancel: the caller's cancel event.
@@ -51,11 +55,11 @@ class CancelWatch:
         self._sockets: list[socket.socket] = []
         self._fired = False  # cancel was seen: shut every socket, also ones added later
         self._over = False  # the attempt ended: touch nothing any more
-        threading.Thread(target=self._watch, name="boxmaker-cancel", daemon=True).start()
+        _WATCHER.add(self)
 
     def trace(self, name: str, info: dict[str, Any]) -> None:
-        """httpcore's trace hook: keep the socket of each new connection."""
-        if name == "connection.connect_tcp.complete":
+        """httpcore's trace hook: keep the socket of each new (or reused) connection."""
+        if name in ("connection.connect_tcp.complete", "connection.reused"):
             self.add(info.get("return_value"))
 
     def add(self, stream: object) -> None:
@@ -73,21 +77,64 @@ class CancelWatch:
             _shut(sock)
 
     def stop(self) -> None:
-        """The attempt is over: the watch thread ends and touches no socket."""
+        """The attempt is over: the watch touches no socket any more."""
         with self._lock:
             self._over = True
+        _WATCHER.remove(self)
 
-    def _watch(self) -> None:
-        while not self._cancel.wait(WATCH_S):
-            if self._over:
-                return
+    def look(self) -> bool:
+        """The shared thread's look: shut the sockets once ``cancel`` is set; whether the
+        watch is done (fired or stopped)."""
+        if self._over:
+            return True
+        if not self._cancel.is_set():
+            return False
         with self._lock:
             if self._over:
-                return
+                return True
             self._fired = True
             sockets = list(self._sockets)
         for sock in sockets:
             _shut(sock)
+        return True
+
+
+class _Watcher:
+    """The one thread that looks at every live :class:`CancelWatch`."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._watches: set[CancelWatch] = set()
+        self._thread: threading.Thread | None = None
+
+    def add(self, watch: CancelWatch) -> None:
+        with self._cond:
+            self._watches.add(watch)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="boxmaker-cancel", daemon=True
+                )
+                self._thread.start()
+            elif len(self._watches) == 1:
+                self._cond.notify()
+
+    def remove(self, watch: CancelWatch) -> None:
+        with self._cond:
+            self._watches.discard(watch)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._watches:
+                    self._cond.wait()
+                watches = list(self._watches)
+            done = [watch for watch in watches if watch.look()]
+            with self._cond:
+                self._watches.difference_update(done)
+                self._cond.wait(WATCH_S)
+
+
+_WATCHER = _Watcher()
 
 
 def _shut(sock: socket.socket) -> None:

@@ -48,7 +48,9 @@ from ..events import ClientEvent, Queued, Retrying, SlotWait
 from ..records import Capabilities
 from ._cancel import CancelWatch, cancellable
 from ._caps import capabilities_of
+from ._encoded import request_body
 from ._errors import http_error
+from ._pool import PooledTransport, pooled
 from ._retry import RETRIED_STATUSES, retry_after_s, retry_delay_s
 from ._reuse import ConnectionTrace
 from ._side import side_json
@@ -61,6 +63,8 @@ log = logging.getLogger("boxmaker.client")
 __all__ = ["IGNORED_BUDGET_MARGIN", "ChatClient", "Client"]
 
 _QUEUED = Queued()
+_UNPOOLED = httpx.Limits(max_keepalive_connections=0)  # httpx's transport: a cancel finds the
+# socket of each request on its new connection (boxmaker.client._cancel)
 _JSON_SSE_HEADERS = {"Accept": "text/event-stream", "Content-Type": "application/json"}
 
 
@@ -125,12 +129,15 @@ class Client:
     are bytes but not data). The ``Authorization: Bearer`` header is sent only when
     ``config.api_key`` is set.
 
-    One :class:`httpx.Client` (connection pool) serves the stream and the reasoning-control
-    request sent while the stream is open. It keeps no idle connection: each request opens
-    its own (a local TCP connect is far below a millisecond), so a cancel can always reach
-    the socket of the request it stops. Use as a context manager, or call :meth:`close`.
-    A client may be shared by threads (httpx's pool is thread-safe); each :meth:`chat` call
-    keeps its state local.
+    One :class:`httpx.Client` serves the stream, the reasoning-control request sent while the
+    stream is open, and the side requests. For an ``http://`` server (no proxy in the
+    environment) its transport is :class:`~boxmaker.client._pool.PooledTransport`: one pool of
+    kept-alive connections for the client, reused across requests, each streamed body read in
+    large blocks; a cancel reaches the socket of a kept connection too (the transport names it
+    when it takes one). Otherwise httpx's own transport, keeping no idle connection (each
+    request opens its own, so a cancel finds its socket). Make one client per server and
+    share it: use as a context manager, or call :meth:`close`. A client may be shared by
+    threads (the pool is thread-safe); each :meth:`chat` call keeps its state local.
 
     Slots: llama.cpp runs a request pinned to a busy slot next to the running one and the
     answers cross, so each attempt holds a lease on its (URL, slot) while in flight, in this
@@ -166,12 +173,19 @@ class Client:
             headers["Authorization"] = f"Bearer {self.config.api_key}"
         connect = self.config.connect_timeout_s
         idle = self.config.idle_timeout_s
+        self._pool: PooledTransport | None = None
+        if transport is None and pooled(self.url):
+            transport = self._pool = PooledTransport(_unpooled)
         self._http = httpx.Client(
             headers=headers,
             timeout=httpx.Timeout(connect=connect, read=idle, write=idle, pool=connect),
-            limits=httpx.Limits(max_keepalive_connections=0),
+            limits=_UNPOOLED,
             transport=transport,
         )
+        self._chat_target = httpx.URL(self._chat_url)  # the chat request, built once
+        self._chat_headers = httpx.Headers(self._http.headers)
+        self._chat_headers.update(_JSON_SSE_HEADERS)
+        self._timeouts = self._http.timeout.as_dict()
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -586,9 +600,9 @@ class Client:
         watch: CancelWatch | None,
         tool_call_deltas: bool,
     ) -> Completion:
-        body: dict[str, Any] = {"content": _request_body(payload), "headers": _JSON_SSE_HEADERS}
+        content = _request_body(payload)
         send = functools.partial(
-            self._send, body, on_event, reasoning_budget, cancel, watch, tool_call_deltas
+            self._send, content, on_event, reasoning_budget, cancel, watch, tool_call_deltas
         )
         try:
             return send()
@@ -597,7 +611,7 @@ class Client:
 
     def _send(
         self,
-        body: dict[str, Any],
+        content: bytes,
         on_event: Callable[[ClientEvent], None],
         reasoning_budget: int | None,
         cancel: threading.Event | None,
@@ -609,9 +623,7 @@ class Client:
         started = False
         trace = ConnectionTrace(None if watch is None else watch.trace)
         try:
-            with self._http.stream(
-                "POST", self._chat_url, extensions={"trace": trace}, **body
-            ) as response:
+            with self._stream(content, trace) as response:
                 started = True
                 if watch is not None:
                     watch.add(response.extensions.get("network_stream"))
@@ -645,6 +657,35 @@ class Client:
             if not again and trace.stale(exc):
                 raise _StaleConnection from exc
             raise self._transport_error(exc, started) from exc
+
+    @contextlib.contextmanager
+    def _stream(self, content: bytes, trace: ConnectionTrace) -> Iterator[httpx.Response]:
+        """The chat request's streamed answer, closed at the end of the block. With the pooled
+        transport, the request goes to it directly: the same request as through
+        :class:`httpx.Client` (its headers and timeouts), without the client's machinery
+        around one request (URL joining, cookie jar, auth and redirect steps), which cost as
+        much as reading a short answer."""
+        if self._pool is None:
+            extensions = {"trace": trace}
+            with self._http.stream(
+                "POST", self._chat_url, content=content, headers=_JSON_SSE_HEADERS,
+                extensions=extensions,
+            ) as response:  # fmt: skip
+                yield response
+            return
+        request = httpx.Request(
+            "POST",
+            self._chat_target,
+            headers=self._chat_headers,
+            content=content,
+            extensions={"timeout": self._timeouts, "trace": trace},
+        )
+        response = self._pool.handle_request(request)
+        response.request = request
+        try:
+            yield response
+        finally:
+            response.close()
 
     def _transport_error(self, exc: httpx.TransportError, started: bool) -> Exception:
         """The error to raise for an httpx transport error of the chat request."""
@@ -785,6 +826,11 @@ class Client:
         return answer.get("success") is True, text
 
 
+def _unpooled() -> httpx.BaseTransport:
+    """httpx's own transport, keeping no idle connection (the pool's fallback)."""
+    return httpx.HTTPTransport(limits=_UNPOOLED)
+
+
 def _request_body(payload: dict[str, Any]) -> bytes:
     """The JSON body of a chat request: compact UTF-8 as httpx's ``json=`` writes it (by
     orjson when it can, :func:`boxmaker._json.dumps`); a text no UTF-8 can hold (a lone
@@ -794,6 +840,9 @@ def _request_body(payload: dict[str, Any]) -> bytes:
     Raises:
         ValueError: a ``NaN`` or infinite float in ``payload`` (as httpx's ``json=``).
     """
+    content = request_body(payload)  # the session's messages written once, not each time
+    if content is not None:
+        return content
     content = _json.dumps(payload)
     if content is not None:
         return content

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import json
 import os
 import tempfile
 import threading
@@ -40,8 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import _json
 from ..errors import RequestCancelled
+from ._encoded import NO_MESSAGES, Fingerprint, fingerprint
 
 __all__ = ["LEASES", "SlotLeases", "lock_folder"]
 
@@ -63,26 +62,32 @@ def lock_folder() -> Path:
     return folder
 
 
-def _fingerprint(messages: Any) -> tuple[int, ...]:
-    """One hash per message (of its compact JSON), to tell whether a request extends the
-    last one of a slot."""
-    if not isinstance(messages, list):
-        return ()
-    out = []
-    for message in messages:
-        data = _json.dumps(message)
-        if data is None:
-            text = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
-            data = text.encode("utf-8", "surrogatepass")  # a lone surrogate: hashed all the same
-        out.append(hash(data))
-    return tuple(out)
+def _lock_folder_now() -> Path:
+    """:func:`lock_folder`, made once per value of the environment it reads (a lease asks
+    it each time, so a test's ``XDG_RUNTIME_DIR`` is honoured, without two ``mkdir`` per
+    request)."""
+    key = (os.environ.get("XDG_RUNTIME_DIR"), tempfile.tempdir)
+    folder = _FOLDERS.get(key)
+    if folder is None or not folder.is_dir():
+        folder = _FOLDERS[key] = lock_folder()
+    return folder
+
+
+_FOLDERS: dict[tuple[str | None, str | None], Path] = {}
+
+
+def _fingerprint(messages: Any) -> Fingerprint:
+    """A running hash per message (of its compact JSON), to tell whether a request extends
+    the last one of a slot (:func:`boxmaker.client._encoded.fingerprint`: a session's
+    messages are hashed once, not at each request)."""
+    return fingerprint(messages)
 
 
 @dataclass
 class _Server:
     count: int | None = None  # slots the server has (None: not asked yet)
     held: set[int] = field(default_factory=set)
-    last: dict[int, tuple[int, ...]] = field(default_factory=dict)  # slot -> last prompt
+    last: dict[int, Fingerprint] = field(default_factory=dict)  # slot -> last prompt
     used: dict[int, int] = field(default_factory=dict)  # slot -> tick of its last release
 
 
@@ -161,8 +166,8 @@ class SlotLeases:
             for slot, last in sorted(server.last.items()):
                 if slots is not None and slot not in slots:
                     continue
-                n = min(len(last), len(prompt))
-                if n and last[:n] == prompt[:n] and n > size:
+                n = min(last.count, prompt.count)
+                if n > size and last.shares(prompt, n):
                     best, size = slot, n
             return best
 
@@ -185,7 +190,7 @@ class SlotLeases:
         self,
         url: str,
         slot: int | None,
-        prompt: tuple[int, ...],
+        prompt: Fingerprint,
         count: Callable[[], int | None],
         on_wait: Callable[[int | None], None],
         cancel: threading.Event | None,
@@ -219,14 +224,15 @@ class SlotLeases:
                     server.count = n if isinstance(n, int) and n > 0 else 1
 
 
-def _ranked(server: _Server, prompt: tuple[int, ...]) -> list[int]:
+def _ranked(server: _Server, prompt: Fingerprint) -> list[int]:
     """The slots to try, best first: the one whose last prompt this one extends (longest
     first), then never used ones, then least recently used."""
     ids = range(server.count) if server.count is not None else range(1)
 
     def key(s: int) -> tuple[int, int, int]:
-        last = server.last.get(s, ())
-        extends = len(last) if last and prompt[: len(last)] == last else 0
+        last = server.last.get(s, NO_MESSAGES)
+        n = last.count
+        extends = n if n <= prompt.count and prompt.shares(last, n) else 0
         return (-extends, server.used.get(s, -1), s)
 
     return sorted(ids, key=key)

@@ -17,7 +17,15 @@ from .._public import publish
 from ._file import LogReadWarning, LogWriter, dumps_line, read_log, upgrade_log
 from ._fork import first_difference
 from ._safe import check_folder
-from ._session import Session, message_of, messages, new_session_id, wire_arguments
+from ._session import (
+    SYNC_POLICIES,
+    Messages,
+    Session,
+    message_of,
+    messages,
+    new_session_id,
+    wire_arguments,
+)
 from ._sources import Log, Source, find_logs, open_log, read_logs
 from ._turns import (
     CALL_SOURCES,
@@ -36,11 +44,13 @@ __all__ = [
     "CALL_SOURCES",
     "ENDING_LIMITS",
     "KNOWN_TYPES",
+    "SYNC_POLICIES",
     "Call",
     "CallSource",
     "Log",
     "LogReadWarning",
     "LogWriter",
+    "Messages",
     "Reading",
     "Request",
     "Session",

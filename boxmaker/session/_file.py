@@ -16,14 +16,18 @@ the baseline with ``"schema"`` and ``"session_id"``, every later line one record
 - :class:`LogWriter`: the one writer of a log. It holds an exclusive ``flock`` on the file for
   as long as it is open, so a second writer (another process, or the same one) is refused with
   :class:`~boxmaker.errors.SessionError` naming the holder's pid; readers never lock. Each
-  append is one ``write`` of the whole line on an unbuffered descriptor, then ``fsync``; a
-  write that fails (a full disk) is cut back with ``ftruncate``, so the file is exactly as
-  before it and no stray bytes land later.
+  append is one ``write`` of the whole line on an unbuffered descriptor, then ``fsync``
+  (unless the caller groups appends: ``sync=False``, then one ``fsync`` by :meth:`LogWriter.sync`
+  or :meth:`LogWriter.close` makes them all durable); a write that fails (a full disk) is cut
+  back with ``ftruncate``, so the file is exactly as before it and no stray bytes land later.
 - :func:`upgrade_log`: rewrites an older log in the current schema, atomically (a new file
   beside it, ``fsync``, ``rename``), holding the writer's lock.
 
-What a kill loses: nothing that :meth:`LogWriter.append` returned from (it was fsynced); a
-kill in the middle of a write leaves a torn last line, dropped on the next read.
+What a kill loses: nothing that :meth:`LogWriter.append` returned from (it was written whole
+by one ``write``: the kernel holds it whatever becomes of the process; and it was fsynced,
+or is by the next :meth:`LogWriter.sync` or :meth:`LogWriter.close` when the caller grouped
+it, so a crash of the machine loses none of it after that); a kill in the middle of a write
+leaves a torn last line, dropped on the next read.
 """
 
 from __future__ import annotations
@@ -256,6 +260,7 @@ class LogWriter:
     ) -> None:
         self.path = path
         self.what = what
+        self._unsynced = False  # appends with sync=False not yet fsynced
         flags = os.O_WRONLY | os.O_APPEND
         flags |= {True: os.O_CREAT | os.O_EXCL, False: 0, None: os.O_CREAT}[create]
         try:
@@ -291,8 +296,15 @@ class LogWriter:
         """The writer was closed (the lock released)."""
         return self._fd is None
 
-    def append(self, line: bytes) -> None:
+    def append(self, line: bytes, *, sync: bool = True) -> None:
         """Write ``line`` (whole lines, ``\\n``-terminated) and fsync it; all or nothing.
+
+        Args:
+            line: the bytes, written by one ``write`` (a process killed after it returned
+                loses none of them).
+            sync: ``False``: leave the ``fsync`` to the next :meth:`sync`, an append with
+                ``sync``, or :meth:`close` (a group of appends, one ``fsync``; until then a
+                crash of the machine, not of the process, may lose the line).
 
         Raises:
             SessionError: the writer is closed, or the write or fsync failed (a full disk,
@@ -306,7 +318,9 @@ class LogWriter:
             view = memoryview(line)
             while view:
                 view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
+            self._unsynced = not sync
         except OSError as exc:
             try:
                 os.ftruncate(fd, size)
@@ -319,6 +333,23 @@ class LogWriter:
             raise SessionError(
                 f"{self.path}: cannot append record: {exc}; the log is as it was before"
             ) from exc
+
+    def sync(self) -> None:
+        """fsync what appends with ``sync=False`` wrote (nothing to do when none did).
+
+        Raises:
+            SessionError: the writer is closed, or the fsync failed.
+        """
+        fd = self._fd
+        if fd is None:
+            raise SessionError(f"{self.path}: the {self.what} was closed")
+        if not self._unsynced:
+            return
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            raise SessionError(f"{self.path}: cannot make the {self.what} durable: {exc}") from exc
+        self._unsynced = False
 
     def truncate(self, size: int) -> None:
         """Cut the file back to ``size`` bytes (through the locked descriptor) and fsync.
@@ -336,16 +367,24 @@ class LogWriter:
             raise SessionError(f"{self.path}: cannot cut the {self.what} back: {exc}") from exc
 
     def close(self) -> None:
-        """Release the lock and close the file (idempotent)."""
-        fd, self._fd = self._fd, None
-        if fd is None:
+        """fsync what is not yet (:meth:`sync`), release the lock and close the file
+        (idempotent; the file is closed even when the fsync fails).
+
+        Raises:
+            SessionError: the fsync or the close failed.
+        """
+        if self._fd is None:
             return
-        with contextlib.suppress(OSError):
-            _info(self.path).unlink(missing_ok=True)
         try:
-            os.close(fd)  # closing the last descriptor releases the flock
-        except OSError as exc:
-            raise SessionError(f"{self.path}: closing the session log failed: {exc}") from exc
+            self.sync()
+        finally:
+            fd, self._fd = self._fd, None
+            with contextlib.suppress(OSError):
+                _info(self.path).unlink(missing_ok=True)
+            try:
+                os.close(fd)  # closing the last descriptor releases the flock
+            except OSError as exc:
+                raise SessionError(f"{self.path}: closing the session log failed: {exc}") from exc
 
     def __del__(self) -> None:
         # like a file object: a writer dropped without close() releases its lock

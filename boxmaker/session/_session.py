@@ -13,8 +13,14 @@ upgrades of older schemas) is :mod:`boxmaker.session`'s. Guarantees:
   until :meth:`Session.close`; a second writer gets :class:`SessionError` naming the holder's
   pid. ``Session.open(path, read_only=True)`` never locks and never touches the file.
 - one turn at a time per session: :meth:`Session.turn` refuses a second turn.
-- a record :meth:`Session.append` returned from survives a killed process; a failed append
-  (a full disk) leaves the file as it was, and the record is not kept.
+- a record :meth:`Session.append` returned from survives a killed process (it was written
+  whole, by one ``write``); a failed append (a full disk) leaves the file as it was, and the
+  record is not kept.
+- when a crash of the machine can lose it: never, once it is fsynced. A session made with
+  ``sync="append"`` (the default) fsyncs every append before it returns; one made with
+  ``sync="close"`` (the batch runner's: one ``fsync`` for a run's records, not one per
+  record) fsyncs them all at :meth:`Session.sync` and :meth:`Session.close`, so a record is
+  acknowledged to survive the machine once either returned.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from ..records import (
     SESSION_ID,
     Assistant,
     Baseline,
+    Capabilities,
     Forked,
     Record,
     RecordError,
@@ -57,7 +64,33 @@ from ._fork import fork_records, parent_of
 from ._groups import dumps_group
 from ._safe import check_folder, open_fresh
 
-__all__ = ["Session", "message_of", "messages", "new_session_id", "wire_arguments"]
+__all__ = [
+    "SYNC_POLICIES",
+    "Messages",
+    "Session",
+    "message_of",
+    "messages",
+    "new_session_id",
+    "wire_arguments",
+]
+
+SYNC_POLICIES = ("append", "close")
+"""When a session's appends are fsynced: each before it returns (``append``), or all together
+at :meth:`Session.sync` and :meth:`Session.close` (``close``)."""
+
+
+class Messages(list[dict[str, Any]]):
+    """The list :meth:`Session.messages` gives: a new list each time, of the session's own
+    message dicts, which never change once made (do not change them). So a client may keep
+    what it wrote of a session's messages and write only those a request adds
+    (:mod:`boxmaker.client`); a list of other dicts is written whole at each request."""
+
+    __slots__ = ()
+
+
+def _check_sync(sync: str) -> None:
+    if sync not in SYNC_POLICIES:
+        raise SessionError(f"sync must be one of {', '.join(SYNC_POLICIES)}, not {sync!r}")
 
 
 def new_session_id() -> str:
@@ -141,6 +174,7 @@ class Session:
         schema: the log format version of the file (older ones are upgraded in memory on read;
             ``boxmaker log upgrade`` rewrites the file).
         read_only: opened with ``read_only=True``: :meth:`append` raises.
+        sync: when appends are fsynced (:data:`SYNC_POLICIES`).
     """
 
     def __init__(
@@ -151,9 +185,12 @@ class Session:
         records: list[Record],
         schema: int,
         writer: LogWriter | None,
+        sync: str = "append",
     ) -> None:
         """Internal: use :meth:`create` or :meth:`open`."""
         self.path = path
+        self.sync_policy = sync
+        self._sync_each = sync == "append"
         self.id = session_id
         self.baseline = baseline
         self.schema = schema
@@ -162,6 +199,7 @@ class Session:
         self._messages = messages(baseline, ())
         self._next_call = 1
         self._last_usage: Usage | None = None
+        self._capabilities: Capabilities | None = None
         self._open_turn = False  # a User record with no TurnEnd after it (yet)
         self._turn_ends = schema >= 2  # this log writes TurnEnd records
         self._lock = threading.Lock()
@@ -180,6 +218,7 @@ class Session:
         baseline: Baseline | None = None,
         *,
         session_id: str | None = None,
+        sync: str = "append",
     ) -> Session:
         """Start a new log ``<directory>/<session_id>.jsonl`` holding the baseline, open for
         writing (the writer's lock is held until :meth:`close`).
@@ -189,12 +228,15 @@ class Session:
             baseline: system prompt and tools (default: empty system prompt, no tools).
             session_id: a name safe as a file name (letters, digits, ``.``, ``_``, ``-``,
                 at most 128 characters); default :func:`new_session_id`.
+            sync: when appends are fsynced (:data:`SYNC_POLICIES`; the module says what
+                each keeps).
 
         Raises:
             SessionError: the id is unsafe, the log exists already (a planted link too: the
-                log is made with ``O_EXCL``), the directory is another user's link, or the log
-                cannot be written.
+                log is made with ``O_EXCL``), the directory is another user's link, the log
+                cannot be written, or ``sync`` is no policy.
         """
+        _check_sync(sync)
         baseline = baseline or Baseline()
         if not isinstance(baseline, Baseline):
             raise SessionError(f"baseline must be a Baseline, not {type(baseline).__name__}")
@@ -208,12 +250,12 @@ class Session:
         check_folder(folder, what="session directory")
         writer = LogWriter(path, create=True)
         try:
-            writer.append(dumps_line(head))
+            writer.append(dumps_line(head), sync=sync == "append")
         except SessionError as exc:
             writer.close()
             path.unlink(missing_ok=True)
             raise SessionError(f"{path}: cannot create session log: {exc}") from exc
-        return cls(path, sid, baseline, [], SCHEMA_VERSION, writer)
+        return cls(path, sid, baseline, [], SCHEMA_VERSION, writer, sync)
 
     @classmethod
     def open(
@@ -222,6 +264,7 @@ class Session:
         *,
         read_only: bool = False,
         repair: bool | None = None,
+        sync: str = "append",
     ) -> Session:
         """Reopen a log written by :meth:`create` and :meth:`append`.
 
@@ -239,20 +282,23 @@ class Session:
                 Otherwise the session is this log's writer until :meth:`close`.
             repair: the former spelling of ``not read_only`` (``repair=False`` is
                 ``read_only=True``).
+            sync: when appends are fsynced (:data:`SYNC_POLICIES`).
 
         Raises:
             SessionError: another writer holds the log (the message names its pid); the file
                 cannot be read; its first line is not a baseline; its schema or session id is
                 not valid for this version; a line other than a torn last one is corrupt or
-                breaks the records' rule (the message names file, line, field and value).
+                breaks the records' rule (the message names file, line, field and value);
+                ``sync`` is no policy.
         """
+        _check_sync(sync)
         p = Path(path)
         if repair is not None:
             read_only = read_only or not repair
         writer = None if read_only else LogWriter(p)
         try:
             data = read_log(p, repair=writer is not None)
-            session = cls._from_data(data, writer)
+            session = cls._from_data(data, writer, sync)
         except BaseException:
             if writer is not None:
                 writer.close()
@@ -260,7 +306,7 @@ class Session:
         return session
 
     @classmethod
-    def _from_data(cls, data: Any, writer: LogWriter | None) -> Session:
+    def _from_data(cls, data: Any, writer: LogWriter | None, sync: str = "append") -> Session:
         """The session of a log :func:`read_log` read (and checked by the records' rule)."""
         p = data.path
         try:
@@ -275,7 +321,7 @@ class Session:
                 LogReadWarning,
                 stacklevel=3,
             )
-        return cls(p, data.session_id, baseline, records, data.schema, writer)
+        return cls(p, data.session_id, baseline, records, data.schema, writer, sync)
 
     def fork(
         self,
@@ -410,13 +456,13 @@ class Session:
         with self._lock:
             return tuple(self._records)
 
-    def messages(self) -> list[dict[str, Any]]:
+    def messages(self) -> Messages:
         """The OpenAI ``messages`` of the whole session, equal to
         ``messages(self.baseline, self.records)`` but kept as records are appended, so a
-        request costs no rebuild (a new list; the message dicts are shared: do not change
-        them)."""
+        request costs no rebuild (a new :class:`Messages` list; the message dicts are
+        shared and never change: do not change them)."""
         with self._lock:
-            return list(self._messages)
+            return Messages(self._messages)
 
     def next_call(self) -> int:
         """The next tool-call number of the session (1, 2, ...); stable across reopen. O(1)."""
@@ -427,6 +473,13 @@ class Session:
         """The latest :class:`Usage` record, or ``None`` when there is none. O(1)."""
         with self._lock:
             return self._last_usage
+
+    def capabilities(self) -> Capabilities | None:
+        """The log's first :class:`~boxmaker.records.Capabilities` record (what the server
+        said it could do at the session's first request), or ``None`` when there is none.
+        O(1)."""
+        with self._lock:
+            return self._capabilities
 
     def _track(self, record: Record) -> None:
         """Keep ``record`` and what is derived from it (the caller holds the lock or owns the
@@ -443,6 +496,8 @@ class Session:
             self._open_turn = True
         elif isinstance(record, TurnEnd):
             self._open_turn, self._turn_ends = False, True
+        elif isinstance(record, Capabilities) and self._capabilities is None:
+            self._capabilities = record
 
     def turn_left_open(self) -> bool:
         """Whether the last turn has no ``TurnEnd``: the process that ran it stopped inside it
@@ -504,7 +559,8 @@ class Session:
             self._secrets = searchable((*self._secrets, *secrets))
 
     def append(self, record: Record) -> Record:
-        """Write one record as one line, fsynced, then keep it in memory.
+        """Write one record as one line, fsynced (``sync="close"``: at :meth:`sync` or
+        :meth:`close`), then keep it in memory.
 
         Returns the record. Raises:
             SessionError: read-only, closed, or the log cannot be written (the file is then
@@ -515,7 +571,8 @@ class Session:
 
     def extend(self, records: Sequence[Record]) -> None:
         """Append records that belong together (an assistant message and its usage) as one
-        all-or-nothing write with one fsync: after a crash or a failed write, either all of
+        all-or-nothing write with one fsync (``sync="close"``: the session's one fsync at
+        :meth:`sync` or :meth:`close`): after a crash or a failed write, either all of
         them are in the log or none. Two or more are framed as a group (its first line
         carries ``"group": n``): a kill that cuts the write at any byte leaves a group that
         every reader drops whole (and a writer sets aside in ``<log>.torn`` on open).
@@ -542,16 +599,29 @@ class Session:
         with self._lock:
             if self._writer is None:
                 raise SessionError(f"{self.path}: opened read-only")
-            self._writer.append(data)
+            self._writer.append(data, sync=self._sync_each)
             for record in records:
                 self._track(record)
 
-    def close(self) -> None:
-        """Close the log and release the writer's lock (idempotent); appending afterwards
-        raises :class:`SessionError`.
+    def sync(self) -> None:
+        """Make every record appended so far durable (fsync; nothing to do with
+        ``sync="append"``, where each append was).
 
         Raises:
-            SessionError: the operating system reported an error closing the file.
+            SessionError: read-only, closed, or the fsync failed.
+        """
+        with self._lock:
+            if self._writer is None:
+                raise SessionError(f"{self.path}: opened read-only")
+            self._writer.sync()
+
+    def close(self) -> None:
+        """Make the records durable (as :meth:`sync`), close the log and release the writer's
+        lock (idempotent); appending afterwards raises :class:`SessionError`.
+
+        Raises:
+            SessionError: the operating system reported an error making the records durable
+                or closing the file (the lock is released either way).
         """
         with self._lock:
             if self._writer is not None:

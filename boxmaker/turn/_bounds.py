@@ -10,10 +10,12 @@ named check points: :meth:`TurnBounds.before_completion` (completions per turn),
 fires is a :class:`~boxmaker.errors.TurnLimit` of its own kind; the loop ends the turn with
 it (a ``LimitHit`` and a ``TurnEnd`` of that outcome).
 
-No I/O: the deadline is a :class:`threading.Timer` that sets the turn's own cancel
-(:attr:`TurnBounds.cancel`: set by the deadline, or seen set when the caller's token is), which
-the client watches (it closes the connection within about 0.1 s). The caller's token is never
-set by the deadline, so a turn that ran out of time leaves it as it was.
+No I/O and no thread: the deadline is a time that the turn's own cancel
+(:attr:`TurnBounds.cancel`: set once the deadline has passed, or seen set when the caller's
+token is) compares with the clock whenever it is asked; everything that waits for a turn's
+cancel asks it at least every :data:`PARENT_POLL_S` seconds (the client's watch closes the
+connection within about 0.1 s, a waiting tool sees it set). The caller's token is never set
+by the deadline, so a turn that ran out of time leaves it as it was.
 """
 
 from __future__ import annotations
@@ -53,17 +55,45 @@ class BoundHit(StreamStopped):
 
 
 class TurnCancel(threading.Event):
-    """The cancel of one turn: set by the turn's deadline, and set too whenever the caller's
-    token (``parent``) is. ``wait`` looks at the parent every :data:`PARENT_POLL_S` seconds
-    (the parent cannot wake it), so a caller's cancel reaches a waiting reader within that."""
+    """The cancel of one turn: set once its deadline has passed, and set too whenever the
+    caller's token (``parent``) is. ``wait`` looks at the parent and the clock every
+    :data:`PARENT_POLL_S` seconds (neither can wake it), so a caller's cancel or the deadline
+    reaches a waiting reader within that.
 
-    def __init__(self, parent: threading.Event) -> None:
+    Args:
+        parent: the caller's token.
+        deadline: the time (``clock``'s) past which the turn is cancelled; ``None``: none.
+        clock: seconds, monotonic.
+
+    Attributes:
+        expired: the deadline passed (and set the event).
+    """
+
+    def __init__(
+        self,
+        parent: threading.Event,
+        deadline: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         super().__init__()
         self._parent = parent
+        self._deadline = deadline
+        self._clock = clock
+        self.expired = False
 
     def is_set(self) -> bool:
-        """The deadline fired, or the caller's token is set."""
-        return super().is_set() or self._parent.is_set()
+        """The deadline passed, or the caller's token is set."""
+        if super().is_set() or self._parent.is_set():
+            return True
+        if self._deadline is not None and self._clock() >= self._deadline:
+            self.expired = True
+            self.set()
+            return True
+        return False
+
+    def clear_deadline(self) -> None:
+        """No deadline from now on (the turn is over)."""
+        self._deadline = None
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until :meth:`is_set` (or ``timeout`` seconds); its value then."""
@@ -77,7 +107,8 @@ class TurnCancel(threading.Event):
 
 
 PARENT_POLL_S = 0.02
-"""How often a waiting :class:`TurnCancel` looks at the caller's token, in seconds."""
+"""How often a waiting :class:`TurnCancel` looks at the caller's token and the clock, in
+seconds."""
 
 
 class TurnBounds:
@@ -91,7 +122,8 @@ class TurnBounds:
             :attr:`cancel` is set when it is, and by the deadline (which leaves it alone).
         clock: seconds, monotonic (:func:`time.monotonic`).
 
-    Use as a context manager: entering starts the deadline, leaving stops it.
+    Use as a context manager: entering starts the deadline (from then on :attr:`cancel` is
+    set once ``loop.turn_deadline_s`` have passed), leaving stops it.
     """
 
     def __init__(
@@ -102,34 +134,30 @@ class TurnBounds:
     ) -> None:
         self._loop = config.loop
         self._max_tokens = config.sampling.max_tokens
-        self.cancel = TurnCancel(cancel)
-        """The turn's cancel: what the client and the loop watch."""
+        self._parent = cancel
         self._clock = clock
-        self._timer: threading.Timer | None = None
+        self.cancel = TurnCancel(cancel, clock=clock)
+        """The turn's cancel: what the client and the loop watch."""
         self._started = 0.0
-        self.expired = False
-        """The deadline fired (and set :attr:`cancel`)."""
         self.completions = 0
         """Completions asked for so far in this turn."""
+
+    @property
+    def expired(self) -> bool:
+        """The deadline passed (and set :attr:`cancel`)."""
+        return self.cancel.expired
 
     def __enter__(self) -> TurnBounds:
         """Start the turn's deadline (``loop.turn_deadline_s``)."""
         self._started = self._clock()
         deadline = self._loop.turn_deadline_s
-        if deadline is not None:
-            self._timer = threading.Timer(deadline, self._expire)
-            self._timer.daemon = True
-            self._timer.start()
+        at = None if deadline is None else self._started + deadline
+        self.cancel = TurnCancel(self._parent, at, self._clock)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        """Stop the deadline's timer."""
-        if self._timer is not None:
-            self._timer.cancel()
-
-    def _expire(self) -> None:
-        self.expired = True
-        self.cancel.set()
+        """Stop the deadline: the turn's cancel no longer looks at the clock."""
+        self.cancel.clear_deadline()
 
     def before_completion(self) -> TurnLimit | None:
         """Count one more completion; the limit when it is one too many (``completions``)."""

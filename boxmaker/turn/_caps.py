@@ -2,7 +2,8 @@
 
 At a session's first request the loop asks the client for the server's
 :class:`~boxmaker.records.Capabilities` (llama.cpp's ``GET /props``) and appends them; later
-turns read them back from the log. Tools offered to a chat template that cannot take them are
+turns read them back from the log (the session keeps its first such record as it reads and
+appends: no turn scans the log for it). Tools offered to a chat template that cannot take them are
 refused (:class:`~boxmaker.errors.ToolsNotSupported`) unless ``client.unsupported_tools =
 "warn"``: llama.cpp then drops the tools from the prompt without a word, and an answer would be
 logged as ``answered`` although the tools never reached the model.
@@ -66,18 +67,11 @@ def side_requests_cancelled(
     return contextlib.nullcontext()
 
 
-def _recorded(session: Session) -> Capabilities | None:
-    for record in session.records:
-        if isinstance(record, Capabilities):
-            return record
-    return None
-
-
 def read_capabilities(session: Session, client: object) -> list[Capabilities]:
     """The ``Capabilities`` record to append before the session's first request: ``[]`` when
     the log has one already, the client cannot say (no ``capabilities()``, or ``None``: a cassette
     refuses the request). Its ``warning`` is set when the session's tools cannot be taken."""
-    if _recorded(session) is not None or not isinstance(client, ReadsCapabilities):
+    if session.capabilities() is not None or not isinstance(client, ReadsCapabilities):
         return []
     caps = client.capabilities()
     if caps is None:
@@ -101,7 +95,7 @@ def refuse_unsupported_tools(session: Session, config: Config) -> None:
     Raises:
         ToolsNotSupported: the message says which template, how many tools, and the way out.
     """
-    caps = _recorded(session)
+    caps = session.capabilities()
     if caps is None or caps.warning is None or not session.baseline.tools:
         return
     if config.client.unsupported_tools == "error":

@@ -28,6 +28,7 @@ from boxmaker.records import (
     record_to_json,
 )
 from boxmaker.session import Session
+from boxmaker.testing import ScriptedClient, answer
 from boxmaker.tools import Registry
 from boxmaker.turn import Runtime, run_turn
 
@@ -223,3 +224,25 @@ def test_the_thinking_cap_without_capabilities_still_names_the_server_flags(
     run_turn(session, runtime, "hi")
     [hit] = [r for r in session.records if isinstance(r, LimitHit)]
     assert "no reasoning seen" in hit.detail
+
+
+def test_no_turn_scans_the_log_for_its_capabilities(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 38, item 3: a log without a ``Capabilities`` record (a client that cannot say)
+    is not read through at each turn: the session keeps its first such record."""
+    session = Session.create(tmp_path, Baseline())
+    runtime = Runtime(config=Config(), client=ScriptedClient([answer("a")]), registry=Registry())
+    run_turn(session, runtime, "one")
+
+    def refused(self: Session) -> tuple[Any, ...]:
+        raise AssertionError("the turn read every record")
+
+    monkeypatch.setattr(Session, "records", property(refused))
+    runtime = Runtime(config=Config(), client=ScriptedClient([answer("b")]), registry=Registry())
+    assert run_turn(session, runtime, "two").content == "b"
+    monkeypatch.undo()
+    caps = Capabilities(supports_tools=True)
+    session.append(caps)
+    session.append(Capabilities(supports_tools=False))
+    assert session.capabilities() == caps  # the first one counts

@@ -28,6 +28,7 @@ from boxmaker.records import Assistant, Baseline, LimitHit, ToolResult, TurnEnd,
 from boxmaker.session import Session
 from boxmaker.tools import Registry
 from boxmaker.turn import THINKING_GRACE, TOKEN_GRACE, Runtime, run_turn
+from boxmaker.turn._bounds import TurnBounds
 
 
 def weather(city: str) -> str:
@@ -280,3 +281,24 @@ def test_the_deadline_knob() -> None:
     for bad in (0, float("nan"), "5"):
         with pytest.raises(ConfigError, match="turn_deadline_s"):
             LoopLimits(turn_deadline_s=bad)  # type: ignore[arg-type]
+
+
+def test_the_deadline_needs_no_thread() -> None:
+    """Issue 38: a turn's deadline is a time the turn's cancel compares with the clock when
+    asked (every waiter asks within PARENT_POLL_S), not a timer thread per turn."""
+    now = [100.0]
+    caller = threading.Event()
+    before = threading.active_count()
+    with TurnBounds(Config(loop=LoopLimits(turn_deadline_s=5.0)), caller, lambda: now[0]) as b:
+        assert threading.active_count() == before
+        assert not b.cancel.is_set() and not b.expired
+        now[0] = 105.0
+        assert b.cancel.is_set() and b.expired
+        assert b.cancel.wait(0)  # set for good: a waiter sees it too
+        limit = b.cancelled("x")
+        assert isinstance(limit, TurnLimit) and limit.kind == "turn_deadline"
+    assert not caller.is_set()  # the caller's token is never set by the deadline
+    with TurnBounds(Config(loop=LoopLimits(turn_deadline_s=5.0)), caller, lambda: now[0]) as b:
+        pass
+    now[0] = 1000.0
+    assert not b.cancel.is_set()  # the turn is over: its deadline no longer counts

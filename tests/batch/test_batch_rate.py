@@ -1,0 +1,220 @@
+"""The batch runner at a GPU server's rates (issue 38, item 1), on the stand-in server of
+boxmaker.testing: settings resolved once per run, one fsync per run's log and manifest lines
+written in groups off the workers' threads, one kept connection per slot."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from boxmaker.batch import Task, manifest, run_batch
+from boxmaker.batch._plan import Manifest, RunSpec, expand, read_manifest
+from boxmaker.client._pool import PooledTransport
+from boxmaker.config import Config
+from boxmaker.errors import SessionError
+from boxmaker.records import ToolResult, TurnEnd
+from boxmaker.session import LogWriter, Session
+from boxmaker.testing import RateServer, assert_log_well_formed
+from boxmaker.tools import Registry
+
+
+def get_weather(city: str) -> str:
+    """Get the weather.
+
+    Args:
+        city: The city.
+    """
+    return json.dumps({"city": city, "temperature": 21})
+
+
+def tools() -> Registry:
+    registry = Registry()
+    registry.add(get_weather)
+    return registry
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RateServer]:
+    with RateServer(slots=4, prefill_s=0.002, tokens_per_s=20_000, answer_tokens=16) as srv:
+        yield srv
+
+
+@pytest.fixture
+def fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    done: list[int] = []
+    real: Callable[[int], None] = os.fsync
+
+    def counted(fd: int) -> None:
+        done.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", counted)
+    return done
+
+
+def test_a_batch_on_a_gpu_rate_server(
+    server: RateServer, tmp_path: Path, fsyncs: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every run done (a tool call, its result, an answer), each log well formed; one fsync
+    per log (at its close), the manifest's lines in a few groups; one connection per slot."""
+    connects: list[Any] = []
+    connect = PooledTransport._connect
+
+    def counted(address: tuple[str, int], timeout: float | None, trace: Any) -> Any:
+        connects.append(address)
+        return connect(address, timeout, trace)
+
+    monkeypatch.setattr(PooledTransport, "_connect", staticmethod(counted))
+    tasks = [Task(id=f"t{i:02d}", messages=("Weather in Lisbon?", "And now?")) for i in range(12)]
+    progress = run_batch(tasks, tmp_path, servers=[server.url], registry=tools())
+    assert progress.done == 12 and not progress.failed
+    runs = manifest(tmp_path)
+    assert set(runs.state) == {"done"} and set(runs.outcome) == {"answered"}
+    logs = sorted((tmp_path / "logs").glob("*.jsonl"))
+    assert len(logs) == 12
+    for log in logs:
+        with Session.open(log, read_only=True) as session:
+            assert_log_well_formed(session)
+            assert sum(isinstance(r, ToolResult) for r in session.records) == 2
+    lines = (tmp_path / "manifest.ndjson").read_bytes().count(b"\n")
+    assert lines == 12 * 3  # planned, running, done
+    assert len(fsyncs) <= 12 + lines // 2  # a log each; manifest lines share their fsyncs
+    assert len(connects) <= 4 + 1  # a connection a slot (and the batch's side requests')
+
+
+def test_a_run_s_settings_are_resolved_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``RunSpec.config`` works out a run's config once per base config (it rebuilt a
+    ``Config`` through ``typing.get_type_hints`` three times per run)."""
+    built: list[Any] = []
+    from_dict = Config.from_dict
+
+    def counted(data: Any, source: str = "config") -> Config:
+        built.append(source)
+        return from_dict(data, source=source)
+
+    monkeypatch.setattr(Config, "from_dict", staticmethod(counted))
+    base = Config()
+    (spec,) = expand([Task(id="t", messages=("hi",))], {"loop.tool_result_cap": [9]}, base)
+    assert isinstance(spec, RunSpec) and len(built) == 1
+    assert spec.config(base) is spec.config(base)
+    assert spec.config(base).loop.tool_result_cap == 9 and len(built) == 1
+    other = Config()
+    assert spec.config(other).loop.tool_result_cap == 9 and len(built) == 2
+
+
+def test_the_manifest_writes_its_lines_in_groups(tmp_path: Path, fsyncs: list[int]) -> None:
+    book = Manifest(tmp_path)
+    for i in range(200):
+        book.write(f"r{i}", "planned", messages=1)
+    book.flush()  # every line written so far is durable now
+    assert len(read_manifest(tmp_path)) == 200
+    assert 1 <= len(fsyncs) < 200
+    book.write("r0", "done", turns=1)
+    book.close()
+    assert read_manifest(tmp_path)["r0"]["state"] == "done"
+    with pytest.raises(SessionError, match="closed"):
+        book.write("r1", "done")
+
+
+def test_a_manifest_that_cannot_be_written_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A group that fails (a full disk) fails the next write and the close, as an append
+    that failed did."""
+    book = Manifest(tmp_path)
+
+    def full(self: LogWriter, line: bytes, *, sync: bool = True) -> None:
+        raise SessionError(f"{self.path}: cannot append record: [Errno 28] No space left")
+
+    monkeypatch.setattr(LogWriter, "append", full)
+    book.write("r0", "planned")
+    with pytest.raises(SessionError, match="No space left"):
+        book.flush()
+    with pytest.raises(SessionError, match="No space left"):
+        book.write("r1", "planned")
+    with pytest.raises(SessionError, match="No space left"):
+        book.close()
+
+
+def die(city: str) -> str:
+    """Ends the worker process at once (a worker that dies mid-run).
+
+    Args:
+        city: The city.
+    """
+    os._exit(3)
+
+
+def test_worker_processes_give_the_same_batch(server: RateServer, tmp_path: Path) -> None:
+    """``executor="processes"``: the slots shared out among worker processes, this process
+    keeping the queue and the manifest; the same logs and manifest as with threads."""
+    tasks = [Task(id=f"t{i:02d}", messages=("Weather in Lisbon?",)) for i in range(10)]
+    progress = run_batch(
+        tasks, tmp_path, servers=[server.url], registry=tools(), executor="processes", workers=2
+    )
+    assert progress.done == 10 and not progress.failed and progress.tokens > 0
+    runs = manifest(tmp_path)
+    assert set(runs.state) == {"done"} and set(runs.turns) == {1}
+    for log in (tmp_path / "logs").glob("*.jsonl"):
+        with Session.open(log, read_only=True) as session:
+            assert_log_well_formed(session)
+    again = run_batch(tasks, tmp_path, servers=[server.url], registry=tools(), executor="processes")
+    assert again.skipped == 10  # resumed: nothing left to run
+
+
+def test_a_worker_process_that_dies_is_started_again(server: RateServer, tmp_path: Path) -> None:
+    registry = tools()
+    registry.add(die)
+    tasks = [Task(id="dies", messages=("Weather?",), tools=("die",))]
+    tasks += [Task(id=f"t{i}", messages=("Weather?",), tools=("get_weather",)) for i in range(6)]
+    progress = run_batch(
+        tasks,
+        tmp_path,
+        servers=[server.url],
+        registry=registry,
+        executor="processes",
+        workers=2,
+        max_tries=2,
+    )
+    # a run in flight on the worker that died fails that try too (which run killed it cannot
+    # be told); each failure says so, and every run ends done or failed, none lost
+    failed = dict(progress.failures)
+    assert "worker process died (exit code 3)" in failed["dies"]
+    assert all("worker process died (exit code 3)" in why for why in failed.values())
+    assert progress.done + len(failed) == 7 and progress.done >= 1  # a new worker ran on
+    again = run_batch(
+        tasks[1:], tmp_path, servers=[server.url], registry=tools(), executor="processes"
+    )
+    assert (again.done, again.skipped) == (6, progress.done)  # the failed ones ran on a rerun
+
+
+def test_a_cancel_ends_the_turns_in_every_worker(tmp_path: Path) -> None:
+    """The caller's cancel: each worker's turns in flight end with their TurnEnd, the call
+    returns stopped, a rerun picks up."""
+    slow = RateServer(slots=2, prefill_s=0.0, tokens_per_s=20, answer_tokens=400)
+    cancel = threading.Event()
+    tasks = [Task(id=f"t{i}", messages=("Weather?",), tools=()) for i in range(4)]
+    with slow:
+        threading.Timer(1.5, cancel.set).start()
+        progress = run_batch(
+            tasks,
+            tmp_path,
+            servers=[slow.url],
+            registry=tools(),
+            executor="processes",
+            workers=2,
+            cancel=cancel,
+        )
+    assert progress.stopped and progress.done == 0
+    runs = read_manifest(tmp_path)
+    assert sorted(r["state"] for r in runs.values()) == ["interrupted"] * 2 + ["planned"] * 2
+    for log in (tmp_path / "logs").glob("*.jsonl"):
+        with Session.open(log, read_only=True) as session:
+            last = session.records[-1]
+            assert isinstance(last, TurnEnd) and last.outcome == "cancelled"
