@@ -334,6 +334,11 @@ class LogWriter:
                 f"{self.path}: cannot append record: {exc}; the log is as it was before"
             ) from exc
 
+    def owe_sync(self) -> None:
+        """Have the next :meth:`sync` (or :meth:`close`) fsync the file even if this writer
+        appended nothing unsynced (a log written whole before it was opened, not fsynced)."""
+        self._unsynced = True
+
     def sync(self) -> None:
         """fsync what appends with ``sync=False`` wrote (nothing to do when none did).
 

@@ -240,22 +240,9 @@ class Session:
         baseline = baseline or Baseline()
         if not isinstance(baseline, Baseline):
             raise SessionError(f"baseline must be a Baseline, not {type(baseline).__name__}")
-        sid = new_session_id() if session_id is None else session_id
-        if not SESSION_ID.fullmatch(sid):
-            raise SessionError(f"session id {sid!r} is not safe as a file name")
-        folder = Path(directory)
-        path = folder / f"{sid}.jsonl"
-        head = record_to_json(baseline)
-        head = {"type": "baseline", "schema": SCHEMA_VERSION, "session_id": sid, **head}
-        check_folder(folder, what="session directory")
-        writer = LogWriter(path, create=True)
-        try:
-            writer.append(dumps_line(head), sync=sync == "append")
-        except SessionError as exc:
-            writer.close()
-            path.unlink(missing_ok=True)
-            raise SessionError(f"{path}: cannot create session log: {exc}") from exc
-        return cls(path, sid, baseline, [], SCHEMA_VERSION, writer, sync)
+        # made whole or not at all: a process killed while creating it left an empty log
+        # (the tap killed under load, issue 36), which every reader refuses
+        return cls._create_whole(Path(directory), baseline, [], session_id=session_id, sync=sync)
 
     @classmethod
     def open(
@@ -390,12 +377,15 @@ class Session:
         records: Sequence[Record],
         *,
         session_id: str | None,
+        sync: str = "append",
     ) -> Session:
         """A new log holding ``baseline`` and ``records`` from the start, made whole or not at
         all: written to a side file (``.<id>.jsonl.part``, no reader lists it), fsynced, then
         linked into place (never over a file that is there), so a process killed while making
-        a fork leaves no baseline-only log that readers would count as a session. Open for
-        writing, as :meth:`create` returns it.
+        a log leaves no empty log, and none while making a fork a baseline-only log that
+        readers would count as a session. Open for writing, as :meth:`create` returns it
+        (``sync="close"``: the side file is not fsynced before it is linked; closing fsyncs
+        the log).
 
         Raises:
             SessionError: as :meth:`create`, or a record breaks the log's rule.
@@ -421,7 +411,8 @@ class Session:
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view) :]
-                os.fsync(fd)
+                if sync == "append":
+                    os.fsync(fd)
             finally:
                 os.close(fd)
             os.link(part, path)  # fails on a file (or a planted link) already there
@@ -432,7 +423,10 @@ class Session:
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(part)
-        return cls.open(path)
+        session = cls.open(path, sync=sync)
+        if sync != "append" and session._writer is not None:
+            session._writer.owe_sync()  # the side file was not fsynced: closing does it
+        return session
 
     @property
     def forked(self) -> Forked | None:

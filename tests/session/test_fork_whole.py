@@ -105,3 +105,40 @@ def test_a_fork_killed_at_each_write_leaves_a_whole_log_or_none(
         assert len(logs["fork.jsonl"].records) == copied + 1
     else:
         assert child.returncode == -signal.SIGKILL
+
+
+_CREATE = """
+import os, signal, sys
+from boxmaker.records import Baseline, User
+from boxmaker.session import Session
+writes, real = [0], os.write
+def write(fd, data):  # die at the start of the k-th write (a kill at that moment)
+    writes[0] += 1
+    if writes[0] == int(sys.argv[2]):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(fd, data)
+os.write = write
+with Session.create(sys.argv[1], Baseline(system="s"), session_id="new", sync=sys.argv[3]) as s:
+    s.append(User(content="q"))
+"""
+
+
+@pytest.mark.parametrize("sync", ["append", "close"])
+@pytest.mark.parametrize("kill_at", [1, 2, 3])
+def test_a_log_killed_while_it_is_created_is_whole_or_absent(
+    tmp_path: Path, kill_at: int, sync: str
+) -> None:
+    """``Session.create`` killed at its first write left an empty log that every reader
+    refused (``empty session log``: the tap killed under load); now the log appears with its
+    baseline or not at all."""
+    child = subprocess.run([sys.executable, "-c", _CREATE, str(tmp_path), str(kill_at), sync])
+    path = tmp_path / "new.jsonl"
+    if kill_at == 1:
+        assert child.returncode == -signal.SIGKILL and not path.exists()
+    else:
+        log = read_log(path)  # whole: its baseline, and the user message if written
+        assert log.head["system"] == "s"
+        assert len(log.records) == (0 if child.returncode == -signal.SIGKILL else 1)
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".jsonl"] == (
+        [] if kill_at == 1 else ["new.jsonl"]
+    )
