@@ -421,7 +421,12 @@ class ExplainedLoss:
     """One ``CacheLoss`` of a log, explained: ``request`` is the number (1, 2, ...) of the
     completion whose reuse fell short; ``expected``, ``reused``, ``lost_tokens`` and
     ``reprocessed`` in tokens (the loss's two quantities under the frames' names); ``found``
-    what forensics says (``None`` with ``error`` when it could not look)."""
+    what forensics says (``None`` with ``error`` when it could not look). ``rebuilt_tokens``
+    is the prompt of the request explained as rebuilt from the log with the settings given,
+    ``prompt_tokens`` what the server counted of it (``cache_n + prompt_n``; tokens, ``None``
+    when not known): when they differ, the server saw another prompt than the one rebuilt
+    (the session ran with another ``history.reasoning`` or thinking setting, or another model
+    answers now), and the position and cause may be wrong (:attr:`settings_differ`)."""
 
     request: int
     expected: int
@@ -429,6 +434,15 @@ class ExplainedLoss:
     found: LossCause | None
     error: str | None = None
     reprocessed: int | None = None
+    rebuilt_tokens: int | None = None
+    prompt_tokens: int | None = None
+
+    @property
+    def settings_differ(self) -> bool:
+        """The prompt rebuilt from the log is not the length the server counted: explained
+        with other settings than the session's."""
+        rebuilt, counted = self.rebuilt_tokens, self.prompt_tokens
+        return rebuilt is not None and counted is not None and rebuilt != counted
 
     @property
     def lost_tokens(self) -> int:
@@ -438,8 +452,10 @@ class ExplainedLoss:
 
     def to_json(self) -> dict[str, Any]:
         """``{"request", "expected", "reused", "lost_tokens", "reprocessed_tokens", "position",
-        "cause", "old_window", "new_window", "detail", "error"}`` (the forensic fields ``None``
-        when not found; ``reprocessed_tokens`` ``None`` when the log does not say)."""
+        "cause", "old_window", "new_window", "detail", "error", "rebuilt_tokens",
+        "prompt_tokens"}`` (the
+        forensic fields ``None`` when not found; ``reprocessed_tokens`` ``None`` when the log
+        does not say)."""
         found = self.found
         return {
             "request": self.request,
@@ -453,6 +469,8 @@ class ExplainedLoss:
             "new_window": found.new_window if found else None,
             "detail": found.detail if found else None,
             "error": self.error,
+            "rebuilt_tokens": self.rebuilt_tokens,
+            "prompt_tokens": self.prompt_tokens,
         }
 
 
@@ -560,10 +578,30 @@ def _explain_at(
             recorded=_recorded(records[:at]),
             restored=isinstance(after, Warmed) and after.found == "restored",
         )
+        # the prompt as rebuilt: another length than the server counted, other settings
+        # than the session's (a history kept or dropped shows in this request, after a user
+        # message, not in the earlier one)
+        rebuilt = len(server.tokenize(server.render(new[0]), add_special=True))
     except BoxmakerError as exc:
         if isinstance(exc.__cause__, httpx.TransportError):
             raise _Unreachable(str(exc)) from exc
         return failed(str(exc))
     return ExplainedLoss(
-        request=number, expected=expected, reused=reused, found=found, reprocessed=loss.reprocessed
+        request=number,
+        expected=expected,
+        reused=reused,
+        found=found,
+        reprocessed=loss.reprocessed,
+        rebuilt_tokens=rebuilt,
+        prompt_tokens=_prompt_count(records[usages[-1]]),
     )
+
+
+def _prompt_count(usage: Record) -> int | None:
+    """The prompt tokens the server counted for a completion (``cache_n + prompt_n``)."""
+    if not isinstance(usage, Usage):
+        return None
+    try:
+        return int(usage.timings["cache_n"]) + int(usage.timings["prompt_n"])
+    except (KeyError, TypeError, ValueError):
+        return None

@@ -340,6 +340,17 @@ def _cache(args: argparse.Namespace) -> int:
     explained = {path: explain_log(path, args.url, config=config, api_key=args.api_key)
                  for path in logs}  # fmt: skip
     failed = any(e.found is None for losses in explained.values() for e in losses)
+    for path, losses in explained.items():
+        odd = [e for e in losses if e.settings_differ]
+        if odd:
+            other = "keep" if args.reasoning == "drop" else "drop"
+            print(terminal_safe(
+                f"boxmaker cache explain: warning: {path}: the prompt rebuilt from the log "
+                f"with --reasoning {args.reasoning} is {odd[0].rebuilt_tokens} tokens where "
+                f"the server counted {odd[0].prompt_tokens} (request {odd[0].request}; "
+                f"{len(odd)} of {len(losses)} loss(es)): the session ran with other settings "
+                f"(or another model), and the causes may be wrong; try --reasoning {other}"
+            ), file=sys.stderr)  # fmt: skip
     if args.json:
         if len(args.logs) == 1 and len(logs) == 1 and Path(args.logs[0]).is_file():
             print(json.dumps([e.to_json() for e in explained[logs[0]]], indent=2))
@@ -751,11 +762,20 @@ def _parser() -> argparse.ArgumentParser:
         "the folder those servers save in, on this machine): each run's slot is saved at its "
         "turn ends, and a fork task's run restores its parent's slot saved at the fork's turn",
     )
-    batch.add_argument(
+    spread = batch.add_mutually_exclusive_group()
+    spread.add_argument(
         "--ray",
         default=None,
         metavar="auto|local|ADDRESS",
         help="run each run as a Ray task (auto: the running cluster; local: start one)",
+    )
+    spread.add_argument(
+        "--workers",
+        type=_at_least_one,
+        default=None,
+        metavar="N",
+        help="share the slots out among N worker processes of this machine, where one "
+        "process cannot keep a GPU server's slots busy (default: threads in this process)",
     )
     batch.set_defaults(run=_batch)
 

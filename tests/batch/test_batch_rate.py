@@ -15,6 +15,7 @@ import pytest
 
 from boxmaker.batch import Task, manifest, run_batch
 from boxmaker.batch._plan import Manifest, RunSpec, expand, read_manifest
+from boxmaker.cli import main
 from boxmaker.client._pool import PooledTransport
 from boxmaker.config import Config
 from boxmaker.errors import SessionError
@@ -218,3 +219,22 @@ def test_a_cancel_ends_the_turns_in_every_worker(tmp_path: Path) -> None:
         with Session.open(log, read_only=True) as session:
             last = session.records[-1]
             assert isinstance(last, TurnEnd) and last.outcome == "cancelled"
+
+
+def test_the_command_line_runs_worker_processes(
+    server: RateServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``boxmaker batch --workers N`` is ``executor="processes"``; ``--ray`` excludes it."""
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        "".join(json.dumps({"id": f"t{i}", "messages": ["Weather?"]}) + "\n" for i in range(6))
+    )
+    out = tmp_path / "b"
+    argv = ["batch", str(tasks), "--url", server.url, "--dir", str(out), "--workers", "2"]
+    assert main(argv) == 0
+    runs = manifest(out)
+    assert sorted(runs.run) == [f"t{i}" for i in range(6)] and set(runs.state) == {"done"}
+    with pytest.raises(SystemExit) as info:
+        main([*argv, "--ray", "auto"])
+    assert info.value.code == 2
+    assert "not allowed with argument --workers" in capsys.readouterr().err

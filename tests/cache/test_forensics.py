@@ -500,7 +500,14 @@ def test_explain_log_explains_each_loss_of_a_log_made_earlier(tmp_path: Path) ->
         "new_window",
         "detail",
         "error",
+        "rebuilt_tokens",
+        "prompt_tokens",
     }
+    # the prompt rebuilt from the log, against what the server counted of it
+    assert explained.rebuilt_tokens is not None and explained.prompt_tokens is not None
+    # (this log's timings are made up: the server "counted" at + 50 of a longer prompt)
+    assert explained.prompt_tokens == at + 50 < explained.rebuilt_tokens
+    assert explained.settings_differ
     broken = ToyServer(fail="/apply-template")
     (failed,) = explain_log(
         session.path, "http://llama.test", transport=httpx.MockTransport(broken.handler)

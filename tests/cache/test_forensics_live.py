@@ -109,7 +109,8 @@ def test_dropped_reasoning_is_history_rewritten_where_the_first_reply_began_live
     # and from the command line, as text and as JSON
     log, url = str(session.path), server.url
     assert main(["cache", "explain", log, "--url", url]) == 0
-    text = capsys.readouterr().out
+    text, err = capsys.readouterr()
+    assert "warning" not in err  # drop, as the session ran: the prompts rebuilt agree
     lost = loss.expected - loss.reused
     head = (
         f"request 3: lost_tokens {lost} ({loss.reused} of the previous prompt's "
@@ -124,6 +125,15 @@ def test_dropped_reasoning_is_history_rewritten_where_the_first_reply_began_live
         first_prompt,
         lost,
     )
+    # the wrong history setting (issue 37: wrong causes without a word): said, with the fix
+    assert main(["cache", "explain", log, "--url", url, "--reasoning", "keep", "--json"]) == 0
+    out, err = capsys.readouterr()
+    (row,) = json.loads(out)
+    counted = _prompt_tokens(_usages(session)[row["request"] - 1])
+    assert row["rebuilt_tokens"] != row["prompt_tokens"] == counted
+    rebuilt = row["rebuilt_tokens"]
+    assert f"with --reasoning keep is {rebuilt} tokens where the server counted" in err
+    assert err.rstrip().endswith("try --reasoning drop")
     # a folder, as report takes it (issue 37): the same losses, keyed by log
     assert main(["cache", "explain", str(session.path.parent), "--url", url, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[log][0]["lost_tokens"] == lost
