@@ -16,7 +16,9 @@ Example::
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
 import threading
 import time
 from pathlib import Path
@@ -256,14 +258,18 @@ class EmbeddedServer:
             ``self``, with :attr:`url` set.
 
         Raises:
-            ServerError: the model file is missing (checked before loading; the message names
-                the path), llama.cpp could not load it or bind the port, or ``/health`` did not
+            ServerError: the model file is missing or not a GGUF file, the port is in use
+                (each checked before loading, the message naming the path or the port),
+                llama.cpp could not load the model or bind the port, or ``/health`` did not
                 answer ``{"status": "ok"}`` within ``startup_timeout_s``.
         """
         if self._server is not None:
             return self
         if not self.model_path.is_file():
             raise ServerError(f"model file not found: {self.model_path}")
+        _check_gguf(self.model_path)
+        if self.port:
+            _check_port_free(self.port)
         with _import_lock:
             try:
                 import xllamacpp
@@ -335,3 +341,36 @@ class EmbeddedServer:
     def __repr__(self) -> str:
         state = self.url or "stopped"
         return f"EmbeddedServer({str(self.model_path)!r}, {state})"
+
+
+def _check_gguf(path: Path) -> None:
+    """Raise :class:`ServerError` unless ``path`` starts with GGUF's magic (``b"GGUF"``, the
+    format of llama.cpp's ``gguf`` spec): a wrong file fails here with its name, not as a
+    start-up error that could as well be a busy port."""
+    try:
+        with path.open("rb") as file:
+            magic = file.read(4)
+    except OSError as exc:
+        raise ServerError(f"cannot read the model file {path}: {exc}") from exc
+    if magic != b"GGUF":
+        raise ServerError(
+            f"{path} is not a GGUF model file (it starts with {magic!r}, not b'GGUF'): "
+            "llama.cpp loads GGUF files only (convert a Hugging Face model with llama.cpp's "
+            "convert_hf_to_gguf.py)"
+        )
+
+
+def _check_port_free(port: int) -> None:
+    """Raise :class:`ServerError` when ``port`` on 127.0.0.1 is taken (a bind test; the port
+    is released at once, so a server started in between can still take it first)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as llama-server binds
+        try:
+            probe.bind((_HOST, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise ServerError(
+                    f"port {port} on {_HOST} is in use (another server, or an earlier one "
+                    "still running): stop it, or pick another port (0 picks a free one)"
+                ) from exc
+            raise ServerError(f"cannot listen on {_HOST}:{port}: {exc}") from exc

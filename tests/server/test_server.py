@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -153,11 +154,26 @@ def test_two_slots_serve_in_parallel(tmp_path: Path) -> None:
         assert [s["n_ctx"] for s in slots] == [1024, 1024]
 
 
+def test_a_file_that_is_no_gguf_is_said_before_loading(tmp_path: Path) -> None:
+    """Issue 37: a bad model file and a busy port got the same start-up error."""
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"not a gguf file at all")
+    with pytest.raises(ServerError, match=r"bad\.gguf is not a GGUF model file \(it starts"):
+        EmbeddedServer(bad, n_threads=1).start()
+
+
+def test_a_port_in_use_is_said_before_loading() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        with pytest.raises(ServerError, match=rf"port {port} on 127\.0\.0\.1 is in use"):
+            EmbeddedServer(n_threads=1, port=port).start()
+
+
 @pytest.mark.live
 def test_unloadable_file_raises_server_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.gguf"
-    bad.write_bytes(b"not a gguf file at all")
-    with pytest.raises(ServerError, match=r"bad\.gguf"):
+    bad.write_bytes(b"GGUF" + b"\x00" * 60)  # the magic, then nothing llama.cpp can read
+    with pytest.raises(ServerError, match=r"bad\.gguf \(a port in use, or a file llama"):
         EmbeddedServer(bad, n_threads=1).start()
 
 
