@@ -419,6 +419,10 @@ _ORDER = {
     "summary": "_l",
 }
 
+FRAME_VIEWS = tuple(_ORDER)
+"""The frame views (the others of :data:`FRAME_SQL` are steps)."""
+
+
 _SURROGATE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
 _LONE = re.compile("[\ud800-\udfff]")
 
@@ -774,7 +778,9 @@ def frame(con: Any, name: str) -> pd.DataFrame:
 
 def query(sql: str, source: Any, *, memory_limit: str | None = None) -> pd.DataFrame:
     """Ad-hoc SQL over the frames of ``source`` (DuckDB): the views ``requests``, ``turns``,
-    ``cache_losses``, ``limit_hits``, ``tool_calls``, ``summary`` (see :func:`connect`).
+    ``cache_losses``, ``limit_hits``, ``tool_calls``, ``summary`` with the columns of the
+    pandas frames (the hidden keys of :func:`connect` left out; ``SELECT *`` gives what
+    :func:`boxmaker.frames.requests` gives), and the tables ``records``, ``calls``, ``logs``.
 
     Example: ``query("SELECT outcome, count(*) AS n FROM turns GROUP BY outcome", "logs/")``.
 
@@ -787,6 +793,18 @@ def query(sql: str, source: Any, *, memory_limit: str | None = None) -> pd.DataF
     """
     con = connect(source, memory_limit=memory_limit)
     try:
+        # the frames without their hidden keys (``_l``, ``_i``, ``_turn``: the frame views
+        # join on them), in a schema searched first; the frame views keep binding to their
+        # own schema's, and the tables stay reachable
+        con.execute("CREATE SCHEMA frames.public_frames")
+        for name in FRAME_VIEWS:
+            columns = con.sql(f"SELECT * FROM frames.main.{name} LIMIT 0").columns
+            hidden = ", ".join(c for c in columns if c.startswith("_"))
+            con.execute(
+                f"CREATE VIEW frames.public_frames.{name} AS "
+                f"SELECT * EXCLUDE ({hidden}) FROM frames.main.{name}"
+            )
+        con.execute("SET search_path = 'frames.public_frames,frames.main'")
         result: pd.DataFrame = con.sql(sql).df()
         return result
     except _duckdb().Error as exc:

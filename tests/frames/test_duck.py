@@ -318,6 +318,15 @@ def test_query_runs_sql_over_the_frames() -> None:
         frames.query("SELECT 1", DATA / "nope.jsonl")
 
 
+@pytest.mark.parametrize("name", ["requests", "turns", "cache_losses", "tool_calls", "summary"])
+def test_query_shows_the_frames_columns_not_the_engines_keys(name: str) -> None:
+    """Issue 37: ``SELECT *`` gave the hidden join keys (``_l``, ``_i``, ``_turn``) too."""
+    got = frames.query(f"SELECT * FROM {name}", DATA)
+    assert list(got.columns) == list(getattr(frames, name)(DATA).columns)
+    assert len(got) == len(getattr(frames, name)(DATA))
+    assert frames.query("SELECT count(*) AS n FROM records", DATA).n[0] > len(got) > 0
+
+
 def test_an_unknown_engine_is_refused() -> None:
     with pytest.raises(ValueError, match="engine 'spark'"):
         frames.turns(DATA, engine="spark")  # type: ignore[arg-type]

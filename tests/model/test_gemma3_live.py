@@ -80,8 +80,9 @@ def test_a_short_follow_up_restores_a_checkpoint_and_the_loss_says_so(
     # what the server re-processed of what the slot held (prompt and reply), not the
     # expected - reused of the prompt alone
     # (the slot held the reply but its last token, which the server samples and never decodes)
-    assert loss.reprocessed == held_tokens(first.timings) - loss.reused
-    assert held_tokens(first.timings) == _held(first) - 1
+    held = held_tokens(first.timings)
+    assert held is not None and held == _held(first) - 1
+    assert loss.reprocessed == held - loss.reused
     assert loss.reprocessed > loss.expected - loss.reused
     assert loss.reprocessed_ms is not None and loss.reprocessed_ms > 0
 
