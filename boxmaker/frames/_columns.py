@@ -621,6 +621,13 @@ SUMMARY_COLUMNS: tuple[Column, ...] = (
         source="forked.point",
     ),
     Column(
+        name="fork_settings",
+        dtype="string",
+        doc="what the fork changed, as JSON with sorted keys (Forked.settings; {} when nothing "
+        "was said; <NA>: no fork)",
+        source="forked.settings",
+    ),
+    Column(
         name="inherited_turns",
         dtype="Int64",
         doc="turns copied from the parent (turns rows with from_parent; 0: no fork); the "
@@ -717,3 +724,13 @@ def doc_table(frame: str) -> str:
         unit = f", {c.unit}" if c.unit else ""
         lines.append(f"        - ``{c.name}`` ({c.dtype}{unit}): {c.doc} [``{c.origin(record)}``]")
     return "\n" + "\n".join(lines)  # a blank line: the list starts a block of its own
+
+
+def fork_settings_text(forked: Mapping[str, Any] | None) -> str | None:
+    """A ``Forked`` record's ``settings`` (JSON object) as the frames show it: JSON with
+    sorted keys, ``"{}"`` when nothing was said, ``None`` when the log is no fork."""
+    if forked is None:
+        return None
+    import json
+
+    return json.dumps(forked.get("settings") or {}, sort_keys=True)

@@ -54,7 +54,7 @@ from ..records import LIMIT_KINDS, SCHEMA_VERSION, parse_time
 from ..session import ENDING_LIMITS, KNOWN_TYPES, Log, LogReadWarning, Session, open_log
 from ..session._sources import vet_logs
 from ..session._turns import backwards, unknown_types
-from ._columns import COLUMNS, TIME, TURN_OUTCOMES, Column
+from ._columns import COLUMNS, TIME, TURN_OUTCOMES, Column, fork_settings_text
 
 if TYPE_CHECKING:
     import duckdb
@@ -377,6 +377,7 @@ SELECT g.session AS session, g.path AS path, g.started AS started,
   coalesce(e.ended, g.started) AS ended, g.records AS records,
   g.unknown_records AS unknown_records,
   g.parent_session AS parent_session, g.fork_turn AS fork_turn, g.fork_point AS fork_point,
+  g.fork_settings AS fork_settings,
   coalesce(tu.inherited, 0) AS inherited_turns, coalesce(qi.n, 0) AS inherited_requests,
   coalesce(tu.n, 0) AS turns,
   {", ".join(f"coalesce(tu.{o}, 0) AS {o}_turns" for o in TURN_OUTCOMES)},
@@ -472,6 +473,7 @@ class _Vetted(NamedTuple):
     parent_session: str | None  # a fork's origin (None: not a fork)
     fork_turn: int | None
     fork_point: str | None
+    fork_settings: str | None  # Forked.settings as the frames show it (fork_settings_text)
     fork_record: int | None  # records before this index are the parent's copies (Forked.record)
 
 
@@ -507,6 +509,7 @@ def _vet(item: Path | Session | Log, *, scratch: str) -> _Vetted:
         forked.get("parent_session"),
         forked.get("turn"),
         forked.get("point"),
+        fork_settings_text(forked or None),
         forked.get("record"),
     )
 
@@ -569,6 +572,7 @@ def connect(
                     log.parent_session,
                     log.fork_turn,
                     log.fork_point,
+                    log.fork_settings,
                     log.fork_record,
                 )
             )
@@ -622,11 +626,11 @@ def _private_spill() -> str:
 
 
 _Head: TypeAlias = tuple[
-    int, str, str, str | None, int, int, str | None, int | None, str | None, int | None
+    int, str, str, str | None, int, int, str | None, int | None, str | None, str | None, int | None
 ]
 """A row of the ``logs`` table: its number, session, path, baseline time, records, unknown
-records, and the fork's parent session, turn, point and ``Forked.record`` (``None``: not a
-fork)."""
+records, and the fork's parent session, turn, point, settings (JSON) and ``Forked.record``
+(``None``: not a fork)."""
 
 
 def _tables(
@@ -638,10 +642,10 @@ def _tables(
     con.execute(
         "CREATE TABLE logs (_l BIGINT, session VARCHAR, path VARCHAR, time VARCHAR, "
         "records BIGINT, unknown_records BIGINT, parent_session VARCHAR, fork_turn BIGINT, "
-        "fork_point VARCHAR, fork_record BIGINT)"
+        "fork_point VARCHAR, fork_settings VARCHAR, fork_record BIGINT)"
     )
     if heads:
-        con.executemany("INSERT INTO logs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", heads)
+        con.executemany("INSERT INTO logs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", heads)
     con.execute("CREATE TABLE files (file VARCHAR, _l BIGINT, skip BIGINT, n BIGINT)")
     if files:
         con.executemany("INSERT INTO files VALUES (?, ?, ?, ?)", files)

@@ -3,7 +3,6 @@ parent and how its answer, usage and limit hits compare."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import pandas as pd
 from ..errors import SessionError
 from ..records import Warmed, record_from_json
 from ..session import Log, Reading, Source, first_difference, read_log, read_logs, split_turns
+from ._columns import fork_settings_text
 
 __all__ = ["FORK_COLUMNS", "forks"]
 
@@ -121,7 +121,7 @@ def forks(source: Source) -> pd.DataFrame:
             "fork_turn": forked["turn"],
             "fork_point": forked["point"],
             "edited_call": forked.get("edited_call"),
-            "settings": json.dumps(forked.get("settings") or {}, sort_keys=True),
+            "settings": fork_settings_text(forked),
             "replayed": _replayed(reading),
         }
         row.update(_warmth(own))

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, TypeAlias
 
 from ..session import Log, LogReadWarning, Reading, split_turns
-from ._columns import COLUMNS
+from ._columns import COLUMNS, fork_settings_text
 
 __all__ = ["HIDDEN", "Rows"]
 
@@ -106,6 +106,7 @@ class Rows:
             ("parent_session", forked.get("parent_session")),
             ("fork_turn", forked.get("turn")),
             ("fork_point", forked.get("point")),
+            ("fork_settings", fork_settings_text(reading.forked)),
             ("started", reading.started),
             ("ended", reading.ended),
             ("records", len(log.records)),

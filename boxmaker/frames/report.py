@@ -71,6 +71,7 @@ FORK_REPORT_COLUMNS = (
     "parent_session",
     "fork_turn",
     "fork_point",
+    "fork_settings",
     "inherited_turns",
     "inherited_requests",
     "turns",

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from extras import ENGINES, need
+from extras import ENGINES, has, need
 
 from boxmaker import frames
 from boxmaker.config import Config
@@ -44,6 +44,17 @@ def test_forks_frame_and_summary_columns(tmp_path: Path) -> None:
     assert summary.loc["edited", "parent_session"] == "p"
     assert summary.loc["edited", "fork_point"] == "edited_result"
     assert summary.loc["rerun", "fork_turn"] == 1
+    # which setting each fork changed (issue 37: the report's Forks table did not say)
+    settings = {"p": None, "edited": "{}", "rerun": '{"loop.tool_iterations": 1}'}
+    got = summary["fork_settings"].astype(object).where(summary["fork_settings"].notna(), None)
+    assert got.to_dict() == settings
+    if has("duckdb"):
+        duck = frames.summary(tmp_path, engine="duckdb").set_index("session")["fork_settings"]
+        assert duck.astype(object).where(duck.notna(), None).to_dict() == settings
+    from boxmaker.frames import report
+
+    shown = report.tables(frames.load(tmp_path))["Forks"].set_index("session")
+    assert shown["fork_settings"].to_dict() == {"edited": "{}", "rerun": settings["rerun"]}
 
     table = frames.forks(tmp_path).set_index("session")
     assert sorted(table.index) == ["edited", "rerun"]
