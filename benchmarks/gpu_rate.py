@@ -10,7 +10,9 @@ tokens). The same runs go through:
 - ``runner``: :func:`boxmaker.batch.run_batch` (its logs, manifest, tools and events, as a user
   runs it; ``--executor``);
 - ``bare``: a bare asyncio httpx client doing the same two requests per run, ``N`` at once
-  (the tool result a fixed text), reading lines as ``../shared/gpu/gpu_check.py``'s does.
+  (the tool result a fixed text), reading the stream line by line;
+- ``tap``: the bare client through ``boxmaker tap`` (in a process of its own, as agents use
+  it; its CPU added to the client's), ``N`` agents at once (goal: ratio at least 0.9).
 
 For each, the share of ideal slot use: the sum of the completions' ideal times (the server's
 ``prompt_ms + predicted_ms``) over ``N`` slots times the wall time (1.0: every slot busy all
@@ -21,9 +23,9 @@ over the bare client's (goal: at most 1.2).
 
     python benchmarks/gpu_rate.py [--slots 1 16 64] [--answers short long] [--runs 4]
 
-More clients can be measured beside the two (the tap: 16 and 64 agents through ``boxmaker
-tap`` vs direct): add a function to :data:`CLIENTS` that takes a :class:`Setting` and returns a
-:class:`Measure`, and name it with ``--clients``; ratios are printed against ``bare``.
+More clients can be measured beside them: add a function to :data:`CLIENTS` that takes a
+:class:`Setting` and returns a :class:`Measure`, and name it with ``--clients``; ratios are
+printed against ``bare``.
 
 The server and the clients share this machine's cores: state the load (``uptime``) with the
 figures, and repeat them.
@@ -33,8 +35,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
+import socket
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -178,7 +184,38 @@ def bare(setting: Setting) -> Measure:
     return Measure(completions, ideal, time.perf_counter() - wall, _cpu() - cpu)
 
 
-CLIENTS: dict[str, Callable[[Setting], Measure]] = {"runner": runner, "bare": bare}
+def tap(setting: Setting) -> Measure:
+    """The bare client's runs through ``boxmaker tap`` in front of the server (``slots``
+    agents at once): the tap in a process of its own, as in use (its CPU is counted with the
+    client's: what a tapped agent costs this machine), its logs on the tmpfs."""
+    with tempfile.TemporaryDirectory(dir=_fast_dir()) as folder:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        argv = [sys.executable, "-m", "boxmaker.cli", "tap", "--upstream", setting.url]
+        argv += ["--port", str(port), "--dir", folder]
+        proxy = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    httpx.get(url + "/health", timeout=2)
+                    break
+                except httpx.TransportError:
+                    if time.monotonic() > deadline or proxy.poll() is not None:
+                        raise RuntimeError("boxmaker tap did not start") from None
+                    time.sleep(0.05)
+            before = _server_cpu(proxy.pid)
+            measure = bare(dataclasses.replace(setting, url=url))
+            spent = _server_cpu(proxy.pid) - before
+        finally:
+            proxy.terminate()
+            proxy.wait(30)
+    return dataclasses.replace(measure, cpu_s=measure.cpu_s + spent)
+
+
+CLIENTS: dict[str, Callable[[Setting], Measure]] = {"runner": runner, "bare": bare, "tap": tap}
 """The clients measured, by name (``--clients``); ``bare`` is the reference of the ratios."""
 
 

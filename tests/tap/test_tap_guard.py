@@ -340,3 +340,61 @@ def test_the_command_refuses_what_the_config_refuses_in_one_line(
     assert "tap.host = 'localhost' is not an IP address" in capsys.readouterr().err
     assert main([*upstream, "--allow-origin", "evil.example"]) == 1
     assert "is not scheme://host[:port] or '*'" in capsys.readouterr().err
+
+
+def test_each_agent_connection_keeps_its_upstream_connection(tmp_path: Path) -> None:
+    """The tap splits its upstream pool (httpcore's scan grew with the square of the agents,
+    issue 38) by the agent's connection: each agent connection's requests keep to one pool,
+    so its kept-alive upstream connection serves them all."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import httpx
+
+    opened: list[int] = []
+
+    class KeepAlive(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # connections kept alive
+
+        def setup(self) -> None:
+            opened.append(1)
+            super().setup()
+
+        def do_GET(self) -> None:
+            body = b'{"status": "ok"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), KeepAlive)
+    upstream.daemon_threads = True
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{upstream.server_address[1]}"
+    errors: list[BaseException] = []
+    try:
+        with Tap(url, directory=tmp_path / "logs", forensics=False) as tap:
+
+            def agent() -> None:
+                try:
+                    with httpx.Client(base_url=tap.url, timeout=10) as client:  # one connection
+                        for _ in range(4):
+                            assert client.get("/health").status_code == 200
+                except BaseException as exc:
+                    errors.append(exc)
+
+            agents = [threading.Thread(target=agent) for _ in range(8)]
+            for thread in agents:
+                thread.start()
+            for thread in agents:
+                thread.join(30)
+    finally:
+        upstream.shutdown()
+        upstream.server_close()
+    assert not errors, errors
+    # 32 requests; at most one upstream connection per agent connection (8 at once)
+    assert 1 <= len(opened) <= 8, len(opened)
