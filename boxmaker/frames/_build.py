@@ -424,12 +424,23 @@ def summary(source: Source, *, engine: Engine = "pandas") -> pd.DataFrame:
 
 
 def describe(frame: str) -> pd.DataFrame:
-    """The columns of ``frame`` (``"requests"``, ``"turns"``, ...) as a table: ``column``,
-    ``dtype``, ``unit``, ``source``, ``doc``, from :data:`COLUMNS`.
+    """The columns of ``frame`` (``"requests"``, ``"turns"``, ..., and ``"forks"``) as a
+    table: ``column``, ``dtype``, ``unit``, ``source``, ``doc``, from :data:`COLUMNS` (the
+    ``forks`` frame's from :data:`boxmaker.frames.FORK_COLUMNS`, without unit and source).
 
     Raises:
-        KeyError: no such frame.
+        KeyError: no such frame (the message names those there are).
     """
+    if frame == "forks":
+        from ._forks import FORK_COLUMNS, forks
+
+        dtypes = forks([]).dtypes
+        return pd.DataFrame(
+            [(name, str(dtypes[name]), None, None, doc) for name, doc in FORK_COLUMNS.items()],
+            columns=["column", "dtype", "unit", "source", "doc"],
+        )
+    if frame not in ROW_RECORD:
+        raise KeyError(f"no frame {frame!r}: one of {', '.join([*ROW_RECORD, 'forks'])}")
     record = ROW_RECORD[frame]
     return pd.DataFrame(
         [(c.name, c.dtype, c.unit, c.origin(record), c.doc) for c in COLUMNS[frame]],

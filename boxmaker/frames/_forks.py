@@ -38,35 +38,38 @@ FORK_COLUMNS: dict[str, str] = {
     "request (a sliding-window model's prefix sent once into the slot; <NA>: none)",
     "warm_detail": "why the fork was not warm (or warm though nothing was done for it)",
     "requests": "the fork's own completions (after the copy)",
-    "prompt_tokens": "prompt tokens processed by its own completions (timings.prompt_n; "
-    "<NA> when one is unknown)",
-    "parent_requests": "the parent's completions after the fork point",
-    "parent_prompt_tokens": "prompt tokens the parent processed after the fork point",
+    "processed_tokens": "prompt tokens processed by its own completions (timings.prompt_n, "
+    "the requests frame's processed_tokens; <NA> when one is unknown)",
+    "parent_requests": "the parent's completions after the fork point, in the turns the fork "
+    "ran (the same turn numbers: the fork's own turns are compared with the parent's)",
+    "parent_processed_tokens": "prompt tokens the parent processed in those completions",
     "limit_hits": "the fork's own LimitHit records",
-    "parent_limit_hits": "the parent's LimitHit records after the fork point",
+    "parent_limit_hits": "the parent's LimitHit records after the fork point, in those turns",
     "answer": "the fork's last answer (content of its last Assistant without tool calls)",
-    "parent_answer": "the parent's last answer after the fork point",
+    "parent_answer": "the parent's last answer after the fork point, in those turns",
     "same_answer": "answer == parent_answer",
 }
 """The columns of :func:`forks`, with what each holds."""
 
 
-def _answer(records: list[dict[str, Any]], start: int) -> str | None:
-    """The last answer from index ``start`` on: the content of the last ``Assistant`` without
-    tool calls (``None``: none)."""
-    for r in reversed(records[start:]):
+def _answer(records: list[dict[str, Any]], start: int, stop: int | None = None) -> str | None:
+    """The last answer in ``records[start:stop]``: the content of the last ``Assistant``
+    without tool calls (``None``: none)."""
+    for r in reversed(records[start:stop]):
         if r["type"] == "assistant" and not r.get("tool_calls"):
             return str(r.get("content") or "")
     return None
 
 
-def _costs(reading: Reading, start: int) -> tuple[int, int | None, int]:
-    """``(completions, prompt tokens processed, limit hits)`` of ``reading`` from record index
-    ``start`` on; the tokens ``None`` (unknown) when a completion's ``prompt_n`` is unknown."""
-    usages = [c.usage for t in reading.turns for c in t.completions if c.usage >= start]
+def _costs(reading: Reading, start: int, stop: int | None = None) -> tuple[int, int | None, int]:
+    """``(completions, prompt tokens processed, limit hits)`` of ``reading`` in record indexes
+    ``start`` to ``stop``; the tokens ``None`` (unknown) when a completion's ``prompt_n`` is
+    unknown."""
+    end = len(reading.records) if stop is None else stop
+    usages = [c.usage for t in reading.turns for c in t.completions if start <= c.usage < end]
     processed = [(reading.records[u].get("timings") or {}).get("prompt_n") for u in usages]
     known = None if None in processed else sum(int(v) for v in processed if v is not None)
-    hits = sum(1 for t in reading.turns for i, _ in t.limits if i >= start)
+    hits = sum(1 for t in reading.turns for i, _ in t.limits if start <= i < end)
     return len(usages), known, hits
 
 
@@ -125,7 +128,7 @@ def forks(source: Source) -> pd.DataFrame:
             "replayed": _replayed(reading),
         }
         row.update(_warmth(own))
-        row["requests"], row["prompt_tokens"], row["limit_hits"] = _costs(reading, start)
+        row["requests"], row["processed_tokens"], row["limit_hits"] = _costs(reading, start)
         row["answer"] = _answer(log.records, start)
         parent = _parent(log, forked, by_session)
         if parent is not None:
@@ -133,13 +136,16 @@ def forks(source: Source) -> pd.DataFrame:
             # an edited result stands where the parent's own result was
             at = first_difference(own, theirs)
             row["first_difference"] = None if at is None else start + at + 1
-            (row["parent_requests"], row["parent_prompt_tokens"],
-             row["parent_limit_hits"]) = _costs(split_turns(parent), start - 1)  # fmt: skip
-            row["parent_answer"] = _answer(parent.records, start - 1)
+            # the parent's turns the fork ran again (by number), not all after the fork point
+            theirs_read = split_turns(parent)
+            stop = _stop_of(theirs_read, _last_turn(reading))
+            (row["parent_requests"], row["parent_processed_tokens"],
+             row["parent_limit_hits"]) = _costs(theirs_read, start - 1, stop)  # fmt: skip
+            row["parent_answer"] = _answer(parent.records, start - 1, stop)
         rows.append(row)
     frame = pd.DataFrame(rows, columns=list(FORK_COLUMNS))
     for name in ("fork_turn", "edited_call", "first_difference", "replayed", "requests",
-                 "prompt_tokens", "parent_requests", "parent_prompt_tokens", "limit_hits",
+                 "processed_tokens", "parent_requests", "parent_processed_tokens", "limit_hits",
                  "parent_limit_hits", "warm_prefix", "warm_reused",
                  "warm_prefilled"):  # fmt: skip
         frame[name] = frame[name].astype("Int64")
@@ -149,6 +155,21 @@ def forks(source: Source) -> pd.DataFrame:
         frame[name] = frame[name].astype("string")
     frame["same_answer"] = (frame["answer"] == frame["parent_answer"]).astype("boolean")
     return frame
+
+
+def _last_turn(reading: Reading) -> int | None:
+    """The number of the fork's last turn of its own (``None``: it ran none yet)."""
+    numbers = [t.number for t in reading.turns if t.number is not None and not t.from_parent]
+    return max(numbers, default=None)
+
+
+def _stop_of(reading: Reading, number: int | None) -> int | None:
+    """The index after the last record of turn ``number`` of ``reading`` (``None``: the end:
+    the fork ran no turn of its own, or more turns than the parent has)."""
+    for turn in reading.turns:
+        if turn.number == number:
+            return turn.stop
+    return None
 
 
 def _parent(log: Log, forked: dict[str, Any], logs: dict[str, Log]) -> Log | None:

@@ -69,7 +69,7 @@ def test_forks_frame_and_summary_columns(tmp_path: Path) -> None:
     # the replayed result carries source=replayed, the parent's did not: it differs there
     # (record 6: the fork's Warmed record after its first usage is its own, not compared)
     assert r["first_difference"] == 6
-    assert (r["prompt_tokens"], r["parent_prompt_tokens"]) == (120, 120)
+    assert (r["processed_tokens"], r["parent_processed_tokens"]) == (120, 120)
 
 
 def test_the_report_has_a_forks_table_only_when_there_are_forks() -> None:
@@ -271,3 +271,34 @@ def test_a_turn_a_fork_continues_is_timed_from_the_fork_not_the_parents_run(
     assert started < forked["after"] and wall_ms < 60_000
     assert turns[("after", 2)][0] >= forked["after"]
     assert all(wall < 60_000 for (s, _), (_, wall) in turns.items() if s == "p")
+
+
+def test_a_fork_is_compared_with_the_parents_turns_it_ran_again(tmp_path: Path) -> None:
+    """The newcomer trial (issue 37): a fork that ran one turn was compared with all the
+    parent's turns after the fork point (its answer with the parent's third turn's)."""
+    parent = Session.create(tmp_path, Baseline(), session_id="p")
+    for n, text in enumerate(["One.", "Two.", "Three."]):
+        step = answer(text, timings=timings(100 * n, 10 + n))
+        run_turn(parent, runtime([step]), f"q{n}")
+    fork = parent.fork(at=1, rerun=True, session_id="f")
+    continue_fork(fork, runtime([answer("Uno.", timings=timings(0, 10))]))
+    for s in (parent, fork):
+        s.close()
+    row = frames.forks(tmp_path).set_index("session").loc["f"]
+    assert (row["answer"], row["parent_answer"]) == ("Uno.", "One.")  # turn 1 with turn 1
+    assert (row["requests"], row["parent_requests"]) == (1, 1)
+    assert (row["processed_tokens"], row["parent_processed_tokens"]) == (10, 10)
+    # the same figure as the requests frame's for those completions
+    req = frames.requests(tmp_path)
+    own = req[(req.session == "f") & ~req.from_parent]
+    assert own.processed_tokens.sum() == row["processed_tokens"]
+
+
+def test_describe_gives_the_forks_columns_and_names_the_frames() -> None:
+    """``frames.describe("forks")`` raised a bare ``KeyError: 'forks'`` (the newcomer trial)."""
+    table = frames.describe("forks").set_index("column")
+    assert list(table.index) == list(frames.forks([]).columns)
+    assert table.loc["processed_tokens", "dtype"] == "Int64"
+    assert "requests frame's processed_tokens" in table.loc["processed_tokens", "doc"]
+    with pytest.raises(KeyError, match="no frame 'fork': one of requests, .*, forks"):
+        frames.describe("fork")
