@@ -94,7 +94,9 @@ def tables(loaded: frames.Frames) -> dict[str, pd.DataFrame]:
     ``Sessions`` (a row per session and a ``total`` row), ``Turns by outcome`` (every outcome
     of :data:`boxmaker.frames.TURN_OUTCOMES`), ``Limit hits by kind`` (every kind),
     ``Cache losses by session``, ``Cache losses by cause`` (losses without a cause as
-    ``not explained``), ``Tool calls by tool``, and ``Forks`` when a log is a fork. Only what
+    ``not explained``), ``Tool calls by tool`` (the calls answered: ``results``, the rows of
+    :func:`boxmaker.frames.tool_calls`; the Sessions table's ``tool_calls`` counts the calls
+    the model made, answered or not), and ``Forks`` when a log is a fork. Only what
     happened has a row (an outcome of no turn, a kind that never fired: none). A total over a
     value a log does not hold is ``<NA>`` (shown as :data:`UNKNOWN`). Milliseconds are
     rounded to 0.1, ratios to 0.001.
@@ -151,7 +153,7 @@ def tables(loaded: frames.Frames) -> dict[str, pd.DataFrame]:
     )
     tc = _own(loaded.tool_calls)
     tools = tc.groupby("name", observed=True).agg(
-        calls=("call", "size"),
+        results=("call", "size"),
         ran=("ran", "sum"),
         truncated=("truncated", "sum"),
         mean_arguments_chars=("arguments_chars", "mean"),

@@ -168,7 +168,7 @@ def test_the_report_and_exports_of_a_parent_and_its_forks_count_once(
     assert sessions["total"]["requests"] == 5
     assert sessions["total"]["cached_tokens"] + sessions["total"]["processed_tokens"] == total
     assert tables["Turns by outcome"].turns.sum() == 4  # p's two, one of each fork
-    assert tables["Tool calls by tool"].calls.sum() == 2  # p's call, the edited result
+    assert tables["Tool calls by tool"].results.sum() == 2  # p's call, the edited result
     forks_table = {str(r["session"]): r for r in tables["Forks"].to_dict("records")}
     assert [forks_table["after"][c] for c in ("inherited_turns", "inherited_requests")] == [1, 2]
     assert main(["report", str(folder)]) == 0
