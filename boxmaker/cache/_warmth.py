@@ -137,6 +137,13 @@ def _why(
                 "last context checkpoint (llama-server --swa-full, boxmaker serve --swa-full)"
             )
         parts.append(reply)
+    elif start is not None and start.how == "cold":
+        # warm_fork found nothing to warm it with: the loss's guesses (a sliding window, a
+        # slot emptied) do not apply to a prefix the server was never known to hold
+        parts.append(
+            "the server did not hold the parent's prefix (one that never served the parent, "
+            "or whose slot was used or emptied since)"
+        )
     elif loss is not None and loss.cause:
         parts.append(f"{loss.cause}: {loss.detail or ''}".rstrip(": "))
     elif reused < min(prefix, prompt or prefix) * COLD_SHARE and start is not None:

@@ -27,7 +27,7 @@ from ..cache import ColdFork, SlotStore, WarmStart, describe_warmth, warm_fork
 from ..client import Client
 from ..config import Config, load_config
 from ..errors import ConfigError, TurnError
-from ..records import Warmed
+from ..records import TurnEnd, Warmed
 from ..session import Session
 from ..turn import Replay, Runtime, continue_fork
 from ._chat import check_server
@@ -146,6 +146,10 @@ def _run(
         print(f"the fork's turn ended without an answer: {exc}")
         return 1
     print(cache_line(fork, start))
+    ended = next((r for r in reversed(fork.records) if isinstance(r, TurnEnd)), None)
+    if ended is not None and ended.outcome != "answered":  # e.g. cut at max_tokens
+        why = f": {ended.detail}" if ended.detail else ""
+        print(f"the fork's turn ended {ended.outcome}{why}; its last text:")
     print(outcome.content)
     if replay is not None:
         at = replay.diverged_at

@@ -118,6 +118,21 @@ def test_a_loss_forensics_explained_says_why() -> None:
     assert warmed.how == "partial" and warmed.detail.endswith("history_rewritten: rendered anew")
 
 
+def test_a_cold_fork_warm_fork_found_nothing_for_is_not_given_the_losss_guesses() -> None:
+    """The newcomer trial (issue 37): a fork on a server that never saw its parent was told
+    of sliding windows and context checkpoints on a model without either."""
+    guess = "the prompts agree on 120 tokens, the server reused 0 (nothing reused: on a "
+    guess += "sliding-window model ...) (or a context checkpoint was restored, ...)"
+    loss = CacheLoss(expected=100, reused=0, cause="evicted", detail=guess)
+    warmed = fork_warmth(copies(), FORKED, first(0), COLD, loss=loss)
+    assert warmed.how == "cold"
+    assert warmed.detail == (
+        "no slot store (the server's --slot-save-path) was given; the server did not hold the "
+        "parent's prefix (one that never served the parent, or whose slot was used or "
+        "emptied since)"
+    )
+
+
 def test_no_completion_before_the_fork_point_is_not_measured() -> None:
     warmed = fork_warmth(copies()[:2], FORKED, first(50), SLOT)
     assert (warmed.how, warmed.prefix) == ("unknown", None)

@@ -199,3 +199,17 @@ def test_the_tools_are_set_up_before_the_fork_is_made(
     with running([Reply(content="Cold.")]) as server:
         code = main(["fork", str(parent), "--at", "2", "--say", "Hi", "--url", server.url])
     assert code == 0 and logs_then == [1]  # only the parent when the tools were made
+
+
+def test_fork_says_how_its_turn_ended_when_it_did_not_answer(
+    parent: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The newcomer trial (issue 37): a fork cut at max_tokens printed its text as if it had
+    answered; the log said ``length``."""
+    chunk = {"choices": [{"index": 0, "delta": {"content": "It is"}}]}
+    cut = {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}
+    with running([Reply(data=[json.dumps(chunk), json.dumps(cut), "[DONE]"])]) as server:
+        code = main(["fork", str(parent), "--at", "2", "--rerun", "--url", server.url])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "the fork's turn ended length; its last text:\nIt is\n" in out

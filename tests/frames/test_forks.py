@@ -299,6 +299,6 @@ def test_describe_gives_the_forks_columns_and_names_the_frames() -> None:
     table = frames.describe("forks").set_index("column")
     assert list(table.index) == list(frames.forks([]).columns)
     assert table.loc["processed_tokens", "dtype"] == "Int64"
-    assert "requests frame's processed_tokens" in table.loc["processed_tokens", "doc"]
-    with pytest.raises(KeyError, match="no frame 'fork': one of requests, .*, forks"):
+    assert "requests frame's processed_tokens" in str(table.loc["processed_tokens", "doc"])
+    with pytest.raises(KeyError, match=r"no frame 'fork': one of requests, .*, forks"):
         frames.describe("fork")
