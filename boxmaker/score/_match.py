@@ -178,4 +178,5 @@ def match_trajectory(target: TrajectoryTarget, steps: Sequence[Sequence[Call]]) 
         ok = paired == len(calls)
         return ok, f"unexpected: {len(calls) - paired} of {_n(len(calls), 'call')} made"
     ok = paired == len(expected)
-    return ok, f"not made: {len(expected) - paired} of {_n(len(expected), 'expected call')}"
+    made = f"made {paired} of {_n(len(expected), 'expected call')}"
+    return ok, made if ok else f"{made}, missing {len(expected) - paired}"

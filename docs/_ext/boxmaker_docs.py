@@ -131,6 +131,57 @@ class Benchmarks(_RstDirective):
         return out
 
 
+class Settings(_RstDirective):
+    """Every ``section.key`` of :class:`boxmaker.config.Config` (what a TOML config, a batch
+    grid and ``fork --set`` name), with its default and the field's own docstring."""
+
+    def rst(self) -> list[str]:
+        import dataclasses
+
+        from boxmaker.config import Config
+
+        docs: dict[tuple[str, str], str] = {}
+        for path in sorted((ROOT / "boxmaker" / "config").glob("*.py")):
+            self.env.note_dependency(str(path))
+            for cls in ast.parse(path.read_text()).body:
+                if not isinstance(cls, ast.ClassDef):
+                    continue
+                body = cls.body
+                for field, after in zip(body, body[1:], strict=False):
+                    if (
+                        isinstance(field, ast.AnnAssign)
+                        and isinstance(field.target, ast.Name)
+                        and isinstance(after, ast.Expr)
+                        and isinstance(after.value, ast.Constant)
+                        and isinstance(after.value.value, str)
+                    ):
+                        text = " ".join(after.value.value.split())
+                        docs[(cls.name, field.target.id)] = text
+        out = [
+            ".. list-table::",
+            "   :header-rows: 1",
+            "   :widths: 25 15 60",
+            "",
+            "   * - setting",
+            "     - default",
+            "     - what it is",
+        ]
+        config = Config()
+        for section in dataclasses.fields(config):
+            value = getattr(config, section.name)
+            if not dataclasses.is_dataclass(value):
+                continue
+            for knob in dataclasses.fields(value):
+                doc = docs.get((type(value).__name__, knob.name), "")
+                default = repr(getattr(value, knob.name))
+                out += [
+                    f"   * - ``{section.name}.{knob.name}``",
+                    f"     - ``{default}``",
+                    f"     - {doc}",
+                ]
+        return out
+
+
 def _check_faces(app: Sphinx) -> None:
     """Fail the build when a public face has no API page (``docs/api/*.md``)."""
     pages = "\n".join(p.read_text() for p in (Path(app.srcdir) / "api").glob("*.md"))
@@ -189,5 +240,6 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("boxmaker-names", Names)
     app.add_directive("boxmaker-measurements", Measurements)
     app.add_directive("boxmaker-benchmarks", Benchmarks)
+    app.add_directive("boxmaker-settings", Settings)
     app.connect("builder-inited", _check_faces)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -195,9 +195,13 @@ def test_calls_of_groups_by_completion_and_the_target_scorer_needs_every_part() 
     }
     score = apply(target_scorer(parse_target(both)), records)
     assert score.value == 1.0 and score.error is None
-    assert "contains '34 C'" in score.explanation and "0 of 1 expected" in score.explanation
+    # said as what was made (the newcomer trial: "not made: 0 of 1" read as no call made)
+    assert score.explanation == "answer contains '34 C'; made 1 of 1 expected call"
     wrong = {**both, "answer": {"contains": "35 C"}}
     assert apply(target_scorer(parse_target(wrong)), records).value == 0.0
+    other = {"calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]}
+    missed = apply(target_scorer(parse_target(other)), records)
+    assert (missed.value, missed.explanation) == (0.0, "made 0 of 1 expected call, missing 1")
 
 
 def test_a_scorer_that_raises_or_answers_nonsense_gives_an_error_score() -> None:
