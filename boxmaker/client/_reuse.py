@@ -62,20 +62,24 @@ class ConnectionTrace:
         return isinstance(exc, _BEFORE_ANSWER) and reused and not self.answered
 
 
-def send_once_more(send: Callable[[ConnectionTrace], T]) -> T:
+def send_once_more(
+    send: Callable[[ConnectionTrace], T],
+    then: Callable[[str, dict[str, Any]], None] | None = None,
+) -> T:
     """``send(trace)``; when it fails before any byte of an answer on a reused connection
     (:meth:`ConnectionTrace.stale`), ``send`` once more with a new trace (httpx then opens a
-    new connection: the closed one has left the pool).
+    new connection: the closed one has left the pool). ``then``: another trace hook each
+    trace passes every event on to (a cancel watch's).
 
     ``send`` must pass the trace as the request's ``extensions={"trace": trace}``.
 
     Raises:
         httpx.HTTPError: what ``send`` raised otherwise, or on the second attempt.
     """
-    trace = ConnectionTrace()
+    trace = ConnectionTrace(then)
     try:
         return send(trace)
     except httpx.HTTPError as exc:
         if not trace.stale(exc):
             raise
-    return send(ConnectionTrace())
+    return send(ConnectionTrace(then))

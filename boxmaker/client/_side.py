@@ -23,6 +23,7 @@ import httpx
 
 from ..errors import BoxmakerError, InferError
 from ._cancel import cancellable
+from ._reuse import ConnectionTrace, send_once_more
 
 __all__ = [
     "SIDE_REFUSED",
@@ -75,18 +76,26 @@ def side_json(
     cancel: threading.Event | None = None,
 ) -> Any:
     """Send one side request with ``http`` to ``url + path`` (JSON ``body``, ``None``: none)
-    and parse the answer; raises as :meth:`ServerJson.server_json` says, and
+    and parse the answer (sent once more when it failed on a kept connection the server had
+    closed: :func:`~boxmaker.client._reuse.send_once_more`); raises as
+    :meth:`ServerJson.server_json` says, and
     :class:`~boxmaker.errors.RequestCancelled` when ``cancel`` is set (within about 0.1 s,
     :func:`~boxmaker.client._cancel.cancellable`)."""
     try:
         with cancellable(cancel, f"{method} {path} at {url}") as watched:
-            response = http.request(
-                method,
-                f"{url}{path}",
-                json=body,
-                timeout=timeout_s,
-                extensions={SIDE_REQUEST: True, **watched},
-            )
+
+            def send(trace: ConnectionTrace) -> httpx.Response:
+                return http.request(
+                    method,
+                    f"{url}{path}",
+                    json=body,
+                    timeout=timeout_s,
+                    extensions={SIDE_REQUEST: True, **watched, "trace": trace},
+                )
+
+            # a kept connection the server closed under it (llama-server closes after a
+            # stream): sent once more on a new one, as a chat request is
+            response = send_once_more(send, watched.get("trace"))
     except httpx.HTTPError as exc:
         raise InferError(f"{method} {path} at {url} failed: {exc!r}") from exc
     if response.status_code != 200:

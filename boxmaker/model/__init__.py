@@ -26,6 +26,7 @@ from typing import BinaryIO
 __all__ = [
     "MODEL_FILENAME",
     "MODEL_FILES",
+    "NO_SLIDING_WINDOW",
     "TEMPLATE_FILENAME",
     "default_model_path",
     "model_file",
@@ -96,6 +97,12 @@ _FIXED = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 _STRING, _ARRAY, _UINT32 = 8, 9, 4
 _SLIDING_WINDOW = ".attention.sliding_window"
 
+NO_SLIDING_WINDOW = frozenset({"llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe"})
+"""GGUF architectures (``general.architecture``) llama.cpp's loader runs with full attention
+when the file names no ``ARCH.attention.sliding_window`` (no window of their own in the
+loader, unlike ``gemma2``, ``llama4`` or ``phi3``): :func:`sliding_window` gives ``0`` for
+them, so that a cache loss on such a model is not said to be a context checkpoint."""
+
 
 def _read(file: BinaryIO, size: int) -> bytes:
     data = file.read(size)
@@ -130,9 +137,14 @@ def sliding_window(path: str | Path) -> int | None:
     read, up to that key.
 
     Returns:
-        The window in tokens; ``None`` when the file has no such key (no sliding window, or a
-        converter that did not write it), is not GGUF (version 2 or later), or cannot be read.
+        The window in tokens; ``0`` when the file has no such key and its
+        ``general.architecture`` is one llama.cpp runs without a sliding window whatever the
+        file says (:data:`NO_SLIDING_WINDOW`: ``llama``, ``qwen2``, ``qwen3``...: the shipped
+        models, SmolLM2); ``None`` when it has no such key otherwise (a converter that did not
+        write it, an architecture with a window of its own in llama.cpp's loader), is not
+        GGUF (version 2 or later), or cannot be read.
     """
+    architecture = None
     try:
         with open(path, "rb") as file:
             magic, version = struct.unpack("<4sI", _read(file, 8))
@@ -144,7 +156,10 @@ def sliding_window(path: str | Path) -> int | None:
                 kind = int(struct.unpack("<I", _read(file, 4))[0])
                 if key.endswith(_SLIDING_WINDOW) and kind == _UINT32:
                     return int(struct.unpack("<I", _read(file, 4))[0])
+                if key == "general.architecture" and kind == _STRING:
+                    architecture = _read(file, _u64(file)).decode("utf-8", "replace")
+                    continue
                 _skip(file, kind)
     except (OSError, ValueError, struct.error):
         return None
-    return None
+    return 0 if architecture in NO_SLIDING_WINDOW else None

@@ -178,5 +178,5 @@ def match_trajectory(target: TrajectoryTarget, steps: Sequence[Sequence[Call]]) 
         ok = paired == len(calls)
         return ok, f"unexpected: {len(calls) - paired} of {_n(len(calls), 'call')} made"
     ok = paired == len(expected)
-    made = f"made {paired} of {_n(len(expected), 'expected call')}"
-    return ok, made if ok else f"{made}, missing {len(expected) - paired}"
+    said = f"made {paired} of {_n(len(expected), 'expected call')}"
+    return ok, said if ok else f"{said}, missing {len(expected) - paired}"

@@ -56,3 +56,24 @@ def test_concurrent_sessions_on_the_defaults_lose_nothing(tmp_path: Path, sessio
             assert not [r for r in session.records if isinstance(r, CacheLoss)]
             usages = [r for r in session.records if isinstance(r, Usage)]
             assert all(u.timings["cache_n"] > 0 for u in usages[1:])
+
+
+@pytest.mark.parametrize("sessions", [2, 4])
+def test_with_upstreams_idle_slot_clearing_every_loss_is_named_with_its_remedy(
+    tmp_path: Path, sessions: int
+) -> None:
+    """llama-server's default ``--cache-idle-slots`` (llama.cpp's own server code, as
+    upstream runs it): the sessions lose their prompt at turns they did not cause, and each
+    loss says so with the flag that keeps it."""
+    embedded_only("llama-server's --cache-idle-slots, set on the embedded server")
+    with EmbeddedServer(n_threads=2, cache_idle_slots=True) as server:
+        losses = [
+            r
+            for session in _run(server, tmp_path, sessions)
+            for r in session.records
+            if isinstance(r, CacheLoss)
+        ]
+    assert losses  # what the flag does, measured (issue 39)
+    for loss in losses:
+        assert loss.cause == "idle_slot_cleared", (loss.cause, loss.detail)
+        assert loss.detail is not None and "--no-cache-idle-slots" in loss.detail

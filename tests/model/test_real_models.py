@@ -127,10 +127,14 @@ def test_sliding_window_read_past_strings_and_arrays(tmp_path: Path) -> None:
         ],
     )
     assert sliding_window(path) == 512
+    # no window named: full attention where llama.cpp's loader has no window of its own for
+    # the architecture (0: known), else unknown (gemma2's loader defaults to 4096)
     plain = _gguf(tmp_path / "plain.gguf", [("general.architecture", 8, _string("llama"))])
-    assert sliding_window(plain) is None
+    assert sliding_window(plain) == 0
+    other = _gguf(tmp_path / "other.gguf", [("general.architecture", 8, _string("gemma2"))])
+    assert sliding_window(other) is None
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(path.read_bytes()[:40])
     assert sliding_window(cut) is None
     assert sliding_window(tmp_path / "missing.gguf") is None
-    assert sliding_window(default_model_path()) is None  # the shipped model: full attention
+    assert sliding_window(default_model_path()) == 0  # the shipped model: full attention

@@ -77,7 +77,7 @@ def test_a_session_reuses_the_cache_with_a_real_tokenizer_and_the_cap_says_no_re
     caps = session.records[0]
     assert isinstance(caps, Capabilities)
     assert (caps.supports_tools, caps.reasoning, caps.slots, caps.model) == (False, False, 1, NAME)
-    assert caps.n_swa is None  # full attention: no sliding_window key in the file
+    assert caps.n_swa == 0  # full attention: a llama architecture, no sliding_window key
     assert [type(r) for r in session.records[1:5]] == [User, Assistant, Usage, TurnEnd]
     ends = [r for r in session.records if isinstance(r, TurnEnd)]
     assert [e.outcome for e in ends] == ["length", "length"]  # 6 tokens are not enough
