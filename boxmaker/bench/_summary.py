@@ -29,8 +29,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BenchError, BoxmakerError
-from ..records import Usage
-from ..session import Session
 from ._bfcl import SINGLE_TURN
 from ._run import SCORER, read_runs, read_slice
 
@@ -80,22 +78,28 @@ def reprocessed_in(path: str | os.PathLike[str]) -> float:
     """Tokens the server processed again over one session log: the sum, over each completion
     after the first, of :func:`boxmaker.cache.reprocessed` of its timings and the previous
     completion's (the one definition: a reply sent back without its reasoning counts here,
-    with or without a ``CacheLoss``). NaN when a pair's timings lack a count, or the log
-    cannot be read."""
+    with or without a ``CacheLoss``). The log is read as every view reads it
+    (:func:`boxmaker.session.open_log`, :func:`boxmaker.session.split_turns`). NaN when a
+    pair's timings lack a count, or the log cannot be read."""
     import math
 
     from ..cache import reprocessed
+    from ..session import open_log, split_turns
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with Session.open(path, read_only=True) as session:
-                usages = [r for r in session.records if isinstance(r, Usage)]
+            reading = split_turns(open_log(Path(path)))
     except BoxmakerError:
         return math.nan
+    timings = [
+        reading.records[c.usage].get("timings") or {}
+        for turn in reading.turns
+        for c in turn.completions
+    ]
     total = 0
-    for before, after in itertools.pairwise(usages):
-        again = reprocessed(before.timings, after.timings)
+    for before, after in itertools.pairwise(timings):
+        again = reprocessed(before, after)
         if again is None:
             return math.nan
         total += again[0]

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..errors import SessionError
 from ..records import Warmed, record_from_json
-from ..session import Log, Reading, Source, first_difference, read_log, read_logs, split_turns
+from ..session import Log, Reading, Source, first_difference, open_log, read_logs, split_turns
 from ._columns import fork_settings_text
 
 __all__ = ["FORK_COLUMNS", "forks"]
@@ -181,7 +181,6 @@ def _parent(log: Log, forked: dict[str, Any], logs: dict[str, Log]) -> Log | Non
     path = Path(forked["parent_path"])
     path = path if path.is_absolute() else Path(log.path).parent / path
     try:
-        data = read_log(path, repair=False)
+        return open_log(path)  # the one source iterator's reading of a file
     except SessionError:
         return None
-    return Log(data.session_id, str(path), data.head, data.records, data.schema)
