@@ -43,7 +43,16 @@ import httpx
 from ..client import ChatClient, Client, ServerJson, capabilities_of, refused
 from ..config import ClientConfig, Config
 from ..errors import BoxmakerError, InferError
-from ..records import Assistant, Baseline, CacheLoss, Capabilities, Record, Usage, Warmed
+from ..records import (
+    Assistant,
+    Baseline,
+    CacheLoss,
+    Capabilities,
+    Record,
+    Usage,
+    Warmed,
+    usage_tokens,
+)
 from ..session import Session, message_of, messages
 from ._outcome import (
     LossCause,
@@ -240,6 +249,32 @@ def explain_loss(
     Raises:
         BoxmakerError: a request failed or was answered in an unexpected shape.
     """
+    return _explained(
+        server,
+        old=old,
+        reply=reply,
+        new=new,
+        expected=expected,
+        reused=reused,
+        held_tokens=held_tokens,
+        recorded=recorded,
+        restored=restored,
+    )[0]
+
+
+def _explained(
+    server: TemplateServer,
+    *,
+    old: SentRequest,
+    reply: Assistant,
+    new: SentRequest,
+    expected: int,
+    reused: int,
+    held_tokens: int | None,
+    recorded: Capabilities | None,
+    restored: bool,
+) -> tuple[LossCause, int]:
+    """:func:`explain_loss`'s work, with the new prompt's length as rebuilt (tokens)."""
     reply_message = message_of(reply) or {"role": "assistant", "content": ""}
     old_text = server.render(old)
     held_text, note = server.render_reply(old, reply_message)
@@ -269,14 +304,14 @@ def explain_loss(
     if not rebuilt:
         note += "; the rendered reply does not extend the old prompt: generated part left out"
     if not note:
-        return found
+        return found, len(new_prompt)
     return LossCause(
         position=found.position,
         cause=found.cause,
         old_window=found.old_window,
         new_window=found.new_window,
         detail=found.detail + note,
-    )
+    ), len(new_prompt)
 
 
 def _swapped(recorded: Capabilities | None, now: Capabilities | None) -> str | None:
@@ -453,9 +488,8 @@ class ExplainedLoss:
     def to_json(self) -> dict[str, Any]:
         """``{"request", "expected", "reused", "lost_tokens", "reprocessed_tokens", "position",
         "cause", "old_window", "new_window", "detail", "error", "rebuilt_tokens",
-        "prompt_tokens"}`` (the
-        forensic fields ``None`` when not found; ``reprocessed_tokens`` ``None`` when the log
-        does not say)."""
+        "prompt_tokens"}`` (the forensic fields ``None`` when not found;
+        ``reprocessed_tokens`` ``None`` when the log does not say)."""
         found = self.found
         return {
             "request": self.request,
@@ -567,7 +601,10 @@ def _explain_at(
     held = held_tokens(earlier.timings) if isinstance(earlier, Usage) else None
     after = records[at + 1] if at + 1 < len(records) else None  # a fork's first: its Warmed
     try:
-        found = explain_loss(
+        # with the prompt as rebuilt: another length than the server counted, other
+        # settings than the session's (a history kept or dropped shows in this request,
+        # after a user message, not in the earlier one)
+        found, rebuilt = _explained(
             server,
             old=old[0],
             reply=old[1],
@@ -578,10 +615,6 @@ def _explain_at(
             recorded=_recorded(records[:at]),
             restored=isinstance(after, Warmed) and after.found == "restored",
         )
-        # the prompt as rebuilt: another length than the server counted, other settings
-        # than the session's (a history kept or dropped shows in this request, after a user
-        # message, not in the earlier one)
-        rebuilt = len(server.tokenize(server.render(new[0]), add_special=True))
     except BoxmakerError as exc:
         if isinstance(exc.__cause__, httpx.TransportError):
             raise _Unreachable(str(exc)) from exc
@@ -598,10 +631,9 @@ def _explain_at(
 
 
 def _prompt_count(usage: Record) -> int | None:
-    """The prompt tokens the server counted for a completion (``cache_n + prompt_n``)."""
+    """The prompt tokens the server counted for a completion (the one rule,
+    :func:`boxmaker.records.usage_tokens`)."""
     if not isinstance(usage, Usage):
         return None
-    try:
-        return int(usage.timings["cache_n"]) + int(usage.timings["prompt_n"])
-    except (KeyError, TypeError, ValueError):
-        return None
+    prompt = usage_tokens(usage).prompt
+    return None if prompt is None else int(prompt)

@@ -15,6 +15,7 @@ read); token counts and milliseconds come from llama.cpp's ``timings`` object ke
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -731,6 +732,4 @@ def fork_settings_text(forked: Mapping[str, Any] | None) -> str | None:
     sorted keys, ``"{}"`` when nothing was said, ``None`` when the log is no fork."""
     if forked is None:
         return None
-    import json
-
     return json.dumps(forked.get("settings") or {}, sort_keys=True)
