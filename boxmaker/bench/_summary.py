@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BenchError, BoxmakerError
+from ..session import open_log, split_turns
 from ._bfcl import SINGLE_TURN
 from ._run import SCORER, read_runs, read_slice
 
@@ -84,7 +85,6 @@ def reprocessed_in(path: str | os.PathLike[str]) -> float:
     import math
 
     from ..cache import reprocessed
-    from ..session import open_log, split_turns
 
     try:
         with warnings.catch_warnings():
