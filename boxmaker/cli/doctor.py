@@ -643,7 +643,9 @@ def _warm_checks(
             seen = "slot 0 held nothing once slot 1 started a task: the idle slot was cleared"
             fix = (
                 "start llama-server with --no-cache-idle-slots (or --no-kv-unified): a pinned "
-                "request is not reloaded from the RAM cache (boxmaker pins every request)"
+                "request is not reloaded from the RAM cache; boxmaker's client lets such a "
+                "server pick the slots once it saw one emptied (client.slot_choice), and then "
+                "cannot save a session's slot"
             )
             checks.append(Check(name, False, seen, fix))
         else:

@@ -105,6 +105,25 @@ class ChatClient(Protocol):
         ...
 
 
+def _after_first(
+    on_event: Callable[[ClientEvent], None], first: Callable[[], None]
+) -> Callable[[ClientEvent], None]:
+    """``on_event``, calling ``first`` before it passes each event on (``first`` acts
+    once)."""
+
+    def emit(event: ClientEvent) -> None:
+        first()
+        on_event(event)
+
+    return emit
+
+
+def _emptied(slot: dict[str, Any]) -> bool:
+    """A llama.cpp slot (one of ``GET /slots``) that ran a task and holds no prompt now,
+    not running one."""
+    return "id_task" in slot and not slot.get("is_processing") and slot.get("n_prompt_tokens") == 0
+
+
 class Client:
     """Synchronous httpx client for llama-server's OpenAI-compatible chat endpoint.
 
@@ -145,7 +164,10 @@ class Client:
     body without ``id_slot`` (or ``None``) gets the free slot that holds its prompt cache
     (slot 0 while nothing contends); an ``id_slot`` of 0 or more is a pin that waits for its
     slot (:class:`~boxmaker.events.SlotWait` says so); ``-1`` (llama.cpp picks an idle slot)
-    is sent as it is, without a lease.
+    is sent as it is, without a lease. On a server that clears idle slots (llama-server's
+    default ``--cache-idle-slots`` with a unified KV cache) a pin loses the prompt cache, so
+    there (``config.slot_choice``, :attr:`server_picks_slots`) every request goes out with
+    ``-1``, holding all the server's slot locks shared (no pin runs beside it).
     """
 
     def __init__(
@@ -443,10 +465,9 @@ class Client:
             if cancel is not None and cancel.is_set():
                 raise RequestCancelled("request cancelled before it was sent")
             try:
-                with self._slot(payload, on_event, cancel):
-                    return self._attempt(
-                        payload, on_event, reasoning_budget, cancel, tool_call_deltas
-                    )
+                with self._slot(payload, on_event, cancel) as launched:
+                    emit = on_event if launched is None else _after_first(on_event, launched)
+                    return self._attempt(payload, emit, reasoning_budget, cancel, tool_call_deltas)
             except _Retryable as failure:
                 error = failure.error
                 if attempt >= retries:
@@ -471,15 +492,30 @@ class Client:
         payload: dict[str, Any],
         on_event: Callable[[ClientEvent], None],
         cancel: threading.Event | None,
-    ) -> Iterator[None]:
-        """Hold the attempt's slot lease; sets ``payload["id_slot"]`` to the slot held."""
+    ) -> Iterator[Callable[[], None] | None]:
+        """Hold the attempt's slot lease; sets ``payload["id_slot"]`` to the slot held (``-1``
+        where the server picks, :attr:`server_picks_slots`). Yields ``None``, or, while
+        ``"auto"`` does not know who picks, the call that ends the attempt's hold on the
+        server's launches (:meth:`_unknown_slot`): call it at the answer's first event."""
         pin = payload.get("id_slot")
         if pin == -1 and not isinstance(pin, bool):
-            yield
+            yield None
+            return
+        wanted = pin if isinstance(pin, int) and not isinstance(pin, bool) else None
+        choice = self.config.slot_choice
+        if choice == "auto":
+            choice = self._leases.choice(self.url) or "auto"
+        if choice == "auto":
+            with self._unknown_slot(payload, wanted, on_event, cancel) as launched:
+                yield launched
+            return
+        if choice == "server":
+            with self._server_slot(payload, on_event, cancel):
+                yield None
             return
         with self._leases.lease(
             self.url,
-            pin if isinstance(pin, int) and not isinstance(pin, bool) else None,
+            wanted,
             payload.get("messages"),
             count=lambda: self._slot_count(cancel),
             on_wait=lambda slot: on_event(SlotWait(url=self.url, slot=slot)),
@@ -487,7 +523,121 @@ class Client:
         ) as slot:
             payload["id_slot"] = slot
             self.last_slot = slot
-            yield
+            yield None
+
+    @contextlib.contextmanager
+    def _server_slot(
+        self,
+        payload: dict[str, Any],
+        on_event: Callable[[ClientEvent], None],
+        cancel: threading.Event | None,
+    ) -> Iterator[None]:
+        """The attempt goes out with ``id_slot`` -1 (llama.cpp picks), holding every slot's
+        lock shared (:meth:`SlotLeases.any_slot`: no pin runs beside it)."""
+        pin = payload.get("id_slot")
+        with self._leases.any_slot(
+            self.url,
+            count=lambda: self._slot_count(cancel),
+            on_wait=lambda slot: on_event(SlotWait(url=self.url, slot=slot)),
+            cancel=cancel,
+        ):
+            payload["id_slot"] = -1
+            self.last_slot = None
+            try:
+                yield
+            finally:
+                payload["id_slot"] = pin
+
+    @contextlib.contextmanager
+    def _unknown_slot(
+        self,
+        payload: dict[str, Any],
+        wanted: int | None,
+        on_event: Callable[[ClientEvent], None],
+        cancel: threading.Event | None,
+    ) -> Iterator[Callable[[], None] | None]:
+        """``"auto"`` while it is not known whether the server clears idle slots: the slot is
+        leased as usual, then the server's launches in this process are held
+        (:meth:`SlotLeases.launching`) from the look below until this attempt's answer
+        begins (llama.cpp answers after it started the task), so no other request of this
+        process starts a task between the look and this one's.
+
+        The look (``GET /slots``: llama.cpp's ``id_task``, ``is_processing`` and
+        ``n_prompt_tokens`` per slot) is taken when the slot's last request is a prefix of
+        this one and another request started on the server after it ended
+        (:meth:`SlotLeases.contended`; or while it ran: the server's slot is idle before the
+        client has read the answer): llama.cpp's ``--cache-idle-slots`` clears every idle
+        slot when it starts a task. The slot found empty: the server clears idle slots, it
+        picks from now on (this attempt included: :meth:`_server_slot`); found holding its
+        prompt after a task surely started while it was idle: it keeps them, the pins stay
+        (``"client"``). No ``/slots`` (``--no-slots``, another server): the pins stay."""
+        messages = payload.get("messages")
+        cleared = False
+        with self._leases.lease(
+            self.url,
+            wanted,
+            messages,
+            count=lambda: self._slot_count(cancel),
+            on_wait=lambda slot: on_event(SlotWait(url=self.url, slot=slot)),
+            cancel=cancel,
+        ) as slot:
+            release = self._leases.launching(self.url, cancel)
+            try:
+                known = self._leases.choice(self.url)  # another attempt may have looked
+                when = None if known else self._leases.contended(self.url, messages, slot)
+                if when is not None:
+                    cleared = self._idle_slot_cleared(slot, cancel, sure=when == "after")
+                cleared = cleared or known == "server"
+                if not cleared:
+                    self._leases.launched(self.url, slot)
+                    payload["id_slot"] = slot
+                    self.last_slot = slot
+                    yield release
+            finally:
+                release()
+        if cleared:
+            with self._server_slot(payload, on_event, cancel):
+                yield None
+
+    @property
+    def server_picks_slots(self) -> bool:
+        """Whether this client's requests now let llama.cpp pick the slot (``id_slot`` -1):
+        ``config.slot_choice`` ``"server"``, or ``"auto"`` once the server was seen clearing
+        an idle slot (see :attr:`~boxmaker.config.ClientConfig.slot_choice`)."""
+        choice = self.config.slot_choice
+        if choice == "auto":
+            return self._leases.choice(self.url) == "server"
+        return choice == "server"
+
+    def _idle_slot_cleared(self, slot: int, cancel: threading.Event | None, *, sure: bool) -> bool:
+        """Look at ``slot`` (``GET /slots``), another request having started a task on the
+        server since the slot's last request began (``sure``: after it ended): empty after a
+        task (``id_task`` given, ``n_prompt_tokens`` 0) means the server clears idle slots (it
+        picks from now on, said once in the ``boxmaker.client`` log); no ``/slots``, or the
+        slot holding a prompt although the other task surely started while it was idle, that
+        the pins stay (:meth:`SlotLeases.decide`); else nothing is known yet."""
+        try:
+            answer = self.server_json("GET", "/slots", timeout_s=10.0, cancel=cancel)
+        except RequestCancelled:
+            raise
+        except BoxmakerError:
+            answer = None
+        seen = [s for s in answer if isinstance(s, dict)] if isinstance(answer, list) else []
+        mine = next((s for s in seen if s.get("id") == slot), None)
+        if mine is None or not _emptied(mine):
+            if mine is None or sure:
+                self._leases.decide(self.url, "client")
+            return False
+        self._leases.decide(self.url, "server", count=len(seen))
+        log.warning(
+            "%s cleared idle slot %d (llama-server's --cache-idle-slots with a unified KV "
+            "cache): its requests now let the server pick the slot (id_slot -1), so its RAM "
+            "prompt cache serves them; start it with --no-cache-idle-slots to keep the pins, "
+            "or set client.slot_choice",
+            self.url,
+            slot,
+        )
+        return True
 
     def holder(self, messages: Any, slots: Collection[int] | None = None) -> int | None:
         """The slot whose prompt cache (its last request, of this process, on this client's

@@ -22,6 +22,14 @@ time the wanted slot is held by another request; when it cannot be read, one slo
 announced once (``on_wait(slot)``) and ends when the ``cancel`` event is set
 (:class:`~boxmaker.errors.RequestCancelled`).
 
+Who picks (``ClientConfig.slot_choice``): on a server that clears idle slots (llama-server's
+``--cache-idle-slots`` with a unified KV cache) a pinned request to its emptied slot is not
+reloaded from the RAM prompt cache, so there the server picks (``id_slot`` -1) and the client
+holds :meth:`SlotLeases.any_slot` instead: a shared ``flock`` on every slot's file, so no pin
+(of this process or another) runs next to it, while requests the server places run side by
+side (llama.cpp never starts a request in a busy slot it picked itself). Which servers clear
+idle slots, as seen by this process, is :meth:`SlotLeases.choice`.
+
 Servers are told apart by their URL as given (``localhost`` and ``127.0.0.1`` are two).
 Other clients of the same server (not boxmaker, or another user) are not seen.
 """
@@ -89,6 +97,10 @@ class _Server:
     held: set[int] = field(default_factory=set)
     last: dict[int, Fingerprint] = field(default_factory=dict)  # slot -> last prompt
     used: dict[int, int] = field(default_factory=dict)  # slot -> tick of its last release
+    began: dict[int, int] = field(default_factory=dict)  # slot -> tick of its last launched()
+    started: int = -1  # tick of the latest task started on the server (launched())
+    choice: str | None = None  # who picks the slot ("client", "server"); None: not known yet
+    launch: threading.Lock = field(default_factory=threading.Lock)  # launching()
 
 
 class SlotLeases:
@@ -180,6 +192,137 @@ class SlotLeases:
             self._tick += 1
             server.used[slot] = self._tick
 
+    def choice(self, url: str) -> str | None:
+        """Who picks the slots of the server at ``url`` in this process: ``"server"`` once it
+        was seen clearing an idle slot, ``"client"`` when it has no
+        ``/slots`` to look at (or :meth:`decide` said so), ``None`` while not known."""
+        with self._cond:
+            server = self._servers.get(url)
+            return None if server is None else server.choice
+
+    def decide(self, url: str, choice: str | None, *, count: int | None = None) -> None:
+        """Set who picks the slots of the server at ``url`` (``"client"`` or ``"server"``,
+        for this process's life; ``None``: still not known);
+        ``count``: its slot count when known (the files :meth:`any_slot` locks)."""
+        with self._cond:
+            server = self._servers.setdefault(url, _Server())
+            server.choice = choice
+            if count is not None and count > 0:
+                server.count = count
+
+    def launching(self, url: str, cancel: threading.Event | None = None) -> Callable[[], None]:
+        """Hold the launches of the server at ``url`` in this process (one request at a time
+        from its look at the slots to the start of its answer); returns the call that ends
+        the hold (idempotent).
+
+        Raises:
+            RequestCancelled: ``cancel`` was set while waiting.
+        """
+        with self._cond:
+            lock = self._servers.setdefault(url, _Server()).launch
+        while not lock.acquire(timeout=_POLL_S):
+            if cancel is not None and cancel.is_set():
+                raise RequestCancelled(f"cancelled while waiting to start a request on {url}")
+        held = [True]
+
+        def release() -> None:
+            if held.pop() if held else False:
+                lock.release()
+
+        return release
+
+    def launched(self, url: str, slot: int) -> None:
+        """Note that a request pinned to ``slot`` is starting a task on the server at ``url``
+        now (what :meth:`contended` compares a slot's last request with)."""
+        with self._cond:
+            self._tick += 1
+            server = self._servers.setdefault(url, _Server())
+            server.started = server.began[slot] = self._tick
+
+    def contended(self, url: str, messages: Any, slot: int) -> str | None:
+        """Whether ``slot`` may have been emptied under ``messages``, whose prefix its last
+        request (in this process) was: ``"after"`` when a request started a task on the
+        server (:meth:`launched`, :meth:`any_slot`) after that one ended (a server that clears
+        idle slots emptied it then: llama.cpp clears every idle slot when it starts a task),
+        ``"during"`` when one started while it ran (it may have ended on the server before:
+        the server is idle before the client has read the answer), else ``None``."""
+        prompt = _fingerprint(messages)
+        with self._cond:
+            server = self._servers.setdefault(url, _Server())
+            last = server.last.get(slot)
+            if last is None or last.count == 0 or last.count > prompt.count:
+                return None
+            if not prompt.shares(last, last.count):
+                return None
+            if server.started > server.used.get(slot, -1):
+                return "after"
+            if server.started > server.began.get(slot, -1):
+                return "during"
+            return None
+
+    @contextmanager
+    def any_slot(
+        self,
+        url: str,
+        *,
+        count: Callable[[], int | None],
+        on_wait: Callable[[int | None], None],
+        cancel: threading.Event | None = None,
+    ) -> Iterator[None]:
+        """Hold the server at ``url`` for a request that llama.cpp places itself (``id_slot``
+        -1): a shared ``flock`` on every slot's file, so no pinned request (which locks its
+        slot's file alone) runs meanwhile, in this process or another; such requests hold it
+        together.
+
+        Args:
+            count: asked (once per server, without the lock held) for the slot count when
+                :meth:`decide` did not give it; ``None``: one slot assumed.
+            on_wait: called once, before waiting, with ``None``.
+            cancel: set it to end the wait.
+
+        Raises:
+            RequestCancelled: ``cancel`` was set while waiting.
+        """
+        folder = self._folder if self._folder is not None else _lock_folder_now()
+        stem = hashlib.sha256(url.encode()).hexdigest()[:20]
+        with self._cond:
+            n = self._servers.setdefault(url, _Server()).count
+        if n is None:
+            asked = count()
+            n = asked if isinstance(asked, int) and asked > 0 else 1
+            with self._cond:
+                server = self._servers[url]
+                if server.count is None:
+                    server.count = n
+                n = server.count
+        fds: list[int] = []
+        waited = False
+        while True:
+            for slot in range(n):
+                fd = _try_lock(folder / f"{stem}-{slot}.lock", fcntl.LOCK_SH)
+                if fd is None:
+                    break
+                fds.append(fd)
+            else:
+                with self._cond:  # a task the server places clears its idle slots too
+                    self._tick += 1
+                    self._servers[url].started = self._tick
+                break
+            _release(fds)
+            if cancel is not None and cancel.is_set():
+                raise RequestCancelled(f"cancelled while waiting for a slot of {url}")
+            if not waited:
+                waited = True
+                on_wait(None)
+            with self._cond:
+                self._cond.wait(_POLL_S)
+        try:
+            yield
+        finally:
+            _release(fds)
+            with self._cond:
+                self._cond.notify_all()
+
     def pick(self, url: str, messages: Any) -> int:
         """The slot an unpinned request of ``messages`` would be given now (held or not):
         :func:`_ranked`'s first."""
@@ -238,16 +381,25 @@ def _ranked(server: _Server, prompt: Fingerprint) -> list[int]:
     return sorted(ids, key=key)
 
 
-def _try_lock(path: Path) -> int | None:
-    """The open, ``flock``-ed descriptor of ``path``, or ``None`` when another process (or
-    another descriptor) holds it."""
+def _try_lock(path: Path, how: int = fcntl.LOCK_EX) -> int | None:
+    """The open, ``flock``-ed descriptor of ``path`` (``how``: ``LOCK_EX``, or ``LOCK_SH``
+    for a lock others may share), or ``None`` when another process (or another descriptor)
+    holds it against that."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, how | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         return None
     return fd  # nothing written: a truncate costs milliseconds on a real disk
+
+
+def _release(fds: list[int]) -> None:
+    """Unlock and close ``fds``, emptying the list."""
+    for fd in fds:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    fds.clear()
 
 
 LEASES = SlotLeases()

@@ -89,6 +89,7 @@ def server_base_url(url: str) -> str:
 
 
 UNSUPPORTED_TOOLS = ("error", "warn")
+SLOT_CHOICES = ("auto", "client", "server")
 """The values of :attr:`ClientConfig.unsupported_tools`."""
 
 
@@ -137,12 +138,28 @@ class ClientConfig:
     /props``): ``"error"`` refuses the turn (:class:`~boxmaker.errors.ToolsNotSupported`);
     ``"warn"`` records the warning in the session's ``Capabilities`` record and runs it (the
     server drops the tools: the model answers without them)."""
+    slot_choice: str = "auto"
+    """Who picks the llama.cpp slot of a request that is not pinned by ``id_slot`` -1:
+    ``"client"``: boxmaker, through its slot leases (the slot holding the session's prompt,
+    never one another boxmaker request is using), sending the pin (``id_slot``);
+    ``"server"``: llama.cpp (``id_slot`` -1: its prompt-similarity pick among idle slots, then
+    its RAM prompt cache, ``--cache-ram``); a pin (``slots.main``, a batch run's slot) is then
+    not sent either. ``"auto"`` (the default): ``"client"``, until the client sees that the
+    server clears idle slots (llama-server's ``--cache-idle-slots``, on by default with a
+    unified KV cache: a pinned request to an emptied slot is not reloaded from the RAM cache,
+    ggml-org/llama.cpp ``get_available_slot``), then ``"server"`` for that server in this
+    process. With the server picking, a slot cannot be saved at turn ends (no slot is known)."""
 
     def __post_init__(self) -> None:
         if self.unsupported_tools not in UNSUPPORTED_TOOLS:
             raise ConfigError(
                 f"client.unsupported_tools = {self.unsupported_tools!r} is not one of "
                 f"{', '.join(repr(v) for v in UNSUPPORTED_TOOLS)}"
+            )
+        if self.slot_choice not in SLOT_CHOICES:
+            raise ConfigError(
+                f"client.slot_choice = {self.slot_choice!r} is not one of "
+                f"{', '.join(repr(v) for v in SLOT_CHOICES)}"
             )
         if isinstance(self.url, str):
             object.__setattr__(self, "url", server_base_url(self.url))

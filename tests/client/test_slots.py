@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,15 +59,15 @@ class _Server:
             self._running[slot] = self._running.get(slot, 0) + 1
             self.seen.append((slot, self._running[slot]))
         self.started.release()
-        self.release.wait(10)
-        with self._lock:
-            self._running[slot] -= 1
         text = 'data: {"choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":"stop"}]}'
-        return httpx.Response(
-            200,
-            headers={"content-type": "text/event-stream"},
-            content=f"{text}\n\ndata: [DONE]\n\n".encode(),
-        )
+
+        def body() -> Iterator[bytes]:  # the head at once (llama.cpp's: the task started)
+            self.release.wait(10)
+            with self._lock:
+                self._running[slot] -= 1
+            yield f"{text}\n\ndata: [DONE]\n\n".encode()
+
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body())
 
 
 def _client(server: _Server, leases: SlotLeases) -> Client:

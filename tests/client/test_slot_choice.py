@@ -1,0 +1,233 @@
+"""Who picks the slot (issue 39 item 3): llama-server's default ``--cache-idle-slots`` (with
+a unified KV cache) clears every idle slot when another starts a task, and a request pinned
+to the emptied slot is not reloaded from the RAM cache, so there the client lets the server
+pick (``id_slot`` -1); elsewhere it keeps its pins.
+
+A stand-in server models what llama.cpp's ``get_available_slot`` and ``/slots`` do (tokens
+are messages here), the client runs for real against it; the shared locks are the real
+``flock`` ones.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from boxmaker.cache import SlotStore
+from boxmaker.client import Client
+from boxmaker.client._slots import SlotLeases
+from boxmaker.config import ClientConfig
+from boxmaker.errors import ConfigError, RequestCancelled, SlotError
+from boxmaker.events import ClientEvent
+from boxmaker.records import Baseline
+from boxmaker.session import Session
+
+URL = "http://llama.test"
+
+
+class _Llama:
+    """llama.cpp's slot choice, in messages: a pinned request runs in its slot (reusing what
+    the slot holds of its prompt, nothing when the slot was emptied); an unpinned one goes to
+    the idle slot sharing most of its prompt, else to the least recently used one, loaded
+    from the RAM cache. Starting a task saves every idle slot to the RAM cache and, with
+    ``clears``, empties it (``--cache-idle-slots``)."""
+
+    def __init__(self, slots: int, *, clears: bool, has_slots: bool = True) -> None:
+        self.clears = clears
+        self.has_slots = has_slots
+        self.held: list[list[Any]] = [[] for _ in range(slots)]
+        self.task: list[int | None] = [None] * slots
+        self.used = [0] * slots
+        self.ram: list[list[Any]] = []
+        self.tick = 0
+        self.sent: list[int] = []  # each chat request's id_slot
+        self.looks = 0
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/slots":
+            self.looks += 1
+            if not self.has_slots:
+                return httpx.Response(501, json={"error": {"message": "no slots endpoint"}})
+            return httpx.Response(200, json=self._slots())
+        if request.url.path == "/props":
+            return httpx.Response(200, json={"total_slots": len(self.held)})
+        body = json.loads(request.read())
+        messages, pin = body["messages"], body["id_slot"]
+        self.sent.append(pin)
+        slot = pin if pin >= 0 else self._pick(messages)
+        reused = _common(self.held[slot], messages)
+        if pin < 0 and reused == 0:
+            reused = max((_common(m, messages) for m in self.ram), default=0)
+        self.tick += 1
+        reply = {"role": "assistant", "content": "ok"}  # the slot holds prompt and reply
+        self.held[slot], self.task[slot] = [*messages, reply], self.tick
+        self.used[slot] = self.tick
+        for other in range(len(self.held)):  # the task starts: every idle slot saved, cleared
+            if other != slot and self.held[other]:
+                self.ram.append(self.held[other])
+                if self.clears:
+                    self.held[other] = []
+        chunk = {
+            "choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}],
+            "timings": {"cache_n": reused, "prompt_n": len(messages) - reused},
+        }
+        text = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n"
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, text=text)
+
+    def _pick(self, messages: list[Any]) -> int:
+        best = max(range(len(self.held)), key=lambda s: _common(self.held[s], messages))
+        if _common(self.held[best], messages) > 0:
+            return best
+        return min(range(len(self.held)), key=lambda s: self.used[s])
+
+    def _slots(self) -> list[dict[str, Any]]:
+        slots = []
+        for i, held in enumerate(self.held):
+            slot: dict[str, Any] = {"id": i, "n_ctx": 4096, "is_processing": False}
+            if self.task[i] is not None:
+                slot.update(id_task=self.task[i], n_prompt_tokens=len(held))
+            slots.append(slot)
+        return slots
+
+
+def _common(a: list[Any], b: list[Any]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def _client(server: _Llama, leases: SlotLeases, choice: str = "auto") -> Client:
+    config = ClientConfig(url=URL, retry_attempts=0, slot_choice=choice)
+    return Client(config, transport=httpx.MockTransport(server.handler), leases=leases)
+
+
+def _turn(client: Client, messages: list[Any], slot: int | None = None) -> int:
+    """One request; the prompt tokens (messages here) it reused."""
+    body: dict[str, Any] = {"messages": messages}
+    if slot is not None:
+        body["id_slot"] = slot
+    events: list[ClientEvent] = []
+    done = client.chat_with_retry(body, events.append)
+    messages.append({"role": "assistant", "content": done.content})
+    assert done.timings is not None
+    return int(done.timings["cache_n"])
+
+
+def _two_sessions(client: Client) -> tuple[list[Any], list[Any], list[int]]:
+    """Session a on slot 0, then b on slot 1 (its task starts while a's slot is idle), then
+    each's next turn; the reuse of those two next turns."""
+    a = [{"role": "user", "content": "Paris"}]
+    b = [{"role": "user", "content": "Lima"}]
+    _turn(client, a, 0)
+    _turn(client, b, 1)
+    a.append({"role": "user", "content": "more"})
+    b.append({"role": "user", "content": "more"})
+    return a, b, [_turn(client, a, 0), _turn(client, b, 1)]
+
+
+def test_a_server_that_clears_idle_slots_picks_them_and_the_prompts_are_reused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = _Llama(2, clears=True)
+    client = _client(server, SlotLeases(tmp_path))
+    assert not client.server_picks_slots
+    with caplog.at_level(logging.WARNING, logger="boxmaker.client"):
+        a, _b, reused = _two_sessions(client)
+    # a's slot was emptied when b started: seen, and the server picked (RAM cache)
+    assert server.sent == [0, 1, -1, -1]
+    assert reused == [len(a) - 2, 2]  # all but the new user message (and the reply to come)
+    assert client.server_picks_slots and client.last_slot is None
+    assert server.looks == 1
+    assert "--no-cache-idle-slots" in caplog.text and "cleared idle slot 0" in caplog.text
+
+
+def test_the_pin_would_have_lost_the_prompt_there(tmp_path: Path) -> None:
+    """The same traffic with the pins kept (``slot_choice="client"``): the loss the issue
+    measured on upstream defaults; the client never looks."""
+    server = _Llama(2, clears=True)
+    client = _client(server, SlotLeases(tmp_path), "client")
+    _a, _b, reused = _two_sessions(client)
+    assert server.sent == [0, 1, 0, 1] and reused == [0, 0] and server.looks == 0
+
+
+def test_a_server_that_keeps_idle_slots_keeps_the_pins(tmp_path: Path) -> None:
+    server = _Llama(2, clears=False)
+    client = _client(server, SlotLeases(tmp_path))
+    _a, _b, reused = _two_sessions(client)
+    assert server.sent == [0, 1, 0, 1] and reused == [2, 2]
+    assert server.looks == 1  # one look told: the slot was kept while another task started
+    assert not client.server_picks_slots and client.last_slot == 1
+
+
+def test_without_a_slots_endpoint_the_pins_stay(tmp_path: Path) -> None:
+    server = _Llama(2, clears=True, has_slots=False)
+    client = _client(server, SlotLeases(tmp_path))
+    _a, _b, reused = _two_sessions(client)
+    assert server.sent == [0, 1, 0, 1] and reused == [0, 0]  # named by forensics instead
+    assert server.looks == 1 and not client.server_picks_slots
+
+
+def test_server_choice_sends_every_request_unpinned(tmp_path: Path) -> None:
+    server = _Llama(2, clears=True)
+    client = _client(server, SlotLeases(tmp_path), "server")
+    _a, _b, reused = _two_sessions(client)
+    assert server.sent == [-1, -1, -1, -1] and reused == [2, 2] and server.looks == 0
+    assert client.server_picks_slots
+
+
+def test_a_slot_cannot_be_saved_where_the_server_picks(tmp_path: Path) -> None:
+    server = _Llama(2, clears=True)
+    client = _client(server, SlotLeases(tmp_path), "server")
+    session = Session.create(tmp_path / "logs", Baseline(system="s"))
+    _turn(client, [{"role": "user", "content": "Paris"}])
+    with pytest.raises(SlotError, match=r"picks the slot.*--no-cache-idle-slots"):
+        SlotStore().save(client, session)
+
+
+def test_an_unknown_slot_choice_is_refused() -> None:
+    with pytest.raises(ConfigError, match="slot_choice = 'sometimes'"):
+        ClientConfig(slot_choice="sometimes")
+
+
+def _two() -> int:
+    return 2
+
+
+def _quiet(_slot: int | None) -> None:
+    pass
+
+
+def test_a_request_the_server_places_and_a_pin_never_run_together(tmp_path: Path) -> None:
+    """The shared locks of :meth:`SlotLeases.any_slot` against a pin's own lock, both
+    ways; requests the server places share them."""
+    leases = SlotLeases(tmp_path)
+    pinned = threading.Event()
+    placed = leases.any_slot(URL, count=_two, on_wait=_quiet)
+    with placed, leases.any_slot(URL, count=_two, on_wait=_quiet):  # two at once
+        cancel = threading.Event()
+
+        def pin() -> None:
+            try:
+                with leases.lease(URL, 1, [], cancel=cancel, count=_two, on_wait=_quiet):
+                    pinned.set()
+            except RequestCancelled:
+                pass
+
+        waiter = threading.Thread(target=pin)
+        waiter.start()
+        assert not pinned.wait(0.3)  # slot 1 waits while the server may place a request there
+    assert pinned.wait(5)
+    waiter.join(5)
+    with leases.lease(URL, 0, [], count=_two, on_wait=_quiet):
+        stop = threading.Event()
+        stop.set()
+        waiting = leases.any_slot(URL, cancel=stop, count=_two, on_wait=_quiet)
+        with pytest.raises(RequestCancelled), waiting:
+            pass  # and the other way round
