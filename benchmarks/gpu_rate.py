@@ -12,7 +12,8 @@ tokens). The same runs go through:
 - ``bare``: a bare asyncio httpx client doing the same two requests per run, ``N`` at once
   (the tool result a fixed text), reading the stream line by line;
 - ``tap``: the bare client through ``boxmaker tap`` (in a process of its own, as agents use
-  it; its CPU added to the client's), ``N`` agents at once (goal: ratio at least 0.9).
+  it; its CPU added to the client's), ``N`` agents at once (goal: ratio at least 0.9, and
+  the median first data event of a request at most 1.2x the bare client's).
 
 For each, the share of ideal slot use: the sum of the completions' ideal times (the server's
 ``prompt_ms + predicted_ms``) over ``N`` slots times the wall time (1.0: every slot busy all
@@ -85,12 +86,15 @@ class Setting:
 
 @dataclass(frozen=True)
 class Measure:
-    """What one client did: completions, their ideal seconds, wall and CPU seconds."""
+    """What one client did: completions, their ideal seconds, wall and CPU seconds, and the
+    median time from sending a request to its first data event (ms; ``None``: not measured,
+    the runner)."""
 
     completions: int
     ideal_s: float
     wall_s: float
     cpu_s: float
+    first_ms: float | None = None
 
     def share(self, slots: int) -> float:
         """The share of ideal slot use."""
@@ -144,6 +148,7 @@ def bare(setting: Setting) -> Measure:
     tools = registry().definitions()
     ideal = 0.0
     completions = 0
+    firsts: list[float] = []
 
     async def complete(client: httpx.AsyncClient, messages: list[dict[str, object]]) -> str | None:
         """One streamed completion; its tool call's id, if it made one."""
@@ -151,9 +156,13 @@ def bare(setting: Setting) -> Measure:
         body = {"messages": messages, "tools": tools, "stream": True}
         body["stream_options"] = {"include_usage": True}
         call_id = None
+        sent = time.perf_counter()
         async with client.stream("POST", setting.url + "/v1/chat/completions", json=body) as r:
             async for line in r.aiter_lines():
                 if line.startswith("data: {"):
+                    if sent:
+                        firsts.append(1000 * (time.perf_counter() - sent))
+                        sent = 0.0
                     if '"timings"' in line:
                         t = json.loads(line[6:])["timings"]
                         ideal += (t["prompt_ms"] + t["predicted_ms"]) / 1000
@@ -181,7 +190,8 @@ def bare(setting: Setting) -> Measure:
 
     cpu, wall = _cpu(), time.perf_counter()
     asyncio.run(main())
-    return Measure(completions, ideal, time.perf_counter() - wall, _cpu() - cpu)
+    first = sorted(firsts)[len(firsts) // 2] if firsts else None
+    return Measure(completions, ideal, time.perf_counter() - wall, _cpu() - cpu, first)
 
 
 def tap(setting: Setting) -> Measure:
@@ -271,11 +281,15 @@ def main() -> None:
                     f"{m.cpu_ms:6.2f} ms CPU/completion "
                     f"(server {served[name] / m.wall_s:.0%} of a core)"
                 )
+                if m.first_ms is not None:
+                    line += f" first event {m.first_ms:.1f} ms"
                 if base is not None and name != "bare":
                     line += (
                         f"  ratio {m.share(slots) / base.share(slots):.2f} "
                         f"cpu {m.cpu_ms / base.cpu_ms:.2f}"
                     )
+                    if m.first_ms is not None and base.first_ms:
+                        line += f" first event {m.first_ms / base.first_ms:.2f}x"
                 print(line, flush=True)
 
 

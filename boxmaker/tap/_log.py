@@ -176,6 +176,9 @@ class _Conversation:
     failed: bool = False
     next_call: int = 1
     created: bool = False
+    order: int = 0  # its place among the tap's conversations (the older wins a tie)
+    exact: tuple[int, int] = (0, 0)  # (len(keys), _chain's hash of keys): TapLog._by_keys
+    start: tuple[int, int] | None = None  # keys through the first reply: TapLog._by_start
 
 
 class TapLog:
@@ -222,6 +225,11 @@ class TapLog:
         self.written = 0
         self.slowest_s = 0.0
         self._conversations: list[_Conversation] = []
+        # the conversations by their keys, and by their keys through the first reply: a
+        # request's candidates are looked up, not scanned for (the scan grew with every
+        # conversation the tap ever saw: 13 % of its time after 768 runs)
+        self._by_keys: dict[tuple[int, int], list[_Conversation]] = {}
+        self._by_start: dict[tuple[int, int], list[_Conversation]] = {}
         self._queue: queue.SimpleQueue[tuple[float, Exchange] | None] = queue.SimpleQueue()
         self._queued: collections.deque[float] = collections.deque()  # monotonic, in order
         self._idle = threading.Condition()
@@ -367,7 +375,8 @@ class TapLog:
         if conv.session is not None:
             conv.session.hide(*secrets)  # each request's own: an agent may change its key
         self._append(conv, records)
-        conv.keys, conv.body, conv.failed = keys, body, reply.assistant is None
+        self._index(conv, keys)
+        conv.body, conv.failed = body, reply.assistant is None
         if reply.assistant is not None:
             conv.reply, conv.usage = reply.assistant, reply.usage or conv.usage
             message = message_of(reply.assistant)
@@ -381,7 +390,7 @@ class TapLog:
         """The conversation ``keys`` continue (or a new one) and the index of the first
         message not logged yet."""
         best: tuple[tuple[int, int], _Conversation] | None = None
-        for conv in self._conversations:
+        for conv in self._candidates(keys):
             n = len(conv.keys)
             if keys[:n] == conv.keys and (len(keys) > n or (conv.failed and len(keys) == n)):
                 replied = conv.reply_key is not None and len(keys) > n
@@ -398,7 +407,9 @@ class TapLog:
                 best = (score, conv)
         if best is None:
             conv = _Conversation(session=None, keys=[], body=body)
+            conv.order = len(self._conversations)
             self._conversations.append(conv)
+            self._by_keys.setdefault(conv.exact, []).append(conv)
             first = 1 if msgs and msgs[0].get("role") in ("system", "developer") else 0
             return conv, first
         (kind, n), conv = best
@@ -407,6 +418,34 @@ class TapLog:
             return conv, last + 1
         echoed = n < len(keys) and keys[n][0] == "assistant" and conv.reply_key is not None
         return conv, n + (1 if kind == 2 or echoed else 0)  # the reply, altered: not logged twice
+
+    def _candidates(self, keys: Sequence[_Key]) -> list[_Conversation]:
+        """The conversations :meth:`_conversation` may pick for ``keys``, oldest first: those
+        whose keys are a prefix of ``keys`` (or ``keys`` itself), and those that share
+        ``keys`` through their first reply (a rewritten history shares at least that)."""
+        chain = _chain(keys)
+        found = {}
+        for n, h in enumerate(chain):
+            for conv in self._by_keys.get((n, h), ()):
+                found[id(conv)] = conv
+        first = next((i for i, k in enumerate(keys) if k[0] == "assistant"), None)
+        if first is not None:
+            for conv in self._by_start.get((first + 1, chain[first + 1]), ()):
+                found[id(conv)] = conv
+        return sorted(found.values(), key=lambda c: c.order)
+
+    def _index(self, conv: _Conversation, keys: list[_Key]) -> None:
+        """Set ``conv.keys`` to ``keys``, moving it in the indexes."""
+        _unfile(self._by_keys, conv.exact, conv)
+        if conv.start is not None:
+            _unfile(self._by_start, conv.start, conv)
+        chain = _chain(keys)
+        conv.keys, conv.exact = keys, (len(keys), chain[-1])
+        self._by_keys.setdefault(conv.exact, []).append(conv)
+        first = next((i for i, k in enumerate(keys) if k[0] == "assistant"), None)
+        conv.start = None if first is None else (first + 1, chain[first + 1])
+        if conv.start is not None:
+            self._by_start.setdefault(conv.start, []).append(conv)
 
     def _create(
         self,
@@ -655,6 +694,26 @@ def _same(key: _Key, reply: _Key | None) -> bool:
     if reply is None or key[0] != "assistant":
         return False
     return key[2] == reply[2] and (key[1] == reply[1] or not key[1] or not reply[1])
+
+
+def _chain(keys: Sequence[_Key]) -> list[int]:
+    """A hash of each prefix of ``keys`` (``[0]`` for none, then one per message), each made
+    from the one before: a prefix is looked up in one pass, not hashed whole at each length
+    (the candidates found are checked against their keys all the same)."""
+    chain = [0]
+    for key in keys:
+        chain.append(hash((chain[-1], key)))
+    return chain
+
+
+def _unfile(index: dict[tuple[int, int], list[_Conversation]], at: tuple[int, int],
+            conv: _Conversation) -> None:  # fmt: skip
+    """Take ``conv`` out of ``index[at]`` (dropping the entry when it empties)."""
+    bucket = index.get(at)
+    if bucket is not None:
+        bucket[:] = [c for c in bucket if c is not conv]
+        if not bucket:
+            del index[at]
 
 
 def _shared(a: Sequence[_Key], b: Sequence[_Key]) -> int:
