@@ -117,13 +117,13 @@ class SlotStore:
                 elsewhere than the store's local ``folder`` (not the server's
                 ``--slot-save-path``).
         """
-        slot = client.last_slot if slot is None else slot
-        if slot is None and client.server_picks_slots:
+        if client.server_picks_slots:  # a slot named too: the server gave it to another
             raise SlotError(
                 f"{session.id}: the server at {client.url} picks the slot of each request (it "
                 "clears idle slots: llama-server's --cache-idle-slots; client.slot_choice), so "
                 "no slot of this session is known to save: start it with --no-cache-idle-slots"
             )
+        slot = client.last_slot if slot is None else slot
         if slot is None:
             raise SlotError(f"{session.id}: no request was sent yet, so no slot to save")
         turn = sum(1 for r in session.records if isinstance(r, User))
@@ -164,10 +164,16 @@ class SlotStore:
         ``TurnEnd``): pass it as ``on_event`` (an error saving is logged by the loop's hook
         guard, the turn is not touched). ``slot``: the slot the session's requests are
         pinned to (a client shared by several sessions at once: its ``last_slot`` is
-        another's); ``None``: the client's ``last_slot``."""
+        another's); ``None``: the client's ``last_slot``. Where the server picks the slots
+        (:attr:`~boxmaker.client.Client.server_picks_slots`) nothing is saved: the first turn
+        end says why (:meth:`save`'s error), the later ones are let be."""
+        said = [False]
 
         def on_event(event: object) -> None:
             if isinstance(event, TurnEnd):
+                if client.server_picks_slots and said[0]:
+                    return
+                said[0] = client.server_picks_slots
                 self.save(client, session, slot=slot)
 
         return on_event

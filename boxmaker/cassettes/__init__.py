@@ -64,6 +64,7 @@ from ._transport import (
     RecordMode,
     UnrecordedRequest,
     make_vcr,
+    unplayed,
     unplayed_message,
     use_cassette,
 )
@@ -95,6 +96,7 @@ __all__ = [
     "recorded_session",
     "serializer",
     "transcript",
+    "unplayed",
     "unplayed_message",
     "use_cassette",
     "what_if",

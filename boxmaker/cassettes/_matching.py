@@ -96,11 +96,18 @@ def describe_difference(found: tuple[str, Any, Any]) -> str:
     return f"{place or 'the whole body'} (recorded {short(recorded)}, sent {short(sent)})"
 
 
+SCHEDULING_KEYS = ("id_slot",)
+"""Top-level request keys never matched: the slot is where a request ran, chosen by the
+client's leases or the server (``ClientConfig.slot_choice``), not what the model was asked
+(a recording made where the server picked, ``-1``, replays where the client pins)."""
+
+
 def body_for_matching(body: Any, ignore: Sequence[str]) -> Any:
-    """A request body parsed (:func:`parse_body`) without the top-level keys ``ignore``."""
+    """A request body parsed (:func:`parse_body`) without the top-level keys ``ignore`` and
+    :data:`SCHEDULING_KEYS`."""
     parsed = parse_body(body)
-    if ignore and isinstance(parsed, dict):
-        return {k: v for k, v in parsed.items() if k not in ignore}
+    if isinstance(parsed, dict):
+        return {k: v for k, v in parsed.items() if k not in ignore and k not in SCHEDULING_KEYS}
     return parsed
 
 

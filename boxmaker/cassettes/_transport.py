@@ -60,6 +60,7 @@ __all__ = [
     "make_vcr",
     "recorded_response",
     "streaming_into",
+    "unplayed",
     "unplayed_message",
     "use_cassette",
 ]
@@ -492,14 +493,32 @@ def use_cassette(
         streaming_into(cassette, p, secrets=secrets, ignore_body_keys=ignore_body_keys),
     ):
         yield cassette
-    if strict and record_mode == "none" and not cassette.all_played:
+    if strict and record_mode == "none" and unplayed(cassette):
         raise CassetteError(unplayed_message(cassette, p))
 
 
+_LOOKS = ("/slots", "/props")
+"""Paths of llama.cpp whose ``GET`` a client makes to schedule its requests (the slots, their
+count), not to ask the model: a recording may hold them (the tap records what agents send)
+while a replay, which needs no slot, does not ask them again."""
+
+
+def unplayed(cassette: Any) -> list[int]:
+    """The indexes of the recorded interactions not played, but for the client's looks at
+    the server's slots (``GET`` of :data:`_LOOKS`: where a request ran, or how many slots
+    there are, is no part of what the model was asked; ``ClientConfig.slot_choice``)."""
+    return [
+        i
+        for i in range(len(cassette.data))
+        if cassette.play_counts[i] == 0
+        and not (cassette.data[i][0].method == "GET" and cassette.data[i][0].path.endswith(_LOOKS))
+    ]
+
+
 def unplayed_message(cassette: Any, path: str | os.PathLike[str]) -> str:
-    """The message for a cassette whose recorded interactions were not all played: how many,
-    and the first one's number, method and path."""
-    unplayed = [i for i in range(len(cassette.data)) if cassette.play_counts[i] == 0]
-    first = cassette.data[unplayed[0]][0] if unplayed else None
-    where = f", the first is {unplayed[0] + 1} ({first.method} {first.path})" if first else ""
-    return f"{path}: {len(unplayed)} recorded interaction(s) were not played{where}"
+    """The message for a cassette whose recorded interactions were not all played
+    (:func:`unplayed`): how many, and the first one's number, method and path."""
+    unplayed_ = unplayed(cassette)
+    first = cassette.data[unplayed_[0]][0] if unplayed_ else None
+    where = f", the first is {unplayed_[0] + 1} ({first.method} {first.path})" if first else ""
+    return f"{path}: {len(unplayed_)} recorded interaction(s) were not played{where}"

@@ -46,7 +46,7 @@ import pytest
 from vcr import VCR
 
 from ..errors import CassetteError
-from . import RECORD_MODES, RecordMode, unplayed_message, use_cassette
+from . import RECORD_MODES, RecordMode, unplayed, unplayed_message, use_cassette
 from ._matching import json_body_matcher
 from ._scrub import scrub_request, scrub_response
 from ._serializer import serializer
@@ -272,6 +272,6 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         failures = getattr(recorded, "failures", [])
         if failures:
             pytest.fail(f"{failures[0]} (the code under test caught it)", pytrace=False)
-        if mode == "none" and not recorded.all_played:
+        if mode == "none" and unplayed(recorded):
             pytest.fail(unplayed_message(recorded, path), pytrace=False)
     return result

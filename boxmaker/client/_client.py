@@ -105,19 +105,6 @@ class ChatClient(Protocol):
         ...
 
 
-def _after_first(
-    on_event: Callable[[ClientEvent], None], first: Callable[[], None]
-) -> Callable[[ClientEvent], None]:
-    """``on_event``, calling ``first`` before it passes each event on (``first`` acts
-    once)."""
-
-    def emit(event: ClientEvent) -> None:
-        first()
-        on_event(event)
-
-    return emit
-
-
 def _emptied(slot: dict[str, Any]) -> bool:
     """A llama.cpp slot (one of ``GET /slots``) that ran a task and holds no prompt now,
     not running one."""
@@ -465,9 +452,10 @@ class Client:
             if cancel is not None and cancel.is_set():
                 raise RequestCancelled("request cancelled before it was sent")
             try:
-                with self._slot(payload, on_event, cancel) as launched:
-                    emit = on_event if launched is None else _after_first(on_event, launched)
-                    return self._attempt(payload, emit, reasoning_budget, cancel, tool_call_deltas)
+                with self._slot(payload, on_event, cancel):
+                    return self._attempt(
+                        payload, on_event, reasoning_budget, cancel, tool_call_deltas
+                    )
             except _Retryable as failure:
                 error = failure.error
                 if attempt >= retries:
@@ -492,26 +480,27 @@ class Client:
         payload: dict[str, Any],
         on_event: Callable[[ClientEvent], None],
         cancel: threading.Event | None,
-    ) -> Iterator[Callable[[], None] | None]:
+    ) -> Iterator[None]:
         """Hold the attempt's slot lease; sets ``payload["id_slot"]`` to the slot held (``-1``
-        where the server picks, :attr:`server_picks_slots`). Yields ``None``, or, while
-        ``"auto"`` does not know who picks, the call that ends the attempt's hold on the
-        server's launches (:meth:`_unknown_slot`): call it at the answer's first event."""
+        where the server picks, :attr:`server_picks_slots`). With ``slot_choice`` ``"auto"``
+        the attempt's start (its answer's head: llama.cpp answers once the task started) is
+        counted for every process's look (:meth:`SlotLeases.launches`)."""
         pin = payload.get("id_slot")
         if pin == -1 and not isinstance(pin, bool):
-            yield None
+            yield
             return
         wanted = pin if isinstance(pin, int) and not isinstance(pin, bool) else None
         choice = self.config.slot_choice
-        if choice == "auto":
+        counted = choice == "auto"
+        if counted:
             choice = self._leases.choice(self.url) or "auto"
         if choice == "auto":
-            with self._unknown_slot(payload, wanted, on_event, cancel) as launched:
-                yield launched
+            with self._unknown_slot(payload, wanted, on_event, cancel):
+                yield
             return
         if choice == "server":
-            with self._server_slot(payload, on_event, cancel):
-                yield None
+            with self._server_slot(payload, on_event, cancel, counted=counted):
+                yield
             return
         with self._leases.lease(
             self.url,
@@ -523,7 +512,20 @@ class Client:
         ) as slot:
             payload["id_slot"] = slot
             self.last_slot = slot
-            yield None
+            with self._on_start(lambda: self._leases.started(self.url, slot) if counted else None):
+                yield
+            if counted:
+                self._leases.ended(self.url, slot)
+
+    @contextlib.contextmanager
+    def _on_start(self, then: Callable[[], None]) -> Iterator[None]:
+        """Call ``then`` (once) when this thread's attempt gets its answer's head
+        (:meth:`_send`), or not at all when it gets none."""
+        self._local.started = then
+        try:
+            yield
+        finally:
+            self._local.started = None
 
     @contextlib.contextmanager
     def _server_slot(
@@ -531,6 +533,8 @@ class Client:
         payload: dict[str, Any],
         on_event: Callable[[ClientEvent], None],
         cancel: threading.Event | None,
+        *,
+        counted: bool,
     ) -> Iterator[None]:
         """The attempt goes out with ``id_slot`` -1 (llama.cpp picks), holding every slot's
         lock shared (:meth:`SlotLeases.any_slot`: no pin runs beside it)."""
@@ -544,7 +548,10 @@ class Client:
             payload["id_slot"] = -1
             self.last_slot = None
             try:
-                yield
+                with self._on_start(
+                    lambda: self._leases.started(self.url, None) if counted else None
+                ):
+                    yield
             finally:
                 payload["id_slot"] = pin
 
@@ -555,22 +562,19 @@ class Client:
         wanted: int | None,
         on_event: Callable[[ClientEvent], None],
         cancel: threading.Event | None,
-    ) -> Iterator[Callable[[], None] | None]:
+    ) -> Iterator[None]:
         """``"auto"`` while it is not known whether the server clears idle slots: the slot is
-        leased as usual, then the server's launches in this process are held
-        (:meth:`SlotLeases.launching`) from the look below until this attempt's answer
-        begins (llama.cpp answers after it started the task), so no other request of this
-        process starts a task between the look and this one's.
-
-        The look (``GET /slots``: llama.cpp's ``id_task``, ``is_processing`` and
-        ``n_prompt_tokens`` per slot) is taken when the slot's last request is a prefix of
-        this one and another request started on the server after it ended
-        (:meth:`SlotLeases.contended`; or while it ran: the server's slot is idle before the
-        client has read the answer): llama.cpp's ``--cache-idle-slots`` clears every idle
-        slot when it starts a task. The slot found empty: the server clears idle slots, it
-        picks from now on (this attempt included: :meth:`_server_slot`); found holding its
-        prompt after a task surely started while it was idle: it keeps them, the pins stay
-        (``"client"``). No ``/slots`` (``--no-slots``, another server): the pins stay."""
+        leased as usual. A request whose slot holds its prompt (its last request there ended
+        with an answer, :meth:`SlotLeases.extends`) goes alone (:meth:`SlotLeases.launch`:
+        no other request of any process is on its way to start, none starts until this one's
+        answer began), so what it sees of its slot stays true until its task starts; it looks
+        at the slot (``GET /slots``: llama.cpp's ``id_task``, ``is_processing`` and
+        ``n_prompt_tokens``) when a task started since its last request there, in any process
+        (:meth:`SlotLeases.contended`): llama.cpp's ``--cache-idle-slots`` clears every idle
+        slot when it starts a task. Found empty: the server clears idle slots, it picks from
+        now on (this attempt included: :meth:`_server_slot`); found holding its prompt after a
+        task surely started while it was idle: the pins stay (``"client"``); a server without
+        ``/slots``: the pins stay. Other requests start side by side."""
         messages = payload.get("messages")
         cleared = False
         with self._leases.lease(
@@ -581,23 +585,30 @@ class Client:
             on_wait=lambda slot: on_event(SlotWait(url=self.url, slot=slot)),
             cancel=cancel,
         ) as slot:
-            release = self._leases.launching(self.url, cancel)
+            alone = self._leases.extends(self.url, messages, slot)
+            land = self._leases.launch(self.url, alone=alone, cancel=cancel)
+
+            def start() -> None:
+                self._leases.started(self.url, slot)
+                land()
+
             try:
-                known = self._leases.choice(self.url)  # another attempt may have looked
-                when = None if known else self._leases.contended(self.url, messages, slot)
+                known = self._leases.choice(self.url)  # another request may have looked
+                when = self._leases.contended(self.url, slot) if alone and not known else None
                 if when is not None:
                     cleared = self._idle_slot_cleared(slot, cancel, sure=when == "after")
-                cleared = cleared or known == "server"
+                cleared = cleared or self._leases.choice(self.url) == "server"
                 if not cleared:
-                    self._leases.launched(self.url, slot)
                     payload["id_slot"] = slot
                     self.last_slot = slot
-                    yield release
+                    with self._on_start(start):
+                        yield
+                    self._leases.ended(self.url, slot)
             finally:
-                release()
+                land()
         if cleared:
-            with self._server_slot(payload, on_event, cancel):
-                yield None
+            with self._server_slot(payload, on_event, cancel, counted=True):
+                yield
 
     @property
     def server_picks_slots(self) -> bool:
@@ -610,22 +621,34 @@ class Client:
         return choice == "server"
 
     def _idle_slot_cleared(self, slot: int, cancel: threading.Event | None, *, sure: bool) -> bool:
-        """Look at ``slot`` (``GET /slots``), another request having started a task on the
-        server since the slot's last request began (``sure``: after it ended): empty after a
-        task (``id_task`` given, ``n_prompt_tokens`` 0) means the server clears idle slots (it
-        picks from now on, said once in the ``boxmaker.client`` log); no ``/slots``, or the
-        slot holding a prompt although the other task surely started while it was idle, that
-        the pins stay (:meth:`SlotLeases.decide`); else nothing is known yet."""
+        """Look at ``slot`` (``GET /slots``, 3 s at most), a task having started on the server
+        since the slot's last request began (``sure``: after it ended): empty after a task
+        (``id_task`` given, ``n_prompt_tokens`` 0) means the server clears idle slots (it
+        picks from now on, said once in the ``boxmaker.client`` log). A server without
+        ``/slots`` (HTTP 404, 501) or without the slot's ``id_task`` (it ran a task there),
+        or the slot holding a prompt although the other task surely started while it was
+        idle: the pins stay (:meth:`SlotLeases.decide`). Anything
+        else (a refused side request, another error, a timeout, the slot busy) tells
+        nothing: a later request looks again."""
         try:
-            answer = self.server_json("GET", "/slots", timeout_s=10.0, cancel=cancel)
+            answer = self.server_json("GET", "/slots", timeout_s=3.0, cancel=cancel)
         except RequestCancelled:
             raise
+        except InferError as exc:
+            if exc.status in (404, 501):
+                self._leases.decide(self.url, "client")
+            return False
         except BoxmakerError:
-            answer = None
+            return False
         seen = [s for s in answer if isinstance(s, dict)] if isinstance(answer, list) else []
         mine = next((s for s in seen if s.get("id") == slot), None)
-        if mine is None or not _emptied(mine):
-            if mine is None or sure:
+        if mine is None or "id_task" not in mine:  # a server that shows no tasks: no telling
+            self._leases.decide(self.url, "client")
+            return False
+        if mine.get("is_processing"):  # another client's request (boxmaker holds the slot)
+            return False
+        if not _emptied(mine):
+            if sure:
                 self._leases.decide(self.url, "client")
             return False
         self._leases.decide(self.url, "server", count=len(seen))
@@ -642,7 +665,10 @@ class Client:
     def holder(self, messages: Any, slots: Collection[int] | None = None) -> int | None:
         """The slot whose prompt cache (its last request, of this process, on this client's
         server) holds ``messages`` as a prefix, or ``messages`` holds its; ``None`` when none
-        is known. ``slots``: look only at these."""
+        is known (always where the server picks the slots, :attr:`server_picks_slots`: the
+        client's view of its slots is then out of date). ``slots``: look only at these."""
+        if self.server_picks_slots:
+            return None
         return self._leases.holder(self.url, messages, slots)
 
     def note_slot(self, slot: int, messages: Any) -> None:
@@ -788,6 +814,10 @@ class Client:
                     if response.status_code in RETRIED_STATUSES or error.pool_full:
                         raise _retryable(error, response)
                     raise error
+                then = getattr(self._local, "started", None)
+                if then is not None:  # the task started (slot choice, _on_start)
+                    self._local.started = None
+                    then()
                 on_event(_QUEUED)
                 if _is_json(response):  # one whole chat.completion to a streamed request
                     return self._read_whole(response, on_event, tool_call_deltas)

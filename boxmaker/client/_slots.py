@@ -41,6 +41,7 @@ import hashlib
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ from ._encoded import NO_MESSAGES, Fingerprint, fingerprint
 __all__ = ["LEASES", "SlotLeases", "lock_folder"]
 
 _POLL_S = 0.05  # how often a waiting request looks again (a slot held by another process)
+_LAUNCH_POLL_S = 0.005  # the same, waiting to start (launch(): held for milliseconds)
 
 
 def lock_folder() -> Path:
@@ -97,10 +99,9 @@ class _Server:
     held: set[int] = field(default_factory=set)
     last: dict[int, Fingerprint] = field(default_factory=dict)  # slot -> last prompt
     used: dict[int, int] = field(default_factory=dict)  # slot -> tick of its last release
-    began: dict[int, int] = field(default_factory=dict)  # slot -> tick of its last launched()
-    started: int = -1  # tick of the latest task started on the server (launched())
+    began: dict[int, int] = field(default_factory=dict)  # slot -> launches() its start made
+    ended: dict[int, int] = field(default_factory=dict)  # slot -> launches() at its answer's end
     choice: str | None = None  # who picks the slot ("client", "server"); None: not known yet
-    launch: threading.Lock = field(default_factory=threading.Lock)  # launching()
 
 
 class SlotLeases:
@@ -141,22 +142,26 @@ class SlotLeases:
                 slot assumed).
             on_wait: called once, before waiting, with the slot waited for (``None``: any).
             cancel: set it to end the wait.
-            remember: afterwards, the slot holds ``messages`` (a request, a restored slot);
-                ``False`` keeps what was known of it (a slot saved to a file).
+            remember: afterwards, the slot holds ``messages`` (a request, a restored slot),
+                when the block ended without an exception; ``False`` keeps what was known of
+                it (a slot saved to a file).
 
         Raises:
             RequestCancelled: ``cancel`` was set while waiting.
         """
         prompt = _fingerprint(messages)
         held, fd = self._acquire(url, slot, prompt, count, on_wait, cancel)
+        answered = False
         try:
             yield held
+            answered = True
         finally:
             with self._cond:
                 server = self._servers[url]
                 server.held.discard(held)
                 if remember:
-                    server.last[held] = prompt
+                    if answered:  # a request that failed may have left the slot empty
+                        server.last[held] = prompt
                     self._tick += 1
                     server.used[held] = self._tick
                 fcntl.flock(fd, fcntl.LOCK_UN)
@@ -210,55 +215,97 @@ class SlotLeases:
             if count is not None and count > 0:
                 server.count = count
 
-    def launching(self, url: str, cancel: threading.Event | None = None) -> Callable[[], None]:
-        """Hold the launches of the server at ``url`` in this process (one request at a time
-        from its look at the slots to the start of its answer); returns the call that ends
-        the hold (idempotent).
+    def launches(self, url: str, *, bump: bool = False) -> int:
+        """The tasks started on the server at ``url`` so far, as boxmaker's clients of this
+        user on this machine counted them (a file in the lock folder, all processes
+        together); ``bump``: count one more first (a request's answer began: llama.cpp
+        answers once it started the task)."""
+        folder = self._folder if self._folder is not None else _lock_folder_now()
+        stem = hashlib.sha256(url.encode()).hexdigest()[:20]
+        fd = os.open(folder / f"{stem}.launches", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if bump else fcntl.LOCK_SH)
+            n = int.from_bytes(os.pread(fd, 8, 0).ljust(8, b"\0"), "little")
+            if bump:
+                n += 1
+                os.pwrite(fd, n.to_bytes(8, "little"), 0)
+            return n
+        finally:
+            os.close(fd)  # drops the lock
 
-        Raises:
-            RequestCancelled: ``cancel`` was set while waiting.
-        """
+    def started(self, url: str, slot: int | None) -> None:
+        """A request's answer began (its task started), in ``slot`` (``None``: one the
+        server placed): counted (:meth:`launches`)."""
+        n = self.launches(url, bump=True)
+        if slot is not None:
+            with self._cond:
+                self._servers.setdefault(url, _Server()).began[slot] = n
+
+    def ended(self, url: str, slot: int) -> None:
+        """A request in ``slot`` ended with its answer: the launches counted then."""
+        n = self.launches(url)
         with self._cond:
-            lock = self._servers.setdefault(url, _Server()).launch
-        while not lock.acquire(timeout=_POLL_S):
-            if cancel is not None and cancel.is_set():
-                raise RequestCancelled(f"cancelled while waiting to start a request on {url}")
-        held = [True]
+            self._servers.setdefault(url, _Server()).ended[slot] = n
 
-        def release() -> None:
-            if held.pop() if held else False:
-                lock.release()
-
-        return release
-
-    def launched(self, url: str, slot: int) -> None:
-        """Note that a request pinned to ``slot`` is starting a task on the server at ``url``
-        now (what :meth:`contended` compares a slot's last request with)."""
-        with self._cond:
-            self._tick += 1
-            server = self._servers.setdefault(url, _Server())
-            server.started = server.began[slot] = self._tick
-
-    def contended(self, url: str, messages: Any, slot: int) -> str | None:
-        """Whether ``slot`` may have been emptied under ``messages``, whose prefix its last
-        request (in this process) was: ``"after"`` when a request started a task on the
-        server (:meth:`launched`, :meth:`any_slot`) after that one ended (a server that clears
-        idle slots emptied it then: llama.cpp clears every idle slot when it starts a task),
-        ``"during"`` when one started while it ran (it may have ended on the server before:
-        the server is idle before the client has read the answer), else ``None``."""
+    def extends(self, url: str, messages: Any, slot: int) -> bool:
+        """Whether ``slot``'s last request (that ended with an answer, in this process) is a
+        prefix of ``messages``: the slot holds this request's prompt cache, unless it was
+        emptied since."""
         prompt = _fingerprint(messages)
         with self._cond:
             server = self._servers.setdefault(url, _Server())
             last = server.last.get(slot)
             if last is None or last.count == 0 or last.count > prompt.count:
-                return None
-            if not prompt.shares(last, last.count):
-                return None
-            if server.started > server.used.get(slot, -1):
+                return False
+            return slot in server.ended and prompt.shares(last, last.count)
+
+    def contended(self, url: str, slot: int) -> str | None:
+        """Whether a task started on the server (:meth:`launches`, any process) that may
+        have emptied ``slot`` since its last request: ``"after"`` that request ended (a
+        server that clears idle slots emptied it then: llama.cpp clears every idle slot when
+        it starts a task), ``"during"`` it ran (its slot may have been idle on the server
+        before the client read the answer's end), else ``None``."""
+        now = self.launches(url)
+        with self._cond:
+            server = self._servers.setdefault(url, _Server())
+            if now > server.ended.get(slot, now):
                 return "after"
-            if server.started > server.began.get(slot, -1):
+            if now > server.began.get(slot, now):
                 return "during"
             return None
+
+    def launch(
+        self, url: str, *, alone: bool, cancel: threading.Event | None = None
+    ) -> Callable[[], None]:
+        """Before a request is sent while who picks is not known (:meth:`choice` ``None``):
+        ``alone`` (a request that may look at the slots) waits until no other request (of
+        any process of this user: a lock file beside the slots') is on its way to start,
+        and holds new ones back; else it waits while one is alone. Returns the call (safe to
+        make twice) that ends it: once the answer began, or the attempt failed.
+
+        Raises:
+            RequestCancelled: ``cancel`` was set while waiting.
+        """
+        folder = self._folder if self._folder is not None else _lock_folder_now()
+        stem = hashlib.sha256(url.encode()).hexdigest()[:20]
+        gate: list[int] = []  # held by a request waiting to go alone: newcomers wait
+        try:
+            while True:
+                if alone or _passes(folder / f"{stem}.launch-waiting"):
+                    how = fcntl.LOCK_EX if alone else fcntl.LOCK_SH
+                    fd = _try_lock(folder / f"{stem}.launch", how)
+                    if fd is not None:
+                        break
+                    if alone and not gate:
+                        gate_fd = _try_lock(folder / f"{stem}.launch-waiting")
+                        gate += [] if gate_fd is None else [gate_fd]
+                if cancel is not None and cancel.is_set():
+                    raise RequestCancelled(f"cancelled while waiting to start a request on {url}")
+                time.sleep(_LAUNCH_POLL_S)
+        finally:
+            _release(gate)
+        held = [fd]
+        return lambda: _release(held)
 
     @contextmanager
     def any_slot(
@@ -296,26 +343,32 @@ class SlotLeases:
                     server.count = n
                 n = server.count
         fds: list[int] = []
-        waited = False
-        while True:
-            for slot in range(n):
-                fd = _try_lock(folder / f"{stem}-{slot}.lock", fcntl.LOCK_SH)
-                if fd is None:
-                    break
-                fds.append(fd)
-            else:
-                with self._cond:  # a task the server places clears its idle slots too
-                    self._tick += 1
-                    self._servers[url].started = self._tick
-                break
-            _release(fds)
-            if cancel is not None and cancel.is_set():
-                raise RequestCancelled(f"cancelled while waiting for a slot of {url}")
-            if not waited:
-                waited = True
-                on_wait(None)
-            with self._cond:
-                self._cond.wait(_POLL_S)
+        gate: list[int] = []  # the placed requests' waiting gate, held while this one waits
+        waited = entered = False
+        try:
+            while True:
+                entered = entered or _passes(folder / f"{stem}.pins-waiting")
+                for slot in range(n) if entered else ():
+                    fd = _try_lock(folder / f"{stem}-{slot}.lock", fcntl.LOCK_SH)
+                    if fd is None:
+                        break
+                    fds.append(fd)
+                else:
+                    if entered:
+                        break
+                _release(fds)
+                if entered and not gate:
+                    gate_fd = _try_lock(folder / f"{stem}.placed-waiting")
+                    gate += [] if gate_fd is None else [gate_fd]
+                if cancel is not None and cancel.is_set():
+                    raise RequestCancelled(f"cancelled while waiting for a slot of {url}")
+                if not waited:
+                    waited = True
+                    on_wait(None)
+                with self._cond:
+                    self._cond.wait(_POLL_S)
+        finally:
+            _release(gate)
         try:
             yield
         finally:
@@ -340,31 +393,41 @@ class SlotLeases:
     ) -> tuple[int, int]:
         folder = self._folder if self._folder is not None else lock_folder()
         stem = hashlib.sha256(url.encode()).hexdigest()[:20]
-        waited = False
-        while True:
-            with self._cond:
-                server = self._servers.setdefault(url, _Server())
-                wanted = [slot] if slot is not None else _ranked(server, prompt)
-                for candidate in wanted:
-                    if candidate in server.held:
+        waited = entered = False
+        gate: list[int] = []  # the pins' waiting gate, held while this pin waits
+        try:
+            while True:
+                with self._cond:
+                    server = self._servers.setdefault(url, _Server())
+                    entered = entered or _passes(folder / f"{stem}.placed-waiting")
+                    wanted = [slot] if slot is not None else _ranked(server, prompt)
+                    outside = False  # held by another process, or by a request placed by
+                    for candidate in wanted if entered else ():  # the server (any_slot)
+                        if candidate in server.held:
+                            continue
+                        fd = _try_lock(folder / f"{stem}-{candidate}.lock")
+                        if fd is not None:
+                            server.held.add(candidate)
+                            return candidate, fd
+                        outside = True
+                    if outside and not gate:
+                        gate_fd = _try_lock(folder / f"{stem}.pins-waiting")
+                        gate += [] if gate_fd is None else [gate_fd]
+                    ask = entered and slot is None and server.count is None
+                    if not ask:
+                        if cancel is not None and cancel.is_set():
+                            raise RequestCancelled(f"cancelled while waiting for a slot of {url}")
+                        if not waited:
+                            waited = True
+                            on_wait(slot)
+                        self._cond.wait(_POLL_S)
                         continue
-                    fd = _try_lock(folder / f"{stem}-{candidate}.lock")
-                    if fd is not None:
-                        server.held.add(candidate)
-                        return candidate, fd
-                ask = slot is None and server.count is None
-                if not ask:
-                    if cancel is not None and cancel.is_set():
-                        raise RequestCancelled(f"cancelled while waiting for a slot of {url}")
-                    if not waited:
-                        waited = True
-                        on_wait(slot)
-                    self._cond.wait(_POLL_S)
-                    continue
-            n = count()  # outside the lock: an HTTP request
-            with self._cond:
-                if server.count is None:
-                    server.count = n if isinstance(n, int) and n > 0 else 1
+                n = count()  # outside the lock: an HTTP request
+                with self._cond:
+                    if server.count is None:
+                        server.count = n if isinstance(n, int) and n > 0 else 1
+        finally:
+            _release(gate)
 
 
 def _ranked(server: _Server, prompt: Fingerprint) -> list[int]:
@@ -392,6 +455,18 @@ def _try_lock(path: Path, how: int = fcntl.LOCK_EX) -> int | None:
         os.close(fd)
         return None
     return fd  # nothing written: a truncate costs milliseconds on a real disk
+
+
+def _passes(path: Path) -> bool:
+    """Whether no one waits behind the gate ``path`` (nobody holds it ``LOCK_EX``): a request
+    that passes may try its slot locks; one that does not waits, so the waiting one gets in
+    (a pin waiting for the slots the server's requests hold shared, or such a request waiting
+    for the pins: neither starves the other)."""
+    fd = _try_lock(path, fcntl.LOCK_SH)
+    if fd is None:
+        return False
+    _release([fd])
+    return True
 
 
 def _release(fds: list[int]) -> None:

@@ -89,8 +89,10 @@ def server_base_url(url: str) -> str:
 
 
 UNSUPPORTED_TOOLS = ("error", "warn")
-SLOT_CHOICES = ("auto", "client", "server")
 """The values of :attr:`ClientConfig.unsupported_tools`."""
+
+SLOT_CHOICES = ("auto", "client", "server")
+"""The values of :attr:`ClientConfig.slot_choice`."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,7 +150,10 @@ class ClientConfig:
     server clears idle slots (llama-server's ``--cache-idle-slots``, on by default with a
     unified KV cache: a pinned request to an emptied slot is not reloaded from the RAM cache,
     ggml-org/llama.cpp ``get_available_slot``), then ``"server"`` for that server in this
-    process. With the server picking, a slot cannot be saved at turn ends (no slot is known)."""
+    process: a follow-up whose slot a task started since may have emptied (tasks of every
+    process of this user count) looks at ``GET /slots`` first, no other request starting
+    meanwhile. With the server picking, a slot cannot be saved at turn ends (no slot is
+    known)."""
 
     def __post_init__(self) -> None:
         if self.unsupported_tools not in UNSUPPORTED_TOOLS:

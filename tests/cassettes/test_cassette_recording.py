@@ -244,3 +244,27 @@ def test_secrets_in_the_uri_are_scrubbed_too(tmp_path: Path) -> None:
         c.get("http://llama.test/props?token=abc&x=1")
     uris = [i["request"]["uri"] for i in yaml.safe_load(path.read_text())["interactions"]]
     assert uris == ["http://llama.test/<API_KEY>/models?x=1", "http://llama.test/props?x=1"]
+
+
+def test_where_a_request_ran_is_not_matched_and_a_look_at_the_slots_need_not_replay(
+    tmp_path: Path,
+) -> None:
+    """A recording made where the server picked the slot (``id_slot`` -1, and the client's
+    ``GET /slots`` look the tap records) replays where the client pins (issue 39: the slot
+    is where a request ran, not what the model was asked)."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/slots":
+            return httpx.Response(200, json=[{"id": 0, "id_task": 3, "n_prompt_tokens": 0}])
+        return sse(iter([event({"content": "Hi"}), event({}, finish="stop"), FINAL]))
+
+    path = tmp_path / "placed.yaml"
+    with (
+        use_cassette(path, "once"),
+        httpx.Client(transport=httpx.MockTransport(handler)) as http,
+        client_for(handler, slot_choice="server") as client,
+    ):
+        assert http.get(f"{URL}/slots").status_code == 200
+        client.chat(BODY, lambda e: None)  # sent with id_slot -1
+    events, failure = replay_events(path)  # BODY pins slot 0; the look is not sent
+    assert failure is None and [e.text for e in events if isinstance(e, Content)] == ["Hi"]

@@ -23,7 +23,7 @@ from boxmaker.cache import SlotStore
 from boxmaker.client import Client
 from boxmaker.client._slots import SlotLeases
 from boxmaker.config import ClientConfig
-from boxmaker.errors import ConfigError, RequestCancelled, SlotError
+from boxmaker.errors import ConfigError, InferError, RequestCancelled, SlotError
 from boxmaker.events import ClientEvent
 from boxmaker.records import Baseline
 from boxmaker.session import Session
@@ -61,6 +61,11 @@ class _Llama:
         messages, pin = body["messages"], body["id_slot"]
         self.sent.append(pin)
         slot = pin if pin >= 0 else self._pick(messages)
+        if any(m.get("content") == "too long" for m in messages):  # llama.cpp's 400: the
+            self.tick += 1  # task was made in the slot, which holds nothing
+            self.held[slot], self.task[slot] = [], self.tick
+            error = {"error": {"code": 400, "message": "exceeds the available context size"}}
+            return httpx.Response(400, json=error)
         reused = _common(self.held[slot], messages)
         if pin < 0 and reused == 0:
             reused = max((_common(m, messages) for m in self.ram), default=0)
@@ -189,6 +194,8 @@ def test_a_slot_cannot_be_saved_where_the_server_picks(tmp_path: Path) -> None:
     _turn(client, [{"role": "user", "content": "Paris"}])
     with pytest.raises(SlotError, match=r"picks the slot.*--no-cache-idle-slots"):
         SlotStore().save(client, session)
+    with pytest.raises(SlotError, match=r"picks the slot"):  # a slot named: another's now
+        SlotStore().save(client, session, slot=0)
 
 
 def test_an_unknown_slot_choice_is_refused() -> None:
@@ -231,3 +238,45 @@ def test_a_request_the_server_places_and_a_pin_never_run_together(tmp_path: Path
         waiting = leases.any_slot(URL, cancel=stop, count=_two, on_wait=_quiet)
         with pytest.raises(RequestCancelled), waiting:
             pass  # and the other way round
+
+
+def test_sessions_in_two_processes_see_each_others_tasks(tmp_path: Path) -> None:
+    """Two processes (two lease tables over one lock folder): the second's task empties the
+    first's idle slot; the first's follow-up sees that through the launches counted in the
+    lock folder, looks, and lets the server pick."""
+    server = _Llama(2, clears=True)
+    first = _client(server, SlotLeases(tmp_path))
+    second = _client(server, SlotLeases(tmp_path))
+    a = [{"role": "user", "content": "Paris"}]
+    b = [{"role": "user", "content": "Lima"}]
+    _turn(first, a, 0)
+    _turn(second, b, 1)
+    a.append({"role": "user", "content": "more"})
+    assert _turn(first, a, 0) == 2
+    assert server.sent == [0, 1, -1] and server.looks == 1 and first.server_picks_slots
+
+
+def test_a_failed_request_is_no_sign_that_the_server_clears_idle_slots(tmp_path: Path) -> None:
+    """llama.cpp leaves a slot whose request it refused holding nothing: that is no slot
+    cleared while idle, and the pins stay."""
+    server = _Llama(3, clears=False)
+    client = _client(server, SlotLeases(tmp_path))
+    too_long = [{"role": "user", "content": "too long"}]
+    for slot in (2, 1, 2):
+        with pytest.raises(InferError):
+            _turn(client, list(too_long), slot)
+        _turn(client, [{"role": "user", "content": f"other {slot}"}], 0 if slot == 2 else 1)
+    assert not client.server_picks_slots and -1 not in server.sent
+
+
+def test_a_request_that_never_started_is_not_counted_as_a_task(tmp_path: Path) -> None:
+    """Only an answer's head counts a task as started (llama.cpp answers once it started
+    one): a request refused before that does not make a later look "sure"."""
+    leases = SlotLeases(tmp_path)
+    before = leases.launches(URL)
+    server = _Llama(2, clears=True)
+    client = _client(server, leases)
+    with pytest.raises(InferError):
+        _turn(client, [{"role": "user", "content": "too long"}], 0)
+    _turn(client, [{"role": "user", "content": "Paris"}], 1)
+    assert leases.launches(URL) == before + 1
