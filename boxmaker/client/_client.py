@@ -105,6 +105,14 @@ class ChatClient(Protocol):
         ...
 
 
+_SURE_KEPT = 2
+"""Looks that must find a slot holding its prompt, a task surely started since it ended,
+before the pins stay for good (``Client._idle_slot_cleared``)."""
+
+_FAILED_LOOKS = 3
+"""Looks at ``GET /slots`` that may fail (other than 404, 501) before the pins stay for good."""
+
+
 def _emptied(slot: dict[str, Any]) -> bool:
     """A llama.cpp slot (one of ``GET /slots``) that ran a task and holds no prompt now,
     not running one."""
@@ -588,7 +596,10 @@ class Client:
             alone = self._leases.extends(self.url, messages, slot)
             land = self._leases.launch(self.url, alone=alone, cancel=cancel)
 
+            began = [False]
+
             def start() -> None:
+                began[0] = True
                 self._leases.started(self.url, slot)
                 land()
 
@@ -601,8 +612,14 @@ class Client:
                 if not cleared:
                     payload["id_slot"] = slot
                     self.last_slot = slot
-                    with self._on_start(start):
-                        yield
+                    try:
+                        with self._on_start(start):
+                            yield
+                    except BaseException:
+                        if began[0]:  # its task started: the slot holds some of it now
+                            self._leases.ended(self.url, slot)
+                            self._leases.forget(self.url, slot)
+                        raise
                     self._leases.ended(self.url, slot)
             finally:
                 land()
@@ -624,31 +641,33 @@ class Client:
         """Look at ``slot`` (``GET /slots``, 3 s at most), a task having started on the server
         since the slot's last request began (``sure``: after it ended): empty after a task
         (``id_task`` given, ``n_prompt_tokens`` 0) means the server clears idle slots (it
-        picks from now on, said once in the ``boxmaker.client`` log). A server without
-        ``/slots`` (HTTP 404, 501) or without the slot's ``id_task`` (it ran a task there),
-        or the slot holding a prompt although the other task surely started while it was
-        idle: the pins stay (:meth:`SlotLeases.decide`). Anything
-        else (a refused side request, another error, a timeout, the slot busy) tells
-        nothing: a later request looks again."""
+        picks from now on, said once in the ``boxmaker.client`` log).
+
+        The pins stay (:meth:`SlotLeases.decide` ``"client"``) on a server without ``/slots``
+        (HTTP 404, 501) or whose slots show no ``id_task`` at all, after
+        :data:`_SURE_KEPT` sure looks found the slot holding its prompt (one could be a race:
+        the other task started in the last step of this slot's), and after
+        :data:`_FAILED_LOOKS` looks that failed otherwise (a refused side request, another
+        status, a timeout: each holds the other requests' start back while it waits). A slot
+        that ran no task since the server started, or busy, tells nothing."""
         try:
             answer = self.server_json("GET", "/slots", timeout_s=3.0, cancel=cancel)
         except RequestCancelled:
             raise
-        except InferError as exc:
-            if exc.status in (404, 501):
+        except BoxmakerError as exc:
+            gone = isinstance(exc, InferError) and exc.status in (404, 501)
+            if gone or self._leases.looked(self.url, "failed") >= _FAILED_LOOKS:
                 self._leases.decide(self.url, "client")
             return False
-        except BoxmakerError:
-            return False
         seen = [s for s in answer if isinstance(s, dict)] if isinstance(answer, list) else []
-        mine = next((s for s in seen if s.get("id") == slot), None)
-        if mine is None or "id_task" not in mine:  # a server that shows no tasks: no telling
+        if not any("id_task" in s for s in seen):  # a server that shows no tasks: no telling
             self._leases.decide(self.url, "client")
             return False
-        if mine.get("is_processing"):  # another client's request (boxmaker holds the slot)
-            return False
+        mine = next((s for s in seen if s.get("id") == slot), None)
+        if mine is None or "id_task" not in mine or mine.get("is_processing"):
+            return False  # restarted since, or another client's request (boxmaker holds it)
         if not _emptied(mine):
-            if sure:
+            if sure and self._leases.looked(self.url, "kept") >= _SURE_KEPT:
                 self._leases.decide(self.url, "client")
             return False
         self._leases.decide(self.url, "server", count=len(seen))

@@ -102,6 +102,7 @@ class _Server:
     began: dict[int, int] = field(default_factory=dict)  # slot -> launches() its start made
     ended: dict[int, int] = field(default_factory=dict)  # slot -> launches() at its answer's end
     choice: str | None = None  # who picks the slot ("client", "server"); None: not known yet
+    looks: dict[str, int] = field(default_factory=dict)  # looks that told nothing, by why
 
 
 class SlotLeases:
@@ -246,6 +247,20 @@ class SlotLeases:
         n = self.launches(url)
         with self._cond:
             self._servers.setdefault(url, _Server()).ended[slot] = n
+
+    def forget(self, url: str, slot: int) -> None:
+        """Know nothing of what ``slot`` holds (a request there began and failed: the slot
+        holds some of it)."""
+        with self._cond:
+            self._servers.setdefault(url, _Server()).last.pop(slot, None)
+
+    def looked(self, url: str, why: str) -> int:
+        """Count a look at the slots that decided nothing, by ``why``; returns how many such
+        looks ``why`` has counted for the server."""
+        with self._cond:
+            looks = self._servers.setdefault(url, _Server()).looks
+            looks[why] = looks.get(why, 0) + 1
+            return looks[why]
 
     def extends(self, url: str, messages: Any, slot: int) -> bool:
         """Whether ``slot``'s last request (that ended with an answer, in this process) is a

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from boxmaker.cache import SlotStore
 from boxmaker.client import Client
 from boxmaker.client._slots import SlotLeases
 from boxmaker.config import ClientConfig
-from boxmaker.errors import ConfigError, InferError, RequestCancelled, SlotError
+from boxmaker.errors import ConfigError, InferError, RequestCancelled, SlotError, StreamCut
 from boxmaker.events import ClientEvent
 from boxmaker.records import Baseline
 from boxmaker.session import Session
@@ -78,6 +79,13 @@ class _Llama:
                 self.ram.append(self.held[other])
                 if self.clears:
                     self.held[other] = []
+        if any(m.get("content") == "cut" for m in messages):  # the head, then a cut stream
+
+            def cut() -> Iterator[bytes]:
+                yield b'data: {"choices":[{"index":0,"delta":{"content":"o"}}]}\n\n'
+                raise httpx.RemoteProtocolError("peer closed connection")
+
+            return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=cut())
         chunk = {
             "choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}],
             "timings": {"cache_n": reused, "prompt_n": len(messages) - reused},
@@ -167,7 +175,7 @@ def test_a_server_that_keeps_idle_slots_keeps_the_pins(tmp_path: Path) -> None:
     client = _client(server, SlotLeases(tmp_path))
     _a, _b, reused = _two_sessions(client)
     assert server.sent == [0, 1, 0, 1] and reused == [2, 2]
-    assert server.looks == 1  # one look told: the slot was kept while another task started
+    assert server.looks == 2  # two looks told: kept while another task started (one: a race?)
     assert not client.server_picks_slots and client.last_slot == 1
 
 
@@ -280,3 +288,32 @@ def test_a_request_that_never_started_is_not_counted_as_a_task(tmp_path: Path) -
         _turn(client, [{"role": "user", "content": "too long"}], 0)
     _turn(client, [{"role": "user", "content": "Paris"}], 1)
     assert leases.launches(URL) == before + 1
+
+
+def test_a_follow_up_cut_after_its_task_started_is_not_taken_for_a_kept_slot(
+    tmp_path: Path,
+) -> None:
+    """The cut attempt's task started (counted) in the session's own slot, which now holds
+    its prompt: the resent follow-up must not look and call that a slot kept."""
+    leases = SlotLeases(tmp_path)
+    server = _Llama(2, clears=True)
+    client = _client(server, leases)
+    a = [{"role": "user", "content": "Paris"}]
+    _turn(client, a, 0)
+    with pytest.raises(StreamCut):
+        _turn(client, [*a, {"role": "user", "content": "cut"}], 0)
+    _turn(client, [*a, {"role": "user", "content": "more"}], 0)
+    assert server.looks == 0 and leases.choice(URL) is None
+
+
+def test_a_slot_that_ran_no_task_since_a_restart_tells_nothing(tmp_path: Path) -> None:
+    leases = SlotLeases(tmp_path)
+    server = _Llama(2, clears=True)
+    client = _client(server, leases)
+    a = [{"role": "user", "content": "Paris"}]
+    _turn(client, a, 0)
+    server.held, server.task = [[], []], [None, None]  # restarted: slot 0 shows no id_task
+    _turn(client, [{"role": "user", "content": "Lima"}], 1)
+    a.append({"role": "user", "content": "more"})
+    assert _turn(client, a, 0) == 0  # the restart lost it; nothing is decided from that
+    assert server.looks == 1 and leases.choice(URL) is None
