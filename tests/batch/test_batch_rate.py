@@ -85,7 +85,10 @@ def test_a_batch_on_a_gpu_rate_server(
             assert sum(isinstance(r, ToolResult) for r in session.records) == 2
     lines = (tmp_path / "manifest.ndjson").read_bytes().count(b"\n")
     assert lines == 12 * 3  # planned, running, done
-    assert len(fsyncs) <= 12 + lines // 2  # a log each; manifest lines share their fsyncs
+    # a log each (at its close, not per record); the manifest's lines share their fsyncs
+    # when they come together, which depends on the timing: at most one a line (a CI run
+    # under load saw 22 groups for 36 lines)
+    assert len(fsyncs) <= 12 + lines
     assert len(connects) <= 4 + 1  # a connection a slot (and the batch's side requests')
 
 
