@@ -8,7 +8,9 @@ agent turn: the model calls a tool (``get_weather``), then answers (``--short`` 
 tokens). The same runs go through:
 
 - ``runner``: :func:`boxmaker.batch.run_batch` (its logs, manifest, tools and events, as a user
-  runs it; ``--executor``);
+  runs it; ``--executor``, default ``auto``: threads below
+  :data:`boxmaker.batch.PROCESSES_FROM` slots, worker processes from there; the line names
+  the one used);
 - ``bare``: a bare asyncio httpx client doing the same two requests per run, ``N`` at once
   (the tool result a fixed text), reading the stream line by line;
 - ``tap``: the bare client through ``boxmaker tap`` (in a process of its own, as agents use
@@ -50,7 +52,7 @@ from pathlib import Path
 
 import httpx
 
-from boxmaker.batch import Task, run_batch
+from boxmaker.batch import Task, pick_executor, run_batch
 from boxmaker.testing import RateServer
 from boxmaker.tools import Registry
 
@@ -248,7 +250,7 @@ def main() -> None:
     parser.add_argument("--tick", type=float, default=0.005, help="the server's write tick, s")
     parser.add_argument("--runs", type=int, default=4, help="runs per slot (at least 8 in all)")
     parser.add_argument("--repeat", type=int, default=1, help="measurements per client (median)")
-    parser.add_argument("--executor", default="threads", help="run_batch's executor")
+    parser.add_argument("--executor", default="auto", help="run_batch's executor")
     parser.add_argument("--clients", nargs="+", default=list(CLIENTS))
     parser.add_argument("--disk", action="store_true", help="logs on disk, not on a tmpfs")
     args = parser.parse_args()
@@ -283,6 +285,9 @@ def main() -> None:
                 )
                 if m.first_ms is not None:
                     line += f" first event {m.first_ms:.1f} ms"
+                if name == "runner":
+                    used = args.executor
+                    line += f" [{pick_executor(slots) if used == 'auto' else used}]"
                 if base is not None and name != "bare":
                     line += (
                         f"  ratio {m.share(slots) / base.share(slots):.2f} "

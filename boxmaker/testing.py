@@ -444,7 +444,9 @@ class RateServer:
     prompt extends it (a prompt longer than the slot's last one plus its answer).
 
     Slots: a request with ``id_slot`` runs on that slot, busy or not (llama.cpp does not
-    queue a pinned request); one without waits for an idle slot. A stream writes the events
+    queue a pinned request); one without takes the idle slot whose cache its prompt extends
+    most (llama.cpp's pick by the longest common prefix), else the first idle one, else waits
+    for an idle slot. A stream writes the events
     due at most every ``tick_s`` seconds, in one write (a GPU server decodes every slot in
     one step and writes each slot's token at once; the tick bounds the stand-in's own CPU at
     many slots, where a write per token would take a core), and its last events at their
@@ -585,8 +587,11 @@ class _RateLoop:
         pin = body.get("id_slot")
         if isinstance(pin, int) and not isinstance(pin, bool) and 0 <= pin < len(self.busy):
             slot: int | None = pin
-        else:
-            slot = next((i for i, n in enumerate(self.busy) if n == 0), None)
+        else:  # as llama.cpp: the idle slot whose cache the prompt extends most, else the first
+            prompt = body[_BYTES] // 4 + 1
+            idle = [i for i, n in enumerate(self.busy) if n == 0]
+            extends = [i for i in idle if 0 < self.held[i] < prompt]
+            slot = max(extends, key=self.held.__getitem__) if extends else next(iter(idle), None)
         if slot is None:
             waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
             waiter.add_done_callback(lambda done: self.stream(conn, body, done.result()))

@@ -31,7 +31,7 @@ from ._plan import (
     pending,
     read_manifest,
 )
-from ._runner import ProgressHook, frames, run_batch
+from ._runner import PROCESSES_FROM, ProgressHook, frames, pick_executor, run_batch
 from ._score import SCORES, SCORES_TORN, read_scores, score_batch, scores
 from ._view import BatchView, TerminalProgress, describe_progress
 
@@ -41,6 +41,7 @@ __all__ = [
     "GRADES",
     "GRADE_TEMPLATE",
     "MANIFEST",
+    "PROCESSES_FROM",
     "REPLAY_MODES",
     "SCORES",
     "SCORES_TORN",
@@ -63,6 +64,7 @@ __all__ = [
     "manifest",
     "model_graded",
     "pending",
+    "pick_executor",
     "read_manifest",
     "read_scores",
     "rules_fired",

@@ -718,7 +718,7 @@ def run_batch(
     grid: Mapping[str, Sequence[Any]] | None = None,
     config: Config | None = None,
     max_tries: int = 3,
-    executor: str = "threads",
+    executor: str = "auto",
     workers: int | None = None,
     ray_address: str | None = None,
     on_progress: ProgressHook | None = None,
@@ -745,8 +745,11 @@ def run_batch(
         max_tries: attempts of a failing run before it is marked failed.
         executor: ``"threads"`` (one thread per slot, here), ``"processes"`` (the slots shared
             out among ``workers`` processes of this machine, each with a thread per slot of
-            its share: where one process cannot keep up with the slots) or ``"ray"`` (one Ray
-            task per run).
+            its share: where one process cannot keep up with the slots), ``"ray"`` (one Ray
+            task per run), or ``"auto"`` (the default): processes where ``workers`` is given,
+            or the servers have :data:`PROCESSES_FROM` slots or more in all on a machine of
+            more than one CPU where workers are forked (Linux), else threads
+            (:func:`pick_executor`).
         workers: ``executor="processes"``: how many worker processes (default: the CPU
             count, at most one per slot).
         ray_address: ``ray.init(address=...)``: ``"auto"`` joins a running cluster, ``None``
@@ -766,8 +769,10 @@ def run_batch(
         SessionError: another runner holds this batch directory.
         KeyboardInterrupt: after Ctrl-C, once the in-flight turns are cancelled.
     """
-    if executor not in ("threads", "processes", "ray"):
-        raise ConfigError(f"executor must be 'threads', 'processes' or 'ray', not {executor!r}")
+    if executor not in ("auto", "threads", "processes", "ray"):
+        raise ConfigError(
+            f"executor must be 'auto', 'threads', 'processes' or 'ray', not {executor!r}"
+        )
     ray = _import_ray() if executor == "ray" else None
     base = config or Config()
     loaded = [t.resolve() if isinstance(t, ForkTask) else t for t in load_tasks(tasks)]
@@ -800,6 +805,8 @@ def run_batch(
         for url, _slot in slots:
             batch.slots_of[url] = batch.slots_of.get(url, 0) + 1
         batch.notify()
+        if executor == "auto":
+            executor = pick_executor(len(slots), workers)
         try:
             if ray is not None:
                 _run_ray(ray, batch, slots, base, registry, ray_address, stores)
@@ -813,6 +820,27 @@ def run_batch(
     finally:
         book.close()
     return batch.snapshot(finished=True)
+
+
+PROCESSES_FROM = 16
+"""Slots (all servers together) from which ``executor="auto"`` runs the batch in worker
+processes: on a stand-in GPU-rate server (``benchmarks/gpu_rate.py``, 1,000 tokens/s a slot,
+32-token answers, 2 cores) one process's threads kept 0.95-0.98 of a bare asyncio client's
+slot use at 8 and 16 slots but 0.56 at 32 and 0.62 at 64, where worker processes kept 1.08
+and 1.09 (at 16: 0.96)."""
+
+
+def pick_executor(slots: int, workers: int | None = None) -> str:
+    """The executor ``executor="auto"`` runs a batch of ``slots`` slots (all servers
+    together) with: ``"processes"`` where ``workers`` is given, or where ``slots`` is at least
+    :data:`PROCESSES_FROM` on a machine of more than one CPU that forks its workers (Linux:
+    tools defined in a notebook reach them); else ``"threads"`` (one process; progress
+    counts tokens live)."""
+    if workers is not None:
+        return "processes"
+    forks = sys.platform == "linux"
+    many = slots >= PROCESSES_FROM and (os.cpu_count() or 1) > 1
+    return "processes" if forks and many else "threads"
 
 
 def _store_of(server: str | _HasUrl) -> SlotStore:

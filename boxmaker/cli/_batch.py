@@ -83,7 +83,7 @@ def run_batch_command(args: argparse.Namespace) -> int:
                 grid=grid,
                 config=config,
                 max_tries=args.tries,
-                executor="ray" if args.ray else "processes" if args.workers else "threads",
+                executor="ray" if args.ray else "auto",  # processes where --workers or many slots
                 workers=args.workers,
                 ray_address=None if args.ray in (None, "local") else args.ray,
                 on_progress=progress,

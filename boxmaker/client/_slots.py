@@ -37,6 +37,7 @@ Other clients of the same server (not boxmaker, or another user) are not seen.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import os
 import tempfile
@@ -86,6 +87,12 @@ def _lock_folder_now() -> Path:
 _FOLDERS: dict[tuple[str | None, str | None], Path] = {}
 
 
+@functools.lru_cache(maxsize=1024)
+def _url_stem(url: str) -> str:
+    """20 hex digits of the SHA-256 of a server's URL: its lock files' names start so."""
+    return hashlib.sha256(url.encode()).hexdigest()[:20]
+
+
 def _fingerprint(messages: Any) -> Fingerprint:
     """A running hash per message (of its compact JSON), to tell whether a request extends
     the last one of a slot (:func:`boxmaker.client._encoded.fingerprint`: a session's
@@ -118,6 +125,15 @@ class SlotLeases:
         self._cond = threading.Condition()
         self._servers: dict[str, _Server] = {}
         self._tick = 0
+
+    def _files(self, url: str) -> str:
+        """The common start of the lock files of the server at ``url``: the lock folder's
+        path (``folder``, else :func:`lock_folder` as the environment names it now), ``/``,
+        then 20 hex digits of the URL's SHA-256; a file's name adds ``-<slot>.lock``,
+        ``.launches`` and so on (strings: a lease makes several, on the path of every
+        request)."""
+        folder = self._folder if self._folder is not None else _lock_folder_now()
+        return f"{folder}/{_url_stem(url)}"
 
     @contextmanager
     def lease(
@@ -221,9 +237,7 @@ class SlotLeases:
         user on this machine counted them (a file in the lock folder, all processes
         together); ``bump``: count one more first (a request's answer began: llama.cpp
         answers once it started the task)."""
-        folder = self._folder if self._folder is not None else _lock_folder_now()
-        stem = hashlib.sha256(url.encode()).hexdigest()[:20]
-        fd = os.open(folder / f"{stem}.launches", os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(self._files(url) + ".launches", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if bump else fcntl.LOCK_SH)
             n = int.from_bytes(os.pread(fd, 8, 0).ljust(8, b"\0"), "little")
@@ -301,18 +315,17 @@ class SlotLeases:
         Raises:
             RequestCancelled: ``cancel`` was set while waiting.
         """
-        folder = self._folder if self._folder is not None else _lock_folder_now()
-        stem = hashlib.sha256(url.encode()).hexdigest()[:20]
+        files = self._files(url)
         gate: list[int] = []  # held by a request waiting to go alone: newcomers wait
         try:
             while True:
-                if alone or _passes(folder / f"{stem}.launch-waiting"):
+                if alone or _passes(files + ".launch-waiting"):
                     how = fcntl.LOCK_EX if alone else fcntl.LOCK_SH
-                    fd = _try_lock(folder / f"{stem}.launch", how)
+                    fd = _try_lock(files + ".launch", how)
                     if fd is not None:
                         break
                     if alone and not gate:
-                        gate_fd = _try_lock(folder / f"{stem}.launch-waiting")
+                        gate_fd = _try_lock(files + ".launch-waiting")
                         gate += [] if gate_fd is None else [gate_fd]
                 if cancel is not None and cancel.is_set():
                     raise RequestCancelled(f"cancelled while waiting to start a request on {url}")
@@ -345,8 +358,7 @@ class SlotLeases:
         Raises:
             RequestCancelled: ``cancel`` was set while waiting.
         """
-        folder = self._folder if self._folder is not None else _lock_folder_now()
-        stem = hashlib.sha256(url.encode()).hexdigest()[:20]
+        files = self._files(url)
         with self._cond:
             n = self._servers.setdefault(url, _Server()).count
         if n is None:
@@ -362,9 +374,9 @@ class SlotLeases:
         waited = entered = False
         try:
             while True:
-                entered = entered or _passes(folder / f"{stem}.pins-waiting")
+                entered = entered or _passes(files + ".pins-waiting")
                 for slot in range(n) if entered else ():
-                    fd = _try_lock(folder / f"{stem}-{slot}.lock", fcntl.LOCK_SH)
+                    fd = _try_lock(f"{files}-{slot}.lock", fcntl.LOCK_SH)
                     if fd is None:
                         break
                     fds.append(fd)
@@ -373,7 +385,7 @@ class SlotLeases:
                         break
                 _release(fds)
                 if entered and not gate:
-                    gate_fd = _try_lock(folder / f"{stem}.placed-waiting")
+                    gate_fd = _try_lock(files + ".placed-waiting")
                     gate += [] if gate_fd is None else [gate_fd]
                 if cancel is not None and cancel.is_set():
                     raise RequestCancelled(f"cancelled while waiting for a slot of {url}")
@@ -406,27 +418,26 @@ class SlotLeases:
         on_wait: Callable[[int | None], None],
         cancel: threading.Event | None,
     ) -> tuple[int, int]:
-        folder = self._folder if self._folder is not None else lock_folder()
-        stem = hashlib.sha256(url.encode()).hexdigest()[:20]
+        files = self._files(url)
         waited = entered = False
         gate: list[int] = []  # the pins' waiting gate, held while this pin waits
         try:
             while True:
                 with self._cond:
                     server = self._servers.setdefault(url, _Server())
-                    entered = entered or _passes(folder / f"{stem}.placed-waiting")
+                    entered = entered or _passes(files + ".placed-waiting")
                     wanted = [slot] if slot is not None else _ranked(server, prompt)
                     outside = False  # held by another process, or by a request placed by
                     for candidate in wanted if entered else ():  # the server (any_slot)
                         if candidate in server.held:
                             continue
-                        fd = _try_lock(folder / f"{stem}-{candidate}.lock")
+                        fd = _try_lock(f"{files}-{candidate}.lock")
                         if fd is not None:
                             server.held.add(candidate)
                             return candidate, fd
                         outside = True
                     if outside and not gate:
-                        gate_fd = _try_lock(folder / f"{stem}.pins-waiting")
+                        gate_fd = _try_lock(files + ".pins-waiting")
                         gate += [] if gate_fd is None else [gate_fd]
                     ask = entered and slot is None and server.count is None
                     if not ask:
@@ -459,7 +470,7 @@ def _ranked(server: _Server, prompt: Fingerprint) -> list[int]:
     return sorted(ids, key=key)
 
 
-def _try_lock(path: Path, how: int = fcntl.LOCK_EX) -> int | None:
+def _try_lock(path: str, how: int = fcntl.LOCK_EX) -> int | None:
     """The open, ``flock``-ed descriptor of ``path`` (``how``: ``LOCK_EX``, or ``LOCK_SH``
     for a lock others may share), or ``None`` when another process (or another descriptor)
     holds it against that."""
@@ -472,7 +483,7 @@ def _try_lock(path: Path, how: int = fcntl.LOCK_EX) -> int | None:
     return fd  # nothing written: a truncate costs milliseconds on a real disk
 
 
-def _passes(path: Path) -> bool:
+def _passes(path: str) -> bool:
     """Whether no one waits behind the gate ``path`` (nobody holds it ``LOCK_EX``): a request
     that passes may try its slot locks; one that does not waits, so the waiting one gets in
     (a pin waiting for the slots the server's requests hold shared, or such a request waiting

@@ -296,6 +296,16 @@ class LogWriter:
         """The writer was closed (the lock released)."""
         return self._fd is None
 
+    def size(self) -> int:
+        """The log's size now, bytes.
+
+        Raises:
+            SessionError: the writer is closed.
+        """
+        if self._fd is None:
+            raise SessionError(f"{self.path}: the {self.what} was closed")
+        return os.fstat(self._fd).st_size
+
     def append(self, line: bytes, *, sync: bool = True) -> None:
         """Write ``line`` (whole lines, ``\\n``-terminated) and fsync it; all or nothing.
 

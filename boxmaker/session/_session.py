@@ -423,9 +423,20 @@ class Session:
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(part)
-        session = cls.open(path, sync=sync)
-        if sync != "append" and session._writer is not None:
-            session._writer.owe_sync()  # the side file was not fsynced: closing does it
+        writer = LogWriter(path)
+        try:
+            if writer.size() == len(data):  # as written: made from what was checked above
+                ours = records_from_json(objects)
+                session = cls(
+                    path, sid, baseline_from_json(head), ours, SCHEMA_VERSION, writer, sync
+                )
+            else:  # another writer came between the link and the lock: read what is there
+                session = cls._from_data(read_log(path, repair=True), writer, sync)
+        except BaseException:
+            writer.close()
+            raise
+        if sync != "append":
+            writer.owe_sync()  # the side file was not fsynced: closing does it
         return session
 
     @property

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from boxmaker.batch import Task, manifest, run_batch
+from boxmaker.batch import PROCESSES_FROM, Task, manifest, pick_executor, run_batch
 from boxmaker.batch._plan import Manifest, RunSpec, expand, read_manifest
 from boxmaker.cli import main
 from boxmaker.client._pool import PooledTransport
@@ -241,3 +242,55 @@ def test_the_command_line_runs_worker_processes(
         main([*argv, "--ray", "auto"])
     assert info.value.code == 2
     assert "not allowed with argument --workers" in capsys.readouterr().err
+
+
+def test_auto_picks_worker_processes_from_16_slots(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``executor="auto"``: threads below :data:`PROCESSES_FROM` slots (one process keeps up
+    there), worker processes from it where workers fork and there is more than one CPU."""
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert PROCESSES_FROM == 16
+    assert [pick_executor(n) for n in (1, 15, 16, 64)] == [
+        "threads",
+        "threads",
+        "processes",
+        "processes",
+    ]
+    assert pick_executor(1, workers=2) == "processes"  # workers named: processes
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert pick_executor(64) == "threads"  # one CPU: a second process gains nothing
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert pick_executor(64) == "threads"  # spawned workers: notebook tools would not reach them
+
+
+def _pid_tools(folder: Path) -> Registry:
+    def get_weather(city: str) -> str:
+        """Get the weather.
+
+        Args:
+            city: The city.
+        """
+        (folder / f"{os.getpid()}-{threading.get_ident()}").touch()
+        return json.dumps({"city": city, "temperature": 21})
+
+    registry = Registry()
+    registry.add(get_weather)
+    return registry
+
+
+@pytest.mark.skipif(sys.platform != "linux" or (os.cpu_count() or 1) < 2, reason="forks")
+def test_run_batch_runs_16_slots_in_worker_processes_by_default(tmp_path: Path) -> None:
+    """The default executor: 16 slots run in worker processes (the tools run in processes
+    other than this one), 4 slots on threads here; both finish every run."""
+    tasks = [Task(id=f"t{i:02d}", messages=("Weather in Lisbon?",)) for i in range(20)]
+    for slots, here in ((16, False), (4, True)):
+        calls = tmp_path / f"calls-{slots}"
+        calls.mkdir()
+        with RateServer(slots=slots, prefill_s=0.0, tokens_per_s=50_000, answer_tokens=8) as srv:
+            done = run_batch(
+                tasks, tmp_path / f"b{slots}", servers=[srv.url], registry=_pid_tools(calls)
+            )
+        assert done.done == 20 and not done.failed
+        pids = {int(p.name.split("-")[0]) for p in calls.iterdir()}
+        assert (pids == {os.getpid()}) is here, pids
