@@ -154,6 +154,7 @@ class _Batch:
         self.home: dict[str, tuple[str, int]] = {}  # a prefix (its log) -> the slot it ran on
         self.resolved: dict[str, str] = {}  # a fork task's parent as given -> resolved
         self.logs_root = logs_dir.resolve()
+        self._prefixes: dict[str, str] = {}  # a run's id -> _prefix()
         known = read_manifest(book.path.parent) if book.path.stat().st_size else {}
         for spec in runs:
             if spec.id not in known:
@@ -257,14 +258,18 @@ class _Batch:
 
     def _prefix(self, spec: RunSpec) -> str:
         """The log whose prefix ``spec``'s first request extends: a fork task's parent, else
-        the run's own log (resolved once per task)."""
-        task = spec.task
-        if isinstance(task, ForkTask):
-            key = self.resolved.get(str(task.parent))
-            if key is None:
-                key = self.resolved[str(task.parent)] = str(Path(task.parent).resolve())
-            return key
-        return self._own(spec)
+        the run's own log (found once per run: pop() asks it of every run in its window)."""
+        key = self._prefixes.get(spec.id)
+        if key is None:
+            task = spec.task
+            if isinstance(task, ForkTask):
+                key = self.resolved.get(str(task.parent))
+                if key is None:
+                    key = self.resolved[str(task.parent)] = str(Path(task.parent).resolve())
+            else:
+                key = self._own(spec)
+            self._prefixes[spec.id] = key
+        return key
 
     def _own(self, spec: RunSpec) -> str:
         return str(self.logs_root / f"{spec.id}.jsonl")

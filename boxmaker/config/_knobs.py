@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import typing
 import urllib.parse
 import warnings
 from collections.abc import Mapping
@@ -59,7 +58,7 @@ from ._checks import check as _check
 from ._checks import check_loop_types
 from ._checks import nonneg as _nonneg
 from ._ports import ApprovalPolicy, McpConfig, McpServerConfig
-from ._read import build, did_you_mean, fits, read_toml
+from ._read import build, did_you_mean, fits, read_toml, type_hints
 from ._tap import TapConfig
 
 __all__ = [
@@ -529,7 +528,7 @@ class Config:
             ConfigError: unknown section or key, or a value of the wrong type.
         """
         sections: dict[str, Any] = {}
-        hints = typing.get_type_hints(cls, globalns=globals())
+        hints = type_hints(cls, globals())
         data = _moved_turn_tokens(data, source)
         for name, value in data.items():
             if name not in hints:

@@ -50,6 +50,19 @@ def did_you_mean(key: str, known: Iterable[str]) -> str:
     return f"; known keys: {', '.join(names)}"
 
 
+def type_hints(cls: Any, namespace: dict[str, Any]) -> dict[str, Any]:
+    """``typing.get_type_hints(cls, globalns=namespace)``, worked out once per class (a batch
+    builds a config per run: each call compiled every string annotation again). The dict is
+    shared: do not change it."""
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = typing.get_type_hints(cls, globalns=namespace)
+    return hints
+
+
+_HINTS: dict[Any, dict[str, Any]] = {}
+
+
 def build(cls: Any, values: dict[str, Any], where: str, namespace: dict[str, Any]) -> Any:
     """The dataclass ``cls`` from a TOML table: unknown keys refused, each value read as its
     field's type (``namespace``: the globals its string annotations are resolved in; the
@@ -59,7 +72,7 @@ def build(cls: Any, values: dict[str, Any], where: str, namespace: dict[str, Any
         ConfigError: an unknown key, a value of the wrong type, a missing required key, or a
             value the dataclass refuses; the message starts with ``where``.
     """
-    hints = typing.get_type_hints(cls, globalns=namespace)
+    hints = type_hints(cls, namespace)
     known = {f.name for f in dataclasses.fields(cls)}
     kwargs: dict[str, Any] = {}
     for key, value in values.items():
