@@ -238,6 +238,11 @@ class TapLog:
         self._noted: set[str] = set()
         self._noted_lock = threading.Lock()
         self._traffic = traffic
+        # forensics' side requests, one client per API key (the writer thread's alone): a
+        # client made and closed per loss cost a new connection and config each time
+        self._templates: collections.OrderedDict[str | None, TemplateServer] = (
+            collections.OrderedDict()
+        )
         self._thread = threading.Thread(target=self._run, name="boxmaker-tap-log", daemon=True)
         self._thread.start()
 
@@ -303,6 +308,8 @@ class TapLog:
             if conv.session is not None:
                 conv.session.close()
                 conv.session = None
+        while self._templates:
+            self._templates.popitem()[1].close()
 
     # -- the writer thread ------------------------------------------------------------------
 
@@ -627,7 +634,7 @@ class TapLog:
             return []
         if not self.forensics or conv.reply is None:
             return [loss]
-        server = TemplateServer(self.upstream, api_key=exchange.api_key)
+        server = self._template_server(exchange.api_key)
         try:
             found = explain_loss(
                 server,
@@ -640,8 +647,6 @@ class TapLog:
             )
         except Exception as exc:  # forensics never stops the logging
             return [dataclasses.replace(loss, detail=f"forensics failed: {exc}")]
-        finally:
-            server.close()
         detail = found.detail + _echo_note(conv, msgs)
         return [
             dataclasses.replace(
@@ -653,6 +658,20 @@ class TapLog:
                 detail=detail,
             )
         ]
+
+    def _template_server(self, api_key: str | None) -> TemplateServer:
+        """The upstream's template endpoints asked with ``api_key``, kept for the next loss
+        (:data:`_TEMPLATE_CLIENTS` keys at most, the least recently used closed first)."""
+        server = self._templates.pop(api_key, None)
+        if server is None:
+            server = TemplateServer(self.upstream, api_key=api_key)
+        self._templates[api_key] = server
+        while len(self._templates) > _TEMPLATE_CLIENTS:
+            self._templates.popitem(last=False)[1].close()
+        return server
+
+
+_TEMPLATE_CLIENTS = 8  # forensics' kept clients of the upstream, one per API key
 
 
 def _echo_note(conv: _Conversation, msgs: Sequence[Mapping[str, Any]]) -> str:
