@@ -19,20 +19,11 @@ from ._compare import (
     success_vs_cost,
 )
 from ._grade import GRADE_TEMPLATE, GRADES, model_graded
-from ._plan import (
-    MANIFEST,
-    REPLAY_MODES,
-    BatchProgress,
-    ForkTask,
-    Task,
-    load_grid,
-    load_tasks,
-    manifest,
-    pending,
-    read_manifest,
-)
+from ._manifest import MANIFEST, manifest, read_manifest
 from ._runner import PROCESSES_FROM, ProgressHook, frames, pick_executor, run_batch
 from ._score import SCORES, SCORES_TORN, read_scores, score_batch, scores
+from ._state import BatchProgress, pending
+from ._tasks import REPLAY_MODES, ForkTask, Task, load_grid, load_tasks
 from ._view import BatchView, TerminalProgress, describe_progress
 
 __all__ = [

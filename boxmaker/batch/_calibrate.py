@@ -24,7 +24,7 @@ from ..errors import ConfigError
 from ..records import Assistant, Record, ToolResult, Usage, User
 from ..session import Session
 from ..turn import LoopGuard
-from ._plan import read_manifest
+from ._manifest import read_manifest
 
 if TYPE_CHECKING:
     import pandas as pd

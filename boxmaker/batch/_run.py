@@ -2,13 +2,13 @@
 
 :func:`run_one` is what every executor of :mod:`boxmaker.batch` runs for a run (a worker
 thread, or a Ray task on another node): it reads how far the run's log got
-(:func:`~boxmaker.batch._plan.log_state`), reopens or creates the log, and sends the remaining
+(:func:`~boxmaker.batch._state.log_state`), reopens or creates the log, and sends the remaining
 user messages, one :func:`~boxmaker.turn.run_turn` each, every request pinned to one slot
 (``Config(slots=SlotsConfig(main=slot))``, llama.cpp's ``id_slot``); :func:`run_alone` is the
 same in a process of its own (a Ray task). :func:`discover_slots` asks a server for its slots
 (``GET /slots``, else ``GET /props``).
 
-A run of a :class:`~boxmaker.batch._plan.ForkTask` makes its log by forking the parent
+A run of a :class:`~boxmaker.batch._tasks.ForkTask` makes its log by forking the parent
 (:meth:`boxmaker.session.Session.fork`, the run id as the fork's session id, the run's
 overrides recorded in its ``Forked`` record) and, before the fork's first request, finds the
 parent's prompt cache for the run's own slot (:func:`boxmaker.cache.warm_fork` pinned to it:
@@ -49,7 +49,8 @@ from ..records import Baseline, Record, Usage, Warmed
 from ..session import Session
 from ..tools import Registry
 from ..turn import Replay, Runtime, run_turn
-from ._plan import ForkTask, LogState, RunSpec, Task, log_state, session_state
+from ._state import LogState, log_state, session_state
+from ._tasks import ForkTask, RunSpec, Task
 
 __all__ = ["RunOutcome", "RunRegistry", "alive", "discover_slots", "run_alone", "run_one"]
 

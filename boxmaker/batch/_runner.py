@@ -19,11 +19,11 @@ How it runs:
   that ``id_slot``, through ``Config(slots=SlotsConfig(main=slot))``), so each session keeps
   its prompt cache.
 - Output: ``<batch_dir>/logs/<run id>.jsonl`` (one session log per run, its session id the run
-  id) and ``<batch_dir>/manifest.ndjson`` (:class:`~boxmaker.batch._plan.Manifest`).
+  id) and ``<batch_dir>/manifest.ndjson`` (:class:`~boxmaker.batch._manifest.Manifest`).
   :func:`frames` gives any frame of :mod:`boxmaker.frames` with the task and setting columns
   joined in; ``boxmaker report <batch_dir>`` reads the logs.
 - Resume: running the same batch again skips runs whose log is finished (every message has a
-  finished turn, :func:`~boxmaker.batch._plan.log_state`), continues the others from their logs
+  finished turn, :func:`~boxmaker.batch._state.log_state`), continues the others from their logs
   (``Session.open`` repairs a torn tail; the loop answers calls left without results), and
   sends only the messages without a finished turn. A turn cut by a kill has no ``TurnEnd``:
   its message is sent again (the log keeps the cut attempt).
@@ -87,21 +87,10 @@ from ..events import TurnEvent
 from ..records import Record, Usage
 from ..session import check_folder
 from ..tools import Registry
-from ._plan import (
-    BatchProgress,
-    ForkTask,
-    Manifest,
-    RunSpec,
-    Task,
-    expand,
-    flatten_settings,
-    load_grid,
-    load_tasks,
-    log_state,
-    manifest,
-    read_manifest,
-)
+from ._manifest import Manifest, manifest, read_manifest
 from ._run import RunOutcome, RunRegistry, discover_slots, run_alone, run_one, tools_of
+from ._state import BatchProgress, log_state
+from ._tasks import ForkTask, RunSpec, Task, expand, flatten_settings, load_grid, load_tasks
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -46,7 +46,7 @@ from ..errors import ConfigError, SessionError
 from ..records import Forked, utc_now
 from ..score import Scorer, apply, parse_target, target_scorer
 from ..session import LogReadWarning, LogWriter, Session, dumps_line
-from ._plan import read_manifest
+from ._manifest import read_manifest
 
 if TYPE_CHECKING:
     import pandas as pd

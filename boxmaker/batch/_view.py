@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
-from ._plan import BatchProgress
+from ._state import BatchProgress
 
 __all__ = ["MAX_UPDATES_PER_S", "BatchView", "TerminalProgress", "describe_progress"]
 

@@ -192,7 +192,7 @@ def _answered(own: Sequence[Record]) -> tuple[int, int | None]:
 
 _NOT_HAPPENED = frozenset({"cancelled", "infer_error", "process_died"})
 """``TurnEnd`` outcomes of a turn that did not happen: its message is sent again (a batch
-run resumed; :data:`boxmaker.batch._plan.RETRIED_OUTCOMES`)."""
+run resumed; :data:`boxmaker.batch._tasks.RETRIED_OUTCOMES`)."""
 
 
 def replayed(replay: Replay | None, call: ToolCall) -> Dispatched | None:

@@ -31,8 +31,10 @@ from boxmaker.batch import (
     manifest,
     run_batch,
 )
-from boxmaker.batch._plan import MANIFEST, Manifest, expand, log_state, read_manifest
+from boxmaker.batch._manifest import MANIFEST, Manifest, read_manifest
 from boxmaker.batch._run import discover_slots
+from boxmaker.batch._state import log_state
+from boxmaker.batch._tasks import expand
 from boxmaker.cli import main
 from boxmaker.config import ClientConfig, Config, LoopLimits
 from boxmaker.demo import demo_registry

@@ -34,7 +34,9 @@ from boxmaker.batch import (
     run_batch,
 )
 from boxmaker.batch import score_batch as score
-from boxmaker.batch._plan import RETRIED_OUTCOMES, expand, log_state, read_manifest
+from boxmaker.batch._manifest import read_manifest
+from boxmaker.batch._state import log_state
+from boxmaker.batch._tasks import RETRIED_OUTCOMES, expand
 from boxmaker.cli import main
 from boxmaker.demo import demo_registry
 from boxmaker.errors import ConfigError
@@ -693,7 +695,7 @@ def test_forks_of_one_parent_follow_each_other_on_the_slot_that_ran_its_prefix(
     """Cache affinity (issue 39 item 5): a worker takes first a run whose prefix (a fork
     task's parent, or an earlier fork of it) last ran on its slot, then one whose prefix ran
     nowhere yet, then any; the manifest says ``affinity: "slot"`` where it placed one so."""
-    from boxmaker.batch._plan import Manifest
+    from boxmaker.batch._manifest import Manifest
     from boxmaker.batch._runner import _Batch
 
     llama = ForkLlama()
@@ -718,7 +720,7 @@ def test_forks_of_one_parent_follow_each_other_on_the_slot_that_ran_its_prefix(
 def test_a_fork_goes_first_to_the_slot_its_parents_batch_ran_it_on(tmp_path: Path) -> None:
     """A parent run in an earlier batch (its log under ``<batch>/logs``): its manifest says
     the server and slot it ran on, where a fork of it looks first."""
-    from boxmaker.batch._plan import Manifest
+    from boxmaker.batch._manifest import Manifest
     from boxmaker.batch._runner import _Batch
 
     llama = ForkLlama()

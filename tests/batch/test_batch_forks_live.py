@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from boxmaker.batch import ForkTask, Task, frames, manifest, run_batch
-from boxmaker.batch._plan import read_manifest
+from boxmaker.batch._manifest import read_manifest
 from boxmaker.demo import demo_registry
 from boxmaker.records import Forked, TurnEnd, Usage, User
 from boxmaker.server import EmbeddedServer

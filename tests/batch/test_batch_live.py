@@ -18,7 +18,8 @@ from extras import need
 
 import boxmaker.batch._runner
 from boxmaker.batch import Task, frames, manifest, run_batch
-from boxmaker.batch._plan import MANIFEST, RETRIED_OUTCOMES, read_manifest
+from boxmaker.batch._manifest import MANIFEST, read_manifest
+from boxmaker.batch._tasks import RETRIED_OUTCOMES
 from boxmaker.client import Client
 from boxmaker.demo import demo_registry
 from boxmaker.records import CacheLoss, ToolResult, TurnEnd, Usage, User

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from boxmaker.batch import PROCESSES_FROM, Task, manifest, pick_executor, run_batch
-from boxmaker.batch._plan import Manifest, RunSpec, expand, read_manifest
+from boxmaker.batch._manifest import Manifest, read_manifest
+from boxmaker.batch._tasks import RunSpec, expand
 from boxmaker.cli import main
 from boxmaker.client._pool import PooledTransport
 from boxmaker.config import Config

@@ -23,7 +23,7 @@ from boxmaker.batch import (
     score_batch,
     scores,
 )
-from boxmaker.batch._plan import Manifest
+from boxmaker.batch._manifest import Manifest
 from boxmaker.cli import main
 from boxmaker.errors import ConfigError
 from boxmaker.records import (

@@ -25,8 +25,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from boxmaker.batch import Task
-from boxmaker.batch._plan import RunSpec
 from boxmaker.batch._run import run_one
+from boxmaker.batch._tasks import RunSpec
 from boxmaker.client import IGNORED_BUDGET_MARGIN, Client
 from boxmaker.client._retry import retry_after_s
 from boxmaker.config import ClientConfig, Config

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 from fakes import ScriptedClient
 
-from boxmaker.batch._plan import MANIFEST, Manifest, Task, expand
+from boxmaker.batch._manifest import MANIFEST, Manifest
 from boxmaker.batch._run import run_one
+from boxmaker.batch._tasks import Task, expand
 from boxmaker.config import Config
 from boxmaker.errors import SessionError
 from boxmaker.records import Baseline, User

@@ -19,6 +19,7 @@ import pytest
 from fake_llama import SSE_HEAD, FakeLlama, Raw, Reply, Stall, chunk, running
 
 from boxmaker import frames
+from boxmaker.cache import TemplateServer
 from boxmaker.cassettes import use_cassette
 from boxmaker.cli import main
 from boxmaker.records import Assistant, CacheLoss, ToolResult, TurnEnd, Usage, User
@@ -613,7 +614,7 @@ def test_forensics_keeps_one_client_of_the_upstream_per_key(
     made: list[Any] = []
     closed: list[Any] = []
 
-    class Counted(_log.TemplateServer):
+    class Counted(TemplateServer):
         def __init__(self, url: str, **kw: Any) -> None:
             super().__init__(url, **kw)
             made.append(kw.get("api_key"))

@@ -1,4 +1,4 @@
-"""What a batch is made of, and what is left of it: tasks, runs, the manifest, a log's progress.
+"""What a batch is made of: tasks, their runs under a config grid.
 
 Pure bookkeeping for :mod:`boxmaker.batch` (no network, no threads):
 
@@ -9,16 +9,6 @@ Pure bookkeeping for :mod:`boxmaker.batch` (no network, no threads):
 - :func:`expand`: tasks times a config grid (``{"loop.thinking_tokens": [16, 64], ...}``) ->
   :class:`RunSpec`, one per (task, settings); :meth:`RunSpec.config` applies the overrides
   (once per base config: a run's settings are resolved once, not at each use).
-- :func:`log_state`: how far a run's session log got (turns done, finished or not), read
-  from the log itself, so a rerun knows what to skip and what to continue; in a fork's log
-  only the fork's own turns count (the parent's copied ones, read from its ``Forked``
-  record, do not). :func:`session_state`: the same of a log open for writing, from its
-  records in memory (no read).
-- :class:`Manifest`: the batch's ``manifest.ndjson``, one JSON line per run state change,
-  appended by the one runner of the batch (it holds the file's lock), in groups (one
-  ``write`` and one ``fsync`` for all the lines written meanwhile, off the caller's thread);
-  :func:`read_manifest` folds it into one entry per run.
-- :class:`BatchProgress`: the counters a progress display shows.
 
 Config keys are dotted ``section.key`` names of :class:`~boxmaker.config.Config`
 (``loop.tool_result_cap``, ``loop.thinking_tokens``...); nested mappings shaped like the TOML
@@ -33,7 +23,6 @@ import itertools
 import json
 import os
 import re
-import threading
 import tomllib
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -41,41 +30,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._secrets import hide_in_json, searchable
 from ..config import Config
-from ..errors import ConfigError, LogBusy, SessionError
-from ..records import Forked, TurnEnd, User, record_to_json, utc_now
+from ..errors import ConfigError, SessionError
+from ..records import TurnEnd, User
 from ..score import Target, parse_target
-from ..session import LogWriter, Session, check_folder, dumps_line, read_log
+from ..session import Session
 
 if TYPE_CHECKING:
-    import pandas as pd
+    pass
 
 __all__ = [
-    "MANIFEST",
     "REPLAY_MODES",
     "RETRIED_OUTCOMES",
-    "BatchProgress",
     "ForkTask",
-    "LogState",
-    "Manifest",
     "RunSpec",
     "Task",
-    "copied_records",
     "expand",
     "flatten_settings",
     "load_grid",
     "load_tasks",
-    "log_state",
-    "manifest",
-    "pending",
-    "read_manifest",
-    "session_state",
 ]
-
-MANIFEST = "manifest.ndjson"
-"""The manifest's file name in the batch directory. Not ``.jsonl``: the frames and
-``boxmaker report`` search a directory for ``*.jsonl`` session logs, and it is not one."""
 
 RETRIED_OUTCOMES = frozenset({"cancelled", "infer_error", "process_died"})
 """``TurnEnd`` outcomes of a turn that did not happen: its message is sent again on a rerun
@@ -493,367 +467,3 @@ def expand(
             spec.config(base)
             runs.append(spec)
     return runs
-
-
-@dataclass(frozen=True)
-class LogState:
-    """How far a run's log got.
-
-    Attributes:
-        turns_done: finished turns (a ``User`` whose ``TurnEnd``, before the next ``User``,
-            has an outcome not in :data:`RETRIED_OUTCOMES`); the run goes on with message
-            ``turns_done``. In a fork's log, only the fork's own turns: the parent's records
-            copied into it (:func:`copied_records`) are not counted.
-        last_outcome: the outcome of the last ``TurnEnd`` (``None``: none yet; in a fork's
-            log, of its own turns).
-        full: a turn ended ``session_full``: nothing more fits, the run is over.
-        diverged: a fork's turn ended ``diverged`` (replay ``stop``): the run is over.
-        records: records after the baseline (``0``: the log holds its baseline only).
-        copied: of ``records``, those a fork copied from its parent, its ``Forked`` record
-            included (``0``: the log is no fork).
-    """
-
-    turns_done: int
-    last_outcome: str | None
-    full: bool
-    diverged: bool = False
-    records: int = 0
-    copied: int = 0
-
-    def finished(self, messages: int) -> bool:
-        """Whether a run of ``messages`` user messages has nothing left to send."""
-        return self.full or self.diverged or self.turns_done >= messages
-
-
-def pending(
-    tasks: Sequence[Task | ForkTask],
-    batch_dir: str | os.PathLike[str],
-    grid: Mapping[str, Sequence[Any]] | None = None,
-) -> list[str]:
-    """The ids of the runs of ``tasks`` x ``grid`` a batch folder has not finished (their log
-    missing, unreadable, or with messages left to send): what :func:`run_batch` would run.
-    ``[]``: a finished batch, resumed, needs no server (the CLI starts none).
-
-    Raises:
-        ConfigError: as :func:`expand`.
-    """
-    logs = Path(batch_dir) / "logs"
-    left = []
-    for spec in expand(tasks, grid):
-        path = logs / f"{spec.id}.jsonl"
-        try:
-            done = path.exists() and log_state(path).finished(len(spec.task.turns))
-        except SessionError:
-            done = False
-        if not done:
-            left.append(spec.id)
-    return left
-
-
-def copied_records(first: Mapping[str, Any] | None) -> int:
-    """How many records at the start of a log (after its baseline) a fork copied from its
-    parent, given the log's first record as JSON: its ``Forked`` record (``record`` is the
-    parent's record it branches at, 1-based), the parent's records before that one, and the
-    edited result of an ``edited_result`` fork; ``0`` when ``first`` is no ``Forked`` record."""
-    if not isinstance(first, Mapping) or first.get("type") != "forked":
-        return 0
-    record = first.get("record")
-    n = record if isinstance(record, int) and not isinstance(record, bool) else 1
-    return n + (first.get("point") == "edited_result")
-
-
-def log_state(path: Path) -> LogState:
-    """Read ``path`` (read-only, no lock) and count its finished turns (in a fork's log, its
-    own: after :func:`copied_records`); a missing or empty log has none. A torn last line is
-    ignored (the writer repairs it on open).
-
-    Raises:
-        SessionError: the log exists but cannot be read (see :func:`read_log`).
-    """
-    if not path.exists() or path.stat().st_size == 0:
-        return LogState(0, None, False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        data = read_log(path)
-    copied = copied_records(data.records[0] if data.records else None)
-    steps = (
-        (item.get("type"), item.get("outcome")) if isinstance(item, dict) else (None, None)
-        for item in data.records[copied:]
-    )
-    return _state(steps, len(data.records), copied)
-
-
-def session_state(session: Session) -> LogState:
-    """:func:`log_state` of a log open for writing, from its records in memory (they are
-    its file's, in order: nothing is read)."""
-    records = session.records
-    first = records[0] if records else None
-    copied = copied_records(record_to_json(first)) if isinstance(first, Forked) else 0
-    steps = (
-        ("user", None)
-        if isinstance(r, User)
-        else ("turn_end", r.outcome)
-        if isinstance(r, TurnEnd)
-        else (None, None)
-        for r in records[copied:]
-    )
-    return _state(steps, len(records), copied)
-
-
-def _state(steps: Iterable[tuple[Any, Any]], records: int, copied: int) -> LogState:
-    """The :class:`LogState` of a log's own records, given as ``(type, outcome)``."""
-    done, open_turn, last, full, diverged = 0, False, None, False, False
-    for kind, outcome in steps:
-        if kind == "user":
-            open_turn = True
-        elif kind == "turn_end":
-            last = outcome
-            if open_turn and last not in RETRIED_OUTCOMES:
-                done += 1
-                full = full or last == "session_full"
-                diverged = diverged or last == "diverged"
-            open_turn = False
-    return LogState(done, last, full, diverged, records, copied)
-
-
-class Manifest:
-    """The batch's manifest, open for appending by the batch's one runner.
-
-    ``<batch_dir>/manifest.ndjson`` holds one JSON object per line, each a run's state change:
-    ``{"time", "run", "state", ...}``. States: ``planned`` (with ``task``, ``settings``,
-    ``messages``, ``target`` when the task has one, and for a :class:`ForkTask` ``fork``:
-    ``{"parent", "at", "rerun", "replay"}``), ``running`` (``server``, ``slot``,
-    ``attempt``; ``affinity: "slot"`` when the run was placed on the slot that ran its
-    prefix: its fork task's parent, or an earlier fork of it), ``retry`` (``reason``),
-    ``done`` (``turns``, ``outcome``; a fork's ``turns`` are its own, and the line of the
-    attempt that started the fork adds ``warm`` and ``warm_detail``, measured), ``failed``
-    (``reason``: also a run whose log cannot be read, which the others do not wait for),
-    ``interrupted``; a
-    ``server_down`` line names a server (``server``, ``reason``) instead of a run. Lines are
-    only appended. :meth:`write` queues a line and returns at once; a thread of the manifest
-    writes the lines queued meanwhile as one group, one ``write`` and one ``fsync``
-    (:class:`~boxmaker.session.LogWriter`), so the runner's workers never wait for the disk
-    and a batch of 64 slots does not fsync 64 times for 64 lines. :meth:`flush` waits until
-    every line written so far is durable; :meth:`close` flushes. A line is a record of what
-    the logs hold, not the truth: a run's log is made durable before its ``done`` line is
-    written, and a line a kill lost before its group was written is written again on the next
-    run of the batch (it reads each run's state from its log). A torn last line left by a
-    kill is cut off when the manifest is opened again.
-
-    Args:
-        batch_dir: the batch's directory (made when missing).
-        secrets: credentials to write as ``<API_KEY>`` (the batch's ``ClientConfig.api_key``).
-
-    Raises:
-        SessionError: another runner holds the batch (:class:`~boxmaker.errors.LogBusy`, the
-            message names its pid), the file cannot be written, or it or the directory is a
-            link planted by someone else.
-    """
-
-    def __init__(self, batch_dir: Path, secrets: Sequence[str | None] = ()) -> None:
-        self.path = batch_dir / MANIFEST
-        self._secrets = searchable(secrets)
-        check_folder(batch_dir, what="batch directory")
-        try:  # made when missing, in one step: two runners starting at once race on the lock
-            self._writer = LogWriter(self.path, create=None, what="batch manifest")
-        except LogBusy as exc:
-            raise LogBusy(
-                f"{batch_dir}: another batch runner holds this batch directory "
-                f"({exc.holder}); one runner per batch at a time",
-                exc.holder,
-            ) from exc
-        raw = self.path.read_bytes()
-        if raw and not raw.endswith(b"\n"):
-            self._writer.truncate(raw.rfind(b"\n") + 1)
-        self._cond = threading.Condition()
-        self._queued: list[bytes] = []
-        self._written = 0  # lines queued so far
-        self._durable = 0  # of them, written and fsynced
-        self._error: SessionError | None = None
-        self._closing = False
-        self._thread: threading.Thread | None = None
-
-    def write(self, run: str | None, state: str, **fields: Any) -> None:
-        """Queue one state change (``run`` ``None`` for a line about the batch); the
-        manifest's thread writes it with the others queued meanwhile (see the class).
-
-        Secrets are hidden by the cassettes' rule (:mod:`boxmaker.cassettes`): the string of a
-        credential-like setting (``client.api_key``, a ``token``) becomes ``<SECRET>``, and each
-        of the manifest's ``secrets`` becomes ``<API_KEY>`` wherever it appears (a reason
-        quoting a server's answer).
-
-        Raises:
-            SessionError: an earlier group could not be written (the disk is full, say), or
-                the manifest is closed.
-        """
-        line: dict[str, Any] = {"time": utc_now().isoformat(), "state": state}
-        if run is not None:
-            line["run"] = run
-        data = dumps_line(hide_in_json({**line, **fields}, self._secrets))
-        with self._cond:
-            if self._error is not None:
-                raise self._error
-            if self._closing:
-                raise SessionError(f"{self.path}: the batch manifest was closed")
-            self._queued.append(data)
-            self._written += 1
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._commit, name="boxmaker-manifest", daemon=True
-                )
-                self._thread.start()
-            self._cond.notify_all()
-
-    def flush(self) -> None:
-        """Wait until every line written so far is in the file, fsynced.
-
-        Raises:
-            SessionError: a group could not be written.
-        """
-        with self._cond:
-            target = self._written
-            while self._durable < target and self._error is None and self._thread is not None:
-                self._cond.wait()
-            if self._error is not None:
-                raise self._error
-
-    def _commit(self) -> None:
-        """The manifest's thread: write what is queued as one group, again and again."""
-        while True:
-            with self._cond:
-                while not self._queued and not self._closing:
-                    self._cond.wait()
-                if not self._queued:
-                    return
-                lines, self._queued = self._queued, []
-                count = self._written
-            try:
-                self._writer.append(b"".join(lines))
-            except SessionError as exc:
-                with self._cond:
-                    self._error = exc
-                    self._cond.notify_all()
-                return
-            with self._cond:
-                self._durable = count
-                self._cond.notify_all()
-
-    def close(self) -> None:
-        """Write and fsync what is queued, then release the file and its lock (idempotent).
-
-        Raises:
-            SessionError: a group could not be written (the lock is released either way).
-        """
-        with self._cond:
-            self._closing = True
-            self._cond.notify_all()
-            thread = self._thread
-        try:
-            if thread is not None:
-                thread.join()
-        finally:
-            self._writer.close()
-        if self._error is not None:
-            raise self._error
-
-
-def read_manifest(batch_dir: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
-    """The manifest folded to one entry per run, in the order runs were planned.
-
-    Each entry holds the last value of every field written for the run (``state`` the last
-    state), plus ``attempts`` (its ``running`` lines). A torn last line is skipped.
-
-    Raises:
-        SessionError: the manifest is missing (the folder is not a batch's) or unreadable, or a
-            line before the last is not a JSON object.
-    """
-    path = Path(batch_dir) / MANIFEST
-    try:
-        lines = path.read_bytes().split(b"\n")
-    except FileNotFoundError:
-        why = f"no {MANIFEST}; boxmaker batch --dir {batch_dir} makes one"
-        raise SessionError(f"{batch_dir}: not a batch folder ({why})") from None
-    except OSError as exc:
-        raise SessionError(f"{path}: cannot read the batch manifest: {exc}") from exc
-    runs: dict[str, dict[str, Any]] = {}
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except ValueError as exc:
-            if number == len(lines):
-                break  # a torn last line
-            raise SessionError(f"{path}:{number}: not a JSON line: {exc}") from exc
-        if not isinstance(item, dict):
-            raise SessionError(f"{path}:{number}: not a JSON object")
-        run = item.get("run")
-        if isinstance(run, str):
-            entry = runs.setdefault(run, {"attempts": 0})
-            entry["attempts"] += item.get("state") == "running"
-            entry.update(item)
-    return runs
-
-
-def manifest(batch_dir: str | os.PathLike[str]) -> pd.DataFrame:
-    """One row per run of a batch, from its manifest: ``run``, ``task``, one column per grid
-    setting (named by its dotted key), ``state``, ``server``, ``slot``, ``attempts``,
-    ``turns``, ``outcome``, ``reason``, and, in a batch of :class:`ForkTask` runs, ``warm``
-    (how the fork's first request found its parent's prompt cache: ``slot``, ``restored`` or
-    ``cold``) and ``warm_detail`` (why a fork ran cold, or what was restored).
-
-    Raises:
-        SessionError: the manifest is missing or unreadable.
-    """
-    import pandas as pd  # only for this frame
-
-    entries = read_manifest(batch_dir)
-    keys = ["state", "server", "slot", "attempts", "turns", "outcome", "reason"]
-    if any("warm" in entry for entry in entries.values()):
-        keys += ["warm", "warm_detail"]
-    rows = []
-    for run, entry in entries.items():
-        row = {"run": run, "task": entry.get("task"), **(entry.get("settings") or {})}
-        for key in keys:
-            row[key] = entry.get(key)
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-@dataclass(frozen=True, kw_only=True)
-class BatchProgress:
-    """A snapshot of a running batch, given to progress displays.
-
-    Attributes:
-        total: runs in the batch.
-        done: runs finished (in this call or before it).
-        skipped: of ``done``, those already finished before this call.
-        failed: runs given up on (the reasons in ``failures``).
-        running: runs in flight.
-        slots: slots in use by the batch, over every server still up.
-        servers_down: servers given up on in this call.
-        tokens: tokens generated in this call (``predicted_n`` of every completion).
-        elapsed_s: seconds since the call started.
-        failures: ``(run, reason)`` of each failed run, in order.
-        stopped: the call was stopped (Ctrl-C or its ``cancel`` event): in-flight turns were
-            cancelled; a rerun picks up.
-        finished: the batch call is over (this is the last snapshot).
-    """
-
-    total: int
-    done: int = 0
-    skipped: int = 0
-    failed: int = 0
-    running: int = 0
-    slots: int = 0
-    servers_down: int = 0
-    tokens: int = 0
-    elapsed_s: float = 0.0
-    failures: tuple[tuple[str, str], ...] = ()
-    stopped: bool = False
-    finished: bool = False
-
-    @property
-    def tokens_per_s(self) -> float:
-        """Generated tokens per second over the call so far."""
-        return self.tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
