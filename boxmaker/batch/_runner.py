@@ -743,7 +743,8 @@ def run_batch(
             task per run), or ``"auto"`` (the default): processes where ``workers`` is given,
             or the servers have :data:`PROCESSES_FROM` slots or more in all on a machine of
             more than one CPU where workers are forked (Linux), else threads
-            (:func:`pick_executor`).
+            (:func:`pick_executor`). In worker processes the tools run there: state a tool
+            keeps in memory is the worker's copy (``"threads"`` keeps it in this process).
         workers: ``executor="processes"``: how many worker processes (default: the CPU
             count, at most one per slot).
         ray_address: ``ray.init(address=...)``: ``"auto"`` joins a running cluster, ``None``
