@@ -126,11 +126,7 @@ def read_log(path: str | os.PathLike[str], *, repair: bool = False) -> LogData:
     # One parse for the whole file: the lines joined into a JSON array. A line that is not one
     # JSON value gives an error or a different count; then each line is parsed alone to name
     # the first bad one.
-    joined = b"[" + raw[:-1].replace(b"\n", b",") + b"]"
-    try:
-        lines: list[Any] = _json.loads(joined)
-    except (ValueError, RecursionError):
-        lines = []
+    lines = loads_lines(raw, count)
     if len(lines) != count:
         lines = [_load_line(p, n, line) for n, line in enumerate(raw.split(b"\n")[:-1], 1)]
     head = lines[0]
@@ -168,6 +164,19 @@ def read_log(path: str | os.PathLike[str], *, repair: bool = False) -> LogData:
         raise SessionError(f"{p}:{exc.index + 2}: {exc}") from exc
     records = _once(p, records, twice)
     return LogData(p, head, schema, records, tuple(migrated), sid)
+
+
+def loads_lines(raw: bytes, count: int | None = None) -> list[Any]:
+    """The JSON values of ``raw``'s ``\n``-terminated lines, in one parse (the lines joined
+    into a JSON array), as :func:`read_log` reads a log; ``[]`` when they are not all JSON
+    (``count``: the lines, when counted already)."""
+    if not raw:
+        return []
+    try:
+        lines: list[Any] = _json.loads(b"[" + raw[:-1].replace(b"\n", b",") + b"]")
+    except (ValueError, RecursionError):
+        return []
+    return lines if len(lines) == (raw.count(b"\n") if count is None else count) else []
 
 
 def _repeats(records: list[Any]) -> list[tuple[int, int]]:

@@ -59,9 +59,9 @@ from ..records import (
     records_from_json,
     utc_now,
 )
-from ._file import LogReadWarning, LogWriter, dumps_line, read_log
+from ._file import LogReadWarning, LogWriter, dumps_line, loads_lines, read_log
 from ._fork import fork_records, parent_of
-from ._groups import dumps_group
+from ._groups import dumps_group, whole_groups
 from ._safe import check_folder, open_fresh
 
 __all__ = [
@@ -425,11 +425,16 @@ class Session:
                 os.unlink(part)
         writer = LogWriter(path)
         try:
-            if writer.size() == len(data):  # as written: made from what was checked above
-                ours = records_from_json(objects)
-                session = cls(
-                    path, sid, baseline_from_json(head), ours, SCHEMA_VERSION, writer, sync
-                )
+            # as a reader of the file would get it, from the bytes written (no read): the same
+            # JSON values (lists, not the caller's tuples; no object shared with the caller)
+            lines = loads_lines(data) if writer.size() == len(data) else []
+            if lines:
+                written = lines[1:]
+                if objects:
+                    whole_groups(written)  # the group's markers out, as the reader takes them
+                ours = records_from_json(written)
+                first = baseline_from_json(lines[0])
+                session = cls(path, sid, first, ours, SCHEMA_VERSION, writer, sync)
             else:  # another writer came between the link and the lock: read what is there
                 session = cls._from_data(read_log(path, repair=True), writer, sync)
         except BaseException:

@@ -4,6 +4,7 @@ session is built from what was written. It must be the session a reader of the f
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -106,3 +107,29 @@ def test_a_closed_writer_has_no_size(tmp_path: Path) -> None:
     writer.close()
     with pytest.raises(SessionError, match="closed"):
         writer.size()
+
+
+def test_what_the_caller_gave_is_not_what_the_session_holds(tmp_path: Path) -> None:
+    """The made session holds the values a reader gets (lists for the caller's tuples, the
+    text of a surrogate pair written as two code points) and shares no object with the
+    caller (a tool dict changed after ``create`` changes nothing)."""
+    tool: dict[str, Any] = {
+        "type": "function",
+        "function": {"name": "f", "parameters": {"type": "object", "required": ("a", "b")}},
+    }
+    with Session.create(
+        tmp_path, Baseline(system="hi \ud83d\ude00", tools=(tool,)), session_id="p", sync="close"
+    ) as made:
+        tool["function"]["name"] = "changed_after_create"
+        _same(made)
+        assert made.baseline.tools[0]["function"]["parameters"]["required"] == ["a", "b"]
+        assert made.baseline.tools[0]["function"]["name"] == "f"
+        made.append(User(content="q"))
+        made.append(Assistant(content="a"))
+        made.append(TurnEnd(outcome="answered"))
+    with Session.open(made.path, read_only=True) as parent:
+        fork = parent.fork(at=1, settings={"sampling.stop": ("a", "b")}, session_id="f")
+        with fork:
+            _same(fork)
+            assert fork.forked is not None
+            assert fork.forked.settings == {"sampling.stop": ["a", "b"]}
