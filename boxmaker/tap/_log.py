@@ -61,6 +61,7 @@ import dataclasses
 import json
 import logging
 import queue
+import resource
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -97,9 +98,27 @@ from ._wire import (
     tool_names,
 )
 
-__all__ = ["HOLD_AT_MOST_S", "HOLD_S", "LOG_WITHIN_S", "Exchange", "TapLog"]
+__all__ = ["HOLD_AT_MOST_S", "HOLD_S", "LOG_WITHIN_S", "OPEN_LOGS", "Exchange", "TapLog"]
 
 LOGGER = logging.getLogger("boxmaker.tap")
+
+OPEN_LOGS = 256
+"""How many conversations' logs the tap holds open at once (each an open file and its lock),
+at most a quarter of the process's open-file limit (``RLIMIT_NOFILE``; the rest is for the
+agents' and the upstream's connections); the one written least recently is closed first, and
+opened again (:meth:`Session.open`, a read of its log) when its conversation goes on. Before,
+every log stayed open for the tap's life: under a limit of 128 open files the tap stopped
+answering after about 100 conversations (1,024, a common default, after about 1,000)."""
+
+
+def _open_logs_cap() -> int:
+    """:data:`OPEN_LOGS`, or a quarter of this process's open-file limit when less (8 at
+    least)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return OPEN_LOGS
+    return max(8, min(OPEN_LOGS, soft // 4))
+
 
 LOG_WITHIN_S = 1.0
 """The tap's promise, in seconds: an exchange the agent has received is in its session log
@@ -179,6 +198,8 @@ class _Conversation:
     order: int = 0  # its place among the tap's conversations (the older wins a tie)
     exact: tuple[int, int] = (0, 0)  # (len(keys), _chain's hash of keys): TapLog._by_keys
     start: tuple[int, int] | None = None  # keys through the first reply: TapLog._by_start
+    path: Path | None = None  # its log, once made (its session may be closed: OPEN_LOGS)
+    secrets: set[str] = field(default_factory=set)  # every credential its requests showed
 
 
 class TapLog:
@@ -243,6 +264,9 @@ class TapLog:
         self._templates: collections.OrderedDict[str | None, TemplateServer] = (
             collections.OrderedDict()
         )
+        # the conversations whose logs are open, least recently written first (OPEN_LOGS)
+        self._open_logs: collections.OrderedDict[int, _Conversation] = collections.OrderedDict()
+        self._open_cap = _open_logs_cap()
         self._thread = threading.Thread(target=self._run, name="boxmaker-tap-log", daemon=True)
         self._thread.start()
 
@@ -305,9 +329,7 @@ class TapLog:
             if conv.open:
                 why = "the tap stopped with the agent's turn open"
                 self._append(conv, self._end(conv, "cancelled", why, "cancelled"))
-            if conv.session is not None:
-                conv.session.close()
-                conv.session = None
+            self._shut(conv)
         while self._templates:
             self._templates.popitem()[1].close()
 
@@ -379,8 +401,10 @@ class TapLog:
         if not conv.created:
             conv.created = True  # once: a log that could not be made is not tried again
             self._create(conv, msgs, body, secrets)
-        if conv.session is not None:
-            conv.session.hide(*secrets)  # each request's own: an agent may change its key
+        conv.secrets.update(secrets)
+        session = self._session(conv)
+        if session is not None:
+            session.hide(*secrets)  # each request's own: an agent may change its key
         self._append(conv, records)
         self._index(conv, keys)
         conv.body, conv.failed = body, reply.assistant is None
@@ -474,8 +498,43 @@ class TapLog:
         except SessionError as exc:
             self._disk(exc)
             return False
-        self.sessions.append(conv.session.path)
+        conv.path = conv.session.path
+        self.sessions.append(conv.path)
+        self._held(conv)
         return True
+
+    def _session(self, conv: _Conversation) -> Session | None:
+        """The conversation's log open for writing (opened again, its credentials hidden
+        again, when :data:`OPEN_LOGS` closed it), or ``None``: it has none, or it cannot be
+        opened (said once, as a full disk)."""
+        if conv.session is None and conv.path is not None:
+            try:
+                conv.session = Session.open(conv.path)
+            except SessionError as exc:
+                self._disk(exc)
+                return None
+            conv.session.hide(*conv.secrets)
+        if conv.session is not None:
+            self._held(conv)
+        return conv.session
+
+    def _held(self, conv: _Conversation) -> None:
+        """``conv``'s log was just used: the most recent of the open ones; the least recent
+        past :data:`OPEN_LOGS` are closed."""
+        self._open_logs.pop(id(conv), None)
+        self._open_logs[id(conv)] = conv
+        while len(self._open_logs) > self._open_cap:
+            self._shut(self._open_logs.popitem(last=False)[1])
+
+    def _shut(self, conv: _Conversation) -> None:
+        """Close ``conv``'s log (it stays known by its path)."""
+        self._open_logs.pop(id(conv), None)
+        if conv.session is not None:
+            try:
+                conv.session.close()
+            except SessionError as exc:
+                self._disk(exc)
+            conv.session = None
 
     def _disk(self, exc: BoxmakerError) -> None:
         if not self._disk_said:
@@ -483,10 +542,11 @@ class TapLog:
             self._problem(f"cannot write the logs (forwarding goes on, not logged): {exc}")
 
     def _append(self, conv: _Conversation, records: Sequence[Record]) -> None:
-        if conv.session is None or not records:
+        session = self._session(conv) if records else None
+        if session is None:
             return
         try:
-            conv.session.extend(records)
+            session.extend(records)
         except SessionError as exc:
             self._disk(exc)
 
