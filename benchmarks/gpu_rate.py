@@ -8,7 +8,7 @@ agent turn: the model calls a tool (``get_weather``), then answers (``--short`` 
 tokens). The same runs go through:
 
 - ``runner``: :func:`boxmaker.batch.run_batch` (its logs, manifest, tools and events, as a user
-  runs it; ``--executor``, default ``auto``: threads below
+  runs it at many slots; ``--executor``, default ``auto``: threads below
   :data:`boxmaker.batch.PROCESSES_FROM` slots, worker processes from there; the line names
   the one used);
 - ``bare``: a bare asyncio httpx client doing the same two requests per run, ``N`` at once

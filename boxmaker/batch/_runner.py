@@ -53,7 +53,10 @@ How it runs:
   its ``TurnEnd``), waits for them, then raises ``KeyboardInterrupt`` again. A worker that
   dies is started again; its runs in flight count as failed attempts. Progress comes per
   finished run (no live token count). On Linux the workers are forked (so tools defined in a
-  notebook are theirs too); elsewhere spawned (tools and tasks must then be importable).
+  notebook are theirs too, but not this process's other threads: a tool that needs one wants
+  threads); elsewhere spawned (tools and tasks must then be importable). A driver killed
+  outright takes its workers along (``PR_SET_PDEATHSIG``). ``executor="auto"`` picks them
+  from :data:`PROCESSES_FROM` slots (:func:`pick_executor`); threads are the default.
 - Ray (``executor="ray"``, the optional extra ``boxmaker[ray]``): the same plan, manifest and
   resume rules; each run is a Ray task that writes its log to ``batch_dir`` (which every node
   must reach, e.g. a shared file system), the driver keeps the slots and the manifest. Ctrl-C
@@ -64,8 +67,10 @@ How it runs:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import itertools
+import logging
 import multiprocessing
 import os
 import signal
@@ -91,6 +96,8 @@ from ._manifest import Manifest, manifest, read_manifest
 from ._run import RunOutcome, RunRegistry, discover_slots, run_alone, run_one, tools_of
 from ._state import BatchProgress, log_state
 from ._tasks import ForkTask, RunSpec, Task, expand, flatten_settings, load_grid, load_tasks
+
+LOGGER = logging.getLogger("boxmaker.batch")
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -451,7 +458,7 @@ def _run_processes(
     def start(i: int) -> _Worker:
         inbox, to_worker = context.Pipe(duplex=False)
         from_worker, outbox = context.Pipe(duplex=False)
-        args = (inbox, outbox, batch.logs_dir, base, registry, stores, urls, sizes[i])
+        args = (inbox, outbox, batch.logs_dir, base, registry, stores, urls, sizes[i], os.getpid())
         process = context.Process(target=_process_worker, args=args, daemon=True)
         process.name = f"boxmaker-batch-worker-{i}"
         process.start()
@@ -579,6 +586,30 @@ def _collect(
                 batch.settle(pending.pop((url, slot)), url, done)
 
 
+def _die_with(driver: int) -> None:
+    """End this worker when the driver (process ``driver``) dies, as a SIGKILL or the OOM
+    killer ends it: Linux's ``PR_SET_PDEATHSIG`` (SIGKILL); elsewhere a thread that watches
+    the parent's pid. A worker left behind held the manifest's lock (its inherited
+    descriptor) and waited on its pipe for ever: the batch could not be run again."""
+    if sys.platform == "linux":
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0:
+                if os.getppid() != driver:  # it died before the call
+                    os._exit(1)
+                return
+
+    def watch() -> None:
+        while os.getppid() == driver:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="boxmaker-batch-driver-watch", daemon=True).start()
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
 def _process_worker(
     inbox: Any,
     outbox: Any,
@@ -588,12 +619,14 @@ def _process_worker(
     stores: Mapping[str, SlotStore],
     urls: Sequence[str],
     threads: int,
+    driver: int,
 ) -> None:
     """A worker process: the runs its inbox gives, each on a thread (at most ``threads`` at
     once: its slots), with one client per server; each outcome goes to ``outbox``. Ctrl-C
     is the driver's to handle (ignored here); :data:`_CANCEL` from the inbox sets the turns'
     cancel event (for good: the batch stops)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with(driver)
     stop = threading.Event()
     sending = threading.Lock()
     clients = {url: Client(dataclasses.replace(base.client, url=url)) for url in urls}
@@ -712,7 +745,7 @@ def run_batch(
     grid: Mapping[str, Sequence[Any]] | None = None,
     config: Config | None = None,
     max_tries: int = 3,
-    executor: str = "auto",
+    executor: str = "threads",
     workers: int | None = None,
     ray_address: str | None = None,
     on_progress: ProgressHook | None = None,
@@ -737,14 +770,20 @@ def run_batch(
         config: the base config (default ``Config()``); its ``client`` settings (timeouts,
             retries) apply to every server.
         max_tries: attempts of a failing run before it is marked failed.
-        executor: ``"threads"`` (one thread per slot, here), ``"processes"`` (the slots shared
-            out among ``workers`` processes of this machine, each with a thread per slot of
-            its share: where one process cannot keep up with the slots), ``"ray"`` (one Ray
-            task per run), or ``"auto"`` (the default): processes where ``workers`` is given,
-            or the servers have :data:`PROCESSES_FROM` slots or more in all on a machine of
-            more than one CPU where workers are forked (Linux), else threads
-            (:func:`pick_executor`). In worker processes the tools run there: state a tool
-            keeps in memory is the worker's copy (``"threads"`` keeps it in this process).
+        executor: ``"threads"`` (the default: one thread per slot, here), ``"processes"``
+            (the slots shared out among ``workers`` processes of this machine, each with a
+            thread per slot of its share: where one process cannot keep up with the slots),
+            ``"ray"`` (one Ray task per run), or ``"auto"``: processes where ``workers`` is
+            given, or the servers have :data:`PROCESSES_FROM` slots or more in all on a
+            machine where this process may use more than one CPU and workers are forked
+            (Linux), else threads (:func:`pick_executor`). Threads on that many slots say
+            once (the ``boxmaker.batch`` logger) that processes would keep them busier. In
+            worker processes the tools run there, forked from this process without its
+            other threads: state a tool keeps in memory is the worker's copy, and a tool that
+            needs a thread of this process (an event loop another thread runs, as an MCP
+            port's) cannot get its answer there: such tools want threads. A fork task's
+            first run on a slot does not know what the slot holds from an earlier batch in
+            worker processes (it restores the parent's saved slot, or runs cold).
         workers: ``executor="processes"``: how many worker processes (default: the CPU
             count, at most one per slot).
         ray_address: ``ray.init(address=...)``: ``"auto"`` joins a running cluster, ``None``
@@ -802,6 +841,13 @@ def run_batch(
         batch.notify()
         if executor == "auto":
             executor = pick_executor(len(slots), workers)
+        elif executor == "threads" and pick_executor(len(slots)) == "processes":
+            LOGGER.warning(
+                "%d slots on threads in one process, which may not keep them busy: "
+                'executor="auto" (or "processes") shares them out among worker processes '
+                "(tools then run there; see run_batch's executor)",
+                len(slots),
+            )
         try:
             if ray is not None:
                 _run_ray(ray, batch, slots, base, registry, ray_address, stores)
@@ -817,24 +863,33 @@ def run_batch(
     return batch.snapshot(finished=True)
 
 
-PROCESSES_FROM = 16
+PROCESSES_FROM = 32
 """Slots (all servers together) from which ``executor="auto"`` runs the batch in worker
 processes: on a stand-in GPU-rate server (``benchmarks/gpu_rate.py``, 1,000 tokens/s a slot,
-32-token answers, 2 cores) one process's threads kept 0.95-0.98 of a bare asyncio client's
-slot use at 8 and 16 slots but 0.56 at 32 and 0.62 at 64, where worker processes kept 1.08
-and 1.09 (at 16: 0.96)."""
+32-token answers, 2 cores) one process's threads kept 0.95-0.99 of a bare asyncio client's
+slot use at 8 and 16 slots (worker processes: 0.74-1.21, no better) but 0.56-0.80 at 32 and
+0.62 at 64, where worker processes kept 1.03-1.08 and 1.02-1.36."""
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, as ``taskset`` or a scheduler's
+    cgroup set it, where the platform tells; else ``os.cpu_count()``)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def pick_executor(slots: int, workers: int | None = None) -> str:
     """The executor ``executor="auto"`` runs a batch of ``slots`` slots (all servers
     together) with: ``"processes"`` where ``workers`` is given, or where ``slots`` is at least
-    :data:`PROCESSES_FROM` on a machine of more than one CPU that forks its workers (Linux:
-    tools defined in a notebook reach them); else ``"threads"`` (one process; progress
-    counts tokens live)."""
+    :data:`PROCESSES_FROM` and this process may use more than one CPU (:func:`usable_cpus`)
+    on a platform that forks its workers (Linux: tools defined in a notebook reach them);
+    else ``"threads"`` (one process; progress counts tokens live)."""
     if workers is not None:
         return "processes"
     forks = sys.platform == "linux"
-    many = slots >= PROCESSES_FROM and (os.cpu_count() or 1) > 1
+    many = slots >= PROCESSES_FROM and usable_cpus() > 1
     return "processes" if forks and many else "threads"
 
 

@@ -776,7 +776,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="share the slots out among N worker processes of this machine, where one "
         "process cannot keep a GPU server's slots busy (default: threads in this process "
-        "below 16 slots in all, from 16 one worker process per CPU on Linux)",
+        "below 32 slots in all, from 32 one worker process per CPU on Linux)",
     )
     batch.set_defaults(run=_batch)
 

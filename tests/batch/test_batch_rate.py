@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ import pytest
 
 from boxmaker.batch import PROCESSES_FROM, Task, manifest, pick_executor, run_batch
 from boxmaker.batch._manifest import Manifest, read_manifest
+from boxmaker.batch._runner import usable_cpus
 from boxmaker.batch._tasks import RunSpec, expand
 from boxmaker.cli import main
 from boxmaker.client._pool import PooledTransport
@@ -245,22 +248,25 @@ def test_the_command_line_runs_worker_processes(
     assert "not allowed with argument --workers" in capsys.readouterr().err
 
 
-def test_auto_picks_worker_processes_from_16_slots(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_picks_worker_processes_from_32_slots(monkeypatch: pytest.MonkeyPatch) -> None:
     """``executor="auto"``: threads below :data:`PROCESSES_FROM` slots (one process keeps up
-    there), worker processes from it where workers fork and there is more than one CPU."""
+    there), worker processes from it where workers fork and this process may use more than
+    one CPU (its affinity, not the machine's count)."""
     monkeypatch.setattr(sys, "platform", "linux")
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    assert PROCESSES_FROM == 16
-    assert [pick_executor(n) for n in (1, 15, 16, 64)] == [
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert PROCESSES_FROM == 32
+    assert [pick_executor(n) for n in (1, 16, 31, 32, 64)] == [
+        "threads",
         "threads",
         "threads",
         "processes",
         "processes",
     ]
     assert pick_executor(1, workers=2) == "processes"  # workers named: processes
-    monkeypatch.setattr(os, "cpu_count", lambda: 1)
-    assert pick_executor(64) == "threads"  # one CPU: a second process gains nothing
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {1})
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert pick_executor(64) == "threads"  # pinned to one CPU of eight: nothing to gain
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
     monkeypatch.setattr(sys, "platform", "darwin")
     assert pick_executor(64) == "threads"  # spawned workers: notebook tools would not reach them
 
@@ -280,18 +286,102 @@ def _pid_tools(folder: Path) -> Registry:
     return registry
 
 
-@pytest.mark.skipif(sys.platform != "linux" or (os.cpu_count() or 1) < 2, reason="forks")
-def test_run_batch_runs_16_slots_in_worker_processes_by_default(tmp_path: Path) -> None:
-    """The default executor: 16 slots run in worker processes (the tools run in processes
-    other than this one), 4 slots on threads here; both finish every run."""
-    tasks = [Task(id=f"t{i:02d}", messages=("Weather in Lisbon?",)) for i in range(20)]
-    for slots, here in ((16, False), (4, True)):
-        calls = tmp_path / f"calls-{slots}"
+@pytest.mark.skipif(sys.platform != "linux" or usable_cpus() < 2, reason="forks, 2 CPUs")
+def test_auto_runs_32_slots_in_worker_processes_and_threads_say_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``executor="auto"`` runs 32 slots in worker processes (the tools run in processes
+    other than this one) and 4 on threads here; the default, threads, on 32 slots runs here
+    and says once that worker processes would keep them busier."""
+    tasks = [Task(id=f"t{i:02d}", messages=("Weather in Lisbon?",)) for i in range(40)]
+    for slots, executor, here in ((32, "auto", False), (4, "auto", True), (32, "threads", True)):
+        calls = tmp_path / f"calls-{slots}-{executor}"
         calls.mkdir()
+        caplog.clear()
         with RateServer(slots=slots, prefill_s=0.0, tokens_per_s=50_000, answer_tokens=8) as srv:
             done = run_batch(
-                tasks, tmp_path / f"b{slots}", servers=[srv.url], registry=_pid_tools(calls)
+                tasks,
+                tmp_path / f"b{slots}-{executor}",
+                servers=[srv.url],
+                registry=_pid_tools(calls),
+                executor=executor,
             )
-        assert done.done == 20 and not done.failed
+        assert done.done == 40 and not done.failed
         pids = {int(p.name.split("-")[0]) for p in calls.iterdir()}
         assert (pids == {os.getpid()}) is here, pids
+        said = [r.getMessage() for r in caplog.records if r.name == "boxmaker.batch"]
+        assert len(said) == (executor == "threads"), said
+        assert all("32 slots on threads" in m and 'executor="auto"' in m for m in said)
+
+
+_DRIVER = """
+import sys, os, time
+from boxmaker.batch import Task, run_batch
+from boxmaker.testing import RateServer
+from boxmaker.tools import Registry
+
+def get_weather(city: str) -> str:
+    \"\"\"Get the weather.
+
+    Args:
+        city: The city.
+    \"\"\"
+    time.sleep(30)
+    return "sunny"
+
+tools = Registry()
+tools.add(get_weather)
+tasks = [Task(id=f"t{i:02d}", messages=("Weather in Lisbon?",)) for i in range(8)]
+run_batch(tasks, sys.argv[1], servers=[sys.argv[2]], registry=tools, executor="processes",
+          workers=2)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG")
+def test_a_killed_driver_takes_its_workers_along(tmp_path: Path) -> None:
+    """SIGKILL to the driver (the OOM killer, ``kill -9``) ends its worker processes too: a
+    worker left behind held the manifest's lock, and the batch could not be run again."""
+    with RateServer(slots=4, prefill_s=0.0, tokens_per_s=50_000, answer_tokens=8) as srv:
+        driver = subprocess.Popen(
+            [sys.executable, "-c", _DRIVER, str(tmp_path / "b"), srv.url],
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        )
+        deadline = time.monotonic() + 30
+        while len(_children(driver.pid)) < 2:
+            assert time.monotonic() < deadline and driver.poll() is None
+            time.sleep(0.05)
+        workers = _children(driver.pid)
+        time.sleep(0.5)  # the runs are in their tools
+        driver.kill()
+        driver.wait()
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(pid) for pid in workers)
+        tools = Registry()
+        tools.add(get_weather)
+        tasks = [Task(id=f"t{i:02d}", messages=("Weather in Lisbon?",)) for i in range(8)]
+        again = run_batch(tasks, tmp_path / "b", servers=[srv.url], registry=tools)
+    assert again.done == 8 and not again.failed
+
+
+def _children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (Linux ``/proc``) that are batch workers."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(stat[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
