@@ -441,12 +441,13 @@ class RateServer:
     content tokens (after ``reasoning_tokens`` of ``reasoning_content``). ``timings`` say
     ``prompt_ms`` = ``prefill_s`` and ``predicted_ms`` = tokens / ``tokens_per_s``, so the
     ideal time of a completion is their sum; ``cache_n`` is what the slot held when the
-    prompt extends it (a prompt longer than the slot's last one plus its answer).
+    prompt extends it (the slot's last request's messages lead this one's, and this prompt is
+    longer than that one plus its answer).
 
     Slots: a request with ``id_slot`` runs on that slot, busy or not (llama.cpp does not
-    queue a pinned request); one without takes the idle slot whose cache its prompt extends
-    most (llama.cpp's pick by the longest common prefix), else the first idle one, else waits
-    for an idle slot. A stream writes the events
+    queue a pinned request); one without takes the idle slot whose last request shares the
+    most leading messages with it (llama.cpp's pick by the longest common prefix), else the
+    idle slot used least recently, else waits for an idle slot. A stream writes the events
     due at most every ``tick_s`` seconds, in one write (a GPU server decodes every slot in
     one step and writes each slot's token at once; the tick bounds the stand-in's own CPU at
     many slots, where a write per token would take a core), and its last events at their
@@ -572,6 +573,8 @@ class _RateLoop:
         self.spec = spec
         self.busy = [0] * int(spec["slots"])  # streams running on each slot
         self.held = [0] * int(spec["slots"])  # tokens each slot holds (its last prompt + answer)
+        self.keys: list[list[int]] = [[] for _ in self.busy]  # each slot's last messages, hashed
+        self.used = [0] * len(self.busy)  # when each slot last started a completion (a count)
         self.idle: list[asyncio.Future[int]] = []  # requests waiting for an idle slot
         self.count = 0  # completions so far (their ids)
 
@@ -587,11 +590,14 @@ class _RateLoop:
         pin = body.get("id_slot")
         if isinstance(pin, int) and not isinstance(pin, bool) and 0 <= pin < len(self.busy):
             slot: int | None = pin
-        else:  # as llama.cpp: the idle slot whose cache the prompt extends most, else the first
-            prompt = body[_BYTES] // 4 + 1
+        else:  # as llama.cpp: the idle slot sharing the longest prefix, else the least recent
             idle = [i for i, n in enumerate(self.busy) if n == 0]
-            extends = [i for i in idle if 0 < self.held[i] < prompt]
-            slot = max(extends, key=self.held.__getitem__) if extends else next(iter(idle), None)
+            keys = _message_keys(body)
+            shared = {i: _shared(self.keys[i], keys) for i in idle}
+            best = max(idle, key=lambda i: (shared[i], -self.used[i]), default=None)
+            if best is not None and shared[best] == 0:
+                best = min(idle, key=self.used.__getitem__)
+            slot = best
         if slot is None:
             waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
             waiter.add_done_callback(lambda done: self.stream(conn, body, done.result()))
@@ -602,6 +608,7 @@ class _RateLoop:
 
     def stream(self, conn: _RateConnection, body: dict[str, Any], slot: int) -> None:
         self.count += 1
+        self.used[slot] = self.count
         _RateStream(self, conn, body, slot).write()
 
     def release(self, slot: int) -> None:
@@ -690,6 +697,24 @@ _SSE_OK = SSE_HEAD  # the head of every streamed answer
 _BYTES = "\x00bytes"  # the request's size in its parsed body (a key no request has)
 
 
+def _message_keys(body: dict[str, Any]) -> list[int]:
+    """A hash per message of a request (its compact JSON), to compare prompts by content."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return []
+    return [hash(orjson.dumps(m, option=orjson.OPT_SORT_KEYS)) for m in messages]
+
+
+def _shared(a: list[int], b: list[int]) -> int:
+    """How many leading messages two requests share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 class _RateStream:
     """One streamed answer of the stand-in: its events, and when each is due."""
 
@@ -703,7 +728,10 @@ class _RateStream:
         rate, prefill = float(spec["tokens_per_s"]), float(spec["prefill_s"])
         cid = f"chatcmpl-{owner.count:08d}"
         prompt = body[_BYTES] // 4 + 1  # about 4 bytes of the request a token
-        cache = owner.held[slot] if prompt > owner.held[slot] else 0
+        keys = _message_keys(body)
+        extends = _shared(owner.keys[slot], keys) == len(owner.keys[slot])  # its last messages
+        cache = owner.held[slot] if prompt > owner.held[slot] and extends else 0
+        owner.keys[slot] = keys
         tail = f',"created":1,"id":"{cid}","model":"stand-in","object":"chat.completion.chunk"'
 
         def event(delta: str, extra: str = "", finish: str = "null") -> bytes:
