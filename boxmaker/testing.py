@@ -592,7 +592,7 @@ class _RateLoop:
             slot: int | None = pin
         else:  # as llama.cpp: the idle slot sharing the longest prefix, else the least recent
             idle = [i for i, n in enumerate(self.busy) if n == 0]
-            keys = _message_keys(body)
+            keys = body[_KEYS]
             shared = {i: _shared(self.keys[i], keys) for i in idle}
             best = max(idle, key=lambda i: (shared[i], -self.used[i]), default=None)
             if best is not None and shared[best] == 0:
@@ -666,7 +666,9 @@ class _RateConnection(asyncio.Protocol):
             path = rest.partition(" ")[0].partition("?")[0]
             if method == "POST" and path == "/v1/chat/completions":
                 self.streaming = True
-                self.loop.start(self, {**orjson.loads(body), _BYTES: len(body)})
+                parsed = orjson.loads(body)
+                parsed[_BYTES], parsed[_KEYS] = len(body), _message_keys(parsed)
+                self.loop.start(self, parsed)
             elif path == "/health":
                 self.answer("200 OK", {"status": "ok"})
             elif path == "/props":
@@ -695,6 +697,7 @@ class _RateConnection(asyncio.Protocol):
 
 _SSE_OK = SSE_HEAD  # the head of every streamed answer
 _BYTES = "\x00bytes"  # the request's size in its parsed body (a key no request has)
+_KEYS = "\x00keys"  # its messages' hashes (_message_keys), made once per request
 
 
 def _message_keys(body: dict[str, Any]) -> list[int]:
@@ -728,7 +731,7 @@ class _RateStream:
         rate, prefill = float(spec["tokens_per_s"]), float(spec["prefill_s"])
         cid = f"chatcmpl-{owner.count:08d}"
         prompt = body[_BYTES] // 4 + 1  # about 4 bytes of the request a token
-        keys = _message_keys(body)
+        keys = body[_KEYS]
         extends = _shared(owner.keys[slot], keys) == len(owner.keys[slot])  # its last messages
         cache = owner.held[slot] if prompt > owner.held[slot] and extends else 0
         owner.keys[slot] = keys
