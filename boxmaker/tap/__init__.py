@@ -27,7 +27,7 @@ from .._public import publish
 from ._cassette import Recorded, TapCassette
 from ._guard import Guard, Refusal
 from ._log import HOLD_AT_MOST_S, HOLD_S, LOG_WITHIN_S, OPEN_LOGS, Exchange, TapLog
-from ._proxy import CAUGHT_SIGNALS, GRACE_S, HOP_BY_HOP, UPSTREAM_POOLS, Tap, make_app
+from ._proxy import CAUGHT_SIGNALS, GRACE_S, HOP_BY_HOP, Tap, make_app
 from ._responses import RESPONSES_PATHS, ResponsesDecoder, responses_body
 from ._whatif import LogWhatIf, what_if_log
 from ._wire import (
@@ -55,7 +55,6 @@ __all__ = [
     "OPEN_LOGS",
     "RESPONSES_PATHS",
     "UNREAD_PATHS",
-    "UPSTREAM_POOLS",
     "Exchange",
     "Guard",
     "LogWhatIf",

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import h11
-import httpx
+import yarl
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..config import LOOPBACK_NAMES, TapConfig
@@ -201,20 +201,24 @@ async def read_body(receive: Receive, cap: int) -> bytes | None:
             return b"".join(parts)
 
 
-def upstream_url(base: httpx.URL, scope: Scope) -> httpx.URL:
+def upstream_url(base: yarl.URL, scope: Scope) -> yarl.URL:
     """The upstream's URL for a request that passed :meth:`Guard.check`: the scheme, host and
     port of ``base`` (never the request's), ``base``'s path, then the request's path and
-    query as they came (bytes, not re-encoded).
+    query as they came (bytes, not re-encoded: ``yarl.URL(..., encoded=True)``).
 
     Raises:
-        httpx.InvalidURL: a target httpx cannot send.
+        ValueError: a target that is not printable ASCII (h11 lets no other in), or one that
+            would change the upstream's address.
     """
-    prefix = base.raw_path.rstrip(b"/") if base.raw_path != b"/" else b""
+    prefix = base.raw_path.rstrip("/") if base.raw_path != "/" else ""
     query = scope.get("query_string") or b""
-    target = prefix + scope["raw_path"] + (b"?" + query if query else b"")
-    url = base.copy_with(raw_path=target)
-    if (url.scheme, url.host, url.port) != (base.scheme, base.host, base.port):  # pragma: no cover
-        raise httpx.InvalidURL("the request's target changed the upstream's address")
+    target = scope["raw_path"] + (b"?" + query if query else b"")
+    if not all(0x21 <= c <= 0x7E for c in target) or b"#" in target:
+        raise ValueError(f"the target {target[:80]!r} is not printable ASCII")
+    origin = f"{base.scheme}://{base.raw_authority}"
+    url = yarl.URL(origin + prefix + target.decode("ascii"), encoded=True)
+    if (url.scheme, url.host, url.port) != (base.scheme, base.host, base.port):
+        raise ValueError("the request's target changed the upstream's address")
     return url
 
 

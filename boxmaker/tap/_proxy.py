@@ -1,19 +1,22 @@
-"""The tap's pass-through proxy: an ASGI app served by uvicorn, httpx to the upstream.
+"""The tap's pass-through proxy: an ASGI app served by uvicorn, aiohttp to the upstream.
 
 Why these: uvicorn is a well-kept HTTP/1.1 server that hands the app each body write as it
-comes and reports a client's disconnect (``http.disconnect``); httpx's async transport streams
-the upstream's answer as raw bytes (``aiter_raw``: not decoded, not re-chunked). The app is
-plain ASGI (no framework): it only moves bytes, so it is short, and nothing between the two
-sockets parses or buffers.
+comes and reports a client's disconnect (``http.disconnect``); aiohttp's client streams the
+upstream's answer as it arrives (``iter_any``: what its C parser has de-chunked so far, all of
+it, in one read) from one pool of kept-alive connections whose cost does not grow with their
+number. httpx did the same until issue 38 measured it: its pool (httpcore 1.0) scans every
+connection on each request (encode/httpcore#1035), and with 64 agents the tap spent about
+4 ms of CPU per completion and reached 0.5-0.6 of direct requests/s; through aiohttp it
+spends about 1 ms (``benchmarks/gpu_rate.py``). The app is plain ASGI (no framework): it only
+moves bytes, so it is short, and nothing between the two sockets parses or buffers.
 
-The upstream is asked through httpx's connection-pooling transport itself
-(``AsyncHTTPTransport``), not an ``AsyncClient``: a client would add its default headers
-(``User-Agent``, ``Accept-Encoding``) to a request that lacks them, keep the upstream's
-cookies and send them with every agent's requests, and costs about 0.2 ms a request on the way
-to the first event (merging, auth and redirect handling a proxy does not want).
+The session asks as a proxy must: no header of its own (``User-Agent``, ``Accept``,
+``Accept-Encoding`` and ``Content-Type`` are not added to a request that lacks them), no
+cookie kept (an upstream's cookie would go out with every agent's requests), no redirect
+followed, no answer decompressed (the agent gets the bytes the upstream sent).
 
 What passes: the method, path, query, body and headers of every request (less the hop-by-hop
-ones of RFC 9110 7.6.1 and ``Host``, which httpx sets to the upstream's); the status, headers
+ones of RFC 9110 7.6.1 and ``Host``, which is set to the upstream's); the status, headers
 (less hop-by-hop) and body of every answer, each read forwarded as it arrives (an SSE event
 reaches the agent when it reaches the tap). A client that disconnects closes the upstream
 connection (llama-server then stops generating); an upstream that is not reached gets the
@@ -33,7 +36,6 @@ import ipaddress
 import json
 import signal
 import socket
-import ssl
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -41,8 +43,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 import uvicorn
+import yarl
 
 from ..config import ClientConfig, TapConfig
 from ..errors import BoxmakerError, ConfigError
@@ -64,7 +67,7 @@ from ._responses import RESPONSES_PATHS
 from ._traffic import Traffic
 from ._wire import ANTHROPIC_PATHS, CHAT_PATHS, UNREAD_PATHS
 
-__all__ = ["CAUGHT_SIGNALS", "GRACE_S", "HOP_BY_HOP", "UPSTREAM_POOLS", "Tap", "make_app"]
+__all__ = ["CAUGHT_SIGNALS", "GRACE_S", "HOP_BY_HOP", "Tap", "make_app"]
 
 HOP_BY_HOP = frozenset(
     {
@@ -82,7 +85,11 @@ HOP_BY_HOP = frozenset(
 
 _HOP = frozenset(h.encode() for h in HOP_BY_HOP)
 _LOGGED = CHAT_PATHS | ANTHROPIC_PATHS | RESPONSES_PATHS
-_TIMEOUTS = {"timeout": {"connect": 10.0, "read": None, "write": 60.0, "pool": None}}
+_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10.0)
+"""Ten seconds to connect to the upstream, no clock on its answer (a long generation is
+silent until its first token)."""
+_NOT_ADDED = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
+_BODILESS = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
 
 
 def _bearer(headers: list[tuple[bytes, bytes]]) -> str | None:
@@ -90,11 +97,6 @@ def _bearer(headers: list[tuple[bytes, bytes]]) -> str | None:
         if name.lower() == b"authorization" and value[:7].lower() == b"bearer ":
             return value[7:].decode("latin-1").strip() or None
     return None
-
-
-UPSTREAM_POOLS = 16
-"""How many upstream connection pools the tap splits its agents' requests over (see
-``make_app``): each agent connection keeps to one."""
 
 
 def make_app(
@@ -111,36 +113,32 @@ def make_app(
     to ``log`` and every exchange the upstream answered to ``cassette`` (``None``: neither);
     each request is counted in ``traffic`` while in flight (the writers prefer a quiet
     moment)."""
-    base = httpx.URL(upstream.rstrip("/"))
-    pools: list[httpx.AsyncHTTPTransport] = []
+    base = yarl.URL(upstream.rstrip("/"))
+    sessions: list[aiohttp.ClientSession] = []
 
     async def lifespan(receive: Receive, send: Send) -> None:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                limits = httpx.Limits(max_connections=None, max_keepalive_connections=16)
-                # one TLS context for all the pools (each would load the certificate store)
-                tls = ssl.create_default_context()
-                pools[:] = [
-                    httpx.AsyncHTTPTransport(limits=limits, verify=tls)
-                    for _ in range(UPSTREAM_POOLS)
+                # one pool for every agent: no limit on its connections (the agents' own
+                # count is capped by the guard), each kept alive for the next request
+                connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
+                sessions[:] = [
+                    aiohttp.ClientSession(
+                        connector=connector,
+                        cookie_jar=aiohttp.DummyCookieJar(),
+                        skip_auto_headers=_NOT_ADDED,
+                        auto_decompress=False,
+                        timeout=_TIMEOUT,
+                    )
                 ]
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                closing, pools[:] = list(pools), []
-                for transport in closing:
-                    await transport.aclose()
+                closing, sessions[:] = list(sessions), []
+                for session in closing:
+                    await session.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
-
-    def pool_of(scope: Scope) -> httpx.AsyncHTTPTransport:
-        """The upstream pool of the agent's connection (by its address and port): httpcore's
-        pool scans all its connections on each request, a cost that grew with the square of
-        the agents (encode/httpcore#1035: 64 agents ran at 0.07-0.08 of direct); split in
-        :data:`UPSTREAM_POOLS`, each scans its share, and one agent connection's requests
-        keep to one pool (its kept-alive upstream connection)."""
-        client = scope.get("client") or ("", 0)
-        return pools[hash((client[0], client[1])) % len(pools)]
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -162,7 +160,7 @@ def make_app(
             traffic.leave()
 
     async def handle(scope: Scope, receive: Receive, send: Send) -> None:
-        upstream = pool_of(scope)
+        upstream = sessions[0]
         try:
             body = await read_body(receive, guard.max_body_bytes)
         except OverflowError:
@@ -172,7 +170,7 @@ def make_app(
             return
         try:
             url = upstream_url(base, scope)
-        except httpx.InvalidURL as exc:
+        except ValueError as exc:
             await refuse(send, Refusal(400, f"the request's target cannot be forwarded: {exc}"))
             return
         started = utc_now()
@@ -187,9 +185,7 @@ def make_app(
             log.note_route(path, "forwarded, not logged: a prompt, not a conversation")
         if log is not None and logged:
             await log.catch_up()  # the log's writer behind: this agent waits, the log does not
-        request = httpx.Request(
-            scope["method"], url, headers=headers, content=body, extensions=_TIMEOUTS
-        )
+        request = _Request(scope["method"], url, headers, body)
         if not logged and cassette is None:
             await _forward(upstream, request, receive, send, keep=False)
             return
@@ -264,13 +260,26 @@ def _to_cassette(
     cassette.submit(recorded)
 
 
+@dataclass(frozen=True)
+class _Request:
+    """A request to forward: its ``method``, the upstream's ``url`` (:func:`upstream_url`),
+    the agent's ``headers`` less hop-by-hop ones, ``Host`` and ``Content-Length`` (raw), and
+    its ``body``."""
+
+    method: str
+    url: yarl.URL
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+
 @dataclass(frozen=True, kw_only=True)
 class _Answer:
     """What :func:`_forward` saw: the upstream's ``status`` (``None``: not reached, the agent
     got a 502), ``reason`` phrase and ``headers``, whether it ``streamed`` SSE, the ``body``
-    bytes forwarded (``b""`` unless kept), what went wrong (``error``, in words), the httpx
-    error that broke the answer off (``broke``, ``"ReadError: ..."``), and whether the agent
-    went away before the answer ended (``gone``)."""
+    bytes forwarded (``b""`` unless kept), what went wrong (``error``, in words), the error
+    that broke the answer off (``broke``, named as httpx names it, ``"RemoteProtocolError:
+    ..."``, the name a cassette replays), and whether the agent went away before the answer
+    ended (``gone``)."""
 
     status: int | None = None
     reason: str | None = None
@@ -282,9 +291,29 @@ class _Answer:
     gone: bool = False
 
 
+_UPSTREAM_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+"""What asking the upstream or reading its answer raises (aiohttp's errors, a timeout, a
+socket's)."""
+
+
+def broke_name(exc: BaseException) -> str:
+    """``"Name: message"`` of an error that broke an upstream's answer off, named as httpx
+    names it (the cassette's ``error``, which :mod:`boxmaker.cassettes` replays as that httpx
+    error): an answer cut short by the upstream (``aiohttp.ClientPayloadError``, a closed
+    connection) is a ``RemoteProtocolError``, a timeout a ``ReadTimeout``, another socket
+    error a ``ReadError``."""
+    if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ServerDisconnectedError):
+        name = "RemoteProtocolError"
+    elif isinstance(exc, TimeoutError):
+        name = "ReadTimeout"
+    else:
+        name = "ReadError"
+    return f"{name}: {exc or type(exc).__name__}"
+
+
 async def _forward(
-    upstream: httpx.AsyncHTTPTransport,
-    request: httpx.Request,
+    upstream: aiohttp.ClientSession,
+    request: _Request,
     receive: Receive,
     send: Send,
     *,
@@ -292,10 +321,15 @@ async def _forward(
 ) -> _Answer:
     """Send ``request`` upstream and its answer to the agent, each read as it arrives
     (the agent going away closes the upstream connection)."""
+    headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers]
+    body = request.body if request.body or request.method not in _BODILESS else None
     try:
-        response = await upstream.handle_async_request(request)
-    except httpx.HTTPError as exc:
-        base = f"{request.url.scheme}://{request.url.netloc.decode('latin-1')}"
+        response = await upstream.request(
+            request.method, request.url, headers=headers, data=body, allow_redirects=False
+        )
+    except _UPSTREAM_ERRORS as exc:
+        url = request.url
+        base = f"{url.scheme}://{url.raw_authority}"
         why = f"the tap could not reach the upstream {base}: {type(exc).__name__}: {exc}"
         answer = {"error": {"message": why, "type": "tap_upstream_unreachable", "code": 502}}
         head = [(b"content-type", b"application/json")]
@@ -303,93 +337,64 @@ async def _forward(
         await send({"type": "http.response.body", "body": json.dumps(answer).encode()})
         return _Answer(error=why)
     kept: list[bytes] = []
-    disconnected = asyncio.Event()
     problem: str | None = None
     broke: str | None = None
     streamed = response.headers.get("content-type", "").startswith("text/event-stream")
-
-    async def forward() -> None:
-        out = [(k, v) for k, v in response.headers.raw if k.lower() not in _HOP]
-        await send({"type": "http.response.start", "status": response.status_code, "headers": out})
-        # a reader task pulls the upstream's chunks as they come; this loop sends each at once,
-        # joined with the others already pulled (events that came in one socket read leave in
-        # one write: nothing waits, but a busy tap makes one write, not one per event)
-        pulled: asyncio.Queue[bytes | Exception | None] = asyncio.Queue()
-
-        async def pull() -> None:
-            try:
-                async for chunk in response.aiter_raw():
-                    pulled.put_nowait(chunk)
-            except Exception as exc:  # handed to the sending loop, which raises it
-                pulled.put_nowait(exc)
-                return
-            pulled.put_nowait(None)
-
-        puller = asyncio.ensure_future(pull())
-        try:
-            ended = False
-            while not ended:
-                parts = [await pulled.get()]
-                while not pulled.empty():
-                    parts.append(pulled.get_nowait())
-                data = b"".join(p for p in parts if isinstance(p, bytes))
-                if data:
-                    if keep:
-                        kept.append(data)
-                    await send({"type": "http.response.body", "body": data, "more_body": True})
-                for part in parts:
-                    if isinstance(part, Exception):
-                        raise part
-                ended = parts[-1] is None
-        finally:
-            puller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await puller
-        await send({"type": "http.response.body", "body": b""})
+    # the answer is forwarded on this task; a watcher cancels it when the agent goes away
+    # (one task a request, not two and a wait on both: this is the tap's hot path)
+    me = asyncio.current_task()
+    state = {"gone": False, "ended": False}
 
     async def watch() -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
-        disconnected.set()
+        if not state["ended"] and me is not None:
+            state["gone"] = True
+            me.cancel()
 
-    forwarding = asyncio.ensure_future(forward())
     watching = asyncio.ensure_future(watch())
     try:
-        await asyncio.wait({forwarding, watching}, return_when=asyncio.FIRST_COMPLETED)
-        if not forwarding.done():  # the agent went away: stop reading the upstream
-            forwarding.cancel()
-        try:
-            await forwarding
-        except asyncio.CancelledError:
-            pass
-        except httpx.HTTPError as exc:
-            broke = f"{type(exc).__name__}: {exc}"
-            problem = f"the upstream's answer broke off: {broke}"
-        except OSError:  # the agent's socket failed under a write: it is gone
-            disconnected.set()
+        out = [(k, v) for k, v in response.raw_headers if k.lower() not in _HOP]
+        await send({"type": "http.response.start", "status": response.status, "headers": out})
+        # each read is all that came since the last one (events that came together leave in
+        # one write: nothing waits, but a busy tap makes one write, not one per event)
+        async for data in response.content.iter_any():
+            if keep:
+                kept.append(data)
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+        state["ended"] = True
+        await send({"type": "http.response.body", "body": b""})
+    except asyncio.CancelledError:
+        if not state["gone"]:
+            raise  # the tap stopping, not the agent going away
+        if me is not None:
+            me.uncancel()
+    except (aiohttp.ClientError, TimeoutError) as exc:  # before OSError: both are
+        broke = broke_name(exc)
+        problem = f"the upstream's answer broke off: {broke}"
+    except OSError:  # the agent's socket failed under a write: it is gone
+        state["gone"] = True
     finally:
+        state["ended"] = True
         watching.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watching
-        await response.aclose()  # closes the upstream connection when cut short
-    gone = disconnected.is_set() and not forwarding_done_cleanly(forwarding)
+        if problem is None and not state["gone"] and response.content.is_eof():
+            response.release()  # read to its end: the connection goes back to the pool
+        else:
+            response.close()  # cut short: the upstream connection is closed
+    gone = bool(state["gone"])
     error = problem or ("the agent disconnected mid-answer" if gone else None)
-    reason = response.extensions.get("reason_phrase", b"")
     return _Answer(
-        status=response.status_code,
-        reason=reason.decode("latin-1") if isinstance(reason, bytes) else None,
-        headers=response.headers.raw,
+        status=response.status,
+        reason=response.reason,
+        headers=list(response.raw_headers),
         streamed=streamed,
         body=b"".join(kept),
         error=error,
         broke=broke,
         gone=gone,
     )
-
-
-def forwarding_done_cleanly(task: asyncio.Future[None]) -> bool:
-    """The forwarding task ran to its end (not cancelled, no error)."""
-    return task.done() and not task.cancelled() and task.exception() is None
 
 
 CAUGHT_SIGNALS: tuple[signal.Signals, ...] = tuple(
@@ -501,6 +506,11 @@ class Tap:
             log_config=None,  # a library leaves the process's logging as it found it
             log_level="warning",
             access_log=False,
+            # a proxy: the upstream's Server and Date go to the agent, not uvicorn's beside
+            # them; no X-Forwarded-* header is believed (the tap names no client by them)
+            server_header=False,
+            date_header=False,
+            proxy_headers=False,
             lifespan="on",
             timeout_keep_alive=max(1, int(self.config.idle_timeout_s)),
             timeout_graceful_shutdown=GRACE_S,
