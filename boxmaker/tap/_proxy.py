@@ -37,7 +37,7 @@ import json
 import signal
 import socket
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -75,15 +75,41 @@ HOP_BY_HOP = frozenset(
         "keep-alive",
         "proxy-authenticate",
         "proxy-authorization",
+        "proxy-connection",
         "te",
         "trailer",
         "transfer-encoding",
         "upgrade",
     }
 )
-"""Headers that belong to one connection, not forwarded (RFC 9110 section 7.6.1)."""
+"""Headers that belong to one connection, not forwarded (RFC 9110 section 7.6.1; with
+``Proxy-Connection``, its older spelling), nor those a ``Connection`` header names."""
 
 _HOP = frozenset(h.encode() for h in HOP_BY_HOP)
+_NOT_FORWARDED = _HOP | {b"host", b"content-length", b"expect"}
+"""The request headers the tap does not pass on: hop-by-hop ones, ``Host`` and
+``Content-Length`` (set for the upstream), ``Expect`` (uvicorn answered the agent's
+``100-continue`` already, and the body is read whole before it goes upstream: forwarded, it
+made the upstream's client hold the body back for a ``100`` the upstream need not send)."""
+
+
+def end_to_end(
+    headers: Iterable[tuple[bytes, bytes]], drop: frozenset[bytes]
+) -> list[tuple[bytes, bytes]]:
+    """``headers`` (raw, names as they came) less those named in ``drop`` (lower case) and
+    those a ``Connection`` header names (RFC 9110 section 7.6.1: ``Connection: close,
+    X-Hop`` makes ``X-Hop`` a header of this connection alone)."""
+    headers = list(headers)
+    named = {
+        token.strip().lower()
+        for name, value in headers
+        if name.lower() == b"connection"
+        for token in value.split(b",")
+    }
+    gone = drop | named if named else drop
+    return [(k, v) for k, v in headers if k.lower() not in gone]
+
+
 _LOGGED = CHAT_PATHS | ANTHROPIC_PATHS | RESPONSES_PATHS
 _TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10.0)
 """Ten seconds to connect to the upstream, no clock on its answer (a long generation is
@@ -113,7 +139,9 @@ def make_app(
     to ``log`` and every exchange the upstream answered to ``cassette`` (``None``: neither);
     each request is counted in ``traffic`` while in flight (the writers prefer a quiet
     moment)."""
-    base = yarl.URL(upstream.rstrip("/"))
+    # credentials in the URL (user:password@) never go upstream, into an answer or a log:
+    # the agents' own Authorization is what the upstream sees (Tap refuses such a URL)
+    base = yarl.URL(upstream.rstrip("/")).with_user(None)
     sessions: list[aiohttp.ClientSession] = []
 
     async def lifespan(receive: Receive, send: Send) -> None:
@@ -175,17 +203,19 @@ def make_app(
             return
         started = utc_now()
         path: str = scope["path"]
-        headers = [
-            (k, v)
-            for k, v in scope["headers"]
-            if k.lower() not in _HOP and k.lower() not in (b"host", b"content-length")
-        ]
+        headers = end_to_end(scope["headers"], _NOT_FORWARDED)
+        try:  # aiohttp sends str values as UTF-8: a value that is not UTF-8 cannot pass as it is
+            texts = [(k.decode("latin-1"), v.decode("utf-8")) for k, v in headers]
+        except UnicodeDecodeError:
+            why = "a request header value that is not UTF-8 cannot be forwarded as it came"
+            await refuse(send, Refusal(400, why))
+            return
         logged = log is not None and path in _LOGGED and scope["method"] == "POST"
         if log is not None and path in UNREAD_PATHS and scope["method"] == "POST":
             log.note_route(path, "forwarded, not logged: a prompt, not a conversation")
         if log is not None and logged:
             await log.catch_up()  # the log's writer behind: this agent waits, the log does not
-        request = _Request(scope["method"], url, headers, body)
+        request = _Request(scope["method"], url, texts, body)
         if not logged and cassette is None:
             await _forward(upstream, request, receive, send, keep=False)
             return
@@ -263,12 +293,12 @@ def _to_cassette(
 @dataclass(frozen=True)
 class _Request:
     """A request to forward: its ``method``, the upstream's ``url`` (:func:`upstream_url`),
-    the agent's ``headers`` less hop-by-hop ones, ``Host`` and ``Content-Length`` (raw), and
-    its ``body``."""
+    the agent's ``headers`` less hop-by-hop ones, ``Host``, ``Content-Length`` and ``Expect``
+    (names as latin-1, values as UTF-8 text, as aiohttp sends them), and its ``body``."""
 
     method: str
     url: yarl.URL
-    headers: list[tuple[bytes, bytes]]
+    headers: list[tuple[str, str]]
     body: bytes
 
 
@@ -300,9 +330,17 @@ def broke_name(exc: BaseException) -> str:
     """``"Name: message"`` of an error that broke an upstream's answer off, named as httpx
     names it (the cassette's ``error``, which :mod:`boxmaker.cassettes` replays as that httpx
     error): an answer cut short by the upstream (``aiohttp.ClientPayloadError``, a closed
-    connection) is a ``RemoteProtocolError``, a timeout a ``ReadTimeout``, another socket
-    error a ``ReadError``."""
-    if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ServerDisconnectedError):
+    connection) is a ``RemoteProtocolError``, unless a socket error (a reset) broke it, a
+    ``ReadError`` as any other socket error; a timeout is a ``ReadTimeout``."""
+    causes: list[BaseException] = []
+    cause = exc.__cause__
+    while cause is not None and len(causes) < 8:
+        causes.append(cause)
+        cause = cause.__cause__
+    reset = any(isinstance(c, OSError) for c in causes)
+    if isinstance(exc, aiohttp.ClientPayloadError) and reset:
+        name = "ReadError"  # the connection reset under the body, as httpx names it
+    elif isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ServerDisconnectedError):
         name = "RemoteProtocolError"
     elif isinstance(exc, TimeoutError):
         name = "ReadTimeout"
@@ -320,28 +358,16 @@ async def _forward(
     keep: bool,
 ) -> _Answer:
     """Send ``request`` upstream and its answer to the agent, each read as it arrives
-    (the agent going away closes the upstream connection)."""
-    headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers]
+    (the agent going away closes the upstream connection, before the answer's head or
+    during its body)."""
     body = request.body if request.body or request.method not in _BODILESS else None
-    try:
-        response = await upstream.request(
-            request.method, request.url, headers=headers, data=body, allow_redirects=False
-        )
-    except _UPSTREAM_ERRORS as exc:
-        url = request.url
-        base = f"{url.scheme}://{url.raw_authority}"
-        why = f"the tap could not reach the upstream {base}: {type(exc).__name__}: {exc}"
-        answer = {"error": {"message": why, "type": "tap_upstream_unreachable", "code": 502}}
-        head = [(b"content-type", b"application/json")]
-        await send({"type": "http.response.start", "status": 502, "headers": head})
-        await send({"type": "http.response.body", "body": json.dumps(answer).encode()})
-        return _Answer(error=why)
     kept: list[bytes] = []
     problem: str | None = None
     broke: str | None = None
-    streamed = response.headers.get("content-type", "").startswith("text/event-stream")
-    # the answer is forwarded on this task; a watcher cancels it when the agent goes away
-    # (one task a request, not two and a wait on both: this is the tap's hot path)
+    # the answer is forwarded on this task; a watcher cancels it when the agent goes away,
+    # from the moment the request goes up (llama-server says nothing of a completion that is
+    # not streamed until it ends: the agent gone before that, the upstream connection is
+    # closed and the generation stops); one task more a request, not two and a wait on both
     me = asyncio.current_task()
     state = {"gone": False, "ended": False}
 
@@ -354,7 +380,34 @@ async def _forward(
 
     watching = asyncio.ensure_future(watch())
     try:
-        out = [(k, v) for k, v in response.raw_headers if k.lower() not in _HOP]
+        response = await upstream.request(
+            request.method, request.url, headers=request.headers, data=body, allow_redirects=False
+        )
+    except asyncio.CancelledError:
+        await _stop(watching, state)
+        if not state["gone"]:
+            raise  # the tap stopping, not the agent going away
+        if me is not None:
+            me.uncancel()
+        return _Answer(error="the agent disconnected before the upstream answered", gone=True)
+    except _UPSTREAM_ERRORS as exc:
+        await _stop(watching, state)
+        url = request.url
+        base = f"{url.scheme}://{url.raw_authority}"
+        if isinstance(exc, aiohttp.ClientResponseError):  # it answered, not in HTTP/1.1
+            why = f"the tap could not read the answer of the upstream {base}: {exc}"
+            kind = "tap_upstream_unreadable"
+        else:
+            why = f"the tap could not reach the upstream {base}: {type(exc).__name__}: {exc}"
+            kind = "tap_upstream_unreachable"
+        answer = {"error": {"message": why, "type": kind, "code": 502}}
+        head = [(b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": 502, "headers": head})
+        await send({"type": "http.response.body", "body": json.dumps(answer).encode()})
+        return _Answer(error=why)
+    streamed = response.headers.get("content-type", "").startswith("text/event-stream")
+    try:
+        out = end_to_end(response.raw_headers, _HOP)
         await send({"type": "http.response.start", "status": response.status, "headers": out})
         # each read is all that came since the last one (events that came together leave in
         # one write: nothing waits, but a busy tap makes one write, not one per event)
@@ -375,10 +428,7 @@ async def _forward(
     except OSError:  # the agent's socket failed under a write: it is gone
         state["gone"] = True
     finally:
-        state["ended"] = True
-        watching.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watching
+        await _stop(watching, state)
         if problem is None and not state["gone"] and response.content.is_eof():
             response.release()  # read to its end: the connection goes back to the pool
         else:
@@ -395,6 +445,14 @@ async def _forward(
         broke=broke,
         gone=gone,
     )
+
+
+async def _stop(watching: asyncio.Future[None], state: dict[str, bool]) -> None:
+    """The request is over (answered, failed or cut): its watcher stops, cancelling nothing."""
+    state["ended"] = True
+    watching.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await watching
 
 
 CAUGHT_SIGNALS: tuple[signal.Signals, ...] = tuple(
@@ -456,7 +514,8 @@ class Tap:
 
     Raises:
         BoxmakerError: ``upstream`` is not an http(s) URL with a host (a trailing ``/v1``
-            is dropped, as :class:`~boxmaker.config.ClientConfig` drops it), or ``port`` is not
+            is dropped, as :class:`~boxmaker.config.ClientConfig` drops it) or carries
+            credentials (``user:password@``; the message does not show them), or ``port`` is not
             0 to 65535; (:meth:`start`) the port cannot be bound, or the server did not start
             in 10 s.
     """
@@ -478,6 +537,13 @@ class Tap:
                 f"the tap's upstream {upstream!r} is not an http(s) URL with a host "
                 "(the llama-server's base URL: http://127.0.0.1:8080)"
             ) from None
+        parsed = yarl.URL(base)
+        if parsed.user is not None or parsed.password is not None:
+            raise BoxmakerError(
+                f"the tap's upstream {str(parsed.with_user(None))!r} was given with credentials "
+                "(user:password@): the tap sends none of its own, each agent's Authorization "
+                "header goes upstream as it came; give the URL without them"
+            )
         if not 0 <= port <= 65_535:
             raise BoxmakerError(f"the tap's port {port} is out of range: 0 to 65535")
         self.upstream = base

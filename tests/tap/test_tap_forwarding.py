@@ -4,11 +4,13 @@ sockets: the fake llama-server (tests/fake_llama.py) upstream, its raw bytes rea
 from __future__ import annotations
 
 import http.client
+import socket
 from pathlib import Path
 
 import pytest
 from fake_llama import Raw, running
 
+from boxmaker.errors import BoxmakerError
 from boxmaker.tap import Tap
 from boxmaker.tap._proxy import broke_name
 
@@ -72,10 +74,121 @@ def test_the_tap_adds_no_header_and_keeps_no_cookie(tmp_path: Path) -> None:
     ],
 )
 def test_an_answer_broken_off_is_named_as_httpx_names_it(error: str, name: str) -> None:
-    """The cassette's ``error`` names an httpx error (what boxmaker.cassettes replays)."""
+    """The cassette's ``error`` names an httpx error (what boxmaker.cassettes replays); a
+    body cut by a reset of the connection is a ``ReadError``, as httpx says it."""
     import aiohttp
 
     kind = getattr(aiohttp, error, None) or TimeoutError
     got = broke_name(kind("it broke"))
     assert got.partition(": ")[0] == name
     assert "it broke" in got
+    if error == "ClientPayloadError":
+        cut = aiohttp.ClientPayloadError("cut")
+        cut.__cause__ = ValueError("transfer length")
+        cut.__cause__.__cause__ = ConnectionResetError(104, "reset by peer")
+        assert broke_name(cut) == "ReadError: cut"
+
+
+def _raw_agent(tap: Tap, request: bytes, *, wait_s: float = 5.0) -> bytes:
+    """Send ``request`` (``{host}`` replaced by the tap's) on a socket; what came back until
+    the tap closed the connection or ``wait_s`` passed."""
+    host = tap.url.removeprefix("http://")
+    port = int(host.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=wait_s) as conn:
+        conn.sendall(request.replace(b"{host}", host.encode()))
+        got = b""
+        try:
+            while piece := conn.recv(65536):
+                got += piece
+        except TimeoutError:
+            pass
+    return got
+
+
+def test_expect_100_continue_is_answered_by_the_tap_not_forwarded(tmp_path: Path) -> None:
+    """uvicorn answers the agent's ``Expect: 100-continue``; the header does not go upstream
+    (forwarded, it made the tap's client wait for a 100 from an upstream that sends none:
+    the request hung)."""
+    body = b'{"messages": []}'
+    with running([]) as up:
+        up.paths["/x"] = Raw([ANSWER], hold=False)
+        with Tap(up.url, directory=tmp_path / "logs") as tap:
+            got = _raw_agent(
+                tap,
+                b"POST /x HTTP/1.1\r\nHost: {host}\r\nExpect: 100-continue\r\n"
+                b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body),
+            )
+    assert got.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n")
+    assert got.endswith(b"\r\n\r\n{}")
+    (raw,) = up.requests
+    assert "expect" not in dict(_head(raw)) and raw.endswith(b"\r\n\r\n" + body)
+
+
+def test_an_agent_gone_before_the_answer_began_closes_the_upstream_connection(
+    tmp_path: Path,
+) -> None:
+    """llama-server sends nothing of a completion that is not streamed until it ends: an
+    agent that leaves before then closes the tap's upstream connection (the generation stops),
+    and the tap stops at once."""
+    import time
+
+    body = b'{"messages": [{"role": "user", "content": "hi"}]}'
+    with running([Raw([], hold=True)]) as up, Tap(up.url, directory=tmp_path / "logs") as tap:
+        got = _raw_agent(
+            tap,
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body),
+            wait_s=0.5,
+        )
+        assert got == b""  # nothing came: the agent gave up
+        assert up.disconnected.wait(5)  # the tap closed its upstream connection
+        started = time.monotonic()
+    assert time.monotonic() - started < 5  # no answer in flight held the stop
+    assert tap.log is not None and tap.log.problems == []
+
+
+def test_header_values_pass_as_bytes_or_are_refused(tmp_path: Path) -> None:
+    """A UTF-8 header value reaches the upstream byte for byte; one that is not UTF-8 (the
+    tap's client sends text as UTF-8: it would arrive changed) is answered 400 and never
+    forwarded. Headers a ``Connection`` header names, and ``Proxy-Connection``, are the
+    connection's own (RFC 9110 7.6.1): dropped both ways."""
+    answer = ANSWER.replace(
+        b"Content-Length: 2", b"Connection: keep-alive, X-Hop\r\nX-Hop: up\r\nContent-Length: 2"
+    )
+    with running([]) as up:
+        up.paths["/x"] = Raw([answer], hold=False)
+        with Tap(up.url, directory=tmp_path / "logs") as tap:
+            good = _raw_agent(
+                tap,
+                b"GET /x HTTP/1.1\r\nHost: {host}\r\nX-Title: caf\xc3\xa9\r\n"
+                b"Connection: close, X-Secret-Hop\r\nX-Secret-Hop: s3cret\r\n"
+                b"Proxy-Connection: keep-alive\r\n\r\n",
+            )
+            bad = _raw_agent(tap, b"GET /x HTTP/1.1\r\nHost: {host}\r\nX-Latin: \xe9t\xe9\r\n\r\n")
+    assert good.startswith(b"HTTP/1.1 200 ") and b"x-hop" not in good.lower()
+    assert bad.startswith(b"HTTP/1.1 400 ") and b"not UTF-8" in bad
+    (raw,) = up.requests  # the refused one never went up
+    head = dict(_head(raw))
+    assert "x-title: caf\xc3\xa9".encode("latin-1") in raw.lower()
+    assert not {"x-secret-hop", "proxy-connection", "connection"} & set(head), head
+
+
+def test_an_upstream_url_with_credentials_is_refused_without_showing_them() -> None:
+    """The tap sends no credentials of its own (aiohttp would turn ``user:password@`` into
+    Basic auth, and refuse every agent that sends its own key)."""
+    with pytest.raises(BoxmakerError) as caught:
+        Tap("http://tapuser:TAPPASS@127.0.0.1:8080")
+    assert "credentials" in str(caught.value) and "TAPPASS" not in str(caught.value)
+
+
+def test_an_answer_head_the_tap_cannot_read_is_a_502_that_says_so(tmp_path: Path) -> None:
+    """An upstream that answers, but not in HTTP/1.1, is told apart from one not reached."""
+    broken = Raw([b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"])
+    with running([broken]) as up, Tap(up.url, directory=tmp_path / "logs") as tap:
+        got = _raw_agent(
+            tap,
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n"
+            b"Content-Length: 2\r\n\r\n{}",
+        )
+    assert got.startswith(b"HTTP/1.1 502 ")
+    assert b"tap_upstream_unreadable" in got and b"could not read the answer" in got
