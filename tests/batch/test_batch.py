@@ -336,6 +336,32 @@ def test_the_loser_of_a_manifest_race_is_told_another_runner_holds_it(
 # --- slots -------------------------------------------------------------------------------------
 
 
+def test_slots_and_health_of_an_http_server_load_no_certificate_store(
+    servers: list[FakeLlama], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``http://`` needs no TLS: no certificate store is loaded (about 30 ms each time)."""
+    import ssl
+
+    import httpx
+
+    from boxmaker.batch._run import alive
+
+    loads: list[str] = []
+    original = ssl.SSLContext.load_verify_locations
+
+    def counted(self: ssl.SSLContext, *args: Any, **kwargs: Any) -> None:
+        loads.append("verify")
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+    servers += [FakeLlama(2)]
+    assert discover_slots(servers[0].url) == [0, 1]
+    assert alive(servers[0].url)
+    assert loads == []
+    httpx.Client().close()  # httpx's default does load it: the counter counts
+    assert loads == ["verify"]
+
+
 def test_slots_from_slots_endpoint_or_props(servers: list[FakeLlama]) -> None:
     servers += [FakeLlama(3), FakeLlama(2, slots_endpoint=False)]
     assert discover_slots(servers[0].url) == [0, 1, 2]
