@@ -321,9 +321,9 @@ class _Answer:
     gone: bool = False
 
 
-_UPSTREAM_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
-"""What asking the upstream or reading its answer raises (aiohttp's errors, a timeout, a
-socket's)."""
+_UPSTREAM_ERRORS = (aiohttp.ClientError, OSError)
+"""What asking the upstream or reading its answer raises (aiohttp's errors; a socket's,
+``TimeoutError`` among them)."""
 
 
 def broke_name(exc: BaseException) -> str:
@@ -385,10 +385,8 @@ async def _forward(
         )
     except asyncio.CancelledError:
         await _stop(watching, state)
-        if not state["gone"]:
+        if not _agent_went(state, me):
             raise  # the tap stopping, not the agent going away
-        if me is not None:
-            me.uncancel()
         return _Answer(error="the agent disconnected before the upstream answered", gone=True)
     except _UPSTREAM_ERRORS as exc:
         await _stop(watching, state)
@@ -418,10 +416,8 @@ async def _forward(
         state["ended"] = True
         await send({"type": "http.response.body", "body": b""})
     except asyncio.CancelledError:
-        if not state["gone"]:
+        if not _agent_went(state, me):
             raise  # the tap stopping, not the agent going away
-        if me is not None:
-            me.uncancel()
     except (aiohttp.ClientError, TimeoutError) as exc:  # before OSError: both are
         broke = broke_name(exc)
         problem = f"the upstream's answer broke off: {broke}"
@@ -445,6 +441,16 @@ async def _forward(
         broke=broke,
         gone=gone,
     )
+
+
+def _agent_went(state: dict[str, bool], me: asyncio.Task[Any] | None) -> bool:
+    """Inside ``except CancelledError``: whether the watcher cancelled this task because the
+    agent went away (the cancel is then taken back); ``False``: the tap is stopping."""
+    if not state["gone"]:
+        return False
+    if me is not None:
+        me.uncancel()
+    return True
 
 
 async def _stop(watching: asyncio.Future[None], state: dict[str, bool]) -> None:

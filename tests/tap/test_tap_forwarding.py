@@ -3,12 +3,14 @@ sockets: the fake llama-server (tests/fake_llama.py) upstream, its raw bytes rea
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fake_llama import Raw, running
+from fake_llama import FakeLlama, Raw, running
 
 from boxmaker.errors import BoxmakerError
 from boxmaker.tap import Tap
@@ -19,6 +21,15 @@ ANSWER = (
     b"Date: Sat, 05 Dec 2026 10:00:00 GMT\r\nSet-Cookie: session=upstream-cookie\r\n"
     b"Content-Length: 2\r\n\r\n{}"
 )
+
+
+@contextlib.contextmanager
+def _tapped(tmp_path: Path, target: str, answer: bytes) -> Iterator[tuple[FakeLlama, Tap]]:
+    """The fake upstream answering ``target`` with the raw ``answer``, a tap in front."""
+    with running([]) as up:
+        up.paths[target] = Raw([answer], hold=False)
+        with Tap(up.url, directory=tmp_path / "logs") as tap:
+            yield up, tap
 
 
 def _head(raw: bytes) -> list[tuple[str, str]]:
@@ -32,24 +43,22 @@ def test_the_tap_adds_no_header_and_keeps_no_cookie(tmp_path: Path) -> None:
     upstream without them (the tap's client would add its own), ``Host`` names the upstream,
     the agent's own headers pass in order; an upstream's cookie is not sent back with a later
     request; the answer's ``Server`` and ``Date`` are the upstream's alone."""
-    with running([]) as up:
-        up.paths["/x?a=%2F"] = Raw([ANSWER], hold=False)
-        with Tap(up.url, directory=tmp_path / "logs") as tap:
-            port = int(tap.url.rsplit(":", 1)[1])
-            for _ in range(2):
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-                conn.putrequest("POST", "/x?a=%2F", skip_host=True, skip_accept_encoding=True)
-                conn.putheader("Host", f"127.0.0.1:{port}")
-                conn.putheader("X-Agent", "one")
-                conn.putheader("X-Agent", "two")
-                conn.putheader("Content-Length", "3")
-                conn.endheaders(b"abc")
-                answer = conn.getresponse()
-                assert answer.status == 200 and answer.read() == b"{}"
-                headers = [(n.lower(), v) for n, v in answer.getheaders()]
-                conn.close()
-                assert [v for n, v in headers if n == "server"] == ["llama.cpp"]
-                assert [v for n, v in headers if n == "date"] == ["Sat, 05 Dec 2026 10:00:00 GMT"]
+    with _tapped(tmp_path, "/x?a=%2F", ANSWER) as (up, tap):
+        port = int(tap.url.rsplit(":", 1)[1])
+        for _ in range(2):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.putrequest("POST", "/x?a=%2F", skip_host=True, skip_accept_encoding=True)
+            conn.putheader("Host", f"127.0.0.1:{port}")
+            conn.putheader("X-Agent", "one")
+            conn.putheader("X-Agent", "two")
+            conn.putheader("Content-Length", "3")
+            conn.endheaders(b"abc")
+            answer = conn.getresponse()
+            assert answer.status == 200 and answer.read() == b"{}"
+            headers = [(n.lower(), v) for n, v in answer.getheaders()]
+            conn.close()
+            assert [v for n, v in headers if n == "server"] == ["llama.cpp"]
+            assert [v for n, v in headers if n == "date"] == ["Sat, 05 Dec 2026 10:00:00 GMT"]
     assert len(up.requests) == 2
     upstream_port = up.url.rsplit(":", 1)[1]
     for raw in up.requests:
@@ -110,14 +119,12 @@ def test_expect_100_continue_is_answered_by_the_tap_not_forwarded(tmp_path: Path
     (forwarded, it made the tap's client wait for a 100 from an upstream that sends none:
     the request hung)."""
     body = b'{"messages": []}'
-    with running([]) as up:
-        up.paths["/x"] = Raw([ANSWER], hold=False)
-        with Tap(up.url, directory=tmp_path / "logs") as tap:
-            got = _raw_agent(
-                tap,
-                b"POST /x HTTP/1.1\r\nHost: {host}\r\nExpect: 100-continue\r\n"
-                b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body),
-            )
+    with _tapped(tmp_path, "/x", ANSWER) as (up, tap):
+        got = _raw_agent(
+            tap,
+            b"POST /x HTTP/1.1\r\nHost: {host}\r\nExpect: 100-continue\r\n"
+            b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body),
+        )
     assert got.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n")
     assert got.endswith(b"\r\n\r\n{}")
     (raw,) = up.requests
@@ -155,16 +162,14 @@ def test_header_values_pass_as_bytes_or_are_refused(tmp_path: Path) -> None:
     answer = ANSWER.replace(
         b"Content-Length: 2", b"Connection: keep-alive, X-Hop\r\nX-Hop: up\r\nContent-Length: 2"
     )
-    with running([]) as up:
-        up.paths["/x"] = Raw([answer], hold=False)
-        with Tap(up.url, directory=tmp_path / "logs") as tap:
-            good = _raw_agent(
-                tap,
-                b"GET /x HTTP/1.1\r\nHost: {host}\r\nX-Title: caf\xc3\xa9\r\n"
-                b"Connection: close, X-Secret-Hop\r\nX-Secret-Hop: s3cret\r\n"
-                b"Proxy-Connection: keep-alive\r\n\r\n",
-            )
-            bad = _raw_agent(tap, b"GET /x HTTP/1.1\r\nHost: {host}\r\nX-Latin: \xe9t\xe9\r\n\r\n")
+    with _tapped(tmp_path, "/x", answer) as (up, tap):
+        good = _raw_agent(
+            tap,
+            b"GET /x HTTP/1.1\r\nHost: {host}\r\nX-Title: caf\xc3\xa9\r\n"
+            b"Connection: close, X-Secret-Hop\r\nX-Secret-Hop: s3cret\r\n"
+            b"Proxy-Connection: keep-alive\r\n\r\n",
+        )
+        bad = _raw_agent(tap, b"GET /x HTTP/1.1\r\nHost: {host}\r\nX-Latin: \xe9t\xe9\r\n\r\n")
     assert good.startswith(b"HTTP/1.1 200 ") and b"x-hop" not in good.lower()
     assert bad.startswith(b"HTTP/1.1 400 ") and b"not UTF-8" in bad
     (raw,) = up.requests  # the refused one never went up
