@@ -140,6 +140,7 @@ class _Batch:
         self.cond = threading.Condition()
         self.logs_dir, self.book, self.max_tries = logs_dir, book, max_tries
         self.on_progress, self.stop = on_progress, stop
+        self.hook_failed = 0  # on_progress calls that raised
         self.total, self.started = len(runs), time.monotonic()
         self.queue: deque[RunSpec] = deque()
         self.tries: dict[str, int] = {}
@@ -215,9 +216,23 @@ class _Batch:
             )
 
     def notify(self, finished: bool = False) -> None:
-        """Give the progress hook a snapshot."""
-        if self.on_progress is not None:
+        """Give the progress hook a snapshot. A hook that raises (a broken display) is said
+        once on the ``boxmaker.batch`` logger, with its traceback, and called again at the
+        next change: the batch goes on either way (raised on a worker thread, it left its
+        run marked running and the batch waiting for it without end; raised here, it ended
+        the batch with its runs in flight)."""
+        if self.on_progress is None:
+            return
+        try:
             self.on_progress(self.snapshot(finished))
+        except Exception:
+            with self.cond:
+                said, self.hook_failed = self.hook_failed, self.hook_failed + 1
+            if not said:
+                LOGGER.warning(
+                    "the batch's on_progress hook raised (the batch goes on; said once)",
+                    exc_info=True,
+                )
 
     def pop(self, url: str, slot: int) -> RunSpec | None:
         """The next run for ``url``'s ``slot`` (marked running), or ``None`` when none waits.
@@ -789,7 +804,8 @@ def run_batch(
         ray_address: ``ray.init(address=...)``: ``"auto"`` joins a running cluster, ``None``
             starts a local instance (unless Ray is initialised already).
         on_progress: called with a :class:`BatchProgress` on every change, and once at the end
-            (``finished``).
+            (``finished``), on this thread or a worker thread; one that raises is said once
+            on the ``boxmaker.batch`` logger and the batch goes on.
         cancel: set it to stop like Ctrl-C (the call then returns, ``stopped``).
 
     Returns:

@@ -493,6 +493,52 @@ def test_a_full_context_finishes_the_run_and_a_rerun_skips_it(
     assert (again.done, again.skipped, len(servers[0].bodies)) == (1, 1, 2)
 
 
+@pytest.mark.parametrize("executor", ["threads", "processes"])
+def test_a_progress_hook_that_raises_is_said_once_and_the_batch_goes_on(
+    tmp_path: Path,
+    servers: list[FakeLlama],
+    executor: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A broken display must not cost the batch: on threads a hook raising on a worker left
+    its run marked running and run_batch waiting for it without end; on processes it ended
+    the batch with its runs in flight."""
+    servers.append(FakeLlama(2))
+    calls: list[BatchProgress] = []
+
+    def hook(progress: BatchProgress) -> None:
+        calls.append(progress)
+        if len(calls) in (3, 5):
+            raise RuntimeError("the widget broke")
+
+    got: list[BatchProgress] = []
+    runner = threading.Thread(
+        target=lambda: got.append(
+            run_batch(
+                TASKS,
+                tmp_path,
+                servers=[servers[0].url],
+                registry=TOOLS,
+                config=FAST,
+                executor=executor,
+                workers=2 if executor == "processes" else None,
+                on_progress=hook,
+            )
+        ),
+        daemon=True,
+    )
+    with caplog.at_level("WARNING", logger="boxmaker.batch"):
+        runner.start()
+        runner.join(60)
+    assert not runner.is_alive(), "run_batch hung after its progress hook raised"
+    (progress,) = got
+    assert (progress.done, progress.failed, progress.running) == (len(TASKS), 0, 0)
+    assert {e["state"] for e in read_manifest(tmp_path).values()} == {"done"}
+    said = [r for r in caplog.records if "on_progress hook raised" in r.getMessage()]
+    assert len(said) == 1 and said[0].exc_info is not None
+    assert calls[-1].finished and len(calls) > 5  # called again after each raise
+
+
 def test_cancel_stops_in_flight_turns_and_a_rerun_sends_each_message_once(
     tmp_path: Path, servers: list[FakeLlama]
 ) -> None:
