@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import TypeAlias, TypeVar
 
 from .records import Record
 
@@ -187,21 +187,38 @@ TurnEvent: TypeAlias = (
 ``ToolCallStarted``, and each record as it is appended."""
 
 
+_E = TypeVar("_E")
+
 Hook: TypeAlias = Callable[[TurnEvent], None]
 """A turn's ``on_event`` callback: called with each :data:`TurnEvent` in order."""
 
 
-def guarded(on_event: Hook | None, log: logging.Logger) -> Hook:
-    """``on_event`` wrapped so that an exception inside it is logged on ``log`` and goes no
-    further (a hook's bug must not leave a log half written); ``None`` gives a no-op."""
+def guarded(
+    on_event: Callable[[_E], None] | None, log: logging.Logger, name: str = "on_event"
+) -> Callable[[_E], None]:
+    """``on_event`` wrapped so that an exception inside it goes no further (a hook's bug must
+    not leave a log half written, nor a batch waiting for a run): the first one is logged on
+    ``log`` with its traceback (``ERROR``), the later ones of the same wrapper at ``DEBUG``
+    (a broken widget called per token would print one traceback per token); ``None`` gives a
+    no-op. ``name``: the hook's name in the message (``on_event``, ``on_progress``). The one
+    rule for the callbacks boxmaker calls: a turn's ``on_event``, a batch's ``on_progress``."""
     if on_event is None:
         return lambda event: None
     hook = on_event
+    raised = [0]
 
-    def emit(event: TurnEvent) -> None:
+    def emit(event: _E) -> None:
         try:
             hook(event)
         except Exception:
-            log.exception("on_event hook raised on %s", type(event).__name__)
+            raised[0] += 1
+            if raised[0] == 1:
+                log.exception(
+                    "%s hook raised on %s (said once; it is called again on the next event)",
+                    name,
+                    type(event).__name__,
+                )
+            else:
+                log.debug("%s hook raised again (%d times)", name, raised[0], exc_info=True)
 
     return emit

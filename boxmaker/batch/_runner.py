@@ -88,7 +88,7 @@ from ..cache import SlotStore
 from ..client import Client
 from ..config import Config
 from ..errors import ConfigError, ServerError, SessionError
-from ..events import TurnEvent
+from ..events import TurnEvent, guarded
 from ..records import Record, Usage
 from ..session import check_folder
 from ..tools import Registry
@@ -139,8 +139,10 @@ class _Batch:
     ) -> None:
         self.cond = threading.Condition()
         self.logs_dir, self.book, self.max_tries = logs_dir, book, max_tries
-        self.on_progress, self.stop = on_progress, stop
-        self.hook_failed = 0  # on_progress calls that raised
+        self.on_progress = (
+            None if on_progress is None else guarded(on_progress, LOGGER, "on_progress")
+        )
+        self.stop = stop
         self.total, self.started = len(runs), time.monotonic()
         self.queue: deque[RunSpec] = deque()
         self.tries: dict[str, int] = {}
@@ -216,23 +218,11 @@ class _Batch:
             )
 
     def notify(self, finished: bool = False) -> None:
-        """Give the progress hook a snapshot. A hook that raises (a broken display) is said
-        once on the ``boxmaker.batch`` logger, with its traceback, and called again at the
-        next change: the batch goes on either way (raised on a worker thread, it left its
-        run marked running and the batch waiting for it without end; raised here, it ended
-        the batch with its runs in flight)."""
-        if self.on_progress is None:
-            return
-        try:
+        """Give the progress hook a snapshot (:func:`~boxmaker.events.guarded`: a hook that
+        raises is said once and the batch goes on; raised on a worker thread it had left its
+        run marked running and the batch waiting for it without end)."""
+        if self.on_progress is not None:
             self.on_progress(self.snapshot(finished))
-        except Exception:
-            with self.cond:
-                said, self.hook_failed = self.hook_failed, self.hook_failed + 1
-            if not said:
-                LOGGER.warning(
-                    "the batch's on_progress hook raised (the batch goes on; said once)",
-                    exc_info=True,
-                )
 
     def pop(self, url: str, slot: int) -> RunSpec | None:
         """The next run for ``url``'s ``slot`` (marked running), or ``None`` when none waits.
