@@ -37,6 +37,7 @@ import asyncio
 import http
 import ipaddress
 import json
+import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -240,6 +241,25 @@ def guarded_protocol(config: TapConfig) -> type[asyncio.Protocol]:
     return GuardedH11
 
 
+_INCOMPLETE = "ASGI callable returned without completing response."
+
+
+class _Cut(logging.Filter):
+    """Leaves out uvicorn's ``ASGI callable returned without completing response.``: that
+    is the tap cutting an answer the upstream broke off (the agent must see it cut, not
+    ended), said in the tap's own words on ``boxmaker.tap`` (``_proxy._forward``), not as
+    an error of the server."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != _INCOMPLETE
+
+
+HTTP_LOGGER = logging.getLogger("boxmaker.tap.http")
+"""What uvicorn's HTTP protocol says of the tap's connections (a malformed request, an
+answer cut), instead of ``uvicorn.error``: the tap's, under its own name."""
+HTTP_LOGGER.addFilter(_Cut())
+
+
 class _Clocked(H11Protocol):
     """See :func:`guarded_protocol`; the class attributes are set there."""
 
@@ -248,6 +268,10 @@ class _Clocked(H11Protocol):
     max_connections: int
     _clock: asyncio.TimerHandle | None = None
     _clock_kind = ""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.logger = HTTP_LOGGER  # each request's cycle is given this one
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[arg-type]

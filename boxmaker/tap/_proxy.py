@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import ipaddress
 import json
+import logging
 import signal
 import socket
 import threading
@@ -68,6 +69,8 @@ from ._traffic import Traffic
 from ._wire import ANTHROPIC_PATHS, CHAT_PATHS, UNREAD_PATHS
 
 __all__ = ["CAUGHT_SIGNALS", "GRACE_S", "HOP_BY_HOP", "Tap", "make_app"]
+
+LOGGER = logging.getLogger("boxmaker.tap")
 
 HOP_BY_HOP = frozenset(
     {
@@ -421,6 +424,9 @@ async def _forward(
     except (aiohttp.ClientError, TimeoutError) as exc:  # before OSError: both are
         broke = broke_name(exc)
         problem = f"the upstream's answer broke off: {broke}"
+        LOGGER.warning(
+            "%s %s: %s; the agent got it cut short", request.method, request.url.path, problem
+        )
     except OSError:  # the agent's socket failed under a write: it is gone
         state["gone"] = True
     finally:

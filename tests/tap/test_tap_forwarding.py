@@ -197,3 +197,30 @@ def test_an_answer_head_the_tap_cannot_read_is_a_502_that_says_so(tmp_path: Path
         )
     assert got.startswith(b"HTTP/1.1 502 ")
     assert b"tap_upstream_unreadable" in got and b"could not read the answer" in got
+
+
+def test_an_answer_the_upstream_broke_off_reaches_the_agent_cut_and_is_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The agent gets what came and a connection closed without the last chunk (a cut, not
+    an end); the tap says so on ``boxmaker.tap`` in its own words, not as uvicorn's error
+    ``ASGI callable returned without completing response.`` (printed by ``boxmaker tap``
+    as if the tap had failed)."""
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
+    cut = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+        b"\r\n%x\r\n%s\r\n" % (len(event), event)
+    )
+    body = b'{"messages": [{"role": "user", "content": "hi"}], "stream": true}'
+    with caplog.at_level("DEBUG"), _tapped(tmp_path, "/v1/chat/completions", cut) as (_, tap):
+        got = _raw_agent(
+            tap,
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body),
+        )
+    assert got.startswith(b"HTTP/1.1 200 OK\r\n") and event in got
+    assert not got.endswith(b"0\r\n\r\n")  # no last chunk: the agent sees the answer cut
+    said = [r for r in caplog.records if "broke off" in r.getMessage()]
+    assert [(r.name, r.levelname) for r in said] == [("boxmaker.tap", "WARNING")]
+    assert "POST /v1/chat/completions: the upstream's answer broke off" in said[0].getMessage()
+    assert not [r for r in caplog.records if "without completing" in r.getMessage()]
