@@ -64,7 +64,7 @@ def test_the_lookup_picks_what_the_scan_picked(
             keys = [*base, *added] or [_key("user", "a")]
             expected = _scan(list(convs), keys)
             before = len(convs)
-            conv, _start = log._conversation(keys, [], {})
+            conv, _start = log._conversation(keys, [])
             if expected is None:
                 assert len(convs) == before + 1 and conv is convs[-1]
             else:
