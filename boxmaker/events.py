@@ -27,6 +27,7 @@ skip making them (``Client.chat(..., tool_call_deltas=False)``).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeAlias, TypeVar
@@ -196,29 +197,37 @@ Hook: TypeAlias = Callable[[TurnEvent], None]
 def guarded(
     on_event: Callable[[_E], None] | None, log: logging.Logger, name: str = "on_event"
 ) -> Callable[[_E], None]:
-    """``on_event`` wrapped so that an exception inside it goes no further (a hook's bug must
-    not leave a log half written, nor a batch waiting for a run): the first one is logged on
-    ``log`` with its traceback (``ERROR``), the later ones of the same wrapper at ``DEBUG``
-    (a broken widget called per token would print one traceback per token); ``None`` gives a
-    no-op. ``name``: the hook's name in the message (``on_event``, ``on_progress``). The one
-    rule for the callbacks boxmaker calls: a turn's ``on_event``, a batch's ``on_progress``."""
+    """``on_event`` wrapped so that an error inside it (an ``Exception``) goes no further (a
+    hook's bug must not leave a log half written, nor a batch waiting for a run): the first
+    of each kind (its type) is logged on ``log`` with its traceback (``ERROR``), the later
+    ones of that kind at ``DEBUG`` (a broken widget called per token printed one traceback
+    per token; a second kind, as a slot saver's failing beside it, is still said); the hook
+    is called again on the next event. ``None`` gives a no-op. ``name``: the hook's name in
+    the message (``on_event``, ``on_progress``). The rule for the callbacks boxmaker calls
+    per event: a turn's ``on_event``, a batch's ``on_progress``. Safe to call from several
+    threads at once."""
     if on_event is None:
         return lambda event: None
     hook = on_event
-    raised = [0]
+    said: set[type[BaseException]] = set()
+    lock = threading.Lock()
 
     def emit(event: _E) -> None:
         try:
             hook(event)
-        except Exception:
-            raised[0] += 1
-            if raised[0] == 1:
+        except Exception as exc:
+            with lock:
+                first = type(exc) not in said
+                said.add(type(exc))
+            if first:
                 log.exception(
-                    "%s hook raised on %s (said once; it is called again on the next event)",
+                    "%s hook raised %s on %s (said once for this kind of error; the hook is "
+                    "called again on the next event)",
                     name,
+                    type(exc).__name__,
                     type(event).__name__,
                 )
             else:
-                log.debug("%s hook raised again (%d times)", name, raised[0], exc_info=True)
+                log.debug("%s hook raised %s again", name, type(exc).__name__, exc_info=True)
 
     return emit

@@ -143,6 +143,8 @@ class _Batch:
             None if on_progress is None else guarded(on_progress, LOGGER, "on_progress")
         )
         self.stop = stop
+        # threads: the hook is called on the caller's thread (flush), not on the workers
+        self.deferred, self.changed = False, False
         self.total, self.started = len(runs), time.monotonic()
         self.queue: deque[RunSpec] = deque()
         self.tries: dict[str, int] = {}
@@ -219,10 +221,25 @@ class _Batch:
 
     def notify(self, finished: bool = False) -> None:
         """Give the progress hook a snapshot (:func:`~boxmaker.events.guarded`: a hook that
-        raises is said once and the batch goes on; raised on a worker thread it had left its
-        run marked running and the batch waiting for it without end)."""
-        if self.on_progress is not None:
-            self.on_progress(self.snapshot(finished))
+        raises an error is said once and the batch goes on). While :attr:`deferred` (the
+        threads executor), a change is only marked, and the caller's thread gives it
+        (:meth:`flush`): a hook called on a worker ran under the batch's lock (a slow display
+        held every worker) and, raising, left its run marked running and the batch waiting
+        for it without end."""
+        if self.on_progress is None:
+            return
+        if self.deferred and not finished:
+            self.changed = True
+            return
+        self.changed = False
+        self.on_progress(self.snapshot(finished))
+
+    def flush(self) -> None:
+        """On the caller's thread: give the hook the snapshot when something changed since
+        the last one (the threads executor's loop, every 50 ms)."""
+        if self.changed and self.on_progress is not None:
+            self.changed = False
+            self.on_progress(self.snapshot())
 
     def pop(self, url: str, slot: int) -> RunSpec | None:
         """The next run for ``url``'s ``slot`` (marked running), or ``None`` when none waits.
@@ -254,7 +271,15 @@ class _Batch:
                 attempt=self.tries.get(spec.id, 0) + 1,
                 **affinity,
             )
-        self.notify()
+        try:
+            self.notify()
+        except BaseException:  # Ctrl-C inside the hook (the driver's thread): the run that
+            with self.cond:  # never started goes back, booked, not lost as "running"
+                self.running -= 1
+                self.queue.appendleft(spec)
+                self.book.write(spec.id, "interrupted", turns=0)
+                self.cond.notify_all()
+            raise
         return spec
 
     def _prefix(self, spec: RunSpec) -> str:
@@ -375,6 +400,7 @@ def _run_threads(
     threads: list[threading.Thread] = []
     interrupted = False
     try:
+        batch.deferred = True  # the progress hook is called here, on the caller's thread
         for i, slot in enumerate(slots):
             threads.append(threading.Thread(target=work, args=slot, daemon=True))
             threads[-1].name = f"boxmaker-batch-{i}"
@@ -382,6 +408,7 @@ def _run_threads(
         while any(t.is_alive() for t in threads):
             if batch.stop.is_set():
                 _stop(batch)  # the caller's cancel event
+            batch.flush()
             time.sleep(0.05)
     except KeyboardInterrupt:
         interrupted = True
@@ -393,6 +420,7 @@ def _run_threads(
                     time.sleep(0.05)
                 except KeyboardInterrupt:
                     continue
+        batch.deferred = False
         for client in clients.values():
             client.close()
     if interrupted:
@@ -424,7 +452,9 @@ def _work_on(
             on_event=batch.add_tokens,
             store=store,
         )
-    except Exception as exc:  # a bug or a config error: the run fails, the batch goes on
+    except BaseException as exc:  # a bug, a config error, or SystemExit from a tool (on a
+        # worker thread it exits nothing; uncaught, it left the run marked running and the
+        # batch waiting for it without end): the attempt fails, the batch goes on
         outcome = RunOutcome("failed", reason=f"{type(exc).__name__}: {exc}")
     batch.settle(spec, url, outcome)
 
@@ -649,7 +679,8 @@ def _process_worker(
                 cancel=stop,
                 store=stores.get(url),
             )
-        except Exception as exc:  # a bug or a config error: the run fails, the batch goes on
+        except BaseException as exc:  # as on threads (_work_on): the attempt fails, and the
+            # driver hears of it (uncaught, it waited for this run's outcome without end)
             outcome = RunOutcome("failed", reason=f"{type(exc).__name__}: {exc}")
         with sending:
             outbox.send((url, slot, outcome))
@@ -794,8 +825,11 @@ def run_batch(
         ray_address: ``ray.init(address=...)``: ``"auto"`` joins a running cluster, ``None``
             starts a local instance (unless Ray is initialised already).
         on_progress: called with a :class:`BatchProgress` on every change, and once at the end
-            (``finished``), on this thread or a worker thread; one that raises is said once
-            on the ``boxmaker.batch`` logger and the batch goes on.
+            (``finished``), on this thread (with threads, at most every 50 ms: the changes
+            since the last call in one snapshot); one that raises an error is said once on
+            the ``boxmaker.batch`` logger and the batch goes on; Ctrl-C inside it is Ctrl-C.
+            A ``SystemExit`` (or any error) raised on a worker by a run's tools is a failed
+            attempt of that run.
         cancel: set it to stop like Ctrl-C (the call then returns, ``stopped``).
 
     Returns:

@@ -34,6 +34,7 @@ raises inside the server (no traceback), none reaches the upstream.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import http
 import ipaddress
 import json
@@ -48,7 +49,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..config import LOOPBACK_NAMES, TapConfig
 
-__all__ = ["Guard", "Refusal", "guarded_protocol", "read_body", "refuse", "upstream_url"]
+__all__ = ["CUT", "Guard", "Refusal", "guarded_protocol", "read_body", "refuse", "upstream_url"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -243,20 +244,25 @@ def guarded_protocol(config: TapConfig) -> type[asyncio.Protocol]:
 
 _INCOMPLETE = "ASGI callable returned without completing response."
 
+CUT: contextvars.ContextVar[bool] = contextvars.ContextVar("boxmaker_tap_cut", default=False)
+"""Set by the app in a request's task when it cut the agent's answer on purpose (the upstream
+broke it off: the agent must see it cut, not ended) and said so itself; uvicorn's cycle runs
+the app in that task and reads it when it logs."""
+
 
 class _Cut(logging.Filter):
-    """Leaves out uvicorn's ``ASGI callable returned without completing response.``: that
-    is the tap cutting an answer the upstream broke off (the agent must see it cut, not
-    ended), said in the tap's own words on ``boxmaker.tap`` (``_proxy._forward``), not as
-    an error of the server."""
+    """Leaves out uvicorn's ``ASGI callable returned without completing response.`` for an
+    answer the tap cut on purpose (:data:`CUT`): said in the tap's own words on
+    ``boxmaker.tap`` (``_proxy._forward``), not as an error of the server. Any other answer
+    left unfinished is still said."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.msg != _INCOMPLETE
+        return not (record.msg == _INCOMPLETE and CUT.get())
 
 
 HTTP_LOGGER = logging.getLogger("boxmaker.tap.http")
 """What uvicorn's HTTP protocol says of the tap's connections (a malformed request, an
-answer cut), instead of ``uvicorn.error``: the tap's, under its own name."""
+answer left unfinished), instead of ``uvicorn.error``: the tap's, under its own name."""
 HTTP_LOGGER.addFilter(_Cut())
 
 

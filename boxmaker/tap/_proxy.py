@@ -53,6 +53,7 @@ from ..errors import BoxmakerError, ConfigError
 from ..records import utc_now
 from ._cassette import Recorded, TapCassette
 from ._guard import (
+    CUT,
     Guard,
     Receive,
     Refusal,
@@ -218,7 +219,9 @@ def make_app(
             log.note_route(path, "forwarded, not logged: a prompt, not a conversation")
         if log is not None and logged:
             await log.catch_up()  # the log's writer behind: this agent waits, the log does not
-        request = _Request(scope["method"], url, texts, body)
+        client = scope.get("client")
+        agent = f"{client[0]}:{client[1]}" if client else "?"
+        request = _Request(scope["method"], url, texts, body, agent)
         if not logged and cassette is None:
             await _forward(upstream, request, receive, send, keep=False)
             return
@@ -297,12 +300,14 @@ def _to_cassette(
 class _Request:
     """A request to forward: its ``method``, the upstream's ``url`` (:func:`upstream_url`),
     the agent's ``headers`` less hop-by-hop ones, ``Host``, ``Content-Length`` and ``Expect``
-    (names as latin-1, values as UTF-8 text, as aiohttp sends them), and its ``body``."""
+    (names as latin-1, values as UTF-8 text, as aiohttp sends them), and its ``body``;
+    ``agent``: the agent's address (``host:port``), for what the tap says of it."""
 
     method: str
     url: yarl.URL
     headers: list[tuple[str, str]]
     body: bytes
+    agent: str = "?"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -425,8 +430,13 @@ async def _forward(
         broke = broke_name(exc)
         problem = f"the upstream's answer broke off: {broke}"
         LOGGER.warning(
-            "%s %s: %s; the agent got it cut short", request.method, request.url.path, problem
+            "%s %s for %s: %s; the agent got it cut short",
+            request.method,
+            request.url.path,
+            request.agent,
+            problem,
         )
+        CUT.set(True)  # uvicorn's own words for the cut left out (_guard's HTTP_LOGGER)
     except OSError:  # the agent's socket failed under a write: it is gone
         state["gone"] = True
     finally:

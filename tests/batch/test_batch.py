@@ -493,6 +493,25 @@ def test_a_full_context_finishes_the_run_and_a_rerun_skips_it(
     assert (again.done, again.skipped, len(servers[0].bodies)) == (1, 1, 2)
 
 
+def _run_guarded(tmp_path: Path, url: str, **kw: Any) -> list[Any]:
+    """``run_batch`` of :data:`TASKS` on a thread of its own (``boxmaker-caller``): what it
+    returned or raised; fails, not hangs, when it has not ended in 60 s."""
+    got: list[Any] = []
+    kw = {"registry": TOOLS, "config": FAST, **kw}
+
+    def call() -> None:
+        try:
+            got.append(run_batch(TASKS, tmp_path, servers=[url], **kw))
+        except BaseException as exc:  # KeyboardInterrupt too: what a test checks
+            got.append(exc)
+
+    runner = threading.Thread(target=call, daemon=True, name="boxmaker-caller")
+    runner.start()
+    runner.join(60)
+    assert not runner.is_alive(), "run_batch hung"
+    return got
+
+
 @pytest.mark.parametrize("executor", ["threads", "processes"])
 def test_a_progress_hook_that_raises_is_said_once_and_the_batch_goes_on(
     tmp_path: Path,
@@ -502,41 +521,77 @@ def test_a_progress_hook_that_raises_is_said_once_and_the_batch_goes_on(
 ) -> None:
     """A broken display must not cost the batch: on threads a hook raising on a worker left
     its run marked running and run_batch waiting for it without end; on processes it ended
-    the batch with its runs in flight."""
+    the batch with its runs in flight. The hook is called on the caller's thread alone."""
     servers.append(FakeLlama(2))
-    calls: list[BatchProgress] = []
+    calls: list[tuple[str, BatchProgress]] = []
 
     def hook(progress: BatchProgress) -> None:
-        calls.append(progress)
-        if len(calls) in (3, 5):
-            raise RuntimeError("the widget broke")
+        calls.append((threading.current_thread().name, progress))
+        raise RuntimeError("the widget broke")
 
-    got: list[BatchProgress] = []
-    runner = threading.Thread(
-        target=lambda: got.append(
-            run_batch(
-                TASKS,
-                tmp_path,
-                servers=[servers[0].url],
-                registry=TOOLS,
-                config=FAST,
-                executor=executor,
-                workers=2 if executor == "processes" else None,
-                on_progress=hook,
-            )
-        ),
-        daemon=True,
-    )
+    workers = 2 if executor == "processes" else None
     with caplog.at_level("WARNING", logger="boxmaker.batch"):
-        runner.start()
-        runner.join(60)
-    assert not runner.is_alive(), "run_batch hung after its progress hook raised"
-    (progress,) = got
+        (progress,) = _run_guarded(
+            tmp_path, servers[0].url, executor=executor, workers=workers, on_progress=hook
+        )
+    assert isinstance(progress, BatchProgress)
     assert (progress.done, progress.failed, progress.running) == (len(TASKS), 0, 0)
     assert {e["state"] for e in read_manifest(tmp_path).values()} == {"done"}
     said = [r for r in caplog.records if "on_progress hook raised" in r.getMessage()]
     assert len(said) == 1 and said[0].exc_info is not None
-    assert calls[-1].finished and len(calls) > 5  # called again after each raise
+    assert len(calls) >= 2 and calls[-1][1].finished  # called again after it raised
+    assert {name for name, _ in calls} == {"boxmaker-caller"}
+
+
+@pytest.mark.parametrize("executor", ["threads", "processes"])
+def test_ctrl_c_inside_the_progress_hook_is_ctrl_c_and_leaves_no_run_marked_running(
+    tmp_path: Path, servers: list[FakeLlama], executor: str
+) -> None:
+    """KeyboardInterrupt raised by the hook (a real Ctrl-C lands there often: it runs on the
+    caller's thread at every change) stops the batch as Ctrl-C does; a run whose start the
+    hook was told of goes back, booked ``interrupted`` (it stayed ``running``)."""
+    servers.append(FakeLlama(2, stall=True))
+    calls: list[BatchProgress] = []
+
+    def hook(progress: BatchProgress) -> None:
+        calls.append(progress)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+
+    workers = 2 if executor == "processes" else None
+    (raised,) = _run_guarded(
+        tmp_path, servers[0].url, executor=executor, workers=workers, on_progress=hook
+    )
+    assert isinstance(raised, KeyboardInterrupt)
+    states = [e["state"] for e in read_manifest(tmp_path).values()]
+    assert "running" not in states and "interrupted" in states, states
+
+
+@pytest.mark.parametrize("executor", ["threads", "processes"])
+def test_system_exit_from_a_runs_tools_on_a_worker_fails_that_run_alone(
+    tmp_path: Path, servers: list[FakeLlama], executor: str
+) -> None:
+    """A run's tools (here its registry, made when the run starts) raising SystemExit on a
+    worker: on a thread it exits nothing and, uncaught, left the run marked running and the
+    batch waiting without end (on a worker process, the driver waiting for its outcome).
+    It is a failed attempt of that run; the others are done."""
+    servers.append(FakeLlama(2))
+
+    def registry(run_id: str, task: object) -> Registry:
+        if run_id == "t3" and threading.current_thread().name.startswith("boxmaker-batch"):
+            raise SystemExit("a tool called sys.exit()")
+        return TOOLS
+
+    workers = 2 if executor == "processes" else None
+    got = _run_guarded(
+        tmp_path, servers[0].url, executor=executor, workers=workers, registry=registry
+    )
+    (progress,) = got
+    assert isinstance(progress, BatchProgress)
+    assert (progress.done, progress.failed, progress.running) == (len(TASKS) - 1, 1, 0)
+    ((run, reason),) = progress.failures
+    assert run == "t3" and "SystemExit: a tool called sys.exit()" in reason
+    assert read_manifest(tmp_path)["t3"]["state"] == "failed"
 
 
 def test_cancel_stops_in_flight_turns_and_a_rerun_sends_each_message_once(

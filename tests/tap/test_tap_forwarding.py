@@ -218,9 +218,16 @@ def test_an_answer_the_upstream_broke_off_reaches_the_agent_cut_and_is_said_once
             b"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
             b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body),
         )
+        garbled = _raw_agent(tap, b"NOT HTTP\r\n\r\n")
     assert got.startswith(b"HTTP/1.1 200 OK\r\n") and event in got
     assert not got.endswith(b"0\r\n\r\n")  # no last chunk: the agent sees the answer cut
     said = [r for r in caplog.records if "broke off" in r.getMessage()]
     assert [(r.name, r.levelname) for r in said] == [("boxmaker.tap", "WARNING")]
-    assert "POST /v1/chat/completions: the upstream's answer broke off" in said[0].getMessage()
+    message = said[0].getMessage()
+    assert message.startswith("POST /v1/chat/completions for 127.0.0.1:")
+    assert ": the upstream's answer broke off: " in message
     assert not [r for r in caplog.records if "without completing" in r.getMessage()]
+    # uvicorn's other words on the tap's connections still come, under the tap's name
+    assert garbled.startswith(b"HTTP/1.1 400 ")
+    invalid = [r for r in caplog.records if r.getMessage() == "Invalid HTTP request received."]
+    assert [(r.name, r.levelname) for r in invalid] == [("boxmaker.tap.http", "WARNING")]

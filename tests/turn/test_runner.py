@@ -141,23 +141,25 @@ def test_result_times_out_while_the_turn_runs(tmp_path: Path) -> None:
     assert runner.wait(5)
 
 
-def test_a_hook_that_raises_is_said_once_and_the_turn_and_its_log_go_on(
+def test_a_hook_that_raises_is_said_once_a_kind_and_the_turn_and_its_log_go_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """``events.guarded``, the one rule for the hooks boxmaker calls: the first raise is
-    logged with its traceback, the later ones at DEBUG, and every event still reaches the
-    hook (a broken widget called per token printed one traceback per token)."""
+    """``events.guarded``, the rule for the hooks boxmaker calls per event: the first raise
+    of each kind of error is logged with its traceback, the later ones at DEBUG, and every
+    event still reaches the hook (a broken widget called per token printed one traceback per
+    token; a second kind, as a slot saver's failing beside it at the turn's end, is said)."""
     seen: list[str] = []
 
     def hook(event: object) -> None:
         seen.append(type(event).__name__)
-        raise RuntimeError("the widget broke")
+        raise (ValueError if isinstance(event, TurnEnd) else RuntimeError)("it broke")
 
     session, runtime = _make(tmp_path, ScriptedClient([answer("fine")]))
     with caplog.at_level("DEBUG", logger="boxmaker"):
         outcome = run_turn(session, runtime, "Hi", on_event=hook)
     assert outcome.content == "fine" and _kinds(session)[-1] == "TurnEnd"
+    assert seen[-1] == "TurnEnd" and len(seen) >= 3  # User, Assistant, TurnEnd at least
     said = [r for r in caplog.records if "on_event hook raised" in r.getMessage()]
-    assert [r.levelname for r in said] == ["ERROR"] + ["DEBUG"] * (len(seen) - 1)
+    assert [r.levelname for r in said] == ["ERROR"] + ["DEBUG"] * (len(seen) - 2) + ["ERROR"]
+    assert "RuntimeError" in said[0].getMessage() and "ValueError" in said[-1].getMessage()
     assert said[0].exc_info is not None and "said once" in said[0].getMessage()
-    assert len(seen) >= 3  # User, Assistant, TurnEnd at least: every event still came
