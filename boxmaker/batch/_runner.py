@@ -115,8 +115,13 @@ __all__ = [
 ]
 
 ProgressHook = Callable[[BatchProgress], None]
-"""Called with a :class:`BatchProgress` on every change (from worker threads; cheap: throttle
-in the display, as :class:`~boxmaker.batch._view.BatchView` does)."""
+"""Called with a :class:`BatchProgress` after changes, on the thread that called
+:func:`run_batch` (the changes of each :data:`FLUSH_S` at most in one call, and once at the
+end; throttle further in the display if needed, as :class:`~boxmaker.batch._view.BatchView`
+does)."""
+
+FLUSH_S = 0.05
+"""Seconds between two calls of a batch's progress hook, at least (but the last)."""
 
 
 class _HasUrl(Protocol):
@@ -143,8 +148,8 @@ class _Batch:
             None if on_progress is None else guarded(on_progress, LOGGER, "on_progress")
         )
         self.stop = stop
-        # threads: the hook is called on the caller's thread (flush), not on the workers
-        self.deferred, self.changed = False, False
+        # while the executor runs, the hook is called on the caller's thread (flush) only
+        self.deferred, self.changed, self._flushed = False, False, 0.0
         self.total, self.started = len(runs), time.monotonic()
         self.queue: deque[RunSpec] = deque()
         self.tries: dict[str, int] = {}
@@ -221,11 +226,12 @@ class _Batch:
 
     def notify(self, finished: bool = False) -> None:
         """Give the progress hook a snapshot (:func:`~boxmaker.events.guarded`: a hook that
-        raises an error is said once and the batch goes on). While :attr:`deferred` (the
-        threads executor), a change is only marked, and the caller's thread gives it
-        (:meth:`flush`): a hook called on a worker ran under the batch's lock (a slow display
-        held every worker) and, raising, left its run marked running and the batch waiting
-        for it without end."""
+        raises an error is said once and the batch goes on). While :attr:`deferred` (every
+        executor, while it runs), a change is only marked, and the executor's loop on the
+        caller's thread gives it (:meth:`flush`) between its steps: a hook called on a worker
+        ran under the batch's lock (a slow display held every worker) and, raising, left its
+        run marked running and the batch waiting for it without end; a Ctrl-C inside a hook
+        called while the driver took or booked a run lost that run's place."""
         if self.on_progress is None:
             return
         if self.deferred and not finished:
@@ -235,11 +241,16 @@ class _Batch:
         self.on_progress(self.snapshot(finished))
 
     def flush(self) -> None:
-        """On the caller's thread: give the hook the snapshot when something changed since
-        the last one (the threads executor's loop, every 50 ms)."""
-        if self.changed and self.on_progress is not None:
-            self.changed = False
-            self.on_progress(self.snapshot())
+        """On the caller's thread, between the executor's steps: give the hook the snapshot
+        when something changed since the last one, :data:`FLUSH_S` after it at the soonest
+        (a Ctrl-C inside the hook is the executor's Ctrl-C)."""
+        if not self.changed or self.on_progress is None:
+            return
+        now = time.monotonic()
+        if now - self._flushed < FLUSH_S:
+            return
+        self.changed, self._flushed = False, now
+        self.on_progress(self.snapshot())
 
     def pop(self, url: str, slot: int) -> RunSpec | None:
         """The next run for ``url``'s ``slot`` (marked running), or ``None`` when none waits.
@@ -271,15 +282,7 @@ class _Batch:
                 attempt=self.tries.get(spec.id, 0) + 1,
                 **affinity,
             )
-        try:
-            self.notify()
-        except BaseException:  # Ctrl-C inside the hook (the driver's thread): the run that
-            with self.cond:  # never started goes back, booked, not lost as "running"
-                self.running -= 1
-                self.queue.appendleft(spec)
-                self.book.write(spec.id, "interrupted", turns=0)
-                self.cond.notify_all()
-            raise
+        self.notify()
         return spec
 
     def _prefix(self, spec: RunSpec) -> str:
@@ -417,6 +420,7 @@ def _run_threads(
             _stop(batch)  # wait for the workers to book their runs; another Ctrl-C
             while any(t.is_alive() for t in threads):  # does not cut the wait
                 try:
+                    batch.flush()
                     time.sleep(0.05)
                 except KeyboardInterrupt:
                     continue
@@ -515,6 +519,7 @@ def _run_processes(
                 worker.send(_CANCEL)
 
     try:
+        batch.deferred = True  # the progress hook is called between the steps (flush)
         while True:
             if not batch.stop.is_set():
                 free = [s for s in free if s[0] not in batch.down]
@@ -522,6 +527,7 @@ def _run_processes(
                     where = free.pop(0)
                     pool[owner[where]].send((spec, *where))
                     pending[where] = spec
+            batch.flush()
             if not pending:
                 break
             if batch.stop.is_set():
@@ -556,6 +562,7 @@ def _run_processes(
                 worker.process.kill()
                 worker.process.join()
             worker.close()
+        batch.deferred = False
     if interrupted:
         raise KeyboardInterrupt
 
@@ -724,6 +731,7 @@ def _run_ray(
     task = ray.remote(num_cpus=0, max_retries=0)(run_alone)
     free = list(slots)
     pending: dict[Any, tuple[RunSpec, str, int]] = {}
+    batch.deferred = True  # the progress hook is called between the steps (flush)
     try:
         while True:
             free = [s for s in free if s[0] not in batch.down]
@@ -731,6 +739,7 @@ def _run_ray(
                 url, slot = free.pop(0)
                 ref = task.remote(spec, batch.logs_dir, url, slot, base, registry, stores.get(url))
                 pending[ref] = (spec, url, slot)
+            batch.flush()
             if not pending:
                 break
             if batch.stop.is_set():  # the caller's cancel event
@@ -747,6 +756,8 @@ def _run_ray(
     except KeyboardInterrupt:
         _cancel_ray(ray, batch, pending)
         raise
+    finally:
+        batch.deferred = False
 
 
 def _cancel_ray(ray: Any, batch: _Batch, pending: dict[Any, tuple[RunSpec, str, int]]) -> None:
@@ -825,9 +836,10 @@ def run_batch(
         ray_address: ``ray.init(address=...)``: ``"auto"`` joins a running cluster, ``None``
             starts a local instance (unless Ray is initialised already).
         on_progress: called with a :class:`BatchProgress` on every change, and once at the end
-            (``finished``), on this thread (with threads, at most every 50 ms: the changes
-            since the last call in one snapshot); one that raises an error is said once on
-            the ``boxmaker.batch`` logger and the batch goes on; Ctrl-C inside it is Ctrl-C.
+            (``finished``), on this thread, between the executor's steps (the changes of
+            :data:`FLUSH_S` at most in one snapshot); one that raises an error is said once
+            on the ``boxmaker.batch`` logger and the batch goes on; Ctrl-C inside it is
+            Ctrl-C.
             A ``SystemExit`` (or any error) raised on a worker by a run's tools is a failed
             attempt of that run.
         cancel: set it to stop like Ctrl-C (the call then returns, ``stopped``).

@@ -1,7 +1,7 @@
 """Progress displays of a batch: a tqdm bar for terminals, a ``BatchView`` widget for notebooks.
 
 Both are progress hooks of :func:`boxmaker.batch.run_batch` (called with a
-:class:`~boxmaker.batch.BatchProgress` on every change, from worker threads) and redraw at
+:class:`~boxmaker.batch.BatchProgress` after changes, on the caller's thread) and redraw at
 most a few times a second, whatever the rate of changes; the last snapshot (``finished``) is
 always drawn. ipywidgets is imported only when a :class:`BatchView` is made, so the terminal
 display does not load it.

@@ -220,7 +220,8 @@ def make_app(
         if log is not None and logged:
             await log.catch_up()  # the log's writer behind: this agent waits, the log does not
         client = scope.get("client")
-        agent = f"{client[0]}:{client[1]}" if client else "?"
+        host = f"[{client[0]}]" if client and ":" in client[0] else client[0] if client else ""
+        agent = f"{host}:{client[1]}" if client else "?"
         request = _Request(scope["method"], url, texts, body, agent)
         if not logged and cassette is None:
             await _forward(upstream, request, receive, send, keep=False)

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from extras import need
 
 import boxmaker.batch._runner
-from boxmaker.batch import Task, frames, manifest, run_batch
+from boxmaker.batch import BatchProgress, Task, frames, manifest, run_batch
 from boxmaker.batch._manifest import MANIFEST, read_manifest
 from boxmaker.batch._tasks import RETRIED_OUTCOMES
 from boxmaker.client import Client
@@ -167,16 +168,30 @@ def test_ray_executor_gives_the_same_manifest_and_frames(
     ray = need("ray")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # Ray's workers import this boxmaker
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    called: list[tuple[str, BatchProgress]] = []
+
+    def broken_display(progress: BatchProgress) -> None:  # the same rule on every executor
+        called.append((threading.current_thread().name, progress))
+        raise RuntimeError("the display broke")
+
     try:
         tasks = _tasks(4)
         grid = {"loop.tool_result_cap": [8, 4000]}
         by_ray = run_batch(
-            tasks, tmp_path / "ray", servers=[server], registry=TOOLS, grid=grid, executor="ray"
+            tasks,
+            tmp_path / "ray",
+            servers=[server],
+            registry=TOOLS,
+            grid=grid,
+            executor="ray",
+            on_progress=broken_display,
         )
     finally:
         ray.shutdown()
     by_threads = run_batch(tasks, tmp_path / "threads", servers=[server], registry=TOOLS, grid=grid)
     assert (by_ray.done, by_ray.failed) == (by_threads.done, by_threads.failed) == (8, 0)
+    assert {name for name, _ in called} == {threading.current_thread().name}
+    assert called[-1][1].finished and called[-1][1].done == 8
     keep = ["run", "task", "loop.tool_result_cap", "state", "turns", "outcome"]
     ray_runs = manifest(tmp_path / "ray")[keep].sort_values("run").reset_index(drop=True)
     thread_runs = manifest(tmp_path / "threads")[keep].sort_values("run").reset_index(drop=True)

@@ -231,3 +231,24 @@ def test_an_answer_the_upstream_broke_off_reaches_the_agent_cut_and_is_said_once
     assert garbled.startswith(b"HTTP/1.1 400 ")
     invalid = [r for r in caplog.records if r.getMessage() == "Invalid HTTP request received."]
     assert [(r.name, r.levelname) for r in invalid] == [("boxmaker.tap.http", "WARNING")]
+
+
+def test_only_the_answer_the_tap_cut_leaves_uvicorns_words_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The filter on ``boxmaker.tap.http`` drops uvicorn's "returned without completing
+    response" only where the tap cut the answer itself (``CUT`` set in the request's
+    context): any other answer left unfinished is still said, as an error."""
+    import contextvars
+
+    from boxmaker.tap._guard import _INCOMPLETE, CUT, HTTP_LOGGER
+
+    def cut() -> None:
+        CUT.set(True)
+        HTTP_LOGGER.error(_INCOMPLETE)
+
+    with caplog.at_level("DEBUG"):
+        contextvars.copy_context().run(cut)
+        HTTP_LOGGER.error(_INCOMPLETE)  # a context where the tap cut nothing
+    said = [r for r in caplog.records if r.getMessage() == _INCOMPLETE]
+    assert [(r.name, r.levelname) for r in said] == [("boxmaker.tap.http", "ERROR")]
