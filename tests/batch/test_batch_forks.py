@@ -696,7 +696,7 @@ def test_forks_of_one_parent_follow_each_other_on_the_slot_that_ran_its_prefix(
     task's parent, or an earlier fork of it) last ran on its slot, then one whose prefix ran
     nowhere yet, then any; the manifest says ``affinity: "slot"`` where it placed one so."""
     from boxmaker.batch._manifest import Manifest
-    from boxmaker.batch._runner import _Batch
+    from boxmaker.batch._queue import BatchState
 
     llama = ForkLlama()
     try:
@@ -708,7 +708,7 @@ def test_forks_of_one_parent_follow_each_other_on_the_slot_that_ran_its_prefix(
     logs = tmp_path / "batch" / "logs"
     logs.mkdir(parents=True)
     book = Manifest(tmp_path / "batch")
-    batch = _Batch(expand(tasks), logs, book, 1, None, threading.Event())
+    batch = BatchState(expand(tasks), logs, book, 1, None, threading.Event())
     taken = [batch.pop("u", slot) for slot in (0, 1, 1, 0)]
     assert [s.task.id if s else None for s in taken] == ["a0", "b0", "b1", "a1"]
     book.close()
@@ -721,7 +721,7 @@ def test_a_fork_goes_first_to_the_slot_its_parents_batch_ran_it_on(tmp_path: Pat
     """A parent run in an earlier batch (its log under ``<batch>/logs``): its manifest says
     the server and slot it ran on, where a fork of it looks first."""
     from boxmaker.batch._manifest import Manifest
-    from boxmaker.batch._runner import _Batch
+    from boxmaker.batch._queue import BatchState
 
     llama = ForkLlama()
     try:
@@ -734,7 +734,7 @@ def test_a_fork_goes_first_to_the_slot_its_parents_batch_ran_it_on(tmp_path: Pat
     logs = tmp_path / "batch" / "logs"
     logs.mkdir(parents=True)
     book = Manifest(tmp_path / "batch")
-    batch = _Batch(expand(tasks), logs, book, 1, None, threading.Event())
+    batch = BatchState(expand(tasks), logs, book, 1, None, threading.Event())
     url = llama.url.rstrip("/")
     taken = [batch.pop(url, slot) for slot in (1, 0, 0, 1)]
     assert [s.task.id if s else None for s in taken] == ["a0", "b0", "b1", "a1"]

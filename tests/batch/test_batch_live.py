@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from extras import need
 
-import boxmaker.batch._runner
+import boxmaker.batch._executors
 from boxmaker.batch import BatchProgress, Task, frames, manifest, run_batch
 from boxmaker.batch._manifest import MANIFEST, read_manifest
 from boxmaker.batch._tasks import RETRIED_OUTCOMES
@@ -80,7 +80,7 @@ def test_each_run_stays_on_one_slot_and_keeps_its_cache_inside_a_turn(
             sent.append((first, body["id_slot"]))
             return super().chat_with_retry(body, *args, **kwargs)
 
-    monkeypatch.setattr(boxmaker.batch._runner, "Client", Recording)
+    monkeypatch.setattr(boxmaker.batch._executors, "Client", Recording)
     tasks = _tasks(4)
     progress = run_batch(tasks, tmp_path, servers=[server], registry=TOOLS)
     assert (progress.done, progress.failed, progress.slots) == (4, 0, 2)
