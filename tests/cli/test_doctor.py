@@ -13,7 +13,7 @@ import pytest
 from fake_llama import Reply, Script
 
 from boxmaker.cli import main
-from boxmaker.cli._main import _pool_warning
+from boxmaker.cli._commands import pool_warning
 from boxmaker.cli.doctor import diagnose
 
 
@@ -272,7 +272,7 @@ def test_a_template_without_tools_is_not_told_to_add_jinja() -> None:
 
 
 def test_serve_warns_of_slots_sharing_one_pool() -> None:
-    text = _pool_warning(4, 4096)
+    text = pool_warning(4, 4096)
     assert "the 4 slots share one KV pool of 4096 tokens" in text
     assert "4 sessions at once hold 1024 tokens each" in text and "-np N -c N*T" in text
 
