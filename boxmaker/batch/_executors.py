@@ -54,7 +54,6 @@ def run_threads(
     threads: list[threading.Thread] = []
     interrupted = False
     try:
-        batch.deferred = True  # the progress hook is called here, on the caller's thread
         for i, slot in enumerate(slots):
             threads.append(threading.Thread(target=work, args=slot, daemon=True))
             threads[-1].name = f"boxmaker-batch-{i}"
@@ -75,7 +74,6 @@ def run_threads(
                     time.sleep(0.05)
                 except KeyboardInterrupt:
                     continue
-        batch.deferred = False
         for client in clients.values():
             client.close()
     if interrupted:
@@ -170,7 +168,6 @@ def run_processes(
                 worker.send(_CANCEL)
 
     try:
-        batch.deferred = True  # the progress hook is called between the steps (flush)
         while True:
             if not batch.stop.is_set():
                 free = [s for s in free if s[0] not in batch.down]
@@ -213,7 +210,6 @@ def run_processes(
                 worker.process.kill()
                 worker.process.join()
             worker.close()
-        batch.deferred = False
     if interrupted:
         raise KeyboardInterrupt
 
@@ -382,7 +378,6 @@ def run_ray(
     task = ray.remote(num_cpus=0, max_retries=0)(run_alone)
     free = list(slots)
     pending: dict[Any, tuple[RunSpec, str, int]] = {}
-    batch.deferred = True  # the progress hook is called between the steps (flush)
     try:
         while True:
             free = [s for s in free if s[0] not in batch.down]
@@ -407,8 +402,6 @@ def run_ray(
     except KeyboardInterrupt:
         _cancel_ray(ray, batch, pending)
         raise
-    finally:
-        batch.deferred = False
 
 
 def _cancel_ray(ray: Any, batch: BatchState, pending: dict[Any, tuple[RunSpec, str, int]]) -> None:

@@ -225,6 +225,7 @@ def run_batch(
                 "(tools then run there; see run_batch's executor)",
                 len(slots),
             )
+        batch.deferred = True  # the hook is called between the executor's steps (flush)
         try:
             if ray is not None:
                 run_ray(ray, batch, slots, base, registry, ray_address, stores)
@@ -234,6 +235,7 @@ def run_batch(
                 run_threads(batch, slots, base, registry, stores)
             batch.give_up_queue()
         finally:
+            batch.deferred = False
             batch.notify(finished=True)
     finally:
         book.close()

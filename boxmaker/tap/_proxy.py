@@ -219,10 +219,7 @@ def make_app(
             log.note_route(path, "forwarded, not logged: a prompt, not a conversation")
         if log is not None and logged:
             await log.catch_up()  # the log's writer behind: this agent waits, the log does not
-        client = scope.get("client")
-        host = f"[{client[0]}]" if client and ":" in client[0] else client[0] if client else ""
-        agent = f"{host}:{client[1]}" if client else "?"
-        request = _Request(scope["method"], url, texts, body, agent)
+        request = _Request(scope["method"], url, texts, body, scope.get("client"))
         if not logged and cassette is None:
             await _forward(upstream, request, receive, send, keep=False)
             return
@@ -302,13 +299,14 @@ class _Request:
     """A request to forward: its ``method``, the upstream's ``url`` (:func:`upstream_url`),
     the agent's ``headers`` less hop-by-hop ones, ``Host``, ``Content-Length`` and ``Expect``
     (names as latin-1, values as UTF-8 text, as aiohttp sends them), and its ``body``;
-    ``agent``: the agent's address (``host:port``), for what the tap says of it."""
+    ``agent``: the agent's address (ASGI's ``client``: host, port), for what the tap says of
+    it."""
 
     method: str
     url: yarl.URL
     headers: list[tuple[str, str]]
     body: bytes
-    agent: str = "?"
+    agent: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -434,7 +432,7 @@ async def _forward(
             "%s %s for %s: %s; the agent got it cut short",
             request.method,
             request.url.path,
-            request.agent,
+            _host_port(*request.agent) if request.agent else "?",
             problem,
         )
         CUT.set(True)  # uvicorn's own words for the cut left out (_guard's HTTP_LOGGER)
@@ -458,6 +456,11 @@ async def _forward(
         broke=broke,
         gone=gone,
     )
+
+
+def _host_port(host: str, port: int) -> str:
+    """``host:port``, an IPv6 address in brackets (``[::1]:8089``), as a URL writes it."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _agent_went(state: dict[str, bool], me: asyncio.Task[Any] | None) -> bool:
@@ -616,7 +619,6 @@ class Tap:
     def _bind(self) -> socket.socket:
         host = self.config.host
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        shown = f"[{host}]" if family == socket.AF_INET6 else host
         # IPPROTO_TCP named, not 0: asyncio sets TCP_NODELAY on an accepted connection only
         # when the socket says it is TCP (base_events._set_nodelay); without it Nagle holds
         # an event written right after the head until the agent's delayed ACK (about 40 ms)
@@ -627,12 +629,13 @@ class Tap:
             sock.bind((host, self.port))
         except OSError as exc:
             sock.close()
-            raise BoxmakerError(f"the tap cannot listen on {shown}:{self.port}: {exc}") from exc
+            where = _host_port(host, self.port)
+            raise BoxmakerError(f"the tap cannot listen on {where}: {exc}") from exc
         sock.listen(128)
         self.port = int(sock.getsockname()[1])
         if ipaddress.ip_address(host).is_unspecified:  # every interface: reached on loopback
-            shown = "[::1]" if family == socket.AF_INET6 else "127.0.0.1"
-        self.url = f"http://{shown}:{self.port}"
+            host = "::1" if family == socket.AF_INET6 else "127.0.0.1"
+        self.url = "http://" + _host_port(host, self.port)
         return sock
 
     def start(self) -> Tap:
