@@ -17,6 +17,12 @@ tokens). The same runs go through:
   it; its CPU added to the client's), ``N`` agents at once (goal: ratio at least 0.9, and
   the median first data event of a request at most 1.2x the bare client's).
 
+``--tap-core`` gives the tap a core of its own (Linux: the last CPU; this process, its worker
+processes and the stand-in server on the others), as a tap beside a GPU server has: the
+measure says whether the tap keeps up with the agents, not whether this machine's cores can
+also run the stand-in server and the agents (on 2 cores they keep both busy, and any CPU the
+tap adds then delays the first event wherever it runs). The direct runs are pinned alike.
+
 For each, the share of ideal slot use: the sum of the completions' ideal times (the server's
 ``prompt_ms + predicted_ms``) over ``N`` slots times the wall time (1.0: every slot busy all
 the time), completions per second, and the client's CPU per completion (this process and its
@@ -196,17 +202,30 @@ def bare(setting: Setting) -> Measure:
     return Measure(completions, ideal, time.perf_counter() - wall, _cpu() - cpu, first)
 
 
+TAP_CORE: set[int] | None = None
+"""The CPUs the tap runs on (``--tap-core``: the last one), ``None``: any, as the others."""
+
+
+def _pin_tap() -> None:
+    """In the tap's process, before it starts: run on :data:`TAP_CORE`."""
+    if TAP_CORE is not None:
+        os.sched_setaffinity(0, TAP_CORE)
+
+
 def tap(setting: Setting) -> Measure:
     """The bare client's runs through ``boxmaker tap`` in front of the server (``slots``
     agents at once): the tap in a process of its own, as in use (its CPU is counted with the
-    client's: what a tapped agent costs this machine), its logs on the tmpfs."""
+    client's: what a tapped agent costs this machine), its logs on the tmpfs; on
+    :data:`TAP_CORE` when set."""
     with tempfile.TemporaryDirectory(dir=_fast_dir()) as folder:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         argv = [sys.executable, "-m", "boxmaker.cli", "tap", "--upstream", setting.url]
         argv += ["--port", str(port), "--dir", folder]
-        proxy = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proxy = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_pin_tap
+        )
         try:
             url = f"http://127.0.0.1:{port}"
             deadline = time.monotonic() + 30
@@ -253,10 +272,21 @@ def main() -> None:
     parser.add_argument("--executor", default="auto", help="run_batch's executor")
     parser.add_argument("--clients", nargs="+", default=list(CLIENTS))
     parser.add_argument("--disk", action="store_true", help="logs on disk, not on a tmpfs")
+    parser.add_argument(
+        "--tap-core", action="store_true", help="the tap on a core of its own (Linux)"
+    )
     args = parser.parse_args()
     if args.disk:
         os.environ["GPU_RATE_DISK"] = "1"
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} on {os.cpu_count()} cores")
+    if args.tap_core:
+        global TAP_CORE
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            parser.error("--tap-core needs 2 CPUs at least")
+        TAP_CORE = {cpus[-1]}
+        os.sched_setaffinity(0, cpus[:-1])  # this process, its workers and the server
+        print(f"the tap on CPU {cpus[-1]}; the server and the clients on {cpus[:-1]}")
     for answer in args.answers:
         tokens = args.short if answer == "short" else args.long
         for slots in args.slots:
