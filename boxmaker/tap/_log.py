@@ -25,14 +25,7 @@ chat completions as they are, Anthropic messages and Responses converted), so th
 formats group, log and explain alike; a request the tap cannot read is forwarded unlogged and
 said once per route (:attr:`TapLog.notes`).
 
-Grouping (one session per conversation): each request's messages are compared with every
-conversation's last request, message by message as the model sees them
-(:func:`message_key`, reasoning left out). A request continues the conversation whose last
-request it extends, best when the next message is that request's reply as the tap saw it;
-failing that, the conversation with the longest shared prefix reaching past its first
-assistant message (the agent rewrote earlier history); else it starts a new session. A
-request equal to a conversation's last one (a retry, or a second agent with the same task)
-starts a new session, so two agents at once never share one.
+Grouping: one session per conversation, by :class:`~boxmaker.tap._grouping.Conversations`.
 
 Records (boxmaker's own, :mod:`boxmaker.records`): the first request's system message is the
 session's ``Baseline`` (with its tools); after it each new ``user`` message is a ``User``
@@ -87,9 +80,9 @@ from ..records import (
     utc_now,
 )
 from ..session import Session, message_of
+from ._grouping import Conversation, Conversations
 from ._traffic import Traffic
 from ._wire import (
-    WireApi,
     WireReply,
     api_of,
     chat_body,
@@ -135,8 +128,6 @@ HOLD_AT_MOST_S = 2.0
 """Seconds a request is held at most for the writer to catch up (a writer stuck on a slow
 disk or a slow upstream's forensics delays agents no longer than this per request)."""
 
-_Key = tuple[Any, ...]
-
 
 @dataclass(frozen=True, kw_only=True)
 class Exchange:
@@ -179,31 +170,6 @@ class Exchange:
 
 def _at(record: Record, time: datetime) -> Record:
     return dataclasses.replace(record, time=time)
-
-
-@dataclass
-class _Conversation:
-    session: Session | None
-    keys: list[_Key]
-    # its last request as the agent sent it (forensics read it again on a loss, rarely): the
-    # bytes, about a third of the parsed body's memory (5 of the 12 KiB a conversation held)
-    request: bytes = b""
-    api: WireApi = "chat"
-    reply: Assistant | None = None
-    reply_key: _Key | None = None
-    usage: Usage | None = None
-    pending: dict[str, ToolCall] = field(default_factory=dict)
-    answered: set[str] = field(default_factory=set)
-    open: bool = False
-    last: str = ""  # the role of the turn's last message: user, assistant, tool; reply
-    failed: bool = False
-    next_call: int = 1
-    created: bool = False
-    order: int = 0  # its place among the tap's conversations (the older wins a tie)
-    exact: tuple[int, int] = (0, 0)  # (len(keys), _chain's hash of keys): TapLog._by_keys
-    start: tuple[int, int] | None = None  # keys through the first reply: TapLog._by_start
-    path: Path | None = None  # its log, once made (its session may be closed: OPEN_LOGS)
-    secrets: set[str] = field(default_factory=set)  # every credential its requests showed
 
 
 class TapLog:
@@ -249,12 +215,7 @@ class TapLog:
         self.skipped = 0
         self.written = 0
         self.slowest_s = 0.0
-        self._conversations: list[_Conversation] = []
-        # the conversations by their keys, and by their keys through the first reply: a
-        # request's candidates are looked up, not scanned for (the scan grew with every
-        # conversation the tap ever saw: 13 % of its time after 768 runs)
-        self._by_keys: dict[tuple[int, int], list[_Conversation]] = {}
-        self._by_start: dict[tuple[int, int], list[_Conversation]] = {}
+        self._conversations = Conversations()
         self._queue: queue.SimpleQueue[tuple[float, Exchange] | None] = queue.SimpleQueue()
         self._queued: collections.deque[float] = collections.deque()  # monotonic, in order
         self._idle = threading.Condition()
@@ -269,7 +230,7 @@ class TapLog:
             collections.OrderedDict()
         )
         # the conversations whose logs are open, least recently written first (OPEN_LOGS)
-        self._open_logs: collections.OrderedDict[int, _Conversation] = collections.OrderedDict()
+        self._open_logs: collections.OrderedDict[int, Conversation] = collections.OrderedDict()
         self._open_cap = _open_logs_cap()
         self._thread = threading.Thread(target=self._run, name="boxmaker-tap-log", daemon=True)
         self._thread.start()
@@ -397,7 +358,7 @@ class TapLog:
             error=exchange.error,
         )
         keys = [message_key(m) for m in msgs]
-        conv, start = self._conversation(keys, msgs)
+        conv, start = self._conversations.find(keys, msgs)
         records = [_at(r, exchange.started) for r in self._inputs(conv, msgs[start:])]
         answer = self._answer(conv, exchange, body, msgs, reply)
         records += [_at(r, exchange.ended) for r in answer]
@@ -410,7 +371,7 @@ class TapLog:
         if session is not None:
             session.hide(*secrets)  # each request's own: an agent may change its key
         self._append(conv, records)
-        self._index(conv, keys)
+        self._conversations.file(conv, keys)
         conv.request, conv.api, conv.failed = exchange.body, api, reply.assistant is None
         if reply.assistant is not None:
             conv.reply, conv.usage = reply.assistant, reply.usage or conv.usage
@@ -419,72 +380,9 @@ class TapLog:
         else:
             conv.reply_key = None
 
-    def _conversation(
-        self, keys: list[_Key], msgs: Sequence[Mapping[str, Any]]
-    ) -> tuple[_Conversation, int]:
-        """The conversation ``keys`` continue (or a new one) and the index of the first
-        message not logged yet."""
-        best: tuple[tuple[int, int], _Conversation] | None = None
-        for conv in self._candidates(keys):
-            n = len(conv.keys)
-            if keys[:n] == conv.keys and (len(keys) > n or (conv.failed and len(keys) == n)):
-                replied = conv.reply_key is not None and len(keys) > n
-                score = (2 if replied and _same(keys[n], conv.reply_key) else 1, n)
-            else:
-                shared = _shared(keys, conv.keys)
-                first_reply = next(
-                    (i for i, k in enumerate(conv.keys) if k[0] == "assistant"), None
-                )
-                if first_reply is None or shared <= first_reply:
-                    continue
-                score = (0, shared)
-            if best is None or score > best[0]:
-                best = (score, conv)
-        if best is None:
-            conv = _Conversation(session=None, keys=[])
-            conv.order = len(self._conversations)
-            self._conversations.append(conv)
-            self._by_keys.setdefault(conv.exact, []).append(conv)
-            first = 1 if msgs and msgs[0].get("role") in ("system", "developer") else 0
-            return conv, first
-        (kind, n), conv = best
-        if kind == 0:  # history rewritten: the agent's new input follows its last assistant
-            last = max((i for i, m in enumerate(msgs) if m.get("role") == "assistant"), default=-1)
-            return conv, last + 1
-        echoed = n < len(keys) and keys[n][0] == "assistant" and conv.reply_key is not None
-        return conv, n + (1 if kind == 2 or echoed else 0)  # the reply, altered: not logged twice
-
-    def _candidates(self, keys: Sequence[_Key]) -> list[_Conversation]:
-        """The conversations :meth:`_conversation` may pick for ``keys``, oldest first: those
-        whose keys are a prefix of ``keys`` (or ``keys`` itself), and those that share
-        ``keys`` through their first reply (a rewritten history shares at least that)."""
-        chain = _chain(keys)
-        found = {}
-        for n, h in enumerate(chain):
-            for conv in self._by_keys.get((n, h), ()):
-                found[id(conv)] = conv
-        first = next((i for i, k in enumerate(keys) if k[0] == "assistant"), None)
-        if first is not None:
-            for conv in self._by_start.get((first + 1, chain[first + 1]), ()):
-                found[id(conv)] = conv
-        return sorted(found.values(), key=lambda c: c.order)
-
-    def _index(self, conv: _Conversation, keys: list[_Key]) -> None:
-        """Set ``conv.keys`` to ``keys``, moving it in the indexes."""
-        _unfile(self._by_keys, conv.exact, conv)
-        if conv.start is not None:
-            _unfile(self._by_start, conv.start, conv)
-        chain = _chain(keys)
-        conv.keys, conv.exact = keys, (len(keys), chain[-1])
-        self._by_keys.setdefault(conv.exact, []).append(conv)
-        first = next((i for i, k in enumerate(keys) if k[0] == "assistant"), None)
-        conv.start = None if first is None else (first + 1, chain[first + 1])
-        if conv.start is not None:
-            self._by_start.setdefault(conv.start, []).append(conv)
-
     def _create(
         self,
-        conv: _Conversation,
+        conv: Conversation,
         msgs: Sequence[Mapping[str, Any]],
         body: Mapping[str, Any],
         secrets: Sequence[str],
@@ -507,7 +405,7 @@ class TapLog:
         self._held(conv)
         return True
 
-    def _session(self, conv: _Conversation) -> Session | None:
+    def _session(self, conv: Conversation) -> Session | None:
         """The conversation's log open for writing (opened again, its credentials hidden
         again, when :data:`OPEN_LOGS` closed it), or ``None``: it has none, or it cannot be
         opened (said once, as a full disk)."""
@@ -522,7 +420,7 @@ class TapLog:
             self._held(conv)
         return conv.session
 
-    def _held(self, conv: _Conversation) -> None:
+    def _held(self, conv: Conversation) -> None:
         """``conv``'s log was just used: the most recent of the open ones; the least recent
         past :data:`OPEN_LOGS` are closed."""
         self._open_logs.pop(id(conv), None)
@@ -530,7 +428,7 @@ class TapLog:
         while len(self._open_logs) > self._open_cap:
             self._shut(self._open_logs.popitem(last=False)[1])
 
-    def _shut(self, conv: _Conversation) -> None:
+    def _shut(self, conv: Conversation) -> None:
         """Close ``conv``'s log (it stays known by its path)."""
         self._open_logs.pop(id(conv), None)
         if conv.session is not None:
@@ -545,7 +443,7 @@ class TapLog:
             self._disk_said = True
             self._problem(f"cannot write the logs (forwarding goes on, not logged): {exc}")
 
-    def _append(self, conv: _Conversation, records: Sequence[Record]) -> None:
+    def _append(self, conv: Conversation, records: Sequence[Record]) -> None:
         session = self._session(conv) if records else None
         if session is None:
             return
@@ -556,7 +454,7 @@ class TapLog:
 
     # -- records ------------------------------------------------------------------------------
 
-    def _inputs(self, conv: _Conversation, msgs: Sequence[Mapping[str, Any]]) -> list[Record]:
+    def _inputs(self, conv: Conversation, msgs: Sequence[Mapping[str, Any]]) -> list[Record]:
         """Records of the agent's new messages (user messages, tool results, assistant
         messages it wrote itself)."""
         out: list[Record] = []
@@ -604,7 +502,7 @@ class TapLog:
             conv.last = role if role in ("user", "assistant", "tool") else conv.last
         return out
 
-    def _left(self, conv: _Conversation) -> list[Record]:
+    def _left(self, conv: Conversation) -> list[Record]:
         """The end of a turn the agent left for a new user message: ``cancelled`` when calls
         of it had no results yet, ``answered`` when its last message was an answer the agent
         wrote itself, else ``abandoned`` (its calls' results came, the answer was never
@@ -622,7 +520,7 @@ class TapLog:
 
     def _end(
         self,
-        conv: _Conversation,
+        conv: Conversation,
         outcome: TurnEndOutcome,
         detail: str,
         reason: NotRunReason,
@@ -650,7 +548,7 @@ class TapLog:
 
     def _answer(
         self,
-        conv: _Conversation,
+        conv: Conversation,
         exchange: Exchange,
         body: dict[str, Any],
         msgs: Sequence[Mapping[str, Any]],
@@ -685,7 +583,7 @@ class TapLog:
 
     def _losses(
         self,
-        conv: _Conversation,
+        conv: Conversation,
         exchange: Exchange,
         body: dict[str, Any],
         msgs: Sequence[Mapping[str, Any]],
@@ -738,7 +636,7 @@ class TapLog:
 _TEMPLATE_CLIENTS = 8  # forensics' kept clients of the upstream, one per API key
 
 
-def _echo_note(conv: _Conversation, msgs: Sequence[Mapping[str, Any]]) -> str:
+def _echo_note(conv: Conversation, msgs: Sequence[Mapping[str, Any]]) -> str:
     """Which message of the new request differs from the reply as the server gave it (the
     message a harness rewrites most: its reasoning dropped), in words, or ``""``."""
     n, reply = len(conv.keys), conv.reply
@@ -769,36 +667,3 @@ def _calls(message: Mapping[str, Any]) -> tuple[ToolCall, ...]:
             )
         )
     return tuple(out)
-
-
-def _same(key: _Key, reply: _Key | None) -> bool:
-    """The agent's message is the reply (same text and calls; an empty text on either side is
-    a match when the calls are the same: agents send ``null`` or ``""``)."""
-    if reply is None or key[0] != "assistant":
-        return False
-    return key[2] == reply[2] and (key[1] == reply[1] or not key[1] or not reply[1])
-
-
-def _chain(keys: Sequence[_Key]) -> list[int]:
-    """A hash of each prefix of ``keys`` (``[0]`` for none, then one per message), each made
-    from the one before: a prefix is looked up in one pass, not hashed whole at each length
-    (the candidates found are checked against their keys all the same)."""
-    chain = [0]
-    for key in keys:
-        chain.append(hash((chain[-1], key)))
-    return chain
-
-
-def _unfile(index: dict[tuple[int, int], list[_Conversation]], at: tuple[int, int],
-            conv: _Conversation) -> None:  # fmt: skip
-    """Take ``conv`` out of ``index[at]`` (dropping the entry when it empties)."""
-    bucket = index.get(at)
-    if bucket is not None:
-        bucket[:] = [c for c in bucket if c is not conv]
-        if not bucket:
-            del index[at]
-
-
-def _shared(a: Sequence[_Key], b: Sequence[_Key]) -> int:
-    n = min(len(a), len(b))
-    return next((i for i in range(n) if a[i] != b[i]), n)

@@ -5,22 +5,18 @@ it was, over random traffic (continued, rewritten, failed and new conversations)
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from boxmaker.tap._log import TapLog, _Conversation, _same, _shared
-
-_Key = tuple[Any, ...]
+from boxmaker.tap._grouping import Conversation, Conversations, Key, _same, _shared
 
 
 def _scan(
-    conversations: list[_Conversation], keys: list[_Key]
-) -> tuple[tuple[int, int], _Conversation] | None:
-    """The scan the tap did before the lookup (boxmaker/tap/_log.py, until 2026-12-05)."""
-    best: tuple[tuple[int, int], _Conversation] | None = None
+    conversations: list[Conversation], keys: list[Key]
+) -> tuple[tuple[int, int], Conversation] | None:
+    """The scan the tap did before the lookup (boxmaker/tap/_log.py, until 2026-12-05; the
+    grouping is boxmaker/tap/_grouping.py since)."""
+    best: tuple[tuple[int, int], Conversation] | None = None
     for conv in conversations:
         n = len(conv.keys)
         if keys[:n] == conv.keys and (len(keys) > n or (conv.failed and len(keys) == n)):
@@ -37,7 +33,7 @@ def _scan(
     return best
 
 
-def _key(role: str, text: str) -> _Key:
+def _key(role: str, text: str) -> Key:
     return (role, text, (), "")
 
 
@@ -54,23 +50,20 @@ _STEP = st.tuples(
 @settings(max_examples=300, deadline=None)
 @given(steps=st.lists(_STEP, min_size=1, max_size=25))
 def test_the_lookup_picks_what_the_scan_picked(
-    tmp_path_factory: Any, steps: list[tuple[int, int, list[_Key], bool, _Key | None]]
+    steps: list[tuple[int, int, list[Key], bool, Key | None]],
 ) -> None:
-    log = TapLog(Path(tmp_path_factory.mktemp("tap")), "http://127.0.0.1:9", forensics=False)
-    try:
-        for which, kept, added, failed, reply in steps:
-            convs = log._conversations
-            base = convs[which].keys[:kept] if which < len(convs) else []
-            keys = [*base, *added] or [_key("user", "a")]
-            expected = _scan(list(convs), keys)
-            before = len(convs)
-            conv, _start = log._conversation(keys, [])
-            if expected is None:
-                assert len(convs) == before + 1 and conv is convs[-1]
-            else:
-                assert conv is expected[1] and len(convs) == before
-            log._index(conv, keys)
-            conv.failed = failed
-            conv.reply_key = None if failed else reply
-    finally:
-        log.close()
+    conversations = Conversations()
+    for which, kept, added, failed, reply in steps:
+        convs = list(conversations)
+        base = convs[which].keys[:kept] if which < len(convs) else []
+        keys = [*base, *added] or [_key("user", "a")]
+        expected = _scan(convs, keys)
+        conv, _start = conversations.find(keys, [])
+        after = list(conversations)
+        if expected is None:
+            assert len(after) == len(convs) + 1 and conv is after[-1]
+        else:
+            assert conv is expected[1] and len(after) == len(convs)
+        conversations.file(conv, keys)
+        conv.failed = failed
+        conv.reply_key = None if failed else reply
