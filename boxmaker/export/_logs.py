@@ -6,6 +6,7 @@ so an export counts what the frames count."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 from ..records import parse_time
 from ..session import Reading, Source, read_logs, split_turns
@@ -23,10 +24,15 @@ def readings(source: Source) -> Iterator[Reading]:
         yield split_turns(log)
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def nanos(time: str) -> int:
-    """A log time (ISO 8601 with an offset) as nanoseconds since the Unix epoch (UTC)."""
-    t = parse_time(time)
-    return (int(t.timestamp()) * 1_000_000 + t.microsecond) * 1000
+    """A log time (ISO 8601 with an offset) as nanoseconds since the Unix epoch (UTC),
+    exact at the records' microseconds, negative before 1970 (a time's float seconds cut
+    toward zero put ``1969-12-31T23:59:59.5Z`` 1 s late)."""
+    since = parse_time(time) - _EPOCH  # days may be negative; seconds, microseconds never
+    return ((since.days * 86_400 + since.seconds) * 1_000_000 + since.microseconds) * 1000
 
 
 def boxmaker_version() -> str:

@@ -51,7 +51,7 @@ import contextlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import urlsplit
 
 from ..records import usage_tokens
@@ -226,7 +226,8 @@ def _turn_spans(
         elif index >= turn.own and kind == "cache_loss":
             request = next(r for i, r in turn.losses if i == index)
             root.add_event("boxmaker.cache_loss", _loss(rec, request), timestamp=t)
-        previous = t
+        if kind != "assistant":  # a completion without its server's times runs from the
+            previous = t  # record before its reply (the request sent), not from the reply
     root.end(end_time=max(begin, nanos(turn.ended)))
     return spans
 
@@ -283,8 +284,11 @@ def _chat_span(
         chat[ga.GEN_AI_OUTPUT_MESSAGES] = json.dumps(
             history[-1:] if replied else [], ensure_ascii=False
         )
-    took = timings.get("prompt_ms", 0.0) + timings.get("predicted_ms", 0.0)
-    took_ns = int(took * 1e6) if isinstance(took, int | float) and took == took else 0
+    # the server's time for the completion: prompt_ms + predicted_ms, both given, or unknown
+    # (the span then runs from the event before it, as without timings; never one of them
+    # alone, which showed the generation's time as the whole completion's)
+    took = [t for t in (timings.get("prompt_ms"), timings.get("predicted_ms")) if _ms(t)]
+    took_ns = int(sum(took) * 1e6) if len(took) == 2 else 0
     span = tracer.start_span(
         f"chat {model}",
         kind=trace.SpanKind.CLIENT,
@@ -293,6 +297,11 @@ def _chat_span(
         context=inside,
     )
     span.end(end_time=end)
+
+
+def _ms(value: object) -> TypeGuard[float]:
+    """A time the server gave, in ms (a number, not NaN, not negative)."""
+    return isinstance(value, int | float) and value == value and value >= 0
 
 
 def _tool_span(
@@ -438,7 +447,8 @@ def export_otel(
     Raises:
         ValueError: neither or both of ``endpoint`` and ``file``.
         SessionError: a path of ``source`` names no log.
-        ExportError: the SDK is missing, or the receiver refused the spans.
+        ExportError: the SDK is missing, the receiver refused the spans, or a log has a time
+            before 1970 (OTLP cannot hold it; the logs before it are exported).
 
     Warns:
         LogReadWarning: a log the session refuses is left out.
@@ -466,6 +476,11 @@ def export_otel(
             memory.clear()
             if not spans:
                 continue
+            if any((span.start_time or 0) < 0 for span in spans):  # OTLP's times are unsigned
+                raise ExportError(
+                    f"{reading.log.path}: a time before 1970, which OTLP cannot hold "
+                    "(its times are nanoseconds since 1970, unsigned)"
+                )
             if out is not None:
                 out.write(_otlp_json(spans) + "\n")
             else:

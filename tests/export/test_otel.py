@@ -268,3 +268,66 @@ def test_a_refused_log_warns_and_the_rest_is_exported(logs: Path, tmp_path: Path
     assert n > 0
     with pytest.raises(ValueError, match="exactly one"):
         export_otel(logs)
+
+
+def _one_turn(folder: Path, times: list[str], timings: dict[str, Any]) -> Path:
+    """A log of one answered turn: baseline, user, assistant, usage, turn_end at ``times``."""
+    folder.mkdir()
+    lines: list[dict[str, Any]] = [
+        {"type": "baseline", "schema": 4, "session_id": "one", "system": "", "tools": []},
+        {"type": "user", "content": "hi"},
+        {"type": "assistant", "content": "yo", "tool_calls": []},
+        {"type": "usage", "timings": timings},
+        {"type": "turn_end", "outcome": "answered"},
+    ]
+    for line, time in zip(lines, times, strict=True):
+        line["time"] = time
+    (folder / "one.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return folder
+
+
+def _file_spans(folder: Path, out: Path) -> dict[str, tuple[int, int]]:
+    """The spans export_otel writes for ``folder``, by name: (start, end) in ns."""
+    export_otel(folder, file=out)
+    spans = {}
+    for line in out.read_text().splitlines():
+        for resource in json.loads(line)["resourceSpans"]:
+            for scope in resource["scopeSpans"]:
+                for s in scope["spans"]:
+                    name = s["name"].split()[0]
+                    spans[name] = (int(s["startTimeUnixNano"]), int(s["endTimeUnixNano"]))
+    return spans
+
+
+def test_a_completion_without_its_prompt_time_is_not_its_generation_time(tmp_path: Path) -> None:
+    """``timings`` with ``predicted_ms`` and no ``prompt_ms``: the completion's time is
+    unknown (the frames say ``<NA>``); the chat span runs from the event before it, as
+    without timings, not ``predicted_ms`` alone (it did: 100 ms, shown as measured)."""
+    t = "2026-11-30T07:00:0{}.000000Z".format
+    timings = {"cache_n": 0, "prompt_n": 5, "predicted_n": 3, "predicted_ms": 100.0}
+    folder = _one_turn(tmp_path / "logs", [t(0), t(1), t(3), t(3), t(4)], timings)
+    assert frames.load(folder).requests.prompt_ms.isna().all()
+    chat = _file_spans(folder, tmp_path / "spans.jsonl")["chat"]
+    assert chat[1] - chat[0] == 2_000_000_000  # from the user message (t1) to the answer (t3)
+    timings["prompt_ms"] = 10.0
+    (tmp_path / "logs").rename(tmp_path / "old")
+    folder = _one_turn(tmp_path / "logs", [t(0), t(1), t(3), t(3), t(4)], timings)
+    chat = _file_spans(folder, tmp_path / "spans2.jsonl")["chat"]
+    assert chat[1] - chat[0] == 110_000_000  # both given: the server's 10 + 100 ms
+
+
+def test_times_before_1970_are_exact_and_otlp_refuses_them_in_words(tmp_path: Path) -> None:
+    """A time's float seconds cut toward zero put ``1969-12-31T23:59:59.5Z`` 1 s late (a turn
+    of 1.8 s came out 0.8 s); OTLP's times are unsigned: the export says so, not a
+    protobuf ``ValueError``."""
+    from boxmaker.errors import ExportError
+    from boxmaker.export._logs import nanos
+
+    assert nanos("1969-12-31T23:59:59.500000Z") == -500_000_000
+    assert nanos("1970-01-01T00:00:00.000001+00:00") == 1_000
+    assert nanos("2026-11-30T07:00:00.250000+01:00") == 1_796_018_400_250_000_000
+    times = [f"1969-12-31T23:59:5{i}.500000Z" for i in (6, 7, 8, 8, 9)]
+    folder = _one_turn(tmp_path / "logs", times, {"prompt_ms": 1.0, "predicted_ms": 2.0})
+    assert frames.load(folder).turns.wall_ms.tolist() == [2000.0]
+    with pytest.raises(ExportError, match="before 1970"):
+        export_otel(folder, file=tmp_path / "spans.jsonl")
