@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,6 +92,11 @@ class TemplateServer:
         transport: an httpx transport instead of the network (tests, cassettes).
         timeout_s: timeout of each request, in seconds.
 
+    Attributes:
+        deadline: ``None``, or a :func:`time.monotonic` time after which no request is sent
+            (each request's timeout is cut to what is left of it): a bound on one loss's
+            forensics as a whole (the tap's log comes first, :data:`boxmaker.tap.FORENSICS_S`).
+
     Every method raises :class:`~boxmaker.errors.InferError` on a connection failure or an
     HTTP status other than 200 (status and body kept), and
     :class:`~boxmaker.errors.BoxmakerError` on an answer of the wrong shape.
@@ -108,6 +114,7 @@ class TemplateServer:
         self._side: ServerJson = own
         self._own: Client | None = own
         self.url, self.timeout_s = own.url, timeout_s
+        self.deadline: float | None = None
 
     @classmethod
     def of(cls, client: ChatClient, timeout_s: float = TIMEOUT_S) -> TemplateServer | None:
@@ -119,6 +126,7 @@ class TemplateServer:
         server = cls.__new__(cls)
         server._side, server._own = client, None
         server.url, server.timeout_s = str(getattr(client, "url", "")), timeout_s
+        server.deadline = None
         return server
 
     def close(self) -> None:
@@ -127,7 +135,13 @@ class TemplateServer:
             self._own.close()
 
     def _json(self, method: str, path: str, body: Any = None) -> Any:
-        return self._side.server_json(method, path, body, timeout_s=self.timeout_s)
+        timeout_s = self.timeout_s
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise BoxmakerError(f"{path}: not asked, the time for forensics ran out")
+            timeout_s = min(timeout_s, left)
+        return self._side.server_json(method, path, body, timeout_s=timeout_s)
 
     def render(self, request: SentRequest, *extra: Mapping[str, Any], keep: bool = False) -> str:
         """The prompt text the template makes of ``request``'s messages (plus ``extra``

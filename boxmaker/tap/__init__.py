@@ -26,7 +26,7 @@ connections; the knobs are :class:`boxmaker.config.TapConfig`, ``[tap]`` in a co
 from .._public import publish
 from ._cassette import Recorded, TapCassette
 from ._guard import Guard, Refusal
-from ._log import HOLD_AT_MOST_S, HOLD_S, LOG_WITHIN_S, OPEN_LOGS, Exchange, TapLog
+from ._log import FORENSICS_S, HOLD_AT_MOST_S, HOLD_S, LOG_WITHIN_S, OPEN_LOGS, Exchange, TapLog
 from ._proxy import CAUGHT_SIGNALS, GRACE_S, HOP_BY_HOP, Tap, make_app
 from ._responses import RESPONSES_PATHS, ResponsesDecoder, responses_body
 from ._whatif import LogWhatIf, what_if_log
@@ -47,6 +47,7 @@ __all__ = [
     "ANTHROPIC_PATHS",
     "CAUGHT_SIGNALS",
     "CHAT_PATHS",
+    "FORENSICS_S",
     "GRACE_S",
     "HOLD_AT_MOST_S",
     "HOLD_S",

@@ -92,7 +92,15 @@ from ._wire import (
     tool_names,
 )
 
-__all__ = ["HOLD_AT_MOST_S", "HOLD_S", "LOG_WITHIN_S", "OPEN_LOGS", "Exchange", "TapLog"]
+__all__ = [
+    "FORENSICS_S",
+    "HOLD_AT_MOST_S",
+    "HOLD_S",
+    "LOG_WITHIN_S",
+    "OPEN_LOGS",
+    "Exchange",
+    "TapLog",
+]
 
 LOGGER = logging.getLogger("boxmaker.tap")
 
@@ -117,12 +125,20 @@ def _open_logs_cap() -> int:
 LOG_WITHIN_S = 1.0
 """The tap's promise, in seconds: an exchange the agent has received is in its session log
 (written and fsynced) this long after its answer ended, at most, under steady load (8 agents
-at once; with cache forensics on, its requests to the upstream count in the writer's pace).
+at once; with cache forensics on, a loss's requests to the upstream take :data:`FORENSICS_S`
+at most, and none are sent while the writer is behind).
 After a SIGKILL every exchange answered longer ago than this is in the log."""
 
 HOLD_S = 0.25
 """Seconds the log's writer may be behind (its oldest exchange not yet written) before the
 proxy holds new chat requests until it catches up (:meth:`TapLog.catch_up`)."""
+
+FORENSICS_S = 0.4
+"""Seconds one cache loss's forensics (its requests to the upstream) may take on the writer
+thread, at most: the log comes first. Past it, and when the writer is more than
+:data:`HOLD_S` behind, the ``CacheLoss`` is written unexplained, its ``detail`` saying why
+(before, each side request waited 30 s, and an upstream slow to answer them left the log
+seconds behind: a kill then lost exchanges answered 3.6 s earlier)."""
 
 HOLD_AT_MOST_S = 2.0
 """Seconds a request is held at most for the writer to catch up (a writer stuck on a slow
@@ -596,7 +612,11 @@ class TapLog:
             return []
         if not self.forensics or conv.reply is None:
             return [loss]
+        if self.behind_s() > HOLD_S:
+            why = f"not explained: the log's writer was more than {HOLD_S} s behind"
+            return [dataclasses.replace(loss, detail=why)]
         server = self._template_server(exchange.api_key)
+        server.deadline = time.monotonic() + FORENSICS_S
         try:
             found = explain_loss(
                 server,

@@ -156,6 +156,26 @@ def test_a_loss_is_explained_or_says_why_not(tmp_path: Path) -> None:
     assert loss.reprocessed == 10
 
 
+def test_an_upstream_that_stalls_forensics_holds_the_log_back_no_longer_than_its_bound(
+    tmp_path: Path,
+) -> None:
+    """The upstream takes the forensics' side requests and never answers: the loss is
+    written within :data:`~boxmaker.tap.FORENSICS_S` (plus the writer's own time), unexplained,
+    saying why; each side request waited 30 s before, and a kill lost what was answered
+    seconds before it."""
+    with tapped([CALL, ANSWER], tmp_path) as (up, tap):
+        for path in ("/apply-template", "/tokenize", "/props"):
+            up.paths[path] = Raw([])  # accepted, held open, silent
+        _post(tap.url, [ASK])
+        _post(tap.url, [ASK, *_echo()])
+        assert tap.log is not None and tap.log.wait(5)
+        assert tap.log.slowest_s < _log.FORENSICS_S + 0.5
+    (session,) = _sessions(tap)
+    (loss,) = [r for r in session.records if isinstance(r, CacheLoss)]
+    assert loss.detail is not None and loss.detail.startswith("forensics failed"), loss.detail
+    assert loss.cause is None and loss.reprocessed == 10
+
+
 def test_two_agents_at_once_with_the_same_task_get_two_sessions(tmp_path: Path) -> None:
     with tapped([CALL, CALL, ANSWER], tmp_path, forensics=False) as (_, tap):
         threads = [threading.Thread(target=_post, args=(tap.url, [SYSTEM, ASK])) for _ in range(2)]
