@@ -334,8 +334,9 @@ def credentials_in(
 
 
 def _header_credentials(value: str) -> list[str]:
-    scheme, _, token = value.strip().partition(" ")
-    token = token.strip() if token else scheme
+    # the scheme ends at any white space: h11 takes "Bearer<TAB>KEY", and the key went unhidden
+    scheme, *rest = value.split(None, 1) or [""]
+    token = rest[0].strip() if rest else scheme
     out = [token]
     if scheme.lower() == "basic" and token:
         try:

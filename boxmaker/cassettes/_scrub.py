@@ -37,6 +37,7 @@ hold it.
 
 from __future__ import annotations
 
+import json
 import urllib.parse
 from collections.abc import Sequence
 from typing import Any
@@ -52,6 +53,7 @@ from .._secrets import (
     credentials_in,
     hide_bytes,
     hide_fields,
+    hide_text,
     is_secret_query,
 )
 
@@ -79,16 +81,24 @@ _KEEP_HEADERS = ("content-type", "accept")
 server, content-encoding...) are volatile noise or secrets."""
 
 
-def credentials(request: VcrRequest, configured: Sequence[str] = ()) -> list[str]:
+def credentials(
+    request: VcrRequest,
+    configured: Sequence[str] = (),
+    headers: Sequence[tuple[str, str]] | None = None,
+) -> list[str]:
     """The credentials a request shows, to hide wherever they appear in its interaction.
 
     In order: ``configured`` (the ``secrets`` given to ``use_cassette``, at any length), then
     what ``_secrets``' ``credentials_in`` finds in the request's headers, URI and body (the
     one rule: ``Authorization`` Bearer and Basic, api-key headers, credential-like query
     parameters and JSON fields; 8 characters or more). Empty values and repeats are left out.
+    ``headers``: the request's headers as sent, every line (a header sent twice is one key of
+    ``request.headers``, its first value lost: an echo of it then went unhidden); default
+    ``request.headers``.
     """
     body = request.body if isinstance(request.body, bytes) else b""
-    headers = [(str(k), str(v)) for k, v in request.headers.items()]
+    if headers is None:
+        headers = [(str(k), str(v)) for k, v in request.headers.items()]
     found = [*configured, *credentials_in(headers, request.uri, body)]
     return list(dict.fromkeys(v for v in found if v))
 
@@ -106,8 +116,20 @@ def hide_in_request(request: VcrRequest, secrets: Sequence[str]) -> VcrRequest:
         return request
     request.uri = _hide(request.uri.encode(), secrets).decode()
     if isinstance(request.body, bytes):
-        request.body = _hide(request.body, secrets)
+        request.body = _hide_decoded(_hide(request.body, secrets), secrets)
     return request
+
+
+def _hide_decoded(body: bytes, secrets: Sequence[str]) -> bytes:
+    """A JSON body that still shows one of ``secrets`` once decoded (written escaped:
+    ``\\u0045``, ``\\/``, which the bytes do not show, and the cassette stores the decoded
+    JSON), written again compact (:func:`compact`'s form) with it hidden; else as it is."""
+    try:
+        text = json.dumps(json.loads(body), ensure_ascii=False, separators=(",", ":"))
+    except (ValueError, RecursionError):  # not JSON: the bytes were all there was to hide
+        return body
+    hidden = hide_text(text, secrets)
+    return body if hidden == text else hidden.encode()
 
 
 def hide_in_response(response: dict[str, Any], secrets: Sequence[str]) -> dict[str, Any]:

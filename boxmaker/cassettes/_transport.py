@@ -152,7 +152,8 @@ class _Run:
         """The replayed response for ``request`` (None: to be sent and recorded), its scrubbed
         vcrpy request and its credentials. Raises :class:`UnrecordedRequest`."""
         vreq = VcrRequest(request.method, str(request.url), body, dict(request.headers))
-        known = list(credentials(vreq, self.secrets))
+        sent = list(request.headers.multi_items())  # every line: a header sent twice too
+        known = list(credentials(vreq, self.secrets, headers=sent))
         vreq = scrub_request(hide_in_request(vreq, known))
         with self.lock:
             self.requests += 1

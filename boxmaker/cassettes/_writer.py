@@ -93,7 +93,7 @@ class CassetteWriter:
                 nothing more should be added then (the last item may be cut short).
         """
         vreq = VcrRequest(method, uri, request_body, dict(request_headers))
-        known = credentials(vreq, self.secrets)
+        known = credentials(vreq, self.secrets, headers=request_headers)
         vreq = scrub_request(hide_in_request(vreq, known))
         response = recorded_response(status, reason, response_headers, body, error)
         response = scrub_response(hide_in_response(response, known))

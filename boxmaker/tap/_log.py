@@ -363,7 +363,8 @@ class TapLog:
             body = chat_body(api, parsed)
         except ValueError as exc:  # not a JSON object, or what the tap cannot read in it
             self.skipped += 1
-            self.note_route(exchange.path, f"forwarded, not logged: {exc}")
+            said = hide_text(str(exc), searchable(exchange.credentials()))  # it is printed
+            self.note_route(exchange.path, f"forwarded, not logged: {said}")
             return
         msgs = [m for m in body["messages"] if isinstance(m, dict)]
         reply = read_reply(

@@ -124,8 +124,10 @@ _BODILESS = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
 
 def _bearer(headers: list[tuple[bytes, bytes]]) -> str | None:
     for name, value in headers:
-        if name.lower() == b"authorization" and value[:7].lower() == b"bearer ":
-            return value[7:].decode("latin-1").strip() or None
+        if name.lower() == b"authorization":
+            parts = value.split(None, 1)  # any white space, as _secrets reads it
+            if len(parts) == 2 and parts[0].lower() == b"bearer":
+                return parts[1].decode("latin-1").strip() or None
     return None
 
 

@@ -107,7 +107,8 @@ def responses_body(body: Mapping[str, Any]) -> dict[str, Any]:
 
 def _add_item(messages: list[dict[str, Any]], item: Any) -> None:
     if not isinstance(item, dict):
-        raise ValueError(f"an input item that is not an object: {str(item)[:80]}")
+        # its type, not its text: the note is printed, and an item's text is the agent's
+        raise ValueError(f"an input item that is not an object (a {type(item).__name__})")
     kind, role = item.get("type"), item.get("role")
     last = messages[-1] if messages and messages[-1].get("role") == "assistant" else None
     if role in ("user", "system", "developer") and kind in (None, "message"):

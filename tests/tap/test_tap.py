@@ -625,6 +625,21 @@ def test_what_the_tap_cannot_read_is_forwarded_and_said_once_per_route(tmp_path:
     assert (tap.log.sessions, tap.log.problems, tap.log.skipped) == ([], [], 2)
 
 
+def test_a_note_on_what_the_tap_cannot_read_quotes_no_key(tmp_path: Path) -> None:
+    """The note is printed: it named a Responses input item by its text, a key in it too
+    (the request's own Bearer token); now by its type, and the request's credentials are
+    hidden in any note."""
+    key = "sk-note-0123456789"
+    with tapped([ANSWER], tmp_path, forensics=False) as (_, tap):
+        odd = {"input": [f"please use {key}"], "model": "m"}
+        auth = {"Authorization": f"Bearer {key}"}
+        assert httpx.post(tap.url + "/v1/responses", json=odd, headers=auth).status_code == 200
+        assert tap.log is not None and tap.log.wait()
+    assert tap.log.notes == [
+        "/v1/responses: forwarded, not logged: an input item that is not an object (a str)"
+    ]
+
+
 def test_forensics_keeps_one_client_of_the_upstream_per_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

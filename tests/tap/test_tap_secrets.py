@@ -26,6 +26,7 @@ API = "sk-apikey-klmnopqrst"
 QUERY = "sk-query/+=uvwxyz01"  # URL-escaped in the query: %2F%2B%3D
 FIELD = 'sk-field-"quoted"-234'  # JSON-escaped in the body
 PASSWORD = "basic-pass-56789abc"
+TABBED = "sk-tabbed-0123456789"
 BASIC = base64.b64encode(f"alice:{PASSWORD}".encode()).decode()
 
 FORMS = {
@@ -35,6 +36,8 @@ FORMS = {
     "?api_key=": ({}, "?api_key=" + urllib.parse.quote(QUERY, safe=""), {}, QUERY),
     "body api_key": ({}, "", {"api_key": FIELD}, FIELD),
     "authorization (Basic)": ({"Authorization": f"Basic {BASIC}"}, "", {}, PASSWORD),
+    # h11 takes a tab after the scheme; the key was looked for as "Bearer<TAB>KEY"
+    "authorization (Bearer, a tab)": ({"Authorization": f"Bearer\t{TABBED}"}, "", {}, TABBED),
 }
 
 
@@ -95,3 +98,45 @@ def test_the_rule_finds_each_form_a_request_shows() -> None:
     assert credentials_in([("Authorization", "Bearer EMPTY")]) == []  # a placeholder
     assert credentials_in([("Authorization", "Basic !!notbase64!!")]) == ["!!notbase64!!"]
     assert credentials_in(uri="http://[broken/?api_key=0123456789") == []
+
+
+def test_a_key_the_body_escapes_or_a_header_repeats_is_hidden_in_the_cassette(
+    tmp_path: Path,
+) -> None:
+    """The cassette stores a request's body as decoded JSON: a key written escaped in it
+    (``\\u0073k-...``, or ``\\/`` for a ``/`` as PHP's encoder writes it), which the bytes do
+    not show, came out plain; and a credential header sent twice kept only its last value
+    for the search, so an echo of the first was recorded."""
+    first, second = "sk-first-dup-11111111", "sk-second-dup-2222222"
+    slashed = "sk-AKIAb/cdEF+gh/ijkl"
+    escaped = "\\u0073" + BEARER[1:]  # the s of sk- written as \u0073
+    body = (
+        '{"stream":true,"messages":[{"role":"user","content":"use '
+        + escaped
+        + " and "
+        + slashed.replace("/", "\\/")
+        + '"}],"api_key":"'
+        + slashed.replace("/", "\\/")
+        + '"}'
+    ).encode()
+    assert json.loads(body)["messages"][0]["content"] == f"use {BEARER} and {slashed}"
+    cassette = tmp_path / "c.yaml"
+    with (
+        running([Reply(status=401, error={"code": 401, "message": f"{first} {second}?"})]) as up,
+        Tap(up.url, directory=tmp_path / "logs", forensics=False, cassette=cassette) as tap,
+    ):
+        headers = [
+            ("Authorization", f"Bearer {BEARER}"),
+            ("x-api-key", first),
+            ("x-api-key", second),
+            ("Content-Type", "application/json"),
+        ]
+        answer = httpx.post(tap.url + CHAT, content=body, headers=headers, timeout=10)
+        assert answer.status_code == 401 and first in answer.text  # the agent got it as it came
+        assert tap.log is not None and tap.log.wait() and tap.cassette is not None
+        assert tap.cassette.wait()
+    (log,) = tap.log.sessions
+    for secret in (BEARER, first, second, slashed):
+        assert secret not in cassette.read_text(), secret
+        assert secret not in log.read_text(), secret
+    assert API_KEY_PLACEHOLDER in cassette.read_text()
