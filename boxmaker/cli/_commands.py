@@ -225,9 +225,12 @@ def tap(args: argparse.Namespace) -> int:
     for path in tap.log.sessions if tap.log else ():
         print(path)
     if tap.log is not None and tap.log.written:
+        log = tap.log
+        logged = log.written - log.failed - log.skipped
         print(
-            f"{tap.log.written} exchange(s) written, each within {tap.log.slowest_s:.3f} s "
-            "of its answer's end"
+            f"{logged} exchange(s) written, each within {log.slowest_s:.3f} s of its answer's end"
+            + (f"; {log.skipped} forwarded unread (said above)" if log.skipped else "")
+            + (f"; {log.failed} not logged (said above)" if log.failed else "")
         )
     if tap.cassette is not None and tap.cassette.recorded:
         print(f"{tap.cassette.path}: {tap.cassette.recorded} interaction(s) recorded")

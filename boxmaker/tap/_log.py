@@ -209,7 +209,9 @@ class TapLog:
             (:data:`~boxmaker.tap.UNREAD_PATHS`: prompts, not conversations).
         skipped: requests forwarded but not logged (not JSON, no ``messages``, what
             :func:`~boxmaker.tap.responses_body` cannot read).
-        written: exchanges handled by the writer so far (logged or skipped).
+        written: exchanges handled by the writer so far (logged, skipped or failed).
+        failed: exchanges of those not in a log (the disk full, a log that cannot be made or
+            opened, an error while reading them: :attr:`problems` says why).
         slowest_s: the longest time from an answer's end to its exchange being written, in
             seconds, so far (the measured side of :data:`LOG_WITHIN_S`).
     """
@@ -230,6 +232,7 @@ class TapLog:
         self.notes: list[str] = []
         self.skipped = 0
         self.written = 0
+        self.failed = 0
         self.slowest_s = 0.0
         self._conversations = Conversations()
         self._queue: queue.SimpleQueue[tuple[float, Exchange] | None] = queue.SimpleQueue()
@@ -327,6 +330,7 @@ class TapLog:
                     self._traffic.wait_quiet(since=queued)
                 self._write(exchange)
             except Exception as exc:  # the writer never dies: the agent's traffic goes on
+                self.failed += 1
                 self._problem(f"{exchange.path}: not logged: {type(exc).__name__}: {exc}")
             finally:
                 self.slowest_s = max(self.slowest_s, time.monotonic() - queued)
@@ -387,7 +391,8 @@ class TapLog:
         session = self._session(conv)
         if session is not None:
             session.hide(*secrets)  # each request's own: an agent may change its key
-        self._append(conv, records)
+        if not self._append(conv, records):
+            self.failed += 1
         self._conversations.file(conv, keys)
         conv.request, conv.api, conv.failed = exchange.body, api, reply.assistant is None
         if reply.assistant is not None:
@@ -460,14 +465,20 @@ class TapLog:
             self._disk_said = True
             self._problem(f"cannot write the logs (forwarding goes on, not logged): {exc}")
 
-    def _append(self, conv: Conversation, records: Sequence[Record]) -> None:
-        session = self._session(conv) if records else None
+    def _append(self, conv: Conversation, records: Sequence[Record]) -> bool:
+        """Append ``records`` to ``conv``'s log; ``False`` when they are not in it (no log,
+        or the append failed: said once, as a full disk)."""
+        if not records:
+            return True
+        session = self._session(conv)
         if session is None:
-            return
+            return False
         try:
             session.extend(records)
         except SessionError as exc:
             self._disk(exc)
+            return False
+        return True
 
     # -- records ------------------------------------------------------------------------------
 
