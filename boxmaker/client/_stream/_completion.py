@@ -98,9 +98,10 @@ class Completion:
           count, or impossible: ``prompt_tokens`` 0 (a chat prompt is never empty: Ollama
           sends 0 for a cached one, ollama/ollama#5370) or ``completion_tokens`` 0 for a
           completion that brought text or calls; ``note`` names each figure left out so;
-        - ``reasoning_tokens``: the reasoning deltas counted (``0``: no reasoning came); for
-          a :attr:`whole` answer the server's ``completion_tokens_details.reasoning_tokens``,
-          else ``None`` when reasoning came (one piece is no count), ``0`` when none did;
+        - ``reasoning_tokens``: the server's ``completion_tokens_details.reasoning_tokens``
+          when it sent it; else the reasoning deltas counted (``0``: no reasoning came), or
+          for a :attr:`whole` answer ``None`` when reasoning came (one piece is no count),
+          ``0`` when none did;
         - the thinking-cap flag and the ``finish_reason``.
         """
         notes: list[str] = []
@@ -123,12 +124,15 @@ class Completion:
         )
 
     def _reasoning_count(self) -> int | None:
-        """The log's ``reasoning_tokens`` (see :meth:`usage_record`)."""
-        if not self.whole:
-            return self.reasoning_tokens
+        """The log's ``reasoning_tokens`` (see :meth:`usage_record`): the server's count
+        whenever it sent one (a stream's deltas are a count of tokens only where each is
+        one, as llama.cpp streams them: a server that sends several a delta reported 12 and
+        the log said 2)."""
         sent = reported_reasoning(self.usage)
         if sent is not None:
             return sent
+        if not self.whole:
+            return self.reasoning_tokens
         return None if self.reasoning else 0
 
 
