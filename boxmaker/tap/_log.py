@@ -380,7 +380,10 @@ class TapLog:
         )
         keys = [message_key(m) for m in msgs]
         conv, start = self._conversations.find(keys, msgs)
-        records = [_at(r, exchange.started) for r in self._inputs(conv, msgs[start:])]
+        inputs = self._inputs(conv, msgs[start:])
+        if not conv.open:  # no new user message: the agent sent a failed request again
+            inputs += self._asked_again(conv, msgs)
+        records = [_at(r, exchange.started) for r in inputs]
         answer = self._answer(conv, exchange, body, msgs, reply)
         records += [_at(r, exchange.ended) for r in answer]
         secrets = searchable(exchange.credentials())
@@ -529,6 +532,15 @@ class TapLog:
                 conv.pending.update((c.id, c) for c in calls)
             conv.last = role if role in ("user", "assistant", "tool") else conv.last
         return out
+
+    def _asked_again(self, conv: Conversation, msgs: Sequence[Mapping[str, Any]]) -> list[Record]:
+        """A request with no new user message while no turn is open (the agent sent a request
+        that failed again, its turn ended ``infer_error``): a new turn, its ``User`` the
+        request's last user message (``""`` when it has none). Before, the answer went into
+        the ended turn, which then ended twice and showed ``answered`` alone."""
+        last = next((m for m in reversed(msgs) if m.get("role") == "user"), None)
+        conv.open, conv.last = True, "user"
+        return [User(content=text_of(last.get("content")) if last is not None else "")]
 
     def _left(self, conv: Conversation) -> list[Record]:
         """The end of a turn the agent left for a new user message: ``cancelled`` when calls

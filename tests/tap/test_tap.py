@@ -251,6 +251,32 @@ def test_an_upstream_error_is_forwarded_as_it_is_and_logged_with_its_status(tmp_
     assert "boom" in end.detail
 
 
+def test_a_failed_request_sent_again_is_a_turn_of_its_own(tmp_path: Path) -> None:
+    """An upstream 500 ends the turn ``infer_error``; the agent sends the same request again:
+    its answer opens a new turn (the request's last user message), so the failed turn keeps
+    its outcome. Before, the answer went into the ended turn, which ended twice, and every
+    view showed it ``answered``, the error nowhere."""
+    error = {"error": {"code": 500, "message": "boom"}}
+    with tapped([ANSWER, Reply(status=500, error=error), ANSWER], tmp_path, forensics=False) as (
+        _,
+        tap,
+    ):
+        first = [ASK, {"role": "assistant", "content": "Sunny."}]
+        again = [*first, {"role": "user", "content": "And tomorrow?"}]
+        assert [_post(tap.url, m).status_code for m in ([ASK], again, again)] == [200, 500, 200]
+    (session,) = _sessions(tap)
+    assert_log_well_formed(session)
+    kinds = [type(r).__name__ for r in session.records]
+    assert kinds == [
+        *("User", "Assistant", "Usage", "TurnEnd", "User", "TurnEnd"),
+        *("User", "Assistant", "Usage", "CacheLoss", "TurnEnd"),
+    ]
+    users = [r.content for r in session.records if isinstance(r, User)]
+    assert users == [ASK["content"], "And tomorrow?", "And tomorrow?"]
+    turns = frames.load(session.path.parent).turns
+    assert turns.outcome.tolist() == ["answered", "infer_error", "answered"]
+
+
 def test_an_agent_that_disconnects_mid_stream_closes_the_upstream_and_the_turn(
     tmp_path: Path,
 ) -> None:
