@@ -63,6 +63,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from .._secrets import credentials_in, hide_in_json, hide_text, searchable
 from ..cache import SentRequest, TemplateServer, cache_loss, explain_loss, held_tokens
 from ..errors import BoxmakerError, SessionError
@@ -159,7 +161,8 @@ class Exchange:
     ``query``: its query string, read on the writer thread for the credentials to hide
     (``_secrets``' rule: every header, query and JSON form; :meth:`credentials`);
     ``started`` / ``ended``: when the request came and the answer ended (UTC, the records'
-    times).
+    times); ``encoding``: the answer's ``Content-Encoding`` (``gzip``, ``br``...; ``""``:
+    none), decoded on the writer thread before it is read.
     """
 
     path: str
@@ -174,6 +177,23 @@ class Exchange:
     query: bytes = b""
     started: datetime = field(default_factory=utc_now)
     ended: datetime = field(default_factory=utc_now)
+    encoding: str = ""
+
+    def plain_answer(self) -> tuple[bytes, str | None]:
+        """:attr:`answer` decoded by its :attr:`encoding` with httpx's decoders (gzip,
+        deflate, br, zstd: the cassette's too), and what kept it from decoding (``None``:
+        nothing did; the bytes are then as they came). A proxy that compresses llama-server's
+        answers (nginx, LiteLLM) for an agent that takes gzip: the answer was read as
+        compressed bytes and logged ``infer_error``, its usage lost."""
+        if not self.encoding or self.encoding.lower() == "identity":
+            return self.answer, None
+        head = [("content-encoding", self.encoding)]
+        try:
+            return httpx.Response(
+                200, headers=head, stream=httpx.ByteStream(self.answer)
+            ).read(), None
+        except httpx.DecodingError as exc:
+            return self.answer, f"the answer's {self.encoding} did not decode: {exc}"
 
     def credentials(self) -> list[str]:
         """The credentials this request shows (``Authorization`` Bearer or Basic, api-key
@@ -371,12 +391,13 @@ class TapLog:
             self.note_route(exchange.path, f"forwarded, not logged: {said}")
             return
         msgs = [m for m in body["messages"] if isinstance(m, dict)]
+        plain, undecoded = exchange.plain_answer()
         reply = read_reply(
-            exchange.answer,
+            plain,
             status=exchange.status,
             api=api,
             streamed=exchange.streamed,
-            error=exchange.error,
+            error=exchange.error or undecoded,
         )
         keys = [message_key(m) for m in msgs]
         conv, start = self._conversations.find(keys, msgs)

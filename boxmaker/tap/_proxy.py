@@ -267,6 +267,10 @@ def _to_log(
         headers=tuple(headers),
         query=query,
         started=started,
+        encoding=next(
+            (v.decode("latin-1") for k, v in answer.headers if k.lower() == b"content-encoding"),
+            "",
+        ),
     )
     log.submit(exchange)
 

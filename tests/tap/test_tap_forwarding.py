@@ -4,15 +4,20 @@ sockets: the fake llama-server (tests/fake_llama.py) upstream, its raw bytes rea
 from __future__ import annotations
 
 import contextlib
+import gzip
 import http.client
+import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from fake_llama import FakeLlama, Raw, running
 
 from boxmaker.errors import BoxmakerError
+from boxmaker.records import Assistant, TurnEnd, Usage
+from boxmaker.session import Session
 from boxmaker.tap import Tap
 from boxmaker.tap._proxy import broke_name
 
@@ -252,3 +257,44 @@ def test_only_the_answer_the_tap_cut_leaves_uvicorns_words_out(
         HTTP_LOGGER.error(_INCOMPLETE)  # a context where the tap cut nothing
     said = [r for r in caplog.records if r.getMessage() == _INCOMPLETE]
     assert [(r.name, r.levelname) for r in said] == [("boxmaker.tap.http", "ERROR")]
+
+
+def test_a_compressed_answer_reaches_the_agent_as_it_came_and_is_logged_decoded(
+    tmp_path: Path,
+) -> None:
+    """A proxy in front of llama-server (nginx, LiteLLM) gzips its answers for an agent that
+    takes gzip: the agent gets the bytes as they came; the log read them compressed and said
+    ``infer_error``, the usage lost."""
+    answer = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Hi hi"},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 15, "completion_tokens": 3, "total_tokens": 18},
+        "timings": {"cache_n": 0, "prompt_n": 15, "predicted_n": 3},
+    }
+    packed = gzip.compress(json.dumps(answer).encode())
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n"
+        b"Content-Length: " + str(len(packed)).encode() + b"\r\n\r\n"
+    )
+    with _tapped(tmp_path, "/v1/chat/completions", head + packed) as (_, tap):
+        ask = {"messages": [{"role": "user", "content": "hi"}]}
+        got = httpx.post(tap.url + "/v1/chat/completions", json=ask, timeout=10)
+        assert got.headers["content-encoding"] == "gzip" and got.json() == answer
+        assert tap.log is not None and tap.log.wait()
+    (path,) = tap.log.sessions
+    with Session.open(path, read_only=True) as session:
+        kinds = {type(r).__name__: r for r in session.records}
+    assert isinstance(kinds["Assistant"], Assistant) and kinds["Assistant"].content == "Hi hi"
+    usage = kinds["Usage"]
+    assert (
+        isinstance(usage, Usage) and usage.prompt_tokens == 15 and usage.timings["prompt_n"] == 15
+    )
+    end = kinds["TurnEnd"]
+    assert isinstance(end, TurnEnd) and end.outcome == "answered"
