@@ -684,20 +684,14 @@ def test_a_stream_whose_server_counts_its_reasoning_is_logged_with_that_count() 
     word (the log said 2 for the server's 12); without a report the deltas count."""
     said = {"prompt_tokens": 9, "completion_tokens": 15}
     counted = {**said, "completion_tokens_details": {"reasoning_tokens": 12}}
-    texts = texts_of(
-        litellm(0, {"reasoning_content": "Let me think about "}),
-        litellm(0, {"reasoning_content": "the weather in Oslo."}),
-        {**litellm(0, {"content": "Sunny."}, "stop"), "usage": counted},
-        DONE,
-    )
-    assert read(texts)[1].usage_record().reasoning_tokens == 12
-    texts = texts_of(
-        litellm(0, {"reasoning_content": "Let me think about "}),
-        litellm(0, {"reasoning_content": "the weather in Oslo."}),
-        {**litellm(0, {"content": "Sunny."}, "stop"), "usage": said},
-        DONE,
-    )
-    assert read(texts)[1].usage_record().reasoning_tokens == 2
+    for usage, logged in ((counted, 12), (said, 2)):
+        texts = texts_of(
+            litellm(0, {"reasoning_content": "Let me think about "}),
+            litellm(0, {"reasoning_content": "the weather in Oslo."}),
+            {**litellm(0, {"content": "Sunny."}, "stop"), "usage": usage},
+            DONE,
+        )
+        assert read(texts)[1].usage_record().reasoning_tokens == logged
 
 
 def test_unknown_figures_are_null_in_the_log_and_read_back(tmp_path: Path) -> None:
