@@ -184,6 +184,51 @@ def test_a_value_the_server_never_sent_is_unknown_in_every_total(tmp_path: Path)
     assert samples["nocache"].model_usage == {}  # the prompt total is unknown: no usage
 
 
+def test_a_usage_line_without_its_reasoning_figures_is_unknown_in_every_view(
+    tmp_path: Path,
+) -> None:
+    """Another writer's ``usage`` line without ``reasoning_tokens`` and ``thinking_capped``
+    (the log's rule lets both go): the frames said unknown, the record objects (transcript,
+    scores) 0 and ``False`` (the dataclass defaults), OTel ``False``, and an ATIF round trip
+    wrote 0 and ``False`` into the new log."""
+    lines = [
+        {"type": "baseline", "schema": 4, "session_id": "other", "system": "", "tools": []},
+        {"type": "user", "content": "hi"},
+        {"type": "assistant", "content": "yo", "tool_calls": []},
+        {"type": "usage", "timings": {"cache_n": 0, "prompt_n": 5, "predicted_n": 3}},
+        {"type": "turn_end", "outcome": "answered"},
+    ]
+    for n, line in enumerate(lines):
+        line["time"] = f"2026-11-30T07:00:0{n}.000000Z"
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / "other.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    with Session.open(folder / "other.jsonl", read_only=True) as session:
+        (usage,) = [r for r in session.records if isinstance(r, Usage)]
+    assert (usage.reasoning_tokens, usage.thinking_capped) == (None, None)
+    requests = frames.requests(folder)
+    assert requests.reasoning_tokens.isna().all() and requests.thinking_capped.isna().all()
+    need("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from boxmaker.export import export_atif, import_atif, session_spans
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    (log,) = read_logs(folder)
+    session_spans(split_turns(log), provider.get_tracer("t"))
+    (chat,) = [s for s in memory.get_finished_spans() if s.name.startswith("chat")]
+    assert "boxmaker.thinking_capped" not in (chat.attributes or {})
+    (trajectory,) = export_atif(folder, tmp_path / "atif")
+    back = tmp_path / "back"
+    import_atif(trajectory, back)
+    again = frames.requests(back)
+    assert again.reasoning_tokens.isna().all() and again.thinking_capped.isna().all()
+
+
 def test_a_loss_has_one_rule_and_its_two_quantities_one_name_each_in_every_view(
     tmp_path: Path,
 ) -> None:

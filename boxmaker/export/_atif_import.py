@@ -17,9 +17,9 @@ read by ATIF's own fields:
   ``prompt_n`` = ``prompt_tokens - cached_tokens``, ``predicted_n`` = ``completion_tokens``
   (as llama.cpp's timings, when prompt and cached tokens are known), and the OpenAI usage
   figures ``prompt_tokens`` and ``completion_tokens``; a figure the step does not give stays
-  unknown, except ``reasoning_tokens`` (``metrics.extra.reasoning_tokens``, else 0: a
-  ``Usage`` record has no unknown for it); then a ``ToolResult`` per observation result that
-  answers one of the step's calls (call numbers 1, 2, ... in order);
+  unknown, ``reasoning_tokens`` too (``metrics.extra.reasoning_tokens``; it was 0 when the
+  step gave none, and a round trip turned the log's unknown into 0); then a ``ToolResult``
+  per observation result that answers one of the step's calls (call numbers 1, 2, ... in order);
 - after each completion the one cache rule (:func:`boxmaker.cache.cache_loss`) adds a
   ``CacheLoss`` where the server reused less than the earlier completion made cacheable, so
   ``boxmaker cache explain LOG --url URL`` can tell why; each turn ends with a ``TurnEnd``
@@ -189,8 +189,8 @@ class _Reader:
             return {
                 "type": "usage",
                 "timings": dict(extra["timings"]),
-                "reasoning_tokens": extra.get("reasoning_tokens", 0),
-                "thinking_capped": extra.get("thinking_capped", False),
+                "reasoning_tokens": extra.get("reasoning_tokens"),  # absent: unknown
+                "thinking_capped": extra.get("thinking_capped"),
                 "prompt_tokens": extra.get("openai_prompt_tokens"),
                 "completion_tokens": extra.get("openai_completion_tokens"),
                 "finish_reason": extra.get("finish_reason"),
@@ -208,7 +208,7 @@ class _Reader:
         return {
             "type": "usage",
             "timings": timings,
-            "reasoning_tokens": reasoning or 0,
+            "reasoning_tokens": reasoning,  # not given: unknown, not 0
             "prompt_tokens": prompt,
             "completion_tokens": generated,
             "time": time,

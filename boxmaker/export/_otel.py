@@ -276,7 +276,8 @@ def _chat_span(
     for key in ("cache_n", "prompt_n", "predicted_n", "prompt_ms", "predicted_ms"):
         if timings.get(key) is not None:
             chat[f"boxmaker.{key}"] = timings[key]
-    chat["boxmaker.thinking_capped"] = bool(rec.get("thinking_capped"))
+    if isinstance(rec.get("thinking_capped"), bool):  # absent: unknown, left out
+        chat["boxmaker.thinking_capped"] = rec["thinking_capped"]
     if history is not None:  # the completion's reply is the assistant message just before
         replied = bool(history) and history[-1]["role"] == "assistant"
         asked = history[:-1] if replied else history

@@ -15,6 +15,7 @@ from ._types import (
     Record,
     ToolCall,
     Unknown,
+    Usage,
     format_time,
     parse_time,
     utc_now,
@@ -84,6 +85,8 @@ def _build(data: Mapping[str, Any]) -> Record:
     if cls is None:
         return Unknown(type=data["type"], data=dict(data), time=time)
     kwargs: dict[str, Any] = {}
+    if cls is Usage:  # absent is unknown (the frames read it so), not the writer's default
+        kwargs.update(reasoning_tokens=None, thinking_capped=None)
     for rule in RULES[data["type"]]:
         if rule.name == "time" or rule.name not in data:
             continue

@@ -347,20 +347,23 @@ class Usage:
 
     ``timings`` is llama.cpp's object as sent (``cache_n``, ``prompt_n``, ``predicted_n`` in
     tokens; ``prompt_ms``, ``predicted_ms`` in milliseconds; per-token and per-second rates),
-    empty when the server sent none (older builds). ``reasoning_tokens`` counts the streamed
-    reasoning deltas (llama.cpp sends about one token per delta): ``0`` when no reasoning
-    came; ``None`` when the client could not count it (the reasoning came whole, in one
-    ``chat.completion``, and the server gave no ``usage.completion_tokens_details.
-    reasoning_tokens``, which is then taken). ``prompt_tokens`` and ``completion_tokens`` are
+    empty when the server sent none (older builds). ``reasoning_tokens`` is the server's
+    ``usage.completion_tokens_details.reasoning_tokens`` when it sent one, else the streamed
+    reasoning deltas counted (llama.cpp sends about one token per delta): ``0`` when no
+    reasoning came; ``None`` when the client could not count it (the reasoning came whole, in
+    one ``chat.completion``, without the server's count). ``prompt_tokens`` and ``completion_tokens`` are
     the OpenAI ``usage`` fields, ``None`` when absent or impossible (Ollama's
     ``prompt_tokens: 0`` for a cached prompt, ollama/ollama#5370: no prompt has 0 tokens);
     ``note`` then says which figure the server sent was left out and why (``None``: none
-    was). A figure that is ``None`` is unknown: absent in the frames' totals, never 0.
+    was). ``thinking_capped``: the thinking cap ended this completion's reasoning. A figure
+    that is ``None`` is unknown: absent in the frames' totals, never 0; a log line without
+    ``reasoning_tokens`` or ``thinking_capped`` (another writer's) reads as ``None``, as the
+    frames read it, not as these defaults.
     """
 
     timings: Mapping[str, float] = field(default_factory=dict)
     reasoning_tokens: Tokens | None = 0
-    thinking_capped: bool = False
+    thinking_capped: bool | None = False
     prompt_tokens: Tokens | None = None
     completion_tokens: Tokens | None = None
     finish_reason: str | None = None
