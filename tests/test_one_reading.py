@@ -191,7 +191,7 @@ def test_a_usage_line_without_its_reasoning_figures_is_unknown_in_every_view(
     (the log's rule lets both go): the frames said unknown, the record objects (transcript,
     scores) 0 and ``False`` (the dataclass defaults), OTel ``False``, and an ATIF round trip
     wrote 0 and ``False`` into the new log."""
-    lines = [
+    lines: list[dict[str, Any]] = [
         {"type": "baseline", "schema": 4, "session_id": "other", "system": "", "tools": []},
         {"type": "user", "content": "hi"},
         {"type": "assistant", "content": "yo", "tool_calls": []},

@@ -351,9 +351,10 @@ class Usage:
     ``usage.completion_tokens_details.reasoning_tokens`` when it sent one, else the streamed
     reasoning deltas counted (llama.cpp sends about one token per delta): ``0`` when no
     reasoning came; ``None`` when the client could not count it (the reasoning came whole, in
-    one ``chat.completion``, without the server's count). ``prompt_tokens`` and ``completion_tokens`` are
-    the OpenAI ``usage`` fields, ``None`` when absent or impossible (Ollama's
-    ``prompt_tokens: 0`` for a cached prompt, ollama/ollama#5370: no prompt has 0 tokens);
+    one ``chat.completion``, without the server's count). ``prompt_tokens`` and
+    ``completion_tokens`` are the OpenAI ``usage`` fields, ``None`` when absent or impossible
+    (Ollama's ``prompt_tokens: 0`` for a cached prompt, ollama/ollama#5370: no prompt has 0
+    tokens);
     ``note`` then says which figure the server sent was left out and why (``None``: none
     was). ``thinking_capped``: the thinking cap ended this completion's reasoning. A figure
     that is ``None`` is unknown: absent in the frames' totals, never 0; a log line without
