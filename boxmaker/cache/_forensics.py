@@ -94,8 +94,10 @@ class TemplateServer:
 
     Attributes:
         deadline: ``None``, or a :func:`time.monotonic` time after which no request is sent
-            (each request's timeout is cut to what is left of it): a bound on one loss's
-            forensics as a whole (the tap's log comes first, :data:`boxmaker.tap.FORENSICS_S`).
+            (each request's timeouts are cut to what is left of it; httpx times each step of
+            a request, so a server that drips its answer can hold one longer): one loss's
+            forensics bounded as a whole (the tap's log comes first,
+            :data:`boxmaker.tap.FORENSICS_S`).
 
     Every method raises :class:`~boxmaker.errors.InferError` on a connection failure or an
     HTTP status other than 200 (status and body kept), and

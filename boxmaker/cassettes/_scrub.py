@@ -125,11 +125,17 @@ def _hide_decoded(body: bytes, secrets: Sequence[str]) -> bytes:
     ``\\u0045``, ``\\/``, which the bytes do not show, and the cassette stores the decoded
     JSON), written again compact (:func:`compact`'s form) with it hidden; else as it is."""
     try:
-        text = json.dumps(json.loads(body), ensure_ascii=False, separators=(",", ":"))
+        value = json.loads(body)
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     except (ValueError, RecursionError):  # not JSON: the bytes were all there was to hide
         return body
     hidden = hide_text(text, secrets)
-    return body if hidden == text else hidden.encode()
+    if hidden == text:
+        return body
+    try:
+        return hidden.encode()
+    except UnicodeEncodeError:  # a lone surrogate (\\ud83d) in it: written escaped then
+        return hide_text(json.dumps(value, separators=(",", ":")), secrets).encode()
 
 
 def hide_in_response(response: dict[str, Any], secrets: Sequence[str]) -> dict[str, Any]:

@@ -299,6 +299,11 @@ def compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+"""A JSON escape of a UTF-16 surrogate: a request body that may decode to a lone one, which
+no YAML (UTF-8) can hold: it broke the serializer, and the tap's cassette stopped."""
+
+
 class _ReadableSerializer:
     """vcrpy serializer (``serialize(dict) -> str``, ``deserialize(str) -> dict``) writing the
     readable YAML of the module docstring; it reads vcrpy's own ``body.string`` form too."""
@@ -312,8 +317,11 @@ class _ReadableSerializer:
             body = request.pop("body", None)
             raw = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
             try:
-                request["body_json"] = json.loads(raw) if raw else None
-            except ValueError:
+                value = json.loads(raw) if raw else None
+                if raw and _SURROGATE.search(raw):  # YAML is UTF-8: a lone surrogate
+                    json.dumps(value, ensure_ascii=False).encode()  # (\ud83d) stays text
+                request["body_json"] = value
+            except ValueError:  # UnicodeEncodeError too
                 request["body"] = raw
             response = dict(item["response"])
             headers = response.get("headers") or {}

@@ -17,7 +17,7 @@ returns and writing costs the size of one interaction, not of the whole file.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -63,7 +63,7 @@ class CassetteWriter:
         *,
         method: str,
         uri: str,
-        request_headers: Sequence[tuple[str, str]],
+        request_headers: Sequence[tuple[str, str]] | Mapping[str, str],
         request_body: bytes,
         status: int,
         response_headers: Sequence[tuple[str, str]],
@@ -92,8 +92,10 @@ class CassetteWriter:
             CassetteError: the file cannot be written (a full disk, no such directory);
                 nothing more should be added then (the last item may be cut short).
         """
-        vreq = VcrRequest(method, uri, request_body, dict(request_headers))
-        known = credentials(vreq, self.secrets, headers=request_headers)
+        pairs = request_headers.items() if isinstance(request_headers, Mapping) else request_headers
+        lines = list(pairs)  # every line (a mapping, as before, holds one value a name)
+        vreq = VcrRequest(method, uri, request_body, dict(lines))
+        known = credentials(vreq, self.secrets, headers=lines)
         vreq = scrub_request(hide_in_request(vreq, known))
         response = recorded_response(status, reason, response_headers, body, error)
         response = scrub_response(hide_in_response(response, known))

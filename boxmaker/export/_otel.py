@@ -197,7 +197,7 @@ def _turn_spans(
     own_completions = {c.usage: c for c in turn.completions if not c.from_parent}
     own_calls = {c.result: c for c in turn.calls if not c.from_parent}
     spans = 1
-    previous = begin
+    previous = asked = begin  # asked: the record before the latest reply (the request sent)
     for index in range(turn.start, turn.stop):
         rec = records[index]
         kind = rec["type"]
@@ -211,7 +211,7 @@ def _turn_spans(
         if completion is not None:
             _chat_span(
                 tracer, trace, inside, rec, completion.number, model, where, reading.session,
-                history if content else None, begin=begin, previous=previous, end=t,
+                history if content else None, begin=begin, previous=asked, end=t,
             )  # fmt: skip
             spans += 1
         elif call is not None:
@@ -226,8 +226,9 @@ def _turn_spans(
         elif index >= turn.own and kind == "cache_loss":
             request = next(r for i, r in turn.losses if i == index)
             root.add_event("boxmaker.cache_loss", _loss(rec, request), timestamp=t)
-        if kind != "assistant":  # a completion without its server's times runs from the
-            previous = t  # record before its reply (the request sent), not from the reply
+        if kind == "assistant":  # a completion without its server's times runs from the
+            asked = previous  # record before its reply (the request sent), not from the reply
+        previous = t
     root.end(end_time=max(begin, nanos(turn.ended)))
     return spans
 

@@ -50,6 +50,9 @@ def record_to_json(record: Record | Baseline) -> dict[str, Any]:
             ]
         elif f.name in ("tools", "timings", "settings"):
             out[f.name] = [dict(t) for t in value] if f.name == "tools" else dict(value)
+        elif f.name == "thinking_capped" and value is None:
+            continue  # unknown: left out, as another writer's line has it (older readers
+            # refuse a null there, and read the absent flag as they always did)
         else:
             out[f.name] = value
     return out

@@ -83,7 +83,9 @@ always have a number), the ``not_run`` reasons ``tool_calls``, ``tool_arguments`
 ``completion_tokens`` (the calls of a completion a client-side bound refused, now logged),
 the turn outcome ``abandoned`` (a tapped agent left a turn without its answer).
 Added within schema 4, the same way: :class:`Warmed` records (a fork's measured cache reuse;
-kept as ``Unknown`` by a reader that does not know the type; never messages).
+kept as ``Unknown`` by a reader that does not know the type; never messages); a ``Usage``
+line without ``reasoning_tokens`` or ``thinking_capped`` reads as unknown (``None``; an
+unknown ``thinking_capped`` is written by leaving it out, so older readers take the line).
 Readers now check these values by their ``Literal`` types (:data:`RULES`), so a value added
 later is refused by an older reader, naming it (the log reads with the version that added it).
 """

@@ -127,8 +127,8 @@ def _open_logs_cap() -> int:
 LOG_WITHIN_S = 1.0
 """The tap's promise, in seconds: an exchange the agent has received is in its session log
 (written and fsynced) this long after its answer ended, at most, under steady load (8 agents
-at once; with cache forensics on, a loss's requests to the upstream take :data:`FORENSICS_S`
-at most, and none are sent while the writer is behind).
+at once; with cache forensics on, a loss's requests to the upstream stop at
+:data:`FORENSICS_S`, and none are sent while the writer is behind).
 After a SIGKILL every exchange answered longer ago than this is in the log."""
 
 HOLD_S = 0.25
@@ -137,8 +137,11 @@ proxy holds new chat requests until it catches up (:meth:`TapLog.catch_up`)."""
 
 FORENSICS_S = 0.4
 """Seconds one cache loss's forensics (its requests to the upstream) may take on the writer
-thread, at most: the log comes first. Past it, and when the writer is more than
-:data:`HOLD_S` behind, the ``CacheLoss`` is written unexplained, its ``detail`` saying why
+thread: the log comes first. No request is sent past it, and each one's timeouts are cut to
+what is left (httpx times each step of a request, so an upstream that drips its answer a
+byte at a time can still hold one request longer); when the writer is more than
+:data:`HOLD_S` behind, none is sent. The ``CacheLoss`` is then written unexplained, its
+``detail`` saying why
 (before, each side request waited 30 s, and an upstream slow to answer them left the log
 seconds behind: a kill then lost exchanges answered 3.6 s earlier)."""
 
@@ -180,20 +183,24 @@ class Exchange:
     encoding: str = ""
 
     def plain_answer(self) -> tuple[bytes, str | None]:
-        """:attr:`answer` decoded by its :attr:`encoding` with httpx's decoders (gzip,
-        deflate, br, zstd: the cassette's too), and what kept it from decoding (``None``:
-        nothing did; the bytes are then as they came). A proxy that compresses llama-server's
-        answers (nginx, LiteLLM) for an agent that takes gzip: the answer was read as
-        compressed bytes and logged ``infer_error``, its usage lost."""
-        if not self.encoding or self.encoding.lower() == "identity":
+        """:attr:`answer` decoded by its :attr:`encoding` with httpx's decoders (gzip and
+        deflate; br and zstd where their packages are installed: the cassette's too), and
+        what kept it from decoding (``None``: nothing did; the bytes are then as they came,
+        and the words say why, as the log's ``infer_error`` detail). A proxy that compresses
+        llama-server's answers (nginx, LiteLLM) for an agent that takes gzip: the answer was
+        read as compressed bytes and logged ``infer_error``, its usage lost. Never raises."""
+        if not self.encoding or self.encoding.strip().lower() == "identity" or not self.answer:
             return self.answer, None
         head = [("content-encoding", self.encoding)]
         try:
-            return httpx.Response(
-                200, headers=head, stream=httpx.ByteStream(self.answer)
-            ).read(), None
-        except httpx.DecodingError as exc:
-            return self.answer, f"the answer's {self.encoding} did not decode: {exc}"
+            decoded = httpx.Response(200, headers=head, stream=httpx.ByteStream(self.answer))
+            plain = decoded.read()
+        except (httpx.DecodingError, UnicodeError, ValueError) as exc:
+            return self.answer, f"the answer's encoding {self.encoding!r} did not decode: {exc}"
+        if plain == self.answer:  # httpx passes an encoding it has no decoder for (br
+            # without the brotli package) through as it came
+            return self.answer, f"no decoder here for the answer's encoding {self.encoding!r}"
+        return plain, None
 
     def credentials(self) -> list[str]:
         """The credentials this request shows (``Authorization`` Bearer or Basic, api-key
@@ -556,9 +563,11 @@ class TapLog:
 
     def _asked_again(self, conv: Conversation, msgs: Sequence[Mapping[str, Any]]) -> list[Record]:
         """A request with no new user message while no turn is open (the agent sent a request
-        that failed again, its turn ended ``infer_error``): a new turn, its ``User`` the
-        request's last user message (``""`` when it has none). Before, the answer went into
-        the ended turn, which then ended twice and showed ``answered`` alone."""
+        that failed again, its turn ended ``infer_error``; or asked on after an answer cut by
+        ``length``, its reply sent back): a new turn, its ``User`` the request's last user
+        message, which the agent sent again with it (``""`` when it has none): a log's turn
+        begins with one. Before, the answer went into the ended turn, which then ended twice
+        and every view showed its last outcome alone."""
         last = next((m for m in reversed(msgs) if m.get("role") == "user"), None)
         conv.open, conv.last = True, "user"
         return [User(content=text_of(last.get("content")) if last is not None else "")]

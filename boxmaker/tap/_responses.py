@@ -441,8 +441,9 @@ def read_responses(
         timings=dict(timings),
         usage=_chat_usage(usage),
         reasoning_tokens=deltas,
-        # a count of deltas when the reasoning streamed as reasoning_text; else the server's
-        # output_tokens_details.reasoning_tokens or unknown (Completion.whole's rule)
+        # the server's output_tokens_details.reasoning_tokens when it sent one (above 0 on a
+        # stream), else a count of the reasoning_text deltas, or unknown for a whole answer
+        # (Completion.usage_record's rule)
         whole=not streamed or (reasoning is not None and deltas == 0),
     )
     assistant = Assistant(content=content, reasoning=reasoning, tool_calls=calls)

@@ -119,3 +119,32 @@ def test_an_existing_file_is_replaced_only_when_the_first_interaction_comes(
     writer.close()  # idempotent
     (interaction,) = load_interactions(path)
     assert interaction["response"]["body"]["string"] == b"data: [DONE]\n\n"
+
+
+def test_a_key_a_body_shows_only_once_decoded_is_hidden_even_beside_a_lone_surrogate(
+    tmp_path: Path,
+) -> None:
+    """A body that shows the key only decoded (``\\u0073k-...``) is written again with it
+    hidden; one that also holds a lone surrogate (``\\ud83d``, valid JSON, no UTF-8) raised
+    ``UnicodeEncodeError``, which stopped the tap's cassette. The headers may be a mapping,
+    as before."""
+    key = "sk-decoded-0123456789"
+    body = b'{"messages":[{"role":"user","content":"\\ud83d \\u0073' + key[1:].encode() + b'"}]}'
+    assert key in json.loads(body)["messages"][0]["content"]
+    path = tmp_path / "c.yaml"
+    with CassetteWriter(path) as writer:
+        writer.add(
+            method="POST",
+            uri=URI,
+            request_headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+            request_body=body,
+            status=200,
+            response_headers=SSE,
+            body=b"data: {}\n\n",
+            reason="OK",
+        )
+    text = path.read_text()
+    assert key not in text and key[3:] not in text and "<API_KEY>" in text
+    (interaction,) = load_interactions(path)
+    stored = json.loads(interaction["request"]["body"])  # kept as text: YAML holds no surrogate
+    assert stored["messages"][0]["content"] == "\ud83d <API_KEY>"

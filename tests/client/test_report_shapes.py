@@ -681,10 +681,12 @@ def test_reasoning_that_came_whole_is_counted_by_the_server_or_unknown() -> None
 def test_a_stream_whose_server_counts_its_reasoning_is_logged_with_that_count() -> None:
     """Deltas are a count of tokens only where each is one (llama.cpp): a server that sends
     several a delta and reports ``completion_tokens_details.reasoning_tokens`` is taken at its
-    word (the log said 2 for the server's 12); without a report the deltas count."""
+    word (the log said 2 for the server's 12); without a report, or with a 0 beside streamed
+    reasoning (a placeholder), the deltas count."""
     said = {"prompt_tokens": 9, "completion_tokens": 15}
     counted = {**said, "completion_tokens_details": {"reasoning_tokens": 12}}
-    for usage, logged in ((counted, 12), (said, 2)):
+    placeholder = {**said, "completion_tokens_details": {"reasoning_tokens": 0}}  # sglang's
+    for usage, logged in ((counted, 12), (said, 2), (placeholder, 2)):
         texts = texts_of(
             litellm(0, {"reasoning_content": "Let me think about "}),
             litellm(0, {"reasoning_content": "the weather in Oslo."}),

@@ -331,3 +331,25 @@ def test_times_before_1970_are_exact_and_otlp_refuses_them_in_words(tmp_path: Pa
     assert frames.load(folder).turns.wall_ms.tolist() == [2000.0]
     with pytest.raises(ExportError, match="before 1970"):
         export_otel(folder, file=tmp_path / "spans.jsonl")
+
+
+def test_a_tool_span_starts_at_its_call_when_no_usage_follows_the_reply(tmp_path: Path) -> None:
+    """A reply with a call and no ``usage`` after it (a server that sent none): the tool's
+    span runs from the reply to its result, not from the record before the reply (the
+    model's time is not the tool's)."""
+    t = "2026-11-30T07:00:{:02d}.000000Z".format
+    call = {"id": "c1", "name": "ls", "arguments": "{}"}
+    lines: list[dict[str, Any]] = [
+        {"type": "baseline", "schema": 4, "session_id": "nousage", "system": "", "tools": []},
+        {"type": "user", "content": "list"},
+        {"type": "assistant", "content": None, "tool_calls": [call]},
+        {"type": "tool_result", "call": 1, "tool_call_id": "c1", "name": "ls", "content": "a"},
+        {"type": "turn_end", "outcome": "tool_iterations"},
+    ]
+    for line, second in zip(lines, (0, 0, 10, 11, 12), strict=True):
+        line["time"] = t(second)
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / "nousage.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    tool = _file_spans(folder, tmp_path / "spans.jsonl")["execute_tool"]
+    assert tool[1] - tool[0] == 1_000_000_000  # from the reply (10 s) to the result (11 s)

@@ -4,6 +4,7 @@ sockets: the fake llama-server (tests/fake_llama.py) upstream, its raw bytes rea
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gzip
 import http.client
 import json
@@ -18,7 +19,7 @@ from fake_llama import FakeLlama, Raw, running
 from boxmaker.errors import BoxmakerError
 from boxmaker.records import Assistant, TurnEnd, Usage
 from boxmaker.session import Session
-from boxmaker.tap import Tap
+from boxmaker.tap import Exchange, Tap
 from boxmaker.tap._proxy import broke_name
 
 ANSWER = (
@@ -298,3 +299,23 @@ def test_a_compressed_answer_reaches_the_agent_as_it_came_and_is_logged_decoded(
     )
     end = kinds["TurnEnd"]
     assert isinstance(end, TurnEnd) and end.outcome == "answered"
+
+
+@pytest.mark.parametrize(
+    ("encoding", "said"),
+    [("br", "encoding 'br'"), ("x-unknown", "encoding 'x-unknown'"), ("gzip\xe9", "gzip")],
+)
+def test_an_answer_that_does_not_decode_is_logged_as_it_came_saying_why(
+    encoding: str, said: str
+) -> None:
+    """An encoding with no decoder here (br without the brotli package: httpx passes it
+    through), one httpx does not know, a header value it cannot take: the bytes as they
+    came and the reason, never a raise (the exchange was counted not logged)."""
+    exchange = Exchange(
+        path="/v1/chat/completions", body=b"{}", status=200, streamed=False,
+        answer=b"\x1b\x00garbled", encoding=encoding,
+    )  # fmt: skip
+    plain, why = exchange.plain_answer()
+    assert plain == b"\x1b\x00garbled" and why is not None and said in why
+    gzipped = dataclasses.replace(exchange, answer=gzip.compress(b"{}"), encoding="gzip")
+    assert gzipped.plain_answer() == (b"{}", None)

@@ -99,9 +99,10 @@ class Completion:
           sends 0 for a cached one, ollama/ollama#5370) or ``completion_tokens`` 0 for a
           completion that brought text or calls; ``note`` names each figure left out so;
         - ``reasoning_tokens``: the server's ``completion_tokens_details.reasoning_tokens``
-          when it sent it; else the reasoning deltas counted (``0``: no reasoning came), or
-          for a :attr:`whole` answer ``None`` when reasoning came (one piece is no count),
-          ``0`` when none did;
+          when it sent one (on a stream: one above 0, a 0 beside streamed reasoning being a
+          placeholder); else the reasoning deltas counted (``0``: no reasoning came), or for
+          a :attr:`whole` answer ``None`` when reasoning came (one piece is no count), ``0``
+          when none did;
         - the thinking-cap flag and the ``finish_reason``.
         """
         notes: list[str] = []
@@ -129,10 +130,10 @@ class Completion:
         one, as llama.cpp streams them: a server that sends several a delta reported 12 and
         the log said 2)."""
         sent = reported_reasoning(self.usage)
+        if not self.whole:  # a 0 beside streamed reasoning is a placeholder (sglang sends it)
+            return sent if sent else self.reasoning_tokens
         if sent is not None:
             return sent
-        if not self.whole:
-            return self.reasoning_tokens
         return None if self.reasoning else 0
 
 
