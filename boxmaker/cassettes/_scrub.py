@@ -56,6 +56,7 @@ from .._secrets import (
     hide_text,
     is_secret_query,
 )
+from ._serializer import compact
 
 __all__ = [
     "API_KEY_PLACEHOLDER",
@@ -126,7 +127,7 @@ def _hide_decoded(body: bytes, secrets: Sequence[str]) -> bytes:
     JSON), written again compact (:func:`compact`'s form) with it hidden; else as it is."""
     try:
         value = json.loads(body)
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        text = compact(value)
     except (ValueError, RecursionError):  # not JSON: the bytes were all there was to hide
         return body
     hidden = hide_text(text, secrets)

@@ -319,7 +319,7 @@ class _ReadableSerializer:
             try:
                 value = json.loads(raw) if raw else None
                 if raw and _SURROGATE.search(raw):  # YAML is UTF-8: a lone surrogate
-                    json.dumps(value, ensure_ascii=False).encode()  # (\ud83d) stays text
+                    compact(value).encode()  # (\ud83d) stays text
                 request["body_json"] = value
             except ValueError:  # UnicodeEncodeError too
                 request["body"] = raw

@@ -51,10 +51,10 @@ import contextlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 from urllib.parse import urlsplit
 
-from ..records import usage_tokens
+from ..records import is_measurement, usage_tokens
 from ..session import KNOWN_TYPES, Call, Reading, Source, Turn
 from ._errors import ExportError
 from ._logs import nanos, readings
@@ -289,8 +289,9 @@ def _chat_span(
     # the server's time for the completion: prompt_ms + predicted_ms, both given, or unknown
     # (the span then runs from the event before it, as without timings; never one of them
     # alone, which showed the generation's time as the whole completion's)
-    took = [t for t in (timings.get("prompt_ms"), timings.get("predicted_ms")) if _ms(t)]
-    took_ns = int(sum(took) * 1e6) if len(took) == 2 else 0
+    prompt_ms, predicted_ms = timings.get("prompt_ms"), timings.get("predicted_ms")
+    known = is_measurement(prompt_ms) and is_measurement(predicted_ms)  # the one timings rule
+    took_ns = int((timings["prompt_ms"] + timings["predicted_ms"]) * 1e6) if known else 0
     span = tracer.start_span(
         f"chat {model}",
         kind=trace.SpanKind.CLIENT,
@@ -299,11 +300,6 @@ def _chat_span(
         context=inside,
     )
     span.end(end_time=end)
-
-
-def _ms(value: object) -> TypeGuard[float]:
-    """A time the server gave, in ms (a number, not NaN, not negative)."""
-    return isinstance(value, int | float) and value == value and value >= 0
 
 
 def _tool_span(

@@ -141,9 +141,8 @@ thread: the log comes first. No request is sent past it, and each one's timeouts
 what is left (httpx times each step of a request, so an upstream that drips its answer a
 byte at a time can still hold one request longer); when the writer is more than
 :data:`HOLD_S` behind, none is sent. The ``CacheLoss`` is then written unexplained, its
-``detail`` saying why
-(before, each side request waited 30 s, and an upstream slow to answer them left the log
-seconds behind: a kill then lost exchanges answered 3.6 s earlier)."""
+``detail`` saying why (before, each side request waited 30 s, and an upstream slow to answer
+them left the log seconds behind: a kill then lost exchanges answered 3.6 s earlier)."""
 
 HOLD_AT_MOST_S = 2.0
 """Seconds a request is held at most for the writer to catch up (a writer stuck on a slow
